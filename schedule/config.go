@@ -1,0 +1,822 @@
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // a minimal container image has no zoneinfo.
+
+	"gopkg.in/yaml.v3"
+)
+
+// CatchupPolicy says what a new leader does with slots missed while no
+// leader was publishing.
+type CatchupPolicy string
+
+// Catch-up policies.
+const (
+	CatchupOnce CatchupPolicy = "once" // fire the latest missed slot once (Celery's behaviour)
+	CatchupAll  CatchupPolicy = "all"  // fire every missed slot in order, up to MaxCatchup
+	CatchupSkip CatchupPolicy = "skip" // fire none
+)
+
+// Defaults applied when neither the entry nor the file's defaults say.
+const (
+	DefaultCatchupWindow = time.Hour
+	DefaultMaxCatchup    = 100
+	DefaultQueue         = "celery"
+)
+
+// Config is a validated schedules.yaml.
+type Config struct {
+	File     string
+	Timezone *time.Location
+	Entries  []*Entry // sorted by name
+}
+
+// Entry returns the entry called name, or nil.
+func (c *Config) Entry(name string) *Entry {
+	i := sort.Search(len(c.Entries), func(i int) bool { return c.Entries[i].Name >= name })
+	if i < len(c.Entries) && c.Entries[i].Name == name {
+		return c.Entries[i]
+	}
+	return nil
+}
+
+// Entry is one periodic task.
+type Entry struct {
+	Name          string
+	Task          string
+	Schedule      Schedule
+	Location      *time.Location
+	Args          []any // nil, bool, int64, float64, string, []any, *Map
+	Kwargs        *Map
+	Options       Options
+	Enabled       bool
+	Catchup       CatchupPolicy
+	CatchupWindow time.Duration
+	MaxCatchup    int
+	Jitter        time.Duration
+	StartAt       time.Time
+	Line, Column  int
+}
+
+// Options are the Celery send options beatd understands.
+type Options struct {
+	Queue         string
+	Exchange      string
+	RoutingKey    string
+	Priority      *int
+	Expires       Expiry
+	Headers       *Map
+	TimeLimit     *float64
+	SoftTimeLimit *float64
+	IgnoreResult  bool
+}
+
+// Expiry is Celery's expires option: relative seconds or an absolute time.
+type Expiry struct {
+	After time.Duration // relative to the publish, when positive
+	At    time.Time     // absolute, when not zero
+}
+
+// IsSet reports whether an expiry was configured.
+func (e Expiry) IsSet() bool { return e.After > 0 || !e.At.IsZero() }
+
+// Error is one problem in a config file, at a position.
+type Error struct {
+	File         string
+	Line, Column int
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+}
+
+// Errors is every problem found in a config file, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LoadFile reads and validates a schedules.yaml.
+func LoadFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parser turns config bytes into a validated Config.
+type Parser interface {
+	Parse(file string, data []byte) (*Config, error)
+}
+
+// Parse validates a schedules.yaml. On failure the error is an Errors
+// holding every problem found, each as FILE:LINE:COL: message.
+func Parse(file string, data []byte) (*Config, error) {
+	d := &decoder{file: file}
+	cfg := d.parse(data)
+	if len(d.errs) > 0 {
+		sort.SliceStable(d.errs, func(i, j int) bool {
+			a, b := d.errs[i], d.errs[j]
+			return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+		})
+		return nil, d.errs
+	}
+	return cfg, nil
+}
+
+type decoder struct {
+	file string
+	errs Errors
+}
+
+func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
+	line, col := 1, 1
+	if n != nil {
+		line, col = n.Line, n.Column
+	}
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
+}
+
+// The schema lives here: the keys each mapping accepts. Later fields are
+// added to these lists and decoded in decodeEntry.
+var (
+	topKeys     = []string{"timezone", "defaults", "entries"}
+	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
+	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
+		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter"}
+	scheduleKeys = []string{"crontab", "cron", "every", "at"}
+	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
+		"time_limit", "soft_time_limit", "ignore_result"}
+	crontabKeys = []string{"minute", "hour", "day_of_week", "day_of_month", "month_of_year"}
+)
+
+// field is a key and its value node.
+type field struct {
+	key, val *yaml.Node
+}
+
+// fields checks that n is a mapping with known, unique string keys and
+// returns them by name.
+func (d *decoder) fields(n *yaml.Node, what string, allowed []string) map[string]field {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return map[string]field{}
+		}
+		d.errorf(n, "%s must be a mapping", what)
+		return nil
+	}
+	out := make(map[string]field, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !slices.Contains(allowed, k.Value) {
+			d.errorf(k, "unknown key %q in %s (allowed: %s)", k.Value, what, strings.Join(allowed, ", "))
+			continue
+		}
+		if prev, dup := out[k.Value]; dup {
+			d.errorf(k, "duplicate key %q in %s (first at line %d)", k.Value, what, prev.key.Line)
+			continue
+		}
+		out[k.Value] = field{k, v}
+	}
+	return out
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+type defaults struct {
+	options       map[string]field
+	catchup       CatchupPolicy
+	catchupWindow time.Duration
+	maxCatchup    int
+	jitter        time.Duration
+	enabled       bool
+}
+
+func (d *decoder) parse(data []byte) *Config {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		d.yamlError(err)
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		d.errorf(nil, "empty config: want a mapping with an entries key")
+		return nil
+	}
+	top := d.fields(doc.Content[0], "the config", topKeys)
+	if top == nil {
+		return nil
+	}
+	cfg := &Config{File: d.file, Timezone: time.UTC}
+	if f, ok := top["timezone"]; ok {
+		if loc := d.zone(f.val); loc != nil {
+			cfg.Timezone = loc
+		}
+	}
+	def := defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true}
+	if f, ok := top["defaults"]; ok {
+		df := d.fields(f.val, "defaults", defaultKeys)
+		if o, ok := df["options"]; ok {
+			def.options = d.fields(o.val, "defaults.options", optionKeys)
+		}
+		d.policyFields(df, &def.catchup, &def.catchupWindow, &def.maxCatchup, &def.jitter, &def.enabled)
+	}
+	ef, ok := top["entries"]
+	if !ok {
+		d.errorf(doc.Content[0], "missing key entries")
+		return cfg
+	}
+	en := deref(ef.val)
+	if en.Kind != yaml.MappingNode {
+		if !(en.Kind == yaml.ScalarNode && en.Tag == "!!null") {
+			d.errorf(en, "entries must be a mapping from entry name to entry")
+		}
+		return cfg
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(en.Content); i += 2 {
+		k, v := en.Content[i], en.Content[i+1]
+		name := k.Value
+		if k.Kind != yaml.ScalarNode || strings.TrimSpace(name) == "" {
+			d.errorf(k, "entry name must be a non-empty string")
+			continue
+		}
+		if strings.ContainsAny(name, "/\x00") || strings.TrimSpace(name) != name {
+			d.errorf(k, "entry name %q must not contain '/', NUL or surrounding spaces", name)
+			continue
+		}
+		if line, dup := seen[name]; dup {
+			d.errorf(k, "duplicate entry %q (first at line %d)", name, line)
+			continue
+		}
+		seen[name] = k.Line
+		if e := d.entry(name, k, v, cfg.Timezone, &def); e != nil {
+			cfg.Entries = append(cfg.Entries, e)
+		}
+	}
+	sort.Slice(cfg.Entries, func(i, j int) bool { return cfg.Entries[i].Name < cfg.Entries[j].Name })
+	return cfg
+}
+
+// yamlError turns yaml.v3's "yaml: line N: msg" into a positioned error.
+func (d *decoder) yamlError(err error) {
+	msg := err.Error()
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		for _, m := range te.Errors {
+			d.yamlError(errors.New(m))
+		}
+		return
+	}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	line := 1
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ":"); ok {
+			if v, err := strconv.Atoi(num); err == nil {
+				line, msg = v, strings.TrimSpace(tail)
+			}
+		}
+	}
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Column: 1, Msg: "invalid YAML: " + msg})
+}
+
+func (d *decoder) policyFields(f map[string]field, catchup *CatchupPolicy, window *time.Duration, maxCatchup *int, jitter *time.Duration, enabled *bool) {
+	if v, ok := f["catchup"]; ok {
+		switch p := CatchupPolicy(scalar(v.val)); p {
+		case CatchupOnce, CatchupAll, CatchupSkip:
+			*catchup = p
+		default:
+			d.errorf(v.val, "catchup must be once, all or skip, got %q", scalar(v.val))
+		}
+	}
+	if v, ok := f["catchup_window"]; ok {
+		if dur, ok := d.duration(v.val, "catchup_window", false); ok {
+			*window = dur
+		}
+	}
+	if v, ok := f["max_catchup"]; ok {
+		if n, ok := d.integer(v.val, "max_catchup"); ok {
+			if n < 1 || n > 100000 {
+				d.errorf(v.val, "max_catchup must be between 1 and 100000, got %d", n)
+			} else {
+				*maxCatchup = n
+			}
+		}
+	}
+	if v, ok := f["jitter"]; ok {
+		if dur, ok := d.duration(v.val, "jitter", true); ok {
+			*jitter = dur
+		}
+	}
+	if v, ok := f["enabled"]; ok {
+		if b, ok := d.boolean(v.val, "enabled"); ok {
+			*enabled = b
+		}
+	}
+}
+
+func scalar(n *yaml.Node) string {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	return n.Value
+}
+
+func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, def *defaults) *Entry {
+	before := len(d.errs)
+	f := d.fields(n, fmt.Sprintf("entry %q", name), entryKeys)
+	if f == nil {
+		return nil
+	}
+	e := &Entry{Name: name, Location: defLoc, Line: key.Line, Column: key.Column,
+		Catchup: def.catchup, CatchupWindow: def.catchupWindow, MaxCatchup: def.maxCatchup,
+		Jitter: def.jitter, Enabled: def.enabled}
+	if v, ok := f["task"]; ok {
+		e.Task = scalar(v.val)
+		if deref(v.val).Tag != "!!str" || strings.TrimSpace(e.Task) == "" {
+			d.errorf(v.val, "task must be a non-empty string naming a Celery task")
+		}
+	} else {
+		d.errorf(key, "entry %q: missing key task", name)
+	}
+	if v, ok := f["timezone"]; ok {
+		if loc := d.zone(v.val); loc != nil {
+			e.Location = loc
+		}
+	}
+	d.policyFields(f, &e.Catchup, &e.CatchupWindow, &e.MaxCatchup, &e.Jitter, &e.Enabled)
+	if v, ok := f["start_at"]; ok {
+		e.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
+	}
+	if v, ok := f["args"]; ok {
+		if n := deref(v.val); n.Kind == yaml.SequenceNode {
+			if val, ok := d.value(n); ok {
+				e.Args = val.([]any)
+			}
+		} else if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
+			d.errorf(n, "args must be a list")
+		}
+	}
+	if v, ok := f["kwargs"]; ok {
+		if n := deref(v.val); n.Kind == yaml.MappingNode {
+			if val, ok := d.value(n); ok {
+				e.Kwargs = val.(*Map)
+			}
+		} else if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
+			d.errorf(n, "kwargs must be a mapping")
+		}
+	}
+	var entryOpts map[string]field
+	if v, ok := f["options"]; ok {
+		entryOpts = d.fields(v.val, fmt.Sprintf("entry %q options", name), optionKeys)
+	}
+	e.Options = d.options(def.options, entryOpts, e.Location)
+
+	var kinds []field
+	for _, k := range scheduleKeys {
+		if v, ok := f[k]; ok {
+			kinds = append(kinds, v)
+		}
+	}
+	switch len(kinds) {
+	case 0:
+		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every or at", name)
+	case 1:
+		e.Schedule = d.schedule(kinds[0], e)
+	default:
+		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every or at",
+			name, kinds[0].key.Value, kinds[1].key.Value)
+	}
+	if len(d.errs) > before {
+		return nil
+	}
+	return e
+}
+
+func (d *decoder) schedule(f field, e *Entry) Schedule {
+	n := deref(f.val)
+	var s Schedule
+	switch f.key.Value {
+	case "crontab":
+		s = d.crontab(n, e.Location)
+	case "cron":
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+			d.errorf(n, "cron must be a string such as \"15 3 * * 1-5\" or \"@daily\"")
+			return nil
+		}
+		c, err := ParseCron(n.Value, e.Location)
+		if err != nil {
+			d.errorf(n, "%v", err)
+			return nil
+		}
+		s = c
+	case "every":
+		dur, ok := d.duration(n, "every", false)
+		if !ok {
+			return nil
+		}
+		ev, err := NewEvery(dur, e.StartAt)
+		if err != nil {
+			d.errorf(n, "%v", err)
+			return nil
+		}
+		return ev // start_at is the anchor, not a floor
+	case "at":
+		t, ok := d.timestamp(n, "at", e.Location)
+		if !ok {
+			return nil
+		}
+		s = &At{Time: t}
+	}
+	if s != nil && !e.StartAt.IsZero() {
+		s = &NotBefore{Schedule: s, Start: e.StartAt}
+	}
+	return s
+}
+
+// NotBefore drops the slots of a schedule that fall before Start.
+type NotBefore struct {
+	Schedule
+	Start time.Time
+}
+
+// Next returns the first slot strictly after t and not before Start.
+func (nb *NotBefore) Next(t time.Time) time.Time {
+	if floor := nb.Start.Add(-time.Nanosecond); t.Before(floor) {
+		t = floor
+	}
+	return nb.Schedule.Next(t)
+}
+
+func (nb *NotBefore) String() string {
+	return fmt.Sprintf("%v from %s", nb.Schedule, nb.Start.Format(time.RFC3339))
+}
+
+func (d *decoder) crontab(n *yaml.Node, loc *time.Location) Schedule {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		c, err := ParseCrontab(n.Value, loc)
+		if err != nil {
+			d.errorf(n, "%v", err)
+			return nil
+		}
+		return c
+	}
+	f := d.fields(n, "crontab", crontabKeys)
+	if f == nil {
+		return nil
+	}
+	var masks [5]uint64
+	ok := true
+	for fi := Minute; fi <= MonthOfYear; fi++ {
+		v, present := f[fi.String()]
+		if !present {
+			masks[fi], _ = ParseCrontabField(fi, "*")
+			continue
+		}
+		m, good := d.crontabField(fi, deref(v.val))
+		masks[fi] = m
+		ok = ok && good
+	}
+	if !ok {
+		return nil
+	}
+	c, err := NewCrontab(masks, loc)
+	if err != nil {
+		d.errorf(n, "%v", err)
+		return nil
+	}
+	return c
+}
+
+// crontabField accepts Celery's forms: an int, a string, or a list of them.
+func (d *decoder) crontabField(fi CrontabField, n *yaml.Node) (uint64, bool) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!int":
+			v, err := strconv.Atoi(n.Value)
+			if err != nil {
+				d.errorf(n, "%s: %q is not an integer", fi, n.Value)
+				return 0, false
+			}
+			m, err := CheckCrontabValue(fi, v)
+			if err != nil {
+				d.errorf(n, "crontab %v", err)
+				return 0, false
+			}
+			return m, true
+		case "!!str":
+			m, err := ParseCrontabField(fi, n.Value)
+			if err != nil {
+				d.errorf(n, "crontab %v", err)
+				return 0, false
+			}
+			return m, true
+		}
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			d.errorf(n, "crontab %s: empty list never matches", fi)
+			return 0, false
+		}
+		var acc uint64
+		ok := true
+		for _, c := range n.Content {
+			m, good := d.crontabField(fi, deref(c))
+			if c.Kind == yaml.SequenceNode {
+				d.errorf(c, "crontab %s: nested lists are not allowed", fi)
+				good = false
+			}
+			acc |= m
+			ok = ok && good
+		}
+		return acc, ok
+	}
+	d.errorf(n, "crontab %s must be an int, a string or a list", fi)
+	return 0, false
+}
+
+func (d *decoder) options(def, own map[string]field, loc *time.Location) Options {
+	o := Options{Queue: DefaultQueue}
+	get := func(k string) (field, bool) {
+		if f, ok := own[k]; ok {
+			return f, true
+		}
+		f, ok := def[k]
+		return f, ok
+	}
+	str := func(k string, dst *string) {
+		if f, ok := get(k); ok {
+			n := deref(f.val)
+			if n.Kind != yaml.ScalarNode || n.Tag != "!!str" || n.Value == "" {
+				d.errorf(n, "options.%s must be a non-empty string", k)
+				return
+			}
+			*dst = n.Value
+		}
+	}
+	str("queue", &o.Queue)
+	str("exchange", &o.Exchange)
+	str("routing_key", &o.RoutingKey)
+	if f, ok := get("priority"); ok {
+		if p, ok := d.integer(f.val, "options.priority"); ok {
+			if p < 0 || p > 9 {
+				d.errorf(f.val, "options.priority must be between 0 and 9, got %d", p)
+			} else {
+				o.Priority = &p
+			}
+		}
+	}
+	if f, ok := get("expires"); ok {
+		n := deref(f.val)
+		if n.Tag == "!!timestamp" || (n.Tag == "!!str" && strings.Contains(n.Value, "T")) {
+			t, ok := d.timestamp(n, "options.expires", loc)
+			o.Expires.At = t
+			_ = ok
+		} else if dur, ok := d.duration(n, "options.expires", false); ok {
+			o.Expires.After = dur
+		}
+	}
+	for _, k := range []string{"time_limit", "soft_time_limit"} {
+		if f, ok := get(k); ok {
+			v, ok := d.number(f.val, "options."+k)
+			if ok && v <= 0 {
+				d.errorf(f.val, "options.%s must be positive", k)
+				continue
+			}
+			if ok {
+				if k == "time_limit" {
+					o.TimeLimit = &v
+				} else {
+					o.SoftTimeLimit = &v
+				}
+			}
+		}
+	}
+	if f, ok := get("ignore_result"); ok {
+		o.IgnoreResult, _ = d.boolean(f.val, "options.ignore_result")
+	}
+	// Headers merge key by key: defaults first, the entry's over them.
+	for _, src := range []map[string]field{def, own} {
+		f, ok := src["headers"]
+		if !ok {
+			continue
+		}
+		n := deref(f.val)
+		if n.Kind != yaml.MappingNode {
+			d.errorf(n, "options.headers must be a mapping")
+			continue
+		}
+		v, ok := d.value(n)
+		if !ok {
+			continue
+		}
+		if o.Headers == nil {
+			o.Headers = &Map{}
+		}
+		m := v.(*Map)
+		for i, k := range m.Keys {
+			o.Headers.Set(k, m.Values[i])
+		}
+	}
+	return o
+}
+
+func (d *decoder) zone(n *yaml.Node) *time.Location {
+	name := scalar(n)
+	if name == "" || name == "Local" {
+		d.errorf(n, "timezone must be an IANA zone name such as Europe/Berlin, got %q", name)
+		return nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		d.errorf(n, "unknown timezone %q", name)
+		return nil
+	}
+	return loc
+}
+
+// duration accepts a Go duration ("30s", "1h30m") or a number of seconds,
+// as Celery's schedule=30.0 does.
+func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duration, bool) {
+	n = deref(n)
+	if n.Kind != yaml.ScalarNode {
+		d.errorf(n, "%s must be a duration such as 30s or a number of seconds", what)
+		return 0, false
+	}
+	var dur time.Duration
+	switch n.Tag {
+	case "!!int", "!!float":
+		secs, err := strconv.ParseFloat(n.Value, 64)
+		if err != nil || math.IsNaN(secs) || math.Abs(secs) > 1e9 {
+			d.errorf(n, "%s: %q is not a usable number of seconds", what, n.Value)
+			return 0, false
+		}
+		dur = time.Duration(secs * float64(time.Second))
+	case "!!str":
+		var err error
+		dur, err = time.ParseDuration(n.Value)
+		if err != nil {
+			d.errorf(n, "%s: %q is not a duration (try 30s, 5m or 1h)", what, n.Value)
+			return 0, false
+		}
+	default:
+		d.errorf(n, "%s must be a duration such as 30s or a number of seconds", what)
+		return 0, false
+	}
+	if dur < 0 || (dur == 0 && !zeroOK) {
+		d.errorf(n, "%s must be positive, got %s", what, n.Value)
+		return 0, false
+	}
+	return dur, true
+}
+
+// timestamp accepts RFC 3339; without an offset the time is read in loc.
+func (d *decoder) timestamp(n *yaml.Node, what string, loc *time.Location) (time.Time, bool) {
+	n = deref(n)
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!timestamp" || n.Tag == "!!str") {
+		if t, err := time.Parse(time.RFC3339Nano, n.Value); err == nil {
+			return t, true
+		}
+		for _, layout := range []string{"2006-01-02T15:04:05.999999999", "2006-01-02T15:04"} {
+			if t, err := time.ParseInLocation(layout, n.Value, loc); err == nil {
+				return t, true
+			}
+		}
+	}
+	d.errorf(n, "%s must be an RFC 3339 time such as 2026-12-24T18:00:00Z, got %q", what, n.Value)
+	return time.Time{}, false
+}
+
+func (d *decoder) integer(n *yaml.Node, what string) (int, bool) {
+	n = deref(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
+		if v, err := strconv.Atoi(n.Value); err == nil {
+			return v, true
+		}
+	}
+	d.errorf(n, "%s must be an integer, got %q", what, n.Value)
+	return 0, false
+}
+
+func (d *decoder) number(n *yaml.Node, what string) (float64, bool) {
+	n = deref(n)
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") {
+		if v, err := strconv.ParseFloat(n.Value, 64); err == nil && !math.IsInf(v, 0) && !math.IsNaN(v) {
+			return v, true
+		}
+	}
+	d.errorf(n, "%s must be a number, got %q", what, n.Value)
+	return 0, false
+}
+
+func (d *decoder) boolean(n *yaml.Node, what string) (bool, bool) {
+	n = deref(n)
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, true
+		}
+	}
+	d.errorf(n, "%s must be true or false, got %q", what, n.Value)
+	return false, false
+}
+
+// value converts task arguments to plain values that serialise to JSON and
+// Python repr the way Celery would: nil, bool, int64, float64, string,
+// []any and *Map.
+func (d *decoder) value(n *yaml.Node) (any, bool) {
+	return d.valueDepth(n, 0)
+}
+
+func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
+	n = deref(n)
+	if depth > 64 {
+		d.errorf(n, "value nested too deeply")
+		return nil, false
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return nil, true
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				d.errorf(n, "invalid boolean %q", n.Value)
+				return nil, false
+			}
+			return b, true
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				d.errorf(n, "integer %q does not fit in 64 bits", n.Value)
+				return nil, false
+			}
+			return i, true
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				d.errorf(n, "number %q is not finite; JSON cannot carry it", n.Value)
+				return nil, false
+			}
+			return f, true
+		case "!!str", "!!timestamp":
+			return n.Value, true
+		}
+		d.errorf(n, "unsupported value of type %s", n.Tag)
+		return nil, false
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		ok := true
+		for _, c := range n.Content {
+			v, good := d.valueDepth(c, depth+1)
+			out = append(out, v)
+			ok = ok && good
+		}
+		return out, ok
+	case yaml.MappingNode:
+		m := &Map{}
+		ok := true
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := deref(n.Content[i])
+			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+				d.errorf(k, "mapping keys in task arguments must be strings")
+				ok = false
+				continue
+			}
+			if _, dup := m.Get(k.Value); dup {
+				d.errorf(k, "duplicate key %q", k.Value)
+				ok = false
+				continue
+			}
+			v, good := d.valueDepth(n.Content[i+1], depth+1)
+			m.Set(k.Value, v)
+			ok = ok && good
+		}
+		return m, ok
+	}
+	d.errorf(n, "unsupported value")
+	return nil, false
+}

@@ -1,0 +1,147 @@
+package schedule
+
+import (
+	"fmt"
+	"time"
+)
+
+// Schedule yields an entry's slots: the nominal times it fires.
+type Schedule interface {
+	// Next returns the first slot strictly after t, or the zero time when
+	// there is none ("never").
+	Next(t time.Time) time.Time
+}
+
+var (
+	_ Schedule = (*Crontab)(nil)
+	_ Schedule = (*Cron)(nil)
+	_ Schedule = (*Every)(nil)
+	_ Schedule = (*At)(nil)
+)
+
+// Every fires at Anchor + k·Interval for every integer k. Slots never drift
+// with dispatch time, so every replica computes the same ones. Celery's
+// interval schedule instead restarts from the send time, which drifts.
+type Every struct {
+	Interval time.Duration
+	Anchor   time.Time // zero means the Unix epoch
+}
+
+// NewEvery returns an interval schedule; interval must be positive.
+func NewEvery(interval time.Duration, anchor time.Time) (*Every, error) {
+	if interval <= 0 {
+		return nil, fmt.Errorf("every: interval must be positive, got %s", interval)
+	}
+	return &Every{Interval: interval, Anchor: anchor}, nil
+}
+
+func (e *Every) anchorNanos() int64 {
+	if e.Anchor.IsZero() {
+		return 0
+	}
+	return e.Anchor.UnixNano()
+}
+
+// Next returns the first slot strictly after t. Before the anchor the first
+// slot is the anchor itself.
+func (e *Every) Next(t time.Time) time.Time {
+	a := e.anchorNanos()
+	n := t.UnixNano()
+	iv := int64(e.Interval)
+	if n < a {
+		return time.Unix(0, a).UTC()
+	}
+	k := (n-a)/iv + 1
+	return time.Unix(0, a+k*iv).UTC()
+}
+
+// slotsIn counts the slots in (after, through] and returns the latest one.
+func (e *Every) slotsIn(after, through time.Time) (count int64, last time.Time) {
+	first := e.Next(after)
+	if first.After(through) {
+		return 0, time.Time{}
+	}
+	iv := int64(e.Interval)
+	span := through.UnixNano() - first.UnixNano()
+	count = span/iv + 1
+	return count, time.Unix(0, first.UnixNano()+(count-1)*iv).UTC()
+}
+
+func (e *Every) String() string {
+	if e.Anchor.IsZero() {
+		return "every " + e.Interval.String()
+	}
+	return fmt.Sprintf("every %s from %s", e.Interval, e.Anchor.UTC().Format(time.RFC3339))
+}
+
+// At fires once.
+type At struct {
+	Time time.Time
+}
+
+// Next returns the one slot if it is after t, else the zero time.
+func (a *At) Next(t time.Time) time.Time {
+	if a.Time.After(t) {
+		return a.Time
+	}
+	return time.Time{}
+}
+
+func (a *At) String() string { return "at " + a.Time.Format(time.RFC3339) }
+
+// MaxScan bounds how many slots Missed walks one by one, so a rare spec or a
+// long outage can never make it loop without end.
+const MaxScan = 1_000_000
+
+// MissedSlots is the answer to "which slots fell in (after, through]?".
+type MissedSlots struct {
+	// Slots holds the latest slots, at most the limit asked for, oldest
+	// first.
+	Slots []time.Time
+	// Count is how many slots fell in the interval. When Capped is set the
+	// walk stopped at MaxScan and Count is a lower bound.
+	Count  int64
+	Capped bool
+}
+
+// Missed lists the slots of s in (after, through], keeping the latest limit
+// of them. The zero after means "never ran": nothing is missed then, since a
+// new entry starts at its next slot. It is pure and bounded.
+func Missed(s Schedule, after, through time.Time, limit int) MissedSlots {
+	var out MissedSlots
+	if after.IsZero() || !through.After(after) || limit < 0 {
+		return out
+	}
+	if e, ok := s.(*Every); ok {
+		count, last := e.slotsIn(after, through)
+		out.Count = count
+		keep := min(count, int64(limit))
+		for i := keep - 1; i >= 0; i-- {
+			out.Slots = append(out.Slots, last.Add(-time.Duration(i)*e.Interval))
+		}
+		return out
+	}
+	ring := make([]time.Time, 0, min(limit, 1024))
+	head := 0
+	for t := s.Next(after); !t.IsZero() && !t.After(through); t = s.Next(t) {
+		out.Count++
+		if limit > 0 {
+			if len(ring) < limit {
+				ring = append(ring, t)
+			} else {
+				ring[head] = t
+				head = (head + 1) % limit
+			}
+		}
+		if out.Count >= MaxScan {
+			out.Capped = true
+			break
+		}
+	}
+	out.Slots = append(ring[head:len(ring):len(ring)], ring[:head]...)
+	return out
+}
+
+// TimeLayout is how beatd prints a slot: RFC 3339 with the zone's numeric
+// offset, "+00:00" rather than "Z", as Python's isoformat() writes it.
+const TimeLayout = "2006-01-02T15:04:05-07:00"
