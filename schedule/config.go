@@ -400,6 +400,10 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 			kinds = append(kinds, v)
 		}
 	}
+	sort.Slice(kinds, func(i, j int) bool {
+		return kinds[i].key.Line < kinds[j].key.Line ||
+			kinds[i].key.Line == kinds[j].key.Line && kinds[i].key.Column < kinds[j].key.Column
+	})
 	switch len(kinds) {
 	case 0:
 		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every or at", name)
@@ -408,6 +412,9 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	default:
 		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every or at",
 			name, kinds[0].key.Value, kinds[1].key.Value)
+		for _, k := range kinds {
+			d.schedule(k, e) // report problems inside each value as well
+		}
 	}
 	if len(d.errs) > before {
 		return nil

@@ -145,3 +145,12 @@ func Missed(s Schedule, after, through time.Time, limit int) MissedSlots {
 // TimeLayout is how beatd prints a slot: RFC 3339 with the zone's numeric
 // offset, "+00:00" rather than "Z", as Python's isoformat() writes it.
 const TimeLayout = "2006-01-02T15:04:05-07:00"
+
+// FormatSlot prints a slot in its zone like Python's isoformat(): seconds,
+// then microseconds only when there are any, then the numeric offset.
+func FormatSlot(t time.Time) string {
+	if t.Nanosecond() == 0 {
+		return t.Format(TimeLayout)
+	}
+	return t.Format("2006-01-02T15:04:05.000000-07:00")
+}

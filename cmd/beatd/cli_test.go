@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	if code, out, errs := runCLI(t, "validate", "../../schedules.yaml"); code != 0 {
+		t.Fatalf("exit %d: %s %s", code, out, errs)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("entries:\n  a:\n    task: t\n    every: 0s\n    crontab: {minute: 61}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, "validate", bad)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	for _, want := range []string{bad + ":4:12: every must be positive", bad + ":5:23: crontab minute: 61", bad + ":5:5: entry \"a\": every and crontab both given"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+}
+
+func TestNextJSON(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCLI(t, "next", "--config", "../../schedules.yaml", "--entry", "nightly-report",
+		"--from", "2026-03-06T00:00:00Z", "--count", "3", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var v struct{ Entry, At string }
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if v.Entry != "nightly-report" {
+			t.Errorf("entry = %q", v.Entry)
+		}
+		got = append(got, v.At)
+	}
+	// Weekdays at 02:30 New York time, across the March DST change.
+	want := []string{"2026-03-06T02:30:00-05:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestNextErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{name: "bad from", args: []string{"next", "--config", "../../schedules.yaml", "--from", "yesterday"}, code: 2},
+		{name: "unknown entry", args: []string{"next", "--config", "../../schedules.yaml", "--entry", "nope"}, code: 1},
+		{name: "missing file", args: []string{"next", "--config", "/nonexistent.yaml"}, code: 1},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, _, _ := runCLI(t, tt.args...); code != tt.code {
+				t.Errorf("exit %d, want %d", code, tt.code)
+			}
+		})
+	}
+}
