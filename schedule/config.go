@@ -75,8 +75,8 @@ type Options struct {
 	Priority      *int
 	Expires       Expiry
 	Headers       *Map
-	TimeLimit     *float64
-	SoftTimeLimit *float64
+	TimeLimit     any // int64 or float64 seconds, nil when unset; kept as written
+	SoftTimeLimit any
 	IgnoreResult  bool
 }
 
@@ -606,19 +606,24 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) Options
 		}
 	}
 	for _, k := range []string{"time_limit", "soft_time_limit"} {
-		if f, ok := get(k); ok {
-			v, ok := d.number(f.val, "options."+k)
-			if ok && v <= 0 {
-				d.errorf(f.val, "options.%s must be positive", k)
-				continue
-			}
-			if ok {
-				if k == "time_limit" {
-					o.TimeLimit = &v
-				} else {
-					o.SoftTimeLimit = &v
-				}
-			}
+		f, ok := get(k)
+		if !ok {
+			continue
+		}
+		v, ok := d.number(f.val, "options."+k)
+		if !ok {
+			continue
+		}
+		if v <= 0 {
+			d.errorf(f.val, "options.%s must be positive", k)
+			continue
+		}
+		// Keep int or float as written: Celery sends 30 and 30.0 differently.
+		val, _ := d.value(f.val)
+		if k == "time_limit" {
+			o.TimeLimit = val
+		} else {
+			o.SoftTimeLimit = val
 		}
 	}
 	if f, ok := get("ignore_result"); ok {

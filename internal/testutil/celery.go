@@ -1,0 +1,123 @@
+package testutil
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CeleryPython is Debian's interpreter, which has python3-celery; a
+// python3 earlier on PATH (pyenv, a venv) may not.
+const CeleryPython = "/usr/bin/python3"
+
+// CeleryWorker is a real `celery worker -P solo` on the tiny app in
+// celeryapp/, consuming from r.
+type CeleryWorker struct {
+	cmd     *exec.Cmd
+	results *redis.Client
+	Log     string
+}
+
+// AppDir is the directory of the test Celery app.
+func AppDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "celeryapp")
+}
+
+// MustStartCeleryWorker starts a worker on queues and stops it when the
+// test ends. It waits until the worker is consuming.
+func MustStartCeleryWorker(tb testing.TB, r *Redis, queues string) *CeleryWorker {
+	tb.Helper()
+	if out, err := exec.Command(CeleryPython, "-c", "import celery, redis").CombinedOutput(); err != nil {
+		tb.Fatalf("Debian's python3-celery and python3-redis are needed: apt-get install -y python3-celery python3-redis (%v: %s)", err, out)
+	}
+	w := &CeleryWorker{Log: filepath.Join(tb.TempDir(), "worker.log")}
+	logf, err := os.Create(w.Log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(CeleryPython, "-m", "celery", "-A", "tasks", "worker", "-P", "solo",
+		"-Q", queues, "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip",
+		"-n", "e2e@%h")
+	cmd.Dir = AppDir()
+	cmd.Env = append(os.Environ(), "REDIS_PORT="+strconv.Itoa(r.Port), "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w.cmd = cmd
+	w.results = redis.NewClient(&redis.Options{Addr: r.Addr(), DB: 1})
+	tb.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		logf.Close()
+		w.results.Close()
+	})
+	// Ready when the worker has written "ready." to its log.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		data, _ := os.ReadFile(w.Log)
+		if containsReady(data) {
+			return w
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("celery worker did not start:\n%s", data)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func containsReady(log []byte) bool {
+	for i := 0; i+6 <= len(log); i++ {
+		if string(log[i:i+6]) == "ready." {
+			return true
+		}
+	}
+	return false
+}
+
+// TaskResult is what the result backend recorded for a task.
+type TaskResult struct {
+	Status string          `json:"status"`
+	Result json.RawMessage `json:"result"`
+}
+
+// WaitResult waits for the result backend to hold a final state for id.
+func (w *CeleryWorker) WaitResult(tb testing.TB, id string, timeout time.Duration) TaskResult {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		raw, err := w.results.Get(context.Background(), "celery-task-meta-"+id).Bytes()
+		if err == nil {
+			var r TaskResult
+			if err := json.Unmarshal(raw, &r); err != nil {
+				tb.Fatal(err)
+			}
+			if r.Status != "PENDING" && r.Status != "STARTED" {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(w.Log)
+			tb.Fatalf("no result for task %s after %s; worker log:\n%s", id, timeout, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

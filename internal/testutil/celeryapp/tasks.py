@@ -1,0 +1,30 @@
+"""A tiny Celery app that beatd's end-to-end tests publish to.
+
+The worker is started by internal/testutil with REDIS_PORT set; results go to
+Redis database 1 so tests can read each task's final state.
+"""
+import os
+
+from celery import Celery
+
+_port = os.environ.get("REDIS_PORT", "6379")
+app = Celery("beatd_e2e", broker="redis://127.0.0.1:%s/0" % _port,
+             backend="redis://127.0.0.1:%s/1" % _port)
+app.conf.worker_hijack_root_logger = False
+app.conf.result_expires = 3600
+
+
+@app.task(name="tasks.add")
+def add(x, y):
+    return x + y
+
+
+@app.task(name="tasks.hello")
+def hello(who="world"):
+    return "hello " + who
+
+
+@app.task(name="tasks.header", bind=True)
+def header(self, name):
+    """Return a custom message header, as the worker saw it."""
+    return self.request.get(name)

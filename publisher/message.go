@@ -1,0 +1,364 @@
+package publisher
+
+import (
+	"crypto/sha1"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/beatd/beatd/schedule"
+)
+
+// Kombu's Redis transport conventions.
+const (
+	kombuSep          = "\x06\x16"
+	bindingKeyPrefix  = "_kombu.binding."
+	maxReprLen        = 1024 // Celery's saferepr limit for argsrepr/kwargsrepr
+	defaultOriginHost = "localhost"
+)
+
+var priorityStepsDefault = [...]int{0, 3, 6, 9}
+
+// namespace is the UUIDv5 namespace of beatd task ids,
+// uuid5(NAMESPACE_URL, "beatd") = 0f679077-44ce-532c-9c82-f906c94d7265, so any
+// consumer can recompute an id from entry and slot.
+var namespace = [16]byte{0x0f, 0x67, 0x90, 0x77, 0x44, 0xce, 0x53, 0x2c, 0x9c, 0x82, 0xf9, 0x06, 0xc9, 0x4d, 0x72, 0x65}
+
+// part is a piece of a message: static bytes, or a value filled per fire.
+type part struct {
+	static []byte
+	fill   fillKind
+}
+
+type fillKind uint8
+
+const (
+	fillNone fillKind = iota
+	fillID
+	fillExpires    // the "expires" header value: null, or a quoted ISO time
+	fillExpiration // `"expiration": "ms", ` when an expiry is set
+	fillSlot
+	fillToken
+	fillManual
+	fillDeliveryTag
+)
+
+// Task is an entry compiled into everything about its messages that never
+// changes, so a fire costs a few appends.
+type Task struct {
+	Name          string
+	QueueKey      string // the Redis list, with Kombu's priority suffix
+	BindingKey    string
+	BindingMember string
+	parts         []part
+	idPrefix      []byte // "<cluster>/<entry>/" for the UUIDv5 name
+	expires       schedule.Expiry
+}
+
+// reservedHeaders may not be overridden by an entry's headers: they carry
+// the task's identity and the fence.
+var reservedHeaders = map[string]bool{"task": true, "id": true, "root_id": true, "expires": true,
+	"beat_entry": true, "beat_slot": true, "beat_fencing_token": true, "beat_manual": true}
+
+// Compile builds e's message template. cluster namespaces task ids; origin
+// is the origin header, e.g. "beatd@host".
+func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, error) {
+	o := e.Options
+	queue := o.Queue
+	if queue == "" {
+		queue = schedule.DefaultQueue
+	}
+	prio := 0
+	if o.Priority != nil {
+		prio = *o.Priority
+	}
+	// A queue Celery creates on demand gets an exchange and routing key of
+	// its own name; Celery goes through the anonymous exchange unless both
+	// an exchange and a routing key are given.
+	exchange, rkey := o.Exchange, o.RoutingKey
+	deliveryExchange, deliveryKey := "", queue
+	if exchange != "" && rkey != "" {
+		deliveryExchange, deliveryKey = exchange, rkey
+	}
+	if exchange == "" {
+		exchange = queue
+	}
+	if rkey == "" {
+		rkey = queue
+	}
+	t := &Task{
+		Name:          e.Name,
+		QueueKey:      kombuPrefix + priorityKey(queue, prio),
+		BindingKey:    kombuPrefix + bindingKeyPrefix + exchange,
+		BindingMember: rkey + kombuSep + kombuSep + queue,
+		idPrefix:      []byte(cluster + "/" + e.Name + "/"),
+		expires:       o.Expires,
+	}
+	args := e.Args
+	if args == nil {
+		args = []any{}
+	}
+	kwargs := e.Kwargs
+	if kwargs == nil {
+		kwargs = &schedule.Map{}
+	}
+	body := appendJSON(nil, []any{args, kwargs})
+	body = append(body[:len(body)-1], `, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`...)
+
+	var b builder
+	b.static(`{"body": `)
+	b.json(base64.StdEncoding.EncodeToString(body))
+	b.static(`, "content-encoding": "utf-8", "content-type": "application/json", "headers": {`)
+
+	headers := []struct {
+		key   string
+		value []byte
+		fill  fillKind
+	}{
+		{"lang", []byte(`"py"`), 0},
+		{"task", appendJSON(nil, e.Task), 0},
+		{"id", nil, fillID},
+		{"shadow", []byte("null"), 0},
+		{"eta", []byte("null"), 0},
+		{"expires", nil, fillExpires},
+		{"group", []byte("null"), 0},
+		{"group_index", []byte("null"), 0},
+		{"retries", []byte("0"), 0},
+		{"timelimit", appendJSON(nil, []any{o.TimeLimit, o.SoftTimeLimit}), 0},
+		{"root_id", nil, fillID},
+		{"parent_id", []byte("null"), 0},
+		{"argsrepr", appendJSON(nil, argsRepr(args)), 0},
+		{"kwargsrepr", appendJSON(nil, saferepr(kwargs, maxReprLen)), 0},
+		{"origin", appendJSON(nil, origin), 0},
+		{"ignore_result", appendJSON(nil, o.IgnoreResult), 0},
+		{"replaced_task_nesting", []byte("0"), 0},
+		{"stamped_headers", []byte("null"), 0},
+		{"stamps", []byte("{}"), 0},
+	}
+	// Extra headers are merged over Celery's, as headers2.update(headers).
+	for i := 0; i < o.Headers.Len(); i++ {
+		k, v := o.Headers.Keys[i], appendJSON(nil, o.Headers.Values[i])
+		if reservedHeaders[k] {
+			return nil, fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
+		}
+		replaced := false
+		for j := range headers {
+			if headers[j].key == k {
+				headers[j].value, replaced = v, true
+			}
+		}
+		if !replaced {
+			headers = append(headers, struct {
+				key   string
+				value []byte
+				fill  fillKind
+			}{k, v, 0})
+		}
+	}
+	for i, h := range headers {
+		if i > 0 {
+			b.static(", ")
+		}
+		b.json(h.key)
+		b.static(": ")
+		switch h.fill {
+		case fillID:
+			b.static(`"`)
+			b.fill(fillID)
+			b.static(`"`)
+		case fillNone:
+			b.raw(h.value)
+		default:
+			b.fill(h.fill)
+		}
+	}
+	b.static(`, "beat_entry": `)
+	b.json(e.Name)
+	b.static(`, "beat_slot": "`)
+	b.fill(fillSlot)
+	b.static(`", "beat_fencing_token": `)
+	b.fill(fillToken)
+	b.fill(fillManual)
+	b.static(`}, "properties": {"correlation_id": "`)
+	b.fill(fillID)
+	b.static(`", "reply_to": `)
+	b.json(string(replyTo[:]))
+	b.static(`, "delivery_mode": 2, `)
+	b.fill(fillExpiration)
+	b.static(`"delivery_info": {"exchange": `)
+	b.json(deliveryExchange)
+	b.static(`, "routing_key": `)
+	b.json(deliveryKey)
+	b.static(`}, "priority": ` + strconv.Itoa(prio) + `, "body_encoding": "base64", "delivery_tag": "`)
+	b.fill(fillDeliveryTag)
+	b.static(`"}}`)
+	t.parts = b.parts
+	return t, nil
+}
+
+// argsRepr is Celery's saferepr(args): as_task_v2 does "args = args or ()",
+// so empty args print as a tuple.
+func argsRepr(args []any) string {
+	if len(args) == 0 {
+		return "()"
+	}
+	return saferepr(args, maxReprLen)
+}
+
+// priorityKey maps a priority onto Kombu's steps [0, 3, 6, 9]: the bare
+// queue for step 0, else queue + "\x06\x16" + step.
+func priorityKey(queue string, prio int) string {
+	prio = max(0, min(prio, 9))
+	step := 0
+	for _, s := range priorityStepsDefault {
+		if s <= prio {
+			step = s
+		}
+	}
+	if step == 0 {
+		return queue
+	}
+	return queue + kombuSep + strconv.Itoa(step)
+}
+
+// replyTo stands in for Celery's app.thread_oid; only the RPC result
+// backend reads it, and beatd is never a result consumer.
+var replyTo = newUUID4()
+
+type builder struct {
+	parts []part
+}
+
+func (b *builder) static(s string) { b.raw([]byte(s)) }
+
+func (b *builder) raw(p []byte) {
+	if n := len(b.parts); n > 0 && b.parts[n-1].fill == fillNone {
+		b.parts[n-1].static = append(b.parts[n-1].static, p...)
+		return
+	}
+	b.parts = append(b.parts, part{static: append([]byte(nil), p...)})
+}
+
+func (b *builder) json(v any)         { b.raw(appendJSON(nil, v)) }
+func (b *builder) fill(kind fillKind) { b.parts = append(b.parts, part{fill: kind}) }
+
+// Fire is one message to publish: an entry's slot, or a manual trigger.
+type Fire struct {
+	Task   *Task
+	Slot   time.Time
+	Manual bool
+	// ID is the task id; AppendMessage sets it.
+	ID [36]byte
+}
+
+// SlotID returns the deterministic task id of (entry, slot): UUIDv5 of
+// "<cluster>/<entry>/<slot as RFC 3339 UTC>".
+func (t *Task) SlotID(slot time.Time) [36]byte {
+	var buf [256]byte
+	name := append(buf[:0], t.idPrefix...)
+	name = slot.UTC().AppendFormat(name, time.RFC3339Nano)
+	return uuid5(name)
+}
+
+func uuid5(name []byte) [36]byte {
+	var buf [512]byte
+	data := append(append(buf[:0], namespace[:]...), name...)
+	sum := sha1.Sum(data)
+	var u [16]byte
+	copy(u[:], sum[:16])
+	u[6] = u[6]&0x0f | 0x50
+	u[8] = u[8]&0x3f | 0x80
+	return formatUUID(u)
+}
+
+func newUUID4() [36]byte {
+	var u [16]byte
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := 0; i < 8; i++ {
+		u[i] = byte(a >> (8 * i))
+		u[8+i] = byte(c >> (8 * i))
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return formatUUID(u)
+}
+
+func formatUUID(u [16]byte) [36]byte {
+	var out [36]byte
+	j := 0
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out[j] = '-'
+			j++
+		}
+		out[j], out[j+1] = hexDigits[c>>4], hexDigits[c&0xf]
+		j += 2
+	}
+	return out
+}
+
+// AppendMessage appends the JSON message of f to dst, as Kombu would LPUSH
+// it, and records the task id in f.ID. now is the publish time, from which
+// a relative expiry counts, as in Celery.
+func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []byte {
+	if f.Manual {
+		f.ID = newUUID4()
+	} else {
+		f.ID = t.SlotID(f.Slot)
+	}
+	for i := range t.parts {
+		p := &t.parts[i]
+		switch p.fill {
+		case fillNone:
+			dst = append(dst, p.static...)
+		case fillID:
+			dst = append(dst, f.ID[:]...)
+		case fillExpires:
+			switch {
+			case t.expires.After > 0:
+				dst = append(dst, '"')
+				dst = appendISO(dst, now.Add(t.expires.After).UTC())
+				dst = append(dst, '"')
+			case !t.expires.At.IsZero():
+				dst = append(dst, '"')
+				dst = appendISO(dst, t.expires.At)
+				dst = append(dst, '"')
+			default:
+				dst = append(dst, "null"...)
+			}
+		case fillExpiration:
+			if t.expires.IsSet() {
+				ms := t.expires.After.Milliseconds()
+				if !t.expires.At.IsZero() {
+					ms = max(0, t.expires.At.Sub(now).Milliseconds())
+				}
+				dst = append(dst, `"expiration": "`...)
+				dst = strconv.AppendInt(dst, ms, 10)
+				dst = append(dst, `", `...)
+			}
+		case fillSlot:
+			dst = f.Slot.UTC().AppendFormat(dst, time.RFC3339Nano)
+		case fillToken:
+			dst = strconv.AppendInt(dst, token, 10)
+		case fillManual:
+			if f.Manual {
+				dst = append(dst, `, "beat_manual": true`...)
+			}
+		case fillDeliveryTag:
+			tag := newUUID4()
+			dst = append(dst, tag[:]...)
+		}
+	}
+	return dst
+}
+
+// appendISO writes Python's datetime.isoformat(): microseconds only when
+// non-zero, and a numeric offset ("+00:00", never "Z").
+func appendISO(dst []byte, t time.Time) []byte {
+	if t.Nanosecond()/1000 == 0 {
+		return t.AppendFormat(dst, "2006-01-02T15:04:05-07:00")
+	}
+	return t.AppendFormat(dst, "2006-01-02T15:04:05.000000-07:00")
+}
