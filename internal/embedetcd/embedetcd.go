@@ -1,0 +1,65 @@
+// Package embedetcd runs a single-node etcd inside the beatd process, for
+// setups without an etcd cluster and for fast tests. It has no HA.
+package embedetcd
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Config says where the member keeps its data and which loopback ports it
+// binds. A zero port picks a free one.
+type Config struct {
+	Dir        string
+	ClientPort int
+	PeerPort   int
+	Name       string
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	etcd      *embed.Etcd
+	Endpoints []string
+}
+
+// Start launches the member and waits until it serves.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Name == "" {
+		cfg.Name = "beatd"
+	}
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.Dir
+	ec.LogLevel = "error"
+	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.ClientPort)}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.PeerPort)}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	ec.ListenMetricsUrls = nil
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedetcd: not ready after 60s")
+	}
+	eps := make([]string, 0, len(e.Clients))
+	for _, l := range e.Clients {
+		eps = append(eps, "http://"+l.Addr().String())
+	}
+	return &Server{etcd: e, Endpoints: eps}, nil
+}
+
+// Close stops the member; its data stays in Dir.
+func (s *Server) Close() { s.etcd.Close() }
