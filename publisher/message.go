@@ -362,3 +362,14 @@ func appendISO(dst []byte, t time.Time) []byte {
 	}
 	return t.AppendFormat(dst, "2006-01-02T15:04:05.000000-07:00")
 }
+
+// Template returns the static bytes of the message template, for telling
+// whether an entry's messages changed.
+func (t *Task) Template() []byte {
+	var out []byte
+	for _, p := range t.parts {
+		out = append(out, p.static...)
+		out = append(out, byte(p.fill))
+	}
+	return out
+}

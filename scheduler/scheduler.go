@@ -1,0 +1,686 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/store"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Dispatcher publishes fires, fenced by the leader's token.
+type Dispatcher interface {
+	RaiseFence(ctx context.Context, token int64) error
+	Publish(ctx context.Context, token int64, fires []publisher.Fire, results []publisher.Result) error
+}
+
+var _ Dispatcher = (*publisher.Publisher)(nil)
+
+// StateStore persists entry state, every write guarded by leadership.
+type StateStore interface {
+	Load(ctx context.Context) (map[string]*store.EntryState, error)
+	Save(ctx context.Context, g store.Guard, states []*store.EntryState) error
+	Prune(ctx context.Context, g store.Guard, states map[string]*store.EntryState, configured map[string]bool, now time.Time, grace time.Duration) error
+	PendingRequests(ctx context.Context) ([]store.Request, int64, error)
+	WatchRequests(ctx context.Context, rev int64) <-chan struct{}
+	CompleteRequest(ctx context.Context, g store.Guard, r store.Request, st *store.EntryState) error
+}
+
+var _ StateStore = (*store.Store)(nil)
+
+// Term is the leadership the loop runs under.
+type Term struct {
+	Token int64
+	Key   string
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	Dispatcher Dispatcher
+	Store      StateStore
+	Clock      Clock
+	Logger     *slog.Logger
+	Metrics    *Metrics
+	// Cluster, Origin and KombuPrefix are passed to publisher.Compile.
+	Cluster, Origin, KombuPrefix string
+	// BatchSize is the most fires per pipelined publish (default 512).
+	BatchSize int
+	// RemovedGrace keeps the state of removed entries this long.
+	RemovedGrace time.Duration
+}
+
+// Scheduler runs the leader's loop. Reload may be called at any time, from
+// any goroutine; Run is called once per term.
+type Scheduler struct {
+	cfg     Config
+	log     *slog.Logger
+	entries atomic.Pointer[entrySet]
+	reload  chan struct{}
+	// publishErr is the last publish failure, nil once publishing works.
+	publishErr atomic.Pointer[error]
+}
+
+// entry is a config entry compiled for publishing.
+type entry struct {
+	*schedule.Entry
+	task        *publisher.Task
+	fingerprint [32]byte
+	fires       [4]prometheus.Counter // by publisher.Result, created lazily
+}
+
+type entrySet struct {
+	byName map[string]*entry
+	config *schedule.Config
+}
+
+// New compiles cfg's entries. It fails if any entry cannot be compiled.
+func New(c Config, sc *schedule.Config) (*Scheduler, error) {
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 512
+	}
+	if c.RemovedGrace <= 0 {
+		c.RemovedGrace = store.DefaultRemovedGrace
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	s := &Scheduler{cfg: c, log: c.Logger.With("component", "scheduler"), reload: make(chan struct{}, 1)}
+	if err := s.Reload(sc); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Reload replaces the running config once every entry compiles. The loop
+// picks it up at once; unchanged entries keep their next slot, changed
+// ones restart from now without firing, removed ones stop.
+func (s *Scheduler) Reload(sc *schedule.Config) error {
+	set := &entrySet{byName: make(map[string]*entry, len(sc.Entries)), config: sc}
+	for _, e := range sc.Entries {
+		t, err := publisher.Compile(e, s.cfg.Cluster, s.cfg.Origin, s.cfg.KombuPrefix)
+		if err != nil {
+			return err
+		}
+		set.byName[e.Name] = &entry{Entry: e, task: t, fingerprint: fingerprint(e, t)}
+	}
+	s.entries.Store(set)
+	s.cfg.Metrics.Entries.Set(float64(len(set.byName)))
+	select {
+	case s.reload <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Config returns the running config.
+func (s *Scheduler) Config() *schedule.Config { return s.entries.Load().config }
+
+// fingerprint identifies what an entry fires and when: a change to any of
+// it recomputes the next slot.
+func fingerprint(e *schedule.Entry, t *publisher.Task) [32]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%s\x00%v\x00%s\x00%s\x00%d\x00%s\x00%s\x00", e.Task, t.QueueKey,
+		e.Schedule, e.Location, e.Enabled, e.Catchup, e.CatchupWindow, e.MaxCatchup, e.Jitter, e.StartAt)
+	h.Write(t.Template())
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// PublishError returns the last publish failure, or nil when publishing
+// works. Readiness reports it.
+func (s *Scheduler) PublishError() error {
+	if p := s.publishErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Scheduler) setPublishErr(err error) {
+	if err == nil {
+		s.publishErr.Store(nil)
+		return
+	}
+	s.publishErr.Store(&err)
+}
+
+// item is an entry's next slot in the heap.
+type item struct {
+	e     *entry
+	slot  time.Time // nominal slot: the identity
+	due   time.Time // slot + jitter: when to publish
+	index int
+}
+
+type slotHeap []*item
+
+func (h slotHeap) Len() int { return len(h) }
+func (h slotHeap) Less(i, j int) bool {
+	if h[i].due.Equal(h[j].due) {
+		return h[i].e.Name < h[j].e.Name
+	}
+	return h[i].due.Before(h[j].due)
+}
+func (h slotHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *slotHeap) Push(x any)   { it := x.(*item); it.index = len(*h); *h = append(*h, it) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	n := len(old)
+	it := old[n-1]
+	old[n-1] = nil
+	it.index = -1
+	*h = old[:n-1]
+	return it
+}
+
+// jitter delays a slot by an amount derived from (entry, slot), so every
+// replica computes the same delay.
+func jitter(e *entry, slot time.Time) time.Duration {
+	if e.Jitter <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(e.Name))
+	var b [8]byte
+	n := slot.UnixNano()
+	for i := range b {
+		b[i] = byte(n >> (8 * i))
+	}
+	h.Write(b[:])
+	return time.Duration(h.Sum64() % uint64(e.Jitter))
+}
+
+// pendingFire is a fire waiting to be published.
+type pendingFire struct {
+	e      *entry
+	slot   time.Time
+	due    time.Time
+	manual bool
+	req    *store.Request // the trigger request it answers
+}
+
+// loop is one term's state, owned by Run's goroutine.
+type loop struct {
+	s        *Scheduler
+	term     Term
+	guard    store.Guard
+	set      *entrySet
+	heap     slotHeap
+	items    map[string]*item
+	states   map[string]*store.EntryState
+	pending  []pendingFire
+	persist  *persister
+	fires    []publisher.Fire
+	results  []publisher.Result
+	backoff  time.Duration
+	requests <-chan struct{}
+}
+
+// ErrTermEnded is returned by Run when the loop stopped because leadership
+// ended (a stale fence or a refused write), not because of its context.
+var ErrTermEnded = errors.New("scheduler: term ended")
+
+// Run is the loop for one term. It returns when ctx ends (after finishing
+// the publish in flight and persisting it), or with ErrTermEnded when the
+// fence or etcd says another replica leads.
+func (s *Scheduler) Run(ctx context.Context, term Term) error {
+	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}}
+	m := s.cfg.Metrics
+	// Load state and raise the fence before anything else: from here on a
+	// deposed leader's publishes are refused.
+	var err error
+	if err = s.retry(ctx, "load state", func() error {
+		l.states, err = s.cfg.Store.Load(ctx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := s.retry(ctx, "raise fence", func() error { return s.cfg.Dispatcher.RaiseFence(ctx, term.Token) }); err != nil {
+		return err
+	}
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.persist = newPersister(s.cfg.Store, l.guard, s.log, m)
+	var pwg sync.WaitGroup
+	pwg.Add(1)
+	go func() { defer pwg.Done(); l.persist.run(pctx) }()
+	defer func() {
+		pcancel()
+		pwg.Wait()
+	}()
+
+	now := s.cfg.Clock.Now()
+	l.set = s.entries.Load()
+	l.items = make(map[string]*item, len(l.set.byName))
+	for name, e := range l.set.byName {
+		l.startEntry(e, l.states[name], now, true)
+	}
+	heap.Init(&l.heap)
+	if err := l.prune(ctx, now); err != nil {
+		return err
+	}
+	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
+	if err != nil {
+		m.EtcdErrors.Inc()
+		s.log.Warn("list admin requests", "err", err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
+	if err := l.handleRequests(ctx, reqs); err != nil {
+		return err
+	}
+	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
+
+	timer := s.cfg.Clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if err := l.persist.failed(); err != nil {
+			return err
+		}
+		if len(l.pending) > 0 {
+			err := l.publishPending(ctx)
+			switch {
+			case err == nil:
+				continue
+			case errors.Is(err, ErrTermEnded):
+				return err
+			case ctx.Err() != nil:
+				return l.finish()
+			}
+			// Transient: keep the slots pending and retry with backoff.
+			timer.Reset(l.nextBackoff())
+			select {
+			case <-ctx.Done():
+				return l.finish()
+			case <-timer.C():
+			}
+			continue
+		}
+		now := s.cfg.Clock.Now()
+		l.collectDue(now)
+		if len(l.pending) > 0 {
+			continue
+		}
+		wait := time.Hour
+		if len(l.heap) > 0 {
+			wait = max(l.heap[0].due.Sub(now), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return l.finish()
+		case <-timer.C():
+		case <-s.reload:
+			l.applyReload(s.cfg.Clock.Now())
+		case _, ok := <-l.requests:
+			if !ok {
+				l.requests = nil
+				if ctx.Err() == nil {
+					return fmt.Errorf("%w: request watch closed", ErrTermEnded)
+				}
+				continue
+			}
+			reqs, _, err := s.cfg.Store.PendingRequests(ctx)
+			if err != nil {
+				m.EtcdErrors.Inc()
+				s.log.Warn("list admin requests", "err", err)
+				continue
+			}
+			if err := l.handleRequests(ctx, reqs); err != nil {
+				return err
+			}
+		case <-l.persist.errc:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+	}
+}
+
+// retry runs op until it succeeds or ctx ends, backing off.
+func (s *Scheduler) retry(ctx context.Context, what string, op func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, publisher.ErrStale) || errors.Is(err, store.ErrNotLeader) {
+			return fmt.Errorf("%w: %s: %v", ErrTermEnded, what, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("retrying", "op", what, "err", err, "backoff", backoff)
+		t := s.cfg.Clock.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (l *loop) nextBackoff() time.Duration {
+	if l.backoff == 0 {
+		l.backoff = 50 * time.Millisecond
+	} else {
+		l.backoff = min(l.backoff*2, 2*time.Second)
+	}
+	return l.backoff
+}
+
+// startEntry schedules an entry at the start of a term (catchUp) or when a
+// reload adds or changes it.
+func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp bool) {
+	if !e.Enabled {
+		return
+	}
+	last := time.Time{}
+	if st != nil {
+		last = st.LastSlot
+	}
+	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll {
+		last = e.StartAt.Add(-time.Nanosecond) // backfill from start_at, as asked
+		catchUp = true
+	}
+	var next *item
+	if catchUp && !last.IsZero() {
+		next = l.catchUp(e, st, last, now)
+	}
+	if next == nil {
+		slot := e.Schedule.Next(now)
+		if slot.IsZero() {
+			return // fired its last slot (a past one-off)
+		}
+		next = &item{e: e, slot: slot, due: slot.Add(jitter(e, slot))}
+	}
+	l.items[e.Name] = next
+	l.heap = append(l.heap, next)
+	next.index = len(l.heap) - 1
+}
+
+// catchUp applies e's policy to the slots missed in (last, now], queues
+// what it fires, counts what it drops, and returns the next slot to wait
+// for when a missed slot's jittered due time is still ahead.
+func (l *loop) catchUp(e *entry, st *store.EntryState, last, now time.Time) *item {
+	m := l.s.cfg.Metrics
+	windowStart := now.Add(-e.CatchupWindow)
+	from := last
+	if from.Before(windowStart) {
+		old := schedule.Missed(e.Schedule, last, windowStart, 0)
+		if old.Count > 0 {
+			m.Missed.WithLabelValues(e.Name, ReasonWindow).Add(float64(old.Count))
+		}
+		from = windowStart
+	}
+	limit := 1
+	if e.Catchup == schedule.CatchupAll {
+		limit = e.MaxCatchup
+	}
+	missed := schedule.Missed(e.Schedule, from, now, limit)
+	slots := missed.Slots
+	// A slot whose jittered time is still ahead is not missed yet.
+	var future *item
+	for len(slots) > 0 {
+		s := slots[len(slots)-1]
+		if due := s.Add(jitter(e, s)); due.After(now) {
+			future = &item{e: e, slot: s, due: due}
+			slots = slots[:len(slots)-1]
+			missed.Count--
+			continue
+		}
+		break
+	}
+	if missed.Count <= 0 {
+		return future
+	}
+	paused := st != nil && st.Paused
+	switch {
+	case paused:
+		m.Missed.WithLabelValues(e.Name, ReasonPaused).Add(float64(missed.Count))
+		slots = nil
+	case e.Catchup == schedule.CatchupSkip:
+		m.Missed.WithLabelValues(e.Name, ReasonSkip).Add(float64(missed.Count))
+		slots = nil
+	case e.Catchup == schedule.CatchupOnce:
+		if missed.Count > 1 {
+			m.Missed.WithLabelValues(e.Name, ReasonOnce).Add(float64(missed.Count - 1))
+		}
+		slots = slots[len(slots)-1:]
+	default:
+		if dropped := missed.Count - int64(len(slots)); dropped > 0 {
+			m.Missed.WithLabelValues(e.Name, ReasonMaxCatchup).Add(float64(dropped))
+		}
+	}
+	for _, s := range slots {
+		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
+	}
+	return future
+}
+
+// collectDue moves every due slot from the heap to pending, advancing each
+// entry to its next slot.
+func (l *loop) collectDue(now time.Time) {
+	for len(l.heap) > 0 && !l.heap[0].due.After(now) && len(l.pending) < l.s.cfg.BatchSize {
+		it := l.heap[0]
+		e := it.e
+		if st := l.states[e.Name]; st != nil && st.Paused {
+			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
+		} else {
+			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: it.due})
+		}
+		next := e.Schedule.Next(it.slot)
+		if next.IsZero() {
+			heap.Pop(&l.heap)
+			delete(l.items, e.Name)
+			continue
+		}
+		it.slot, it.due = next, next.Add(jitter(e, next))
+		heap.Fix(&l.heap, 0)
+	}
+}
+
+// publishPending publishes pending fires in batches, then hands their new
+// state to the persister. Fires whose publish failed stay pending.
+func (l *loop) publishPending(ctx context.Context) error {
+	s := l.s
+	m := s.cfg.Metrics
+	n := min(len(l.pending), s.cfg.BatchSize)
+	batch := l.pending[:n]
+	l.fires = l.fires[:0]
+	for _, p := range batch {
+		l.fires = append(l.fires, publisher.Fire{Task: p.e.task, Slot: p.slot, Manual: p.manual})
+	}
+	l.results = append(l.results[:0], make([]publisher.Result, n)...)
+	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
+	now := s.cfg.Clock.Now()
+	var changed []*store.EntryState
+	var failed []pendingFire
+	for i, p := range batch {
+		r := l.results[i]
+		p.e.countFire(m, r)
+		switch r {
+		case publisher.ResultOK, publisher.ResultDuplicate:
+			lag := now.Sub(p.due)
+			if !p.manual {
+				m.FireLag.Observe(lag.Seconds())
+			}
+			id := l.fires[i].ID
+			st := l.state(p.e.Name)
+			st.Record(store.Run{Slot: p.slot, PublishedAt: now, Token: l.term.Token, TaskID: string(id[:]), Manual: p.manual})
+			changed = append(changed, snapshot(st))
+			s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+				"task_id", string(id[:]), "lag", lag, "result", r.String(), "manual", p.manual)
+			if p.req != nil {
+				l.persist.complete(*p.req, snapshot(st))
+			}
+		case publisher.ResultStale:
+			return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
+		default:
+			failed = append(failed, p)
+		}
+	}
+	if len(changed) > 0 {
+		l.persist.save(changed)
+	}
+	rest := append(failed, l.pending[n:]...)
+	l.pending = append(l.pending[:0], rest...)
+	if err != nil {
+		if errors.Is(err, publisher.ErrStale) {
+			return fmt.Errorf("%w: %v", ErrTermEnded, err)
+		}
+		m.RedisErrors.Inc()
+		s.setPublishErr(err)
+		s.log.Warn("publish failed; slots stay pending", "err", err, "pending", len(l.pending))
+		return err
+	}
+	s.setPublishErr(nil)
+	l.backoff = 0
+	return nil
+}
+
+func (e *entry) countFire(m *Metrics, r publisher.Result) {
+	if e.fires[r] == nil {
+		e.fires[r] = m.Fires.WithLabelValues(e.Name, r.String())
+	}
+	e.fires[r].Inc()
+}
+
+func (l *loop) state(name string) *store.EntryState {
+	st := l.states[name]
+	if st == nil {
+		st = &store.EntryState{Name: name}
+		l.states[name] = st
+	}
+	return st
+}
+
+func snapshot(st *store.EntryState) *store.EntryState {
+	c := *st
+	c.Recent = append([]store.Run(nil), st.Recent...)
+	return &c
+}
+
+// applyReload swaps in the latest config without firing spuriously.
+func (l *loop) applyReload(now time.Time) {
+	set := l.s.entries.Load()
+	if set == l.set {
+		return
+	}
+	old, oldItems := l.set, l.items
+	l.set = set
+	l.items = make(map[string]*item, len(set.byName))
+	l.heap = l.heap[:0]
+	for name, e := range set.byName {
+		prev, had := old.byName[name]
+		it, scheduled := oldItems[name]
+		if had && scheduled && prev.fingerprint == e.fingerprint {
+			it.e = e
+			l.items[name] = it
+			l.heap = append(l.heap, it)
+			continue
+		}
+		l.startEntry(e, l.states[name], now, false)
+	}
+	for i, it := range l.heap {
+		it.index = i
+	}
+	heap.Init(&l.heap)
+	// Pending fires of removed entries are dropped, and counted.
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		if e, ok := set.byName[p.e.Name]; ok {
+			p.e = e
+			kept = append(kept, p)
+		} else {
+			l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonRemoved).Inc()
+		}
+	}
+	l.pending = kept
+	l.s.log.Info("config applied", "entries", len(set.byName))
+}
+
+// prune marks or deletes the state of entries no longer configured.
+func (l *loop) prune(ctx context.Context, now time.Time) error {
+	configured := make(map[string]bool, len(l.set.byName))
+	for n := range l.set.byName {
+		configured[n] = true
+	}
+	err := l.s.cfg.Store.Prune(ctx, l.guard, l.states, configured, now, l.s.cfg.RemovedGrace)
+	if errors.Is(err, store.ErrNotLeader) {
+		return fmt.Errorf("%w: %v", ErrTermEnded, err)
+	}
+	if err != nil {
+		l.s.cfg.Metrics.EtcdErrors.Inc()
+		l.s.log.Warn("prune removed entries", "err", err)
+	}
+	return nil
+}
+
+// handleRequests applies admin requests. A trigger becomes a pending manual
+// fire, completed once published; pause and resume complete at once, in
+// order with state writes.
+func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
+	for _, r := range reqs {
+		if l.persist.seen(r.ID) {
+			continue
+		}
+		e := l.set.byName[r.Entry]
+		if e == nil {
+			l.s.log.Warn("admin request for an unknown entry", "op", r.Op, "entry", r.Entry)
+			l.persist.complete(r, nil)
+			continue
+		}
+		st := l.state(e.Name)
+		switch r.Op {
+		case store.OpTrigger:
+			req := r
+			now := l.s.cfg.Clock.Now()
+			l.pending = append(l.pending, pendingFire{e: e, slot: now, due: now, manual: true, req: &req})
+			l.persist.markSeen(r.ID)
+		case store.OpPause:
+			st.Paused = true
+			l.persist.complete(r, snapshot(st))
+			l.s.log.Info("paused", "entry", e.Name)
+		case store.OpResume:
+			st.Paused = false
+			l.persist.complete(r, snapshot(st))
+			l.s.log.Info("resumed", "entry", e.Name)
+		default:
+			l.persist.complete(r, nil)
+		}
+	}
+	return nil
+}
+
+// finish persists everything published before the loop stops.
+func (l *loop) finish() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.persist.flush(ctx); err != nil {
+		return err
+	}
+	return nil
+}
