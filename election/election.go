@@ -110,18 +110,20 @@ func (l *Leadership) Resign(ctx context.Context) error {
 			err = fmt.Errorf("election: resign: %w", rerr)
 		}
 		// Revoking the lease also removes any waiting keys of this session.
-		if cerr := l.session.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("election: close session: %w", cerr)
+		if _, rerr := l.session.Client().Revoke(ctx, l.session.Lease()); rerr != nil && err == nil {
+			err = fmt.Errorf("election: revoke lease: %w", rerr)
 		}
+		releaseSession(l.session)
 	})
 	<-l.done
 	return err
 }
 
-// Campaign blocks until this replica leads, or ctx ends. ctx bounds the
-// campaign and the term it wins: cancelling it ends the leadership. Each call uses a
-// fresh lease, so a replica that lost leadership campaigns again without a
-// restart.
+// Campaign blocks until this replica leads, or ctx ends. ctx bounds only
+// the campaign: a won term lasts until it is lost or resigned, so a
+// graceful shutdown can persist its last writes as leader, then Resign.
+// The caller must Resign every term it wins. Each call uses a fresh lease,
+// so a replica that lost leadership campaigns again without a restart.
 func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 	ttlSecs := int64(e.cfg.TTL / time.Second)
 	grant, err := e.cfg.Client.Grant(ctx, ttlSecs)
@@ -157,7 +159,10 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 	}
 	if err != nil {
 		kaStop()
-		_ = sess.Close()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), min(e.cfg.TTL, 2*time.Second))
+		_, _ = e.cfg.Client.Revoke(rctx, grant.ID)
+		rcancel()
+		releaseSession(sess)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -178,8 +183,6 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 			cancel(ErrSessionLost)
 		case <-ka.expired():
 			cancel(ErrKeepaliveMissed)
-		case <-ctx.Done():
-			cancel(context.Cause(ctx))
 		case <-lctx.Done():
 		}
 		e.log.Warn("leadership ended", "id", e.cfg.ID, "token", l.Token, "reason", context.Cause(lctx))
@@ -190,7 +193,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 			rctx, rcancel := context.WithTimeout(context.Background(), min(e.cfg.TTL, 2*time.Second))
 			_, _ = e.cfg.Client.Revoke(rctx, grant.ID)
 			rcancel()
-			sess.Orphan()
+			releaseSession(sess)
 		}
 	}()
 	return l, nil
@@ -218,4 +221,12 @@ func Observe(ctx context.Context, cli *clientv3.Client, prefix string) (Leader, 
 // Observe returns the current leader of e's cluster.
 func (e *Elector) Observe(ctx context.Context) (Leader, error) {
 	return Observe(ctx, e.cfg.Client, e.cfg.Prefix)
+}
+
+// releaseSession stops a session's keepalive. Orphan waits for the etcd
+// client's lessor, which can take long while the client redials a dead
+// endpoint, so it runs in the background; the client owns that goroutine
+// and its Close ends it.
+func releaseSession(s *concurrency.Session) {
+	go s.Orphan()
 }

@@ -37,15 +37,17 @@ func newElector(t *testing.T, cli *clientv3.Client, id string, ttl time.Duration
 
 func campaign(t *testing.T, e *Elector, timeout time.Duration) *Leadership {
 	t.Helper()
-	// The context bounds the whole term, so it lives as long as the test.
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	timer := time.AfterFunc(timeout, cancel)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	l, err := e.Campaign(ctx)
-	timer.Stop()
 	if err != nil {
 		t.Fatalf("campaign: %v", err)
 	}
+	t.Cleanup(func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer rcancel()
+		_ = l.Resign(rctx)
+	})
 	return l
 }
 
@@ -72,8 +74,8 @@ type write struct {
 
 // writeWhileLeading commits guarded writes until l ends, recording each
 // commit's revision: the order etcd applied them in.
-func (c *candidates) writeWhileLeading(cli *clientv3.Client, l *Leadership) {
-	for l.Context().Err() == nil {
+func (c *candidates) writeWhileLeading(ctx context.Context, cli *clientv3.Client, l *Leadership) {
+	for l.Context().Err() == nil && ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.Key), "=", l.Token)).
 			Then(clientv3.OpPut(prefix+"probe", fmt.Sprint(l.Token))).Commit()
@@ -113,13 +115,10 @@ func runCandidates(t *testing.T, endpoints []string, n int, ttl time.Duration) *
 				c.leading[id] = l
 				c.terms = append(c.terms, term{id, l.Token})
 				c.mu.Unlock()
-				c.writeWhileLeading(cli, l)
+				c.writeWhileLeading(ctx, cli, l)
 				c.mu.Lock()
 				delete(c.leading, id)
 				c.mu.Unlock()
-				if ctx.Err() != nil {
-					return
-				}
 				rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_ = l.Resign(rctx)
 				rcancel()
@@ -132,11 +131,6 @@ func runCandidates(t *testing.T, endpoints []string, n int, ttl time.Duration) *
 
 func (c *candidates) stop() {
 	c.cancel()
-	c.mu.Lock()
-	for _, l := range c.leading {
-		go l.Resign(context.Background())
-	}
-	c.mu.Unlock()
 	c.wg.Wait()
 }
 
