@@ -174,7 +174,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 		Token: el.Rev(), Key: el.Key(),
 		ctx: lctx, cancel: cancel, session: sess, elect: el, done: make(chan struct{}),
 	}
-	e.log.Info("elected leader", "id", e.cfg.ID, "token", l.Token, "lease", fmt.Sprintf("%x", grant.ID))
+	e.log.Info("elected leader", "candidate", e.cfg.ID, "token", l.Token, "lease", fmt.Sprintf("%x", grant.ID))
 	go func() {
 		defer close(l.done)
 		defer kaStop()
@@ -185,7 +185,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 			cancel(ErrKeepaliveMissed)
 		case <-lctx.Done():
 		}
-		e.log.Warn("leadership ended", "id", e.cfg.ID, "token", l.Token, "reason", context.Cause(lctx))
+		e.log.Warn("leadership ended", "candidate", e.cfg.ID, "token", l.Token, "reason", context.Cause(lctx))
 		// Give the lease back if etcd is reachable; harmless if it is not.
 		// Bounded, so Done follows promptly even when etcd is unreachable;
 		// the context above was cancelled first, so nothing waits on this.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/beatd/beatd/store"
 )
 
 func main() {
@@ -28,8 +30,13 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"run", "run the scheduler (leader election, publishing, HTTP)", runRun},
 		{"validate", "check a schedules.yaml; exit 1 with FILE:LINE:COL errors", runValidate},
 		{"next", "print the next fire times of each entry", runNext},
+		{"status", "show the leader and every entry's state, from etcd", runStatus},
+		{"trigger", "ask the leader to publish an entry now", runAdmin(store.OpTrigger)},
+		{"pause", "pause an entry (survives failover)", runAdmin(store.OpPause)},
+		{"resume", "resume a paused entry", runAdmin(store.OpResume)},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -11,6 +11,11 @@ import (
 var version = ""
 
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
+	fmt.Fprintf(stdout, "beatd %s\n", versionString())
+	return 0
+}
+
+func versionString() string {
 	v := version
 	if v == "" {
 		v = "devel"
@@ -22,6 +27,5 @@ func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "beatd %s\n", v)
-	return 0
+	return v
 }

@@ -5,10 +5,14 @@ package embedetcd
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Config says where the member keeps its data and which loopback ports it
@@ -35,6 +39,8 @@ func Start(cfg Config) (*Server, error) {
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
 	ec.LogLevel = "error"
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{zapcore.NewCore(
+		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)}))
 	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.ClientPort)}
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.PeerPort)}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
@@ -63,3 +69,27 @@ func Start(cfg Config) (*Server, error) {
 
 // Close stops the member; its data stays in Dir.
 func (s *Server) Close() { s.etcd.Close() }
+
+// quietClose drops the errors etcd logs when its listeners close during a
+// normal shutdown; everything else at error level passes.
+type quietClose struct{ zapcore.Core }
+
+func (q quietClose) With(f []zapcore.Field) zapcore.Core { return quietClose{q.Core.With(f)} }
+
+func (q quietClose) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !q.Enabled(e.Level) {
+		return ce
+	}
+	return ce.AddCore(e, q)
+}
+
+func (q quietClose) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	for _, f := range fields {
+		if f.Type == zapcore.ErrorType {
+			if err, ok := f.Interface.(error); ok && strings.Contains(err.Error(), "use of closed network connection") {
+				return nil
+			}
+		}
+	}
+	return q.Core.Write(e, fields)
+}

@@ -1,0 +1,147 @@
+// Package api serves beatd's HTTP endpoints: health, readiness, metrics,
+// status, and the authenticated admin actions.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is what GET /status returns.
+type Status struct {
+	ID           string        `json:"id"`
+	Leader       bool          `json:"leader"`
+	LeaderID     string        `json:"leader_id"`
+	FencingToken int64         `json:"fencing_token"`
+	Entries      []EntryStatus `json:"entries"`
+}
+
+// EntryStatus is one entry in Status.
+type EntryStatus struct {
+	Name          string     `json:"name"`
+	Task          string     `json:"task"`
+	Schedule      string     `json:"schedule"`
+	Enabled       bool       `json:"enabled"`
+	NextRunAt     *time.Time `json:"next_run_at"`
+	LastSlot      *time.Time `json:"last_slot"`
+	LastRunAt     *time.Time `json:"last_run_at"`
+	TotalRunCount int64      `json:"total_run_count"`
+	Paused        bool       `json:"paused"`
+	RecentRuns    []Run      `json:"recent_runs"`
+}
+
+// Run is one publish, as status shows it.
+type Run struct {
+	Slot        time.Time `json:"slot"`
+	PublishedAt time.Time `json:"published_at"`
+	Token       int64     `json:"token"`
+	TaskID      string    `json:"task_id"`
+	Manual      bool      `json:"manual,omitempty"`
+}
+
+// Backend is what the endpoints ask of the daemon.
+type Backend interface {
+	// Alive reports whether the process and its loop are running.
+	Alive() error
+	// Ready reports whether etcd and the broker are reachable (and, for
+	// the leader, whether publishing works).
+	Ready(ctx context.Context) error
+	Status(ctx context.Context) (Status, error)
+	// Request queues an admin action; ErrUnknownEntry when the entry is
+	// not in the config.
+	Request(ctx context.Context, op, entry string) (id string, err error)
+}
+
+// ErrUnknownEntry is returned by Backend.Request for an entry not in the
+// config.
+var ErrUnknownEntry = errors.New("api: unknown entry")
+
+// Config configures the handler.
+type Config struct {
+	Backend  Backend
+	Gatherer prometheus.Gatherer
+	// AdminToken guards the admin endpoints; empty disables them (403).
+	AdminToken string
+	Logger     *slog.Logger
+}
+
+// Handler returns the HTTP handler.
+func Handler(c Config) http.Handler {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.Backend.Alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := c.Backend.Ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		st, err := c.Backend.Status(ctx)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("POST /entries/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		op := r.PathValue("op")
+		if op != "trigger" && op != "pause" && op != "resume" {
+			http.NotFound(w, r)
+			return
+		}
+		if c.AdminToken == "" {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "admin endpoints are disabled: set --admin-token-file or BEATD_ADMIN_TOKEN"})
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.AdminToken)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+			return
+		}
+		name := r.PathValue("name")
+		id, err := c.Backend.Request(r.Context(), op, name)
+		switch {
+		case errors.Is(err, ErrUnknownEntry):
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no entry " + name})
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		default:
+			c.Logger.Info("admin request", "op", op, "entry", name, "request", id)
+			writeJSON(w, http.StatusAccepted, map[string]string{"request": id, "op": op, "entry": name})
+		}
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdFlags are how every command reaches etcd.
+type etcdFlags struct {
+	Endpoints    string
+	Prefix       string
+	CACert       string
+	Cert         string
+	Key          string
+	Username     string
+	PasswordFile string
+}
+
+func (f *etcdFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Endpoints, "etcd-endpoints", f.Endpoints, "comma-separated etcd client URLs; empty runs an embedded single-node etcd (run) or uses http://127.0.0.1:2379 (other commands)")
+	fs.StringVar(&f.Prefix, "prefix", f.Prefix, "key prefix of this beatd cluster in etcd")
+	fs.StringVar(&f.CACert, "etcd-cacert", "", "CA bundle to verify etcd's TLS certificate")
+	fs.StringVar(&f.Cert, "etcd-cert", "", "client certificate for etcd TLS")
+	fs.StringVar(&f.Key, "etcd-key", "", "client key for etcd TLS")
+	fs.StringVar(&f.Username, "etcd-username", "", "etcd user; the password comes from --etcd-password-file or BEATD_ETCD_PASSWORD")
+	fs.StringVar(&f.PasswordFile, "etcd-password-file", "", "file holding the etcd password")
+}
+
+func (f *etcdFlags) endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(f.Endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *etcdFlags) prefix() string {
+	p := f.Prefix
+	if p == "" {
+		p = "/beatd/default/"
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// client dials etcd with TLS and auth as configured. Secrets are read
+// here and never logged.
+func (f *etcdFlags) client() (*clientv3.Client, error) {
+	eps := f.endpoints()
+	if len(eps) == 0 {
+		eps = []string{"http://127.0.0.1:2379"}
+	}
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	if f.CACert != "" || f.Cert != "" || f.Key != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if f.CACert != "" {
+			pem, err := os.ReadFile(f.CACert)
+			if err != nil {
+				return nil, fmt.Errorf("etcd CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("etcd CA %s: no certificates", f.CACert)
+			}
+			tc.RootCAs = pool
+		}
+		if f.Cert != "" || f.Key != "" {
+			pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+			if err != nil {
+				return nil, fmt.Errorf("etcd client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		cfg.TLS = tc
+	}
+	if f.Username != "" {
+		pw, err := secret(f.PasswordFile, "BEATD_ETCD_PASSWORD")
+		if err != nil {
+			return nil, err
+		}
+		if pw == "" {
+			return nil, errors.New("etcd user set without a password: use --etcd-password-file or BEATD_ETCD_PASSWORD")
+		}
+		cfg.Username, cfg.Password = f.Username, pw
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	return cli, nil
+}

@@ -1,0 +1,503 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// These tests run the built binary as separate processes against a real
+// etcd and a real redis-server.
+
+var beatdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "beatd-bin")
+	if err != nil {
+		panic(err)
+	}
+	beatdBin = filepath.Join(dir, "beatd")
+	if out, err := exec.Command("go", "build", "-o", beatdBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build beatd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type replica struct {
+	t        *testing.T
+	id       string
+	httpPort int
+	args     []string
+	cmd      *exec.Cmd
+	logPath  string
+	exited   chan struct{}
+	exitCode int
+}
+
+// cluster is N beatd replicas sharing one etcd and one Redis.
+type cluster struct {
+	t        *testing.T
+	etcd     []string
+	redis    *testutil.Redis
+	rdb      *redis.Client
+	dir      string
+	config   string
+	replicas []*replica
+	prefix   string
+}
+
+func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs beatd processes")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	c := &cluster{t: t, etcd: srv.Endpoints, redis: testutil.MustStartRedis(t), dir: t.TempDir(), prefix: "/beatd/proc/"}
+	c.rdb = c.redis.Client()
+	c.config = filepath.Join(c.dir, "schedules.yaml")
+	if err := os.WriteFile(c.config, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		r := &replica{t: t, id: fmt.Sprintf("r%d", i), httpPort: testutil.FreePort(t), logPath: filepath.Join(c.dir, fmt.Sprintf("r%d.log", i))}
+		r.args = append([]string{"run", "--config", c.config, "--etcd-endpoints", strings.Join(c.etcd, ","),
+			"--broker", c.redis.URL(0), "--id", r.id, "--lease-ttl", "2s", "--prefix", c.prefix,
+			"--http", "127.0.0.1:" + strconv.Itoa(r.httpPort), "--log-format", "json"}, extra...)
+		c.replicas = append(c.replicas, r)
+		r.start()
+	}
+	t.Cleanup(func() {
+		for _, r := range c.replicas {
+			r.kill()
+		}
+		if t.Failed() {
+			for _, r := range c.replicas {
+				b, _ := os.ReadFile(r.logPath)
+				lines := strings.Split(string(b), "\n")
+				if len(lines) > 40 {
+					lines = lines[len(lines)-40:]
+				}
+				t.Logf("--- %s log tail ---\n%s", r.id, strings.Join(lines, "\n"))
+			}
+		}
+	})
+	return c
+}
+
+func (r *replica) start() {
+	r.t.Helper()
+	f, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := exec.Command(beatdBin, r.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN=test-token")
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.cmd, r.exited = cmd, make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		r.exitCode = cmd.ProcessState.ExitCode()
+		close(r.exited)
+	}()
+}
+
+func (r *replica) signal(sig syscall.Signal) { _ = r.cmd.Process.Signal(sig) }
+
+func (r *replica) kill() {
+	if r.cmd == nil {
+		return
+	}
+	r.signal(syscall.SIGCONT)
+	r.signal(syscall.SIGKILL)
+	<-r.exited
+}
+
+func (r *replica) url(path string) string {
+	return "http://127.0.0.1:" + strconv.Itoa(r.httpPort) + path
+}
+
+// metric reads one unlabelled metric from /metrics.
+func (r *replica) metric(name string) (float64, bool) {
+	resp, err := http.Get(r.url("/metrics"))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// leader waits until etcd shows a leader other than not, and returns it.
+func (c *cluster) leader(not string, timeout time.Duration) (*replica, election.Leader) {
+	c.t.Helper()
+	cli := testutil.NewEtcdClient(c.t, c.etcd...)
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		l, err := election.Observe(ctx, cli, c.prefix)
+		cancel()
+		if err == nil && l.ID != not {
+			for _, r := range c.replicas {
+				if r.id == l.ID {
+					return r, l
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader (other than %q) within %s", not, timeout)
+	return nil, election.Leader{}
+}
+
+// published is one message in a queue, as the audit reads it.
+type published struct {
+	entry string
+	slot  time.Time
+	token int64
+	id    string
+}
+
+// audit reads every message in the given queues.
+func (c *cluster) audit(queues ...string) []published {
+	c.t.Helper()
+	var out []published
+	for _, q := range queues {
+		for _, raw := range c.rdb.LRange(context.Background(), q, 0, -1).Val() {
+			var m struct {
+				Headers struct {
+					ID    string `json:"id"`
+					Entry string `json:"beat_entry"`
+					Slot  string `json:"beat_slot"`
+					Token int64  `json:"beat_fencing_token"`
+				} `json:"headers"`
+			}
+			if err := json.Unmarshal([]byte(raw), &m); err != nil {
+				c.t.Fatalf("unreadable message in %s: %v", q, err)
+			}
+			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
+			if err != nil {
+				c.t.Fatalf("bad beat_slot %q", m.Headers.Slot)
+			}
+			out = append(out, published{m.Headers.Entry, slot, m.Headers.Token, m.Headers.ID})
+		}
+	}
+	return out
+}
+
+// checkExactlyOnce: no (entry, slot) twice, and for each entry every
+// slot of the interval in [from, to] present.
+func checkExactlyOnce(t *testing.T, msgs []published, entries []string, interval time.Duration, from, to time.Time) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.entry+" "+m.slot.UTC().Format(time.RFC3339Nano)]++
+	}
+	var dups []string
+	for k, n := range seen {
+		if n > 1 {
+			dups = append(dups, fmt.Sprintf("%s x%d", k, n))
+		}
+	}
+	sort.Strings(dups)
+	if len(dups) > 0 {
+		t.Errorf("duplicate slots: %v", dups)
+	}
+	var missing []string
+	for _, e := range entries {
+		for s := from.Truncate(interval).Add(interval); !s.After(to); s = s.Add(interval) {
+			if seen[e+" "+s.UTC().Format(time.RFC3339Nano)] == 0 {
+				missing = append(missing, e+" "+s.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("missed slots: %v", missing)
+	}
+}
+
+const failoverConfig = `entries:
+  a: {task: tasks.add, every: 1s, args: [1, 1], catchup: all}
+  b: {task: tasks.add, every: 1s, args: [2, 2], catchup: all}
+  c: {task: tasks.add, every: 1s, args: [3, 3], catchup: all, options: {queue: other}}
+`
+
+// firstFireAfter returns when the first slot published with a token other
+// than old was published, by reading the new leader's state through the
+// messages' tokens: the earliest slot carrying a newer token.
+func firstSlotWithNewToken(msgs []published, old int64) time.Time {
+	var first time.Time
+	for _, m := range msgs {
+		if m.token > old && (first.IsZero() || m.slot.Before(first)) {
+			first = m.slot
+		}
+	}
+	return first
+}
+
+func TestProcessKillLeader(t *testing.T) {
+	c := newCluster(t, failoverConfig, 3)
+	lead, l := c.leader("", 20*time.Second)
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	killed := time.Now()
+	lead.signal(syscall.SIGKILL)
+	<-lead.exited
+	_, l2 := c.leader(lead.id, 10*time.Second)
+	gap := time.Since(killed)
+	if l2.Token <= l.Token {
+		t.Errorf("new token %d not above %d", l2.Token, l.Token)
+	}
+	// Lease TTL 2s: the new leader must exist within TTL + 1s.
+	if gap > 3*time.Second {
+		t.Errorf("failover took %s, want within the 2s TTL + 1s", gap)
+	}
+	time.Sleep(3 * time.Second)
+	end := time.Now()
+	for _, r := range c.replicas {
+		r.signal(syscall.SIGTERM)
+	}
+	for _, r := range c.replicas {
+		<-r.exited
+	}
+	msgs := c.audit("celery", "other")
+	checkExactlyOnce(t, msgs, []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	t.Logf("kill -9 failover: new leader after %s; %d messages, tokens %d -> %d", gap.Round(time.Millisecond), len(msgs), l.Token, l2.Token)
+}
+
+func TestProcessStopLeaderPastTTL(t *testing.T) {
+	c := newCluster(t, failoverConfig, 3)
+	lead, l := c.leader("", 20*time.Second)
+	start := time.Now()
+	time.Sleep(2 * time.Second)
+	lead.signal(syscall.SIGSTOP)
+	_, l2 := c.leader(lead.id, 10*time.Second)
+	time.Sleep(3 * time.Second) // well past the 2s TTL
+	lead.signal(syscall.SIGCONT)
+	// The woken leader must notice it is deposed and stand by.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, ok := lead.metric("beatd_is_leader"); ok && v == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the woken leader still claims to lead")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	end := time.Now()
+	for _, r := range c.replicas {
+		r.signal(syscall.SIGTERM)
+	}
+	for _, r := range c.replicas {
+		<-r.exited
+	}
+	msgs := c.audit("celery", "other")
+	checkExactlyOnce(t, msgs, []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	for _, m := range msgs {
+		if m.token == l.Token && m.slot.After(time.Now()) {
+			t.Errorf("stale leader published a future slot %v", m)
+		}
+	}
+	t.Logf("SIGSTOP: tokens %d -> %d, %d messages, no duplicates", l.Token, l2.Token, len(msgs))
+}
+
+func TestProcessSIGTERMHandover(t *testing.T) {
+	c := newCluster(t, failoverConfig, 3)
+	lead, l := c.leader("", 20*time.Second)
+	start := time.Now()
+	time.Sleep(2 * time.Second)
+	sent := time.Now()
+	lead.signal(syscall.SIGTERM)
+	_, l2 := c.leader(lead.id, 5*time.Second)
+	handover := time.Since(sent)
+	if handover > time.Second {
+		t.Errorf("SIGTERM handover took %s, want under 1s", handover)
+	}
+	select {
+	case <-lead.exited:
+		if lead.exitCode != 0 {
+			t.Errorf("exit code %d after SIGTERM", lead.exitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not exit after SIGTERM")
+	}
+	time.Sleep(2 * time.Second)
+	end := time.Now()
+	for _, r := range c.replicas {
+		r.signal(syscall.SIGTERM)
+	}
+	for _, r := range c.replicas {
+		<-r.exited
+	}
+	checkExactlyOnce(t, c.audit("celery", "other"), []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	t.Logf("SIGTERM handover in %s (tokens %d -> %d)", handover.Round(time.Millisecond), l.Token, l2.Token)
+}
+
+func TestProcessHotReload(t *testing.T) {
+	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s, args: [1, 1]}\n", 1)
+	lead, _ := c.leader("", 20*time.Second)
+	// A good file: entry b appears and fires.
+	if err := os.WriteFile(c.config, []byte("entries:\n  a: {task: tasks.add, every: 1s, args: [1, 1]}\n  b: {task: tasks.add, every: 1s, args: [2, 2]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "entry b to fire after reload", func() bool {
+		for _, m := range c.audit("celery") {
+			if m.entry == "b" {
+				return true
+			}
+		}
+		return false
+	})
+	// A bad file: the running config stays, the error names FILE:LINE:COL
+	// and the metric says so. SIGHUP also reloads.
+	if err := os.WriteFile(c.config, []byte("entries:\n  a: {task: tasks.add, every: 1s}\n  b: {task: tasks.add, every: nope}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lead.signal(syscall.SIGHUP)
+	waitFor(t, 10*time.Second, "the failed reload to show", func() bool {
+		v, ok := lead.metric("beatd_config_last_reload_successful")
+		return ok && v == 0
+	})
+	logb, _ := os.ReadFile(lead.logPath)
+	if !strings.Contains(string(logb), c.config+":3:31: every") {
+		t.Errorf("reload error lacks %q in %s (%d bytes):\n%s", c.config+":3:31: every", lead.logPath, len(logb), logb)
+	}
+	before := 0
+	for _, m := range c.audit("celery") {
+		if m.entry == "b" {
+			before++
+		}
+	}
+	time.Sleep(2500 * time.Millisecond)
+	after := 0
+	for _, m := range c.audit("celery") {
+		if m.entry == "b" {
+			after++
+		}
+	}
+	if after <= before {
+		t.Errorf("entry b stopped after a bad reload (%d -> %d fires)", before, after)
+	}
+}
+
+func TestProcessAdmin(t *testing.T) {
+	c := newCluster(t, "entries:\n  hourly: {task: tasks.add, cron: '0 * * * *', args: [1, 1]}\n  every: {task: tasks.add, every: 1s, args: [2, 2]}\n", 2)
+	c.leader("", 20*time.Second)
+	standby := c.replicas[0]
+	post := func(r *replica, path, token string) int {
+		req, _ := http.NewRequest("POST", r.url(path), nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(standby, "/entries/hourly/trigger", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d", code)
+	}
+	if code := post(standby, "/entries/hourly/trigger", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	// Any replica takes the request; the leader acts within a second.
+	sent := time.Now()
+	if code := post(standby, "/entries/hourly/trigger", "test-token"); code != http.StatusAccepted {
+		t.Fatalf("trigger: %d", code)
+	}
+	waitFor(t, 5*time.Second, "the trigger to publish", func() bool {
+		for _, m := range c.audit("celery") {
+			if m.entry == "hourly" {
+				return true
+			}
+		}
+		return false
+	})
+	if took := time.Since(sent); took > time.Second {
+		t.Errorf("trigger published after %s", took)
+	}
+
+	// The CLI: pause, check nothing fires, resume.
+	cli := func(args ...string) string {
+		out, err := exec.Command(beatdBin, append(args, "--etcd-endpoints", strings.Join(c.etcd, ","), "--prefix", c.prefix)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("beatd %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("pause", "every"); !strings.Contains(out, "done") {
+		t.Fatalf("pause: %s", out)
+	}
+	count := func() int {
+		n := 0
+		for _, m := range c.audit("celery") {
+			if m.entry == "every" {
+				n++
+			}
+		}
+		return n
+	}
+	paused := count()
+	time.Sleep(2500 * time.Millisecond)
+	if n := count(); n > paused+1 { // one publish may have been in flight
+		t.Errorf("paused entry fired %d times", n-paused)
+	}
+	// A pause survives failover.
+	lead, _ := c.leader("", time.Second)
+	lead.signal(syscall.SIGTERM)
+	c.leader(lead.id, 5*time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	if n := count(); n > paused+1 {
+		t.Errorf("pause lost across failover: %d fires", n-paused)
+	}
+	st := cli("status", "--json")
+	if !strings.Contains(st, `"paused": true`) {
+		t.Errorf("status does not show the pause:\n%s", st)
+	}
+	if out := cli("resume", "every"); !strings.Contains(out, "done") {
+		t.Fatalf("resume: %s", out)
+	}
+	waitFor(t, 5*time.Second, "the resumed entry to fire", func() bool { return count() > paused+1 })
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
