@@ -1,7 +1,7 @@
 GO ?= go
 BIN ?= bin/beatd
 
-.PHONY: build test bench fuzz vectors
+.PHONY: build test bench fuzz vectors demo
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -22,3 +22,8 @@ fuzz:
 # Regenerate the crontab vectors from the installed Celery.
 vectors:
 	cd schedule/testdata && /usr/bin/python3 gen_celery_vectors.py > celery_vectors.jsonl
+
+# The main job: Redis, a real Celery worker and beatd on schedules.yaml for
+# about 30 seconds (installs redis-server and python3-celery if missing).
+demo:
+	deploy/demo/demo.sh

@@ -370,7 +370,7 @@ func (s *Scheduler) retry(ctx context.Context, what string, op func() error) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.log.Warn("retrying", "op", what, "err", err, "backoff", backoff)
+		s.log.Warn("retrying", "op", what, "err", err, "backoff", backoff.String())
 		t := s.cfg.Clock.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -532,7 +532,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			st.Record(store.Run{Slot: p.slot, PublishedAt: now, Token: l.term.Token, TaskID: string(id[:]), Manual: p.manual})
 			changed = append(changed, snapshot(st))
 			s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-				"task_id", string(id[:]), "lag", lag, "result", r.String(), "manual", p.manual)
+				"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
 			if p.req != nil {
 				l.persist.complete(*p.req, snapshot(st))
 			}

@@ -279,7 +279,7 @@ func (m *Main) lead(ctx context.Context) {
 				return
 			}
 			m.metrics.EtcdErrors.Inc()
-			m.log.Warn("campaign failed; retrying", "err", err, "backoff", backoff)
+			m.log.Warn("campaign failed; retrying", "err", err, "backoff", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
