@@ -37,6 +37,11 @@ type persistItem struct {
 	flush    chan error
 }
 
+// minWriteInterval spaces state writes. State may lag publishes by this
+// much; a crash in between only means the next leader re-publishes slots
+// that dedup.
+const minWriteInterval = 50 * time.Millisecond
+
 func newPersister(s StateStore, g store.Guard, log *slog.Logger, m *Metrics) *persister {
 	return &persister{store: s, guard: g, log: log, m: m, in: make(chan persistItem, 256),
 		errc: make(chan struct{}), inFlight: map[string]bool{}}
@@ -155,6 +160,7 @@ func (p *persister) run(ctx context.Context) {
 		}
 		return true
 	}
+	var lastWrite time.Time
 	for {
 		var it persistItem
 		select {
@@ -166,19 +172,26 @@ func (p *persister) run(ctx context.Context) {
 			p.drainAfterFailure(ctx)
 			return
 		}
-		// Coalesce whatever else is already queued, then write once.
+		// Coalesce for at least minWriteInterval since the last write, so a
+		// burst of fires becomes one write per entry.
+		wait := time.NewTimer(max(time.Until(lastWrite.Add(minWriteInterval)), 0))
 	more:
 		for {
 			select {
 			case it = <-p.in:
 				if !handle(it) {
+					wait.Stop()
 					p.drainAfterFailure(ctx)
 					return
 				}
-			default:
+			case <-wait.C:
 				break more
+			case <-ctx.Done():
+				wait.Stop()
+				return
 			}
 		}
+		lastWrite = time.Now()
 		if !write() {
 			p.drainAfterFailure(ctx)
 			return

@@ -230,6 +230,7 @@ type loop struct {
 	results  []publisher.Result
 	backoff  time.Duration
 	requests <-chan struct{}
+	dirty    map[string]bool // entries changed in the batch being published
 }
 
 // ErrTermEnded is returned by Run when the loop stopped because leadership
@@ -240,7 +241,7 @@ var ErrTermEnded = errors.New("scheduler: term ended")
 // the publish in flight and persisting it), or with ErrTermEnded when the
 // fence or etcd says another replica leads.
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
-	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}}
+	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}, dirty: map[string]bool{}}
 	m := s.cfg.Metrics
 	// Load state and raise the fence before anything else: from here on a
 	// deposed leader's publishes are refused.
@@ -516,6 +517,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	l.results = append(l.results[:0], make([]publisher.Result, n)...)
 	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
 	now := s.cfg.Clock.Now()
+	logFires := s.log.Enabled(ctx, slog.LevelInfo)
 	var changed []*store.EntryState
 	var failed []pendingFire
 	for i, p := range batch {
@@ -530,9 +532,14 @@ func (l *loop) publishPending(ctx context.Context) error {
 			id := l.fires[i].ID
 			st := l.state(p.e.Name)
 			st.Record(store.Run{Slot: p.slot, PublishedAt: now, Token: l.term.Token, TaskID: string(id[:]), Manual: p.manual})
-			changed = append(changed, snapshot(st))
-			s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-				"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
+			if !l.dirty[p.e.Name] {
+				l.dirty[p.e.Name] = true
+				changed = append(changed, st)
+			}
+			if logFires {
+				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+					"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
+			}
 			if p.req != nil {
 				l.persist.complete(*p.req, snapshot(st))
 			}
@@ -542,11 +549,24 @@ func (l *loop) publishPending(ctx context.Context) error {
 			failed = append(failed, p)
 		}
 	}
+	// One snapshot per entry per batch, however often it fired in it.
 	if len(changed) > 0 {
+		for i, st := range changed {
+			changed[i] = snapshot(st)
+		}
+		clear(l.dirty)
 		l.persist.save(changed)
 	}
-	rest := append(failed, l.pending[n:]...)
-	l.pending = append(l.pending[:0], rest...)
+	// Drop the batch from the queue without copying what is left; only
+	// failures, rare, are put back in front (in slot order).
+	if len(failed) == 0 {
+		l.pending = l.pending[n:]
+		if len(l.pending) == 0 {
+			l.pending = nil
+		}
+	} else {
+		l.pending = append(failed, l.pending[n:]...)
+	}
 	if err != nil {
 		if errors.Is(err, publisher.ErrStale) {
 			return fmt.Errorf("%w: %v", ErrTermEnded, err)

@@ -86,10 +86,16 @@ func (q quietClose) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Ch
 func (q quietClose) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, f := range fields {
 		if f.Type == zapcore.ErrorType {
-			if err, ok := f.Interface.(error); ok && strings.Contains(err.Error(), "use of closed network connection") {
+			if err, ok := f.Interface.(error); ok && isClosedErr(err) {
 				return nil
 			}
 		}
 	}
 	return q.Core.Write(e, fields)
+}
+
+func isClosedErr(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "use of closed network connection") ||
+		strings.Contains(s, "Server closed") || strings.Contains(s, "server closed")
 }
