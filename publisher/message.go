@@ -62,6 +62,16 @@ type Task struct {
 var reservedHeaders = map[string]bool{"task": true, "id": true, "root_id": true, "expires": true,
 	"beat_entry": true, "beat_slot": true, "beat_fencing_token": true, "beat_manual": true}
 
+// Validate reports whether e can be compiled, without building anything.
+func Validate(e *schedule.Entry) error {
+	for i := 0; i < e.Options.Headers.Len(); i++ {
+		if k := e.Options.Headers.Keys[i]; reservedHeaders[k] {
+			return fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
+		}
+	}
+	return nil
+}
+
 // Compile builds e's message template. cluster namespaces task ids; origin
 // is the origin header, e.g. "beatd@host".
 func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, error) {
@@ -361,15 +371,4 @@ func appendISO(dst []byte, t time.Time) []byte {
 		return t.AppendFormat(dst, "2006-01-02T15:04:05-07:00")
 	}
 	return t.AppendFormat(dst, "2006-01-02T15:04:05.000000-07:00")
-}
-
-// Template returns the static bytes of the message template, for telling
-// whether an entry's messages changed.
-func (t *Task) Template() []byte {
-	var out []byte
-	for _, p := range t.parts {
-		out = append(out, p.static...)
-		out = append(out, byte(p.fill))
-	}
-	return out
 }

@@ -1,8 +1,10 @@
 package schedule
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"os"
 	"slices"
@@ -65,6 +67,9 @@ type Entry struct {
 	Jitter        time.Duration
 	StartAt       time.Time
 	Line, Column  int
+	// Fingerprint changes whenever anything that shapes the entry's slots
+	// or messages changes, in the entry or in the defaults it inherits.
+	Fingerprint [32]byte
 }
 
 // Options are the Celery send options beatd understands.
@@ -141,8 +146,11 @@ func Parse(file string, data []byte) (*Config, error) {
 }
 
 type decoder struct {
-	file string
-	errs Errors
+	file  string
+	errs  Errors
+	seen  map[string]int // entry name -> line
+	zones map[string]*time.Location
+	whole bool // never chunk (tests compare both ways)
 }
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
@@ -206,6 +214,7 @@ func deref(n *yaml.Node) *yaml.Node {
 }
 
 type defaults struct {
+	hash          [32]byte // of the top-level timezone and defaults, part of every fingerprint
 	options       map[string]field
 	catchup       CatchupPolicy
 	catchupWindow time.Duration
@@ -214,47 +223,79 @@ type defaults struct {
 	enabled       bool
 }
 
+// chunkThreshold is the config size from which entries are parsed in
+// chunks: a yaml.Node tree weighs about 25 times the text, so a 100k-entry
+// file would otherwise need hundreds of MiB at once.
+const chunkThreshold = 256 << 10
+
 func (d *decoder) parse(data []byte) *Config {
+	if len(data) >= chunkThreshold && !d.whole {
+		if cfg, ok := d.parseChunked(data); ok {
+			return cfg
+		}
+		d.errs = nil // fall back: the whole-file parse reports exactly
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		d.yamlError(err)
 		return nil
 	}
+	cfg, def, en := d.header(&doc)
+	if en == nil {
+		return cfg
+	}
+	d.entries(en, cfg, def)
+	d.finish(cfg)
+	return cfg
+}
+
+// header decodes everything but the entries and returns the entries node
+// (nil when absent or empty).
+func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		d.errorf(nil, "empty config: want a mapping with an entries key")
-		return nil
+		return nil, nil, nil
 	}
 	top := d.fields(doc.Content[0], "the config", topKeys)
 	if top == nil {
-		return nil
+		return nil, nil, nil
 	}
 	cfg := &Config{File: d.file, Timezone: time.UTC}
+	h := sha256.New()
 	if f, ok := top["timezone"]; ok {
 		if loc := d.zone(f.val); loc != nil {
 			cfg.Timezone = loc
 		}
 	}
-	def := defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true}
+	h.Write([]byte(cfg.Timezone.String()))
+	def := &defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true}
 	if f, ok := top["defaults"]; ok {
+		hashNode(h, f.val)
 		df := d.fields(f.val, "defaults", defaultKeys)
 		if o, ok := df["options"]; ok {
 			def.options = d.fields(o.val, "defaults.options", optionKeys)
 		}
 		d.policyFields(df, &def.catchup, &def.catchupWindow, &def.maxCatchup, &def.jitter, &def.enabled)
 	}
+	h.Sum(def.hash[:0])
+	d.seen = map[string]int{}
 	ef, ok := top["entries"]
 	if !ok {
 		d.errorf(doc.Content[0], "missing key entries")
-		return cfg
+		return cfg, def, nil
 	}
 	en := deref(ef.val)
 	if en.Kind != yaml.MappingNode {
 		if !(en.Kind == yaml.ScalarNode && en.Tag == "!!null") {
 			d.errorf(en, "entries must be a mapping from entry name to entry")
 		}
-		return cfg
+		return cfg, def, nil
 	}
-	seen := map[string]int{}
+	return cfg, def, en
+}
+
+// entries decodes a mapping of entries into cfg.
+func (d *decoder) entries(en *yaml.Node, cfg *Config, def *defaults) {
 	for i := 0; i+1 < len(en.Content); i += 2 {
 		k, v := en.Content[i], en.Content[i+1]
 		name := k.Value
@@ -266,17 +307,38 @@ func (d *decoder) parse(data []byte) *Config {
 			d.errorf(k, "entry name %q must not contain '/', NUL or surrounding spaces", name)
 			continue
 		}
-		if line, dup := seen[name]; dup {
+		if line, dup := d.seen[name]; dup {
 			d.errorf(k, "duplicate entry %q (first at line %d)", name, line)
 			continue
 		}
-		seen[name] = k.Line
-		if e := d.entry(name, k, v, cfg.Timezone, &def); e != nil {
+		d.seen[name] = k.Line
+		if e := d.entry(name, k, v, cfg.Timezone, def); e != nil {
 			cfg.Entries = append(cfg.Entries, e)
 		}
 	}
+}
+
+func (d *decoder) finish(cfg *Config) {
 	sort.Slice(cfg.Entries, func(i, j int) bool { return cfg.Entries[i].Name < cfg.Entries[j].Name })
-	return cfg
+}
+
+// hashNode feeds a node's content (not its position) to h, so an entry's
+// fingerprint changes exactly when what it says changes.
+func hashNode(h hash.Hash, n *yaml.Node) {
+	n = deref(n)
+	if n == nil {
+		return
+	}
+	var kind [1]byte
+	kind[0] = byte(n.Kind)
+	h.Write(kind[:])
+	h.Write([]byte(n.Tag))
+	h.Write([]byte{0})
+	h.Write([]byte(n.Value))
+	h.Write([]byte{0, byte(len(n.Content)), byte(len(n.Content) >> 8)})
+	for _, c := range n.Content {
+		hashNode(h, c)
+	}
 }
 
 // yamlError turns yaml.v3's "yaml: line N: msg" into a positioned error.
@@ -346,6 +408,9 @@ func scalar(n *yaml.Node) string {
 
 func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, def *defaults) *Entry {
 	before := len(d.errs)
+	h := sha256.New()
+	h.Write(def.hash[:])
+	hashNode(h, n)
 	f := d.fields(n, fmt.Sprintf("entry %q", name), entryKeys)
 	if f == nil {
 		return nil
@@ -419,6 +484,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if len(d.errs) > before {
 		return nil
 	}
+	h.Sum(e.Fingerprint[:0])
 	return e
 }
 
@@ -661,11 +727,20 @@ func (d *decoder) zone(n *yaml.Node) *time.Location {
 		d.errorf(n, "timezone must be an IANA zone name such as Europe/Berlin, got %q", name)
 		return nil
 	}
+	if loc, ok := d.zones[name]; ok {
+		return loc
+	}
+	// One *Location per zone name: loading parses the zone's rules, and
+	// sharing it keeps 100k entries from holding 100k copies.
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		d.errorf(n, "unknown timezone %q", name)
 		return nil
 	}
+	if d.zones == nil {
+		d.zones = map[string]*time.Location{}
+	}
+	d.zones[name] = loc
 	return loc
 }
 

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"container/heap"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -73,9 +72,8 @@ type Scheduler struct {
 // entry is a config entry compiled for publishing.
 type entry struct {
 	*schedule.Entry
-	task        *publisher.Task
-	fingerprint [32]byte
-	fires       [4]prometheus.Counter // by publisher.Result, created lazily
+	task  *publisher.Task       // compiled on first fire, by the loop
+	fires [4]prometheus.Counter // by publisher.Result, created lazily
 }
 
 type entrySet struct {
@@ -113,11 +111,12 @@ func New(c Config, sc *schedule.Config) (*Scheduler, error) {
 func (s *Scheduler) Reload(sc *schedule.Config) error {
 	set := &entrySet{byName: make(map[string]*entry, len(sc.Entries)), config: sc}
 	for _, e := range sc.Entries {
-		t, err := publisher.Compile(e, s.cfg.Cluster, s.cfg.Origin, s.cfg.KombuPrefix)
-		if err != nil {
+		// Templates are compiled on first fire: with 100k entries, most
+		// would otherwise sit in memory long before they are needed.
+		if err := publisher.Validate(e); err != nil {
 			return err
 		}
-		set.byName[e.Name] = &entry{Entry: e, task: t, fingerprint: fingerprint(e, t)}
+		set.byName[e.Name] = &entry{Entry: e}
 	}
 	s.entries.Store(set)
 	s.cfg.Metrics.Entries.Set(float64(len(set.byName)))
@@ -130,18 +129,6 @@ func (s *Scheduler) Reload(sc *schedule.Config) error {
 
 // Config returns the running config.
 func (s *Scheduler) Config() *schedule.Config { return s.entries.Load().config }
-
-// fingerprint identifies what an entry fires and when: a change to any of
-// it recomputes the next slot.
-func fingerprint(e *schedule.Entry, t *publisher.Task) [32]byte {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%v\x00%s\x00%v\x00%s\x00%s\x00%d\x00%s\x00%s\x00", e.Task, t.QueueKey,
-		e.Schedule, e.Location, e.Enabled, e.Catchup, e.CatchupWindow, e.MaxCatchup, e.Jitter, e.StartAt)
-	h.Write(t.Template())
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
 
 // PublishError returns the last publish failure, or nil when publishing
 // works. Readiness reports it.
@@ -512,7 +499,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	batch := l.pending[:n]
 	l.fires = l.fires[:0]
 	for _, p := range batch {
-		l.fires = append(l.fires, publisher.Fire{Task: p.e.task, Slot: p.slot, Manual: p.manual})
+		l.fires = append(l.fires, publisher.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual})
 	}
 	l.results = append(l.results[:0], make([]publisher.Result, n)...)
 	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
@@ -581,6 +568,19 @@ func (l *loop) publishPending(ctx context.Context) error {
 	return nil
 }
 
+// compiled returns e's message template, compiling it on first use.
+// Reload validated the entry, so compiling cannot fail.
+func (l *loop) compiled(e *entry) *publisher.Task {
+	if e.task == nil {
+		t, err := publisher.Compile(e.Entry, l.s.cfg.Cluster, l.s.cfg.Origin, l.s.cfg.KombuPrefix)
+		if err != nil {
+			panic("scheduler: validated entry failed to compile: " + err.Error())
+		}
+		e.task = t
+	}
+	return e.task
+}
+
 func (e *entry) countFire(m *Metrics, r publisher.Result) {
 	if e.fires[r] == nil {
 		e.fires[r] = m.Fires.WithLabelValues(e.Name, r.String())
@@ -616,7 +616,7 @@ func (l *loop) applyReload(now time.Time) {
 	for name, e := range set.byName {
 		prev, had := old.byName[name]
 		it, scheduled := oldItems[name]
-		if had && scheduled && prev.fingerprint == e.fingerprint {
+		if had && scheduled && prev.Fingerprint == e.Fingerprint {
 			it.e = e
 			l.items[name] = it
 			l.heap = append(l.heap, it)
