@@ -217,7 +217,8 @@ type loop struct {
 	results  []publisher.Result
 	backoff  time.Duration
 	requests <-chan struct{}
-	dirty    map[string]bool // entries changed in the batch being published
+	dirty    map[string]bool     // entries changed in the batch being published
+	baseline []*store.EntryState // Since baselines to persist
 }
 
 // ErrTermEnded is returned by Run when the loop stopped because leadership
@@ -259,6 +260,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		l.startEntry(e, l.states[name], now, true)
 	}
 	heap.Init(&l.heap)
+	l.flushBaseline()
 	if err := l.prune(ctx, now); err != nil {
 		return err
 	}
@@ -387,11 +389,19 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	}
 	last := time.Time{}
 	if st != nil {
-		last = st.LastSlot
+		last = st.CatchupFrom()
 	}
 	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll {
 		last = e.StartAt.Add(-time.Nanosecond) // backfill from start_at, as asked
 		catchUp = true
+	}
+	if last.IsZero() || !catchUp {
+		// From now on this entry's slots are owed: record that before its
+		// first fire, so a leader that takes over before then still owes
+		// it (and owes nothing from before a change).
+		st = l.state(e.Name)
+		st.Since = now
+		l.baseline = append(l.baseline, snapshot(st))
 	}
 	var next *item
 	if catchUp && !last.IsZero() {
@@ -531,6 +541,13 @@ func (l *loop) publishPending(ctx context.Context) error {
 				l.persist.complete(*p.req, snapshot(st))
 			}
 		case publisher.ResultStale:
+			stale := 0
+			for _, r := range l.results {
+				if r == publisher.ResultStale {
+					stale++
+				}
+			}
+			s.log.Warn("stale publish refused", "token", l.term.Token, "fires", stale)
 			return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
 		default:
 			failed = append(failed, p)
@@ -639,7 +656,17 @@ func (l *loop) applyReload(now time.Time) {
 		}
 	}
 	l.pending = kept
+	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.byName))
+}
+
+// flushBaseline hands the Since baselines set by startEntry to the
+// persister.
+func (l *loop) flushBaseline() {
+	if len(l.baseline) > 0 {
+		l.persist.save(l.baseline)
+		l.baseline = nil
+	}
 }
 
 // prune marks or deletes the state of entries no longer configured.
@@ -685,7 +712,9 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			l.persist.complete(r, snapshot(st))
 			l.s.log.Info("paused", "entry", e.Name)
 		case store.OpResume:
+			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
+			st.Since = l.s.cfg.Clock.Now()
 			l.persist.complete(r, snapshot(st))
 			l.s.log.Info("resumed", "entry", e.Name)
 		default:

@@ -540,3 +540,51 @@ func TestManyDueAtOnceAreBatched(t *testing.T) {
 		t.Errorf("%d Save calls for 1000 fires: state writes are not batched", h.store.saves)
 	}
 }
+
+// TestTakeoverBeforeFirstFire: leader A schedules a new minute entry and
+// dies before its first slot; leader B, taking over after that slot, still
+// owes it (the drill found this). And after a config change, B owes
+// nothing from before the change.
+func TestTakeoverBeforeFirstFire(t *testing.T) {
+	const before = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 1h, catchup: all}\n"
+	const after = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 10s, catchup: all}\n"
+	a := newHarness(t, before, t0.Add(30*time.Second))
+	a.start(7)
+	a.settle()
+	// At 10:00:55, c becomes every 10s. A dies before 10:01:00.
+	a.clock.Set(t0.Add(55 * time.Second))
+	if err := a.sched.Reload(mustConfig(t, after)); err != nil {
+		t.Fatal(err)
+	}
+	a.settle()
+	a.cancel()
+	<-a.done
+	a.done <- nil
+	if got := a.disp.list(); len(got) != 0 {
+		t.Fatalf("A fired %v", got)
+	}
+	if st := a.store.get("m"); st == nil || !st.Since.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("no baseline persisted for m: %+v", st)
+	}
+
+	// B takes over at 10:01:30 with A's persisted state.
+	b := newHarness(t, after, t0.Add(90*time.Second))
+	b.store = a.store
+	b.store.token = 8
+	s, err := New(Config{Dispatcher: b.disp, Store: b.store, Clock: b.clock, Metrics: NewMetrics(prometheus.NewRegistry()), Cluster: "beatd/test"}, b.sched.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sched = s
+	b.start(8)
+	b.waitPublished(5)
+	b.settle()
+	got := b.disp.list()
+	sort.Strings(got)
+	// m owes its first slot; c owes its new schedule's slots since the
+	// change at 10:00:55, not 10:00:40 or 10:00:50.
+	want := []string{"c 2026-11-30T10:01:00Z", "c 2026-11-30T10:01:10Z", "c 2026-11-30T10:01:20Z", "c 2026-11-30T10:01:30Z", "m 2026-11-30T10:01:00Z"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("B fired %v, want %v", got, want)
+	}
+}

@@ -48,6 +48,20 @@ type EntryState struct {
 	Paused        bool      `json:"paused"`
 	Recent        []Run     `json:"recent_runs"`
 	RemovedAt     time.Time `json:"removed_at,omitzero"` // set when the entry left the config
+	// Since is when the entry's current schedule began to be owed: set
+	// when a leader first schedules it, when its config changes, and on
+	// resume. A later leader catches up from max(LastSlot, Since), so a
+	// slot due before anyone fired the entry is still owed after a
+	// failover, and slots from before a change or a pause are not.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// CatchupFrom is the instant after which missed slots are owed.
+func (s *EntryState) CatchupFrom() time.Time {
+	if s.Since.After(s.LastSlot) {
+		return s.Since
+	}
+	return s.LastSlot
 }
 
 // Record appends a run, keeping the newest RecentRuns, and advances the

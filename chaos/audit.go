@@ -1,0 +1,257 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/beatd/beatd/schedule"
+	"github.com/redis/go-redis/v9"
+)
+
+// Message is one enqueued task, as the audit reads it.
+type Message struct {
+	Entry  string    `json:"entry"`
+	Slot   time.Time `json:"slot"`
+	Token  int64     `json:"token"`
+	TaskID string    `json:"task_id"`
+	Manual bool      `json:"manual,omitempty"`
+}
+
+// SlotRef names one (entry, slot).
+type SlotRef struct {
+	Entry  string    `json:"entry"`
+	Slot   time.Time `json:"slot"`
+	Count  int       `json:"count,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Stats summarises durations, in seconds.
+type Stats struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_s"`
+	P99   float64 `json:"p99_s"`
+	Max   float64 `json:"max_s"`
+}
+
+func statsOf(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	pick := func(p float64) float64 { return s[min(len(s)-1, int(float64(len(s))*p))].Seconds() }
+	return Stats{Count: len(s), P50: pick(0.5), P99: pick(0.99), Max: s[len(s)-1].Seconds()}
+}
+
+// Report is a drill's outcome.
+type Report struct {
+	Seed          int64            `json:"seed,omitempty"`
+	Duration      string           `json:"duration,omitempty"`
+	Replicas      int              `json:"replicas,omitempty"`
+	From          time.Time        `json:"from"`
+	To            time.Time        `json:"to"`
+	Messages      int              `json:"messages"`
+	ExpectedSlots int              `json:"expected_slots"`
+	Duplicates    []SlotRef        `json:"duplicates"`
+	Missed        []SlotRef        `json:"missed"`
+	Dropped       []SlotRef        `json:"dropped_by_policy"`
+	StaleRejected int              `json:"stale_publishes_rejected"`
+	LeaderChanges int              `json:"leader_changes"`
+	Faults        []Fault          `json:"faults,omitempty"`
+	FailoverGaps  map[string]Stats `json:"failover_gap_by_fault,omitempty"`
+	FireLag       Stats            `json:"fire_lag"`
+	OK            bool             `json:"ok"`
+}
+
+// ReadQueue reads every message in a queue and its priority sub-queues
+// without consuming them.
+func ReadQueue(ctx context.Context, rdb redis.UniversalClient, queue string) ([]Message, error) {
+	var out []Message
+	for _, key := range []string{queue, queue + "\x06\x163", queue + "\x06\x166", queue + "\x06\x169"} {
+		raws, err := rdb.LRange(ctx, key, 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("chaos: read %q: %w", key, err)
+		}
+		for _, raw := range raws {
+			var m struct {
+				Headers struct {
+					ID     string `json:"id"`
+					Entry  string `json:"beat_entry"`
+					Slot   string `json:"beat_slot"`
+					Token  int64  `json:"beat_fencing_token"`
+					Manual bool   `json:"beat_manual"`
+				} `json:"headers"`
+			}
+			if err := json.Unmarshal([]byte(raw), &m); err != nil || m.Headers.Entry == "" {
+				continue // not a beatd message
+			}
+			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
+			if err != nil {
+				continue
+			}
+			out = append(out, Message{Entry: m.Headers.Entry, Slot: slot, Token: m.Headers.Token, TaskID: m.Headers.ID, Manual: m.Headers.Manual})
+		}
+	}
+	return out, nil
+}
+
+// Audit checks messages against cfg for slots in [from, to]:
+//   - a duplicate is an (entry, slot) enqueued more than once (anywhere);
+//   - a slot the schedule says is due and that never arrived is missed,
+//     unless the entry's catch-up policy drops it: under once or skip, the
+//     slots of an outage are dropped when a new leader (a larger fencing
+//     token) took over across them; under all, only beyond max_catchup or
+//     catchup_window. Dropped slots are listed apart, with the reason.
+func Audit(cfg *schedule.Config, msgs []Message, from, to time.Time) *Report {
+	r := &Report{From: from, To: to, Messages: len(msgs), Duplicates: []SlotRef{}, Missed: []SlotRef{}, Dropped: []SlotRef{}}
+	type pub struct {
+		count int
+		token int64
+	}
+	byEntry := map[string]map[int64]*pub{}
+	for _, m := range msgs {
+		if m.Manual {
+			continue
+		}
+		slots := byEntry[m.Entry]
+		if slots == nil {
+			slots = map[int64]*pub{}
+			byEntry[m.Entry] = slots
+		}
+		k := m.Slot.UnixNano()
+		p := slots[k]
+		if p == nil {
+			p = &pub{}
+			slots[k] = p
+		}
+		p.count++
+		p.token = max(p.token, m.Token)
+	}
+	for name, slots := range byEntry {
+		for k, p := range slots {
+			if p.count > 1 {
+				r.Duplicates = append(r.Duplicates, SlotRef{Entry: name, Slot: time.Unix(0, k).UTC(), Count: p.count})
+			}
+		}
+	}
+	for _, e := range cfg.Entries {
+		if !e.Enabled {
+			continue
+		}
+		var expected []time.Time
+		for s := e.Schedule.Next(from.Add(-time.Nanosecond)); !s.IsZero() && !s.After(to); s = e.Schedule.Next(s) {
+			expected = append(expected, s)
+		}
+		r.ExpectedSlots += len(expected)
+		slots := byEntry[e.Name]
+		published := func(s time.Time) *pub { return slots[s.UnixNano()] }
+		// nearest returns the token of the closest published slot before or
+		// after t: who published on each side of a run of missing slots.
+		nearest := func(t time.Time, before bool) int64 {
+			var best, tok int64
+			found := false
+			for k, p := range slots {
+				if before && k < t.UnixNano() && (!found || k > best) || !before && k > t.UnixNano() && (!found || k < best) {
+					best, tok, found = k, p.token, true
+				}
+			}
+			return tok
+		}
+		for i := 0; i < len(expected); {
+			if published(expected[i]) != nil {
+				i++
+				continue
+			}
+			j := i
+			for j < len(expected) && published(expected[j]) == nil {
+				j++
+			}
+			run := expected[i:j]
+			before, after := nearest(run[0], true), nearest(run[len(run)-1], false)
+			takeover := before != 0 && after != 0 && after != before
+			for n, s := range run {
+				ref := SlotRef{Entry: e.Name, Slot: s.UTC()}
+				switch {
+				case takeover && e.Catchup == schedule.CatchupOnce:
+					ref.Reason = "catchup_once: an older slot of an outage"
+				case takeover && e.Catchup == schedule.CatchupSkip:
+					ref.Reason = "catchup_skip"
+				case takeover && e.Catchup == schedule.CatchupAll && len(run)-n > e.MaxCatchup:
+					ref.Reason = "max_catchup"
+				case takeover && e.Catchup == schedule.CatchupAll && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
+					ref.Reason = "catchup_window"
+				}
+				if ref.Reason != "" {
+					r.Dropped = append(r.Dropped, ref)
+				} else {
+					r.Missed = append(r.Missed, ref)
+				}
+			}
+			i = j
+		}
+	}
+	sortRefs(r.Duplicates)
+	sortRefs(r.Missed)
+	sortRefs(r.Dropped)
+	r.OK = len(r.Duplicates) == 0 && len(r.Missed) == 0
+	return r
+}
+
+func sortRefs(refs []SlotRef) {
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Entry != refs[j].Entry {
+			return refs[i].Entry < refs[j].Entry
+		}
+		return refs[i].Slot.Before(refs[j].Slot)
+	})
+}
+
+// WriteSummary prints the report for people.
+func (r *Report) WriteSummary(w io.Writer) {
+	verdict := "PASS"
+	if !r.OK {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "drill %s: %d messages audited, %d expected slots in %s .. %s\n", verdict, r.Messages, r.ExpectedSlots,
+		r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  duplicates: %d\n  missed:     %d\n  dropped by catch-up policy: %d\n", len(r.Duplicates), len(r.Missed), len(r.Dropped))
+	fmt.Fprintf(w, "  stale publishes rejected by the fence: %d\n  leader changes: %d\n", r.StaleRejected, r.LeaderChanges)
+	if len(r.Faults) > 0 {
+		counts := map[string]int{}
+		for _, f := range r.Faults {
+			counts[f.Kind]++
+		}
+		fmt.Fprintf(w, "  faults: %d %v\n", len(r.Faults), counts)
+	}
+	kinds := make([]string, 0, len(r.FailoverGaps))
+	for k := range r.FailoverGaps {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		g := r.FailoverGaps[k]
+		fmt.Fprintf(w, "  failover gap %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs\n", k, g.Count, g.P50, g.P99, g.Max)
+	}
+	if r.FireLag.Count > 0 {
+		fmt.Fprintf(w, "  fire lag: n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.FireLag.Count, r.FireLag.P50*1000, r.FireLag.P99*1000, r.FireLag.Max*1000)
+	}
+	show := func(title string, refs []SlotRef) {
+		for i, s := range refs {
+			if i == 10 {
+				fmt.Fprintf(w, "    ... and %d more\n", len(refs)-10)
+				break
+			}
+			extra := s.Reason
+			if s.Count > 1 {
+				extra = fmt.Sprintf("x%d", s.Count)
+			}
+			fmt.Fprintf(w, "    %s %s %s %s\n", title, s.Entry, s.Slot.Format(time.RFC3339Nano), extra)
+		}
+	}
+	show("duplicate", r.Duplicates)
+	show("missed", r.Missed)
+}

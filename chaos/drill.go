@@ -1,0 +1,481 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/beatd/beatd/schedule"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Fault kinds.
+const (
+	FaultKill         = "kill"          // kill -9 the leader, restart it later
+	FaultStop         = "stop"          // SIGSTOP the leader past the TTL, then SIGCONT
+	FaultTerm         = "term"          // SIGTERM the leader, then restart (rolling restart)
+	FaultEtcdKill     = "etcd-kill"     // kill the etcd member that is raft leader
+	FaultEtcdQuorum   = "etcd-quorum"   // stop 2 of 3 members, then restore them
+	FaultRedisRestart = "redis-restart" // kill redis-server, restart it
+	FaultPartition    = "partition"     // blackhole the leader's traffic to etcd or Redis
+)
+
+// AllFaults lists every fault kind.
+var AllFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRedisRestart, FaultPartition}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   string        `json:"kind"`
+	At     time.Time     `json:"at"`
+	Target string        `json:"target"`
+	Token  int64         `json:"leader_token"` // the leader's token when it struck
+	Held   time.Duration `json:"held_ns"`
+	Gap    time.Duration `json:"failover_gap_ns,omitempty"`
+}
+
+// LocalConfig configures RunLocal.
+type LocalConfig struct {
+	Binary   string // the beatd binary to run as replicas
+	Replicas int
+	Duration time.Duration
+	Seed     int64
+	Faults   []string
+	LeaseTTL time.Duration
+	// MinEach keeps injecting past Duration until every kind in Faults was
+	// injected at least this often.
+	MinEach int
+	Dir     string    // work directory; a temporary one when empty
+	Log     io.Writer // progress
+}
+
+// DrillSchedule is the schedule drills run: many 1-second entries with
+// mixed catch-up policies and crontab entries every minute, on queue
+// "drill".
+const DrillSchedule = `# beatd drill schedule
+defaults:
+  options: {queue: drill}
+  catchup_window: 10m
+entries:
+  every-all-1: {task: drill.tick, every: 1s, catchup: all, args: [1]}
+  every-all-2: {task: drill.tick, every: 1s, catchup: all, args: [2]}
+  every-all-3: {task: drill.tick, every: 1s, catchup: all, args: [3]}
+  every-all-4: {task: drill.tick, every: 1s, catchup: all, args: [4]}
+  every-all-5: {task: drill.tick, every: 1s, catchup: all, args: [5]}
+  every-all-6: {task: drill.tick, every: 1s, catchup: all, args: [6], options: {priority: 9}}
+  every-once-1: {task: drill.tick, every: 1s, catchup: once, args: [7]}
+  every-once-2: {task: drill.tick, every: 1s, catchup: once, args: [8]}
+  every-once-3: {task: drill.tick, every: 1s, catchup: once, args: [9], options: {priority: 5}}
+  every-skip-1: {task: drill.tick, every: 1s, catchup: skip, args: [10]}
+  every-skip-2: {task: drill.tick, every: 1s, catchup: skip, args: [11]}
+  every-2s-all: {task: drill.tick, every: 2s, catchup: all, args: [12]}
+  every-3s-once: {task: drill.tick, every: 3s, catchup: once, args: [13]}
+  cron-seconds: {task: drill.tick, cron: "*/5 * * * * *", catchup: all, args: [14]}
+  crontab-minute-all: {task: drill.tick, crontab: {minute: "*"}, catchup: all, args: [15]}
+  crontab-minute-once: {task: drill.tick, crontab: {minute: "*"}, catchup: once, args: [16]}
+  cron-minute-skip: {task: drill.tick, cron: "* * * * *", catchup: skip, args: [17]}
+`
+
+type drill struct {
+	cfg      LocalConfig
+	dir      string
+	etcd     *EtcdCluster
+	redis    *RedisServer
+	replicas []*Replica
+	cli      *clientv3.Client
+	rng      *rand.Rand
+	logf     func(format string, args ...any)
+	prefix   string
+}
+
+// RunLocal builds a cluster on loopback (a 3-member etcd, redis-server with
+// AOF, cfg.Replicas beatd processes behind fault proxies), runs the drill
+// schedule while injecting faults at seeded random times, then audits
+// everything enqueued.
+func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
+	if cfg.Replicas < 2 {
+		return nil, errors.New("chaos: a drill needs at least 2 replicas")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 2 * time.Second
+	}
+	if len(cfg.Faults) == 0 {
+		cfg.Faults = AllFaults
+	}
+	for _, f := range cfg.Faults {
+		if !contains(AllFaults, f) {
+			return nil, fmt.Errorf("chaos: unknown fault %q (known: %s)", f, strings.Join(AllFaults, ","))
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: "/beatd/drill/"}
+	d.logf = func(format string, args ...any) {
+		fmt.Fprintf(cfg.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05.000")}, args...)...)
+	}
+	d.dir = cfg.Dir
+	if d.dir == "" {
+		dir, err := os.MkdirTemp("", "beatd-drill-")
+		if err != nil {
+			return nil, err
+		}
+		d.dir = dir
+	}
+	defer d.shutdown()
+	if err := d.setup(); err != nil {
+		return nil, err
+	}
+	return d.run(ctx)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *drill) setup() error {
+	var err error
+	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
+		return err
+	}
+	if d.redis, err = StartRedis(d.dir); err != nil {
+		return err
+	}
+	if d.cli, err = clientv3.New(clientv3.Config{Endpoints: d.etcd.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
+		return err
+	}
+	config := filepath.Join(d.dir, "drill.yaml")
+	if err := os.WriteFile(config, []byte(DrillSchedule), 0o644); err != nil {
+		return err
+	}
+	for i := 0; i < d.cfg.Replicas; i++ {
+		r := &Replica{ID: fmt.Sprintf("drill-%d", i), LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}
+		var eps []string
+		for _, m := range d.etcd.Members {
+			p, err := NewProxy(m.ClientAddr())
+			if err != nil {
+				return err
+			}
+			r.EtcdProxies = append(r.EtcdProxies, p)
+			eps = append(eps, "http://"+p.Addr())
+		}
+		if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
+			return err
+		}
+		if r.HTTPPort, err = FreePort(); err != nil {
+			return err
+		}
+		r.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
+			"--broker", "redis://" + r.RedisProxy.Addr() + "/0", "--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
+			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
+		if err := r.Start(d.cfg.Binary); err != nil {
+			return err
+		}
+		d.replicas = append(d.replicas, r)
+	}
+	d.logf("cluster up: etcd %v, redis %s, %d replicas, lease TTL %s, work dir %s",
+		d.etcd.Endpoints(), d.redis.Addr(), len(d.replicas), d.cfg.LeaseTTL, d.dir)
+	return nil
+}
+
+func (d *drill) shutdown() {
+	for _, r := range d.replicas {
+		r.Kill()
+		for _, p := range r.EtcdProxies {
+			p.Close()
+		}
+		if r.RedisProxy != nil {
+			r.RedisProxy.Close()
+		}
+	}
+	if d.cli != nil {
+		d.cli.Close()
+	}
+	if d.redis != nil {
+		d.redis.Kill()
+	}
+	if d.etcd != nil {
+		d.etcd.Stop()
+	}
+}
+
+// leader waits for a leader and returns its replica and token.
+func (d *drill) leader(ctx context.Context, timeout time.Duration) (*Replica, int64, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		// The leader is the oldest key under the election prefix (as
+		// election.Observe reads it; chaos cannot import election, whose
+		// tests use chaos).
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := d.cli.Get(octx, d.prefix+"leader/", clientv3.WithFirstCreate()...)
+		cancel()
+		if err == nil && len(resp.Kvs) > 0 {
+			for _, r := range d.replicas {
+				if r.ID == string(resp.Kvs[0].Value) {
+					return r, resp.Kvs[0].CreateRevision, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil, 0, fmt.Errorf("chaos: no leader within %s", timeout)
+}
+
+func (d *drill) sleep(ctx context.Context, dur time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(dur):
+		return nil
+	}
+}
+
+func (d *drill) run(ctx context.Context) (*Report, error) {
+	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := d.sleep(ctx, 2*time.Second); err != nil {
+		return nil, err
+	}
+	from := time.Now().Truncate(time.Second).Add(time.Second)
+	deadline := from.Add(d.cfg.Duration)
+	var faults []Fault
+	order := d.rng.Perm(len(d.cfg.Faults))
+	counts := map[string]int{}
+	enough := func() bool {
+		for _, k := range d.cfg.Faults {
+			if counts[k] < d.cfg.MinEach {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 0; time.Now().Before(deadline) || !enough(); n++ {
+		if err := d.sleep(ctx, time.Duration(500+d.rng.IntN(2500))*time.Millisecond); err != nil {
+			return nil, err
+		}
+		// Cycle through the kinds in a seeded order, so a short drill has
+		// each kind at least once per round.
+		if n > 0 && n%len(order) == 0 {
+			order = d.rng.Perm(len(d.cfg.Faults))
+		}
+		kind := d.cfg.Faults[order[n%len(order)]]
+		f, err := d.inject(ctx, kind)
+		if err != nil {
+			return nil, err
+		}
+		faults = append(faults, f)
+		counts[kind]++
+	}
+	// Settle: a leader, and time for it to catch up.
+	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := d.sleep(ctx, d.cfg.LeaseTTL+3*time.Second); err != nil {
+		return nil, err
+	}
+	to := time.Now().Add(-2 * time.Second)
+	d.logf("stopping replicas (SIGTERM)")
+	for _, r := range d.replicas {
+		r.Signal(syscall.SIGTERM)
+	}
+	for _, r := range d.replicas {
+		if !r.Wait(15 * time.Second) {
+			r.Kill()
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	defer rdb.Close()
+	msgs, err := ReadQueue(ctx, rdb, "drill")
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := schedule.Parse("drill.yaml", []byte(DrillSchedule))
+	if err != nil {
+		return nil, err
+	}
+	rep := Audit(cfg, msgs, from, to)
+	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
+	d.readLogs(rep, faults)
+	return rep, nil
+}
+
+// inject applies one fault and holds it, then restores.
+func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
+	lead, token, err := d.leader(ctx, 30*time.Second)
+	if err != nil {
+		return Fault{}, err
+	}
+	ttl := d.cfg.LeaseTTL
+	f := Fault{Kind: kind, At: time.Now(), Target: lead.ID, Token: token}
+	switch kind {
+	case FaultKill:
+		lead.Kill()
+		f.Held = ttl + time.Second
+		if err := d.sleep(ctx, f.Held); err != nil {
+			return f, err
+		}
+		err = lead.Start(d.cfg.Binary)
+	case FaultStop:
+		lead.Signal(syscall.SIGSTOP)
+		f.Held = ttl + time.Duration(500+d.rng.IntN(1500))*time.Millisecond
+		if err := d.sleep(ctx, f.Held); err != nil {
+			lead.Signal(syscall.SIGCONT)
+			return f, err
+		}
+		lead.Signal(syscall.SIGCONT)
+	case FaultTerm:
+		lead.Signal(syscall.SIGTERM)
+		if !lead.Wait(15 * time.Second) {
+			lead.Kill()
+		}
+		f.Held = time.Since(f.At)
+		err = lead.Start(d.cfg.Binary)
+	case FaultEtcdKill:
+		m, rerr := d.etcd.RaftLeader(ctx)
+		if rerr != nil {
+			m = d.etcd.Members[d.rng.IntN(len(d.etcd.Members))]
+		}
+		f.Target = m.Name
+		d.etcd.Kill(m)
+		f.Held = time.Duration(1000+d.rng.IntN(2000)) * time.Millisecond
+		if err := d.sleep(ctx, f.Held); err != nil {
+			return f, err
+		}
+		err = d.etcd.Start(m)
+	case FaultEtcdQuorum:
+		perm := d.rng.Perm(len(d.etcd.Members))
+		a, b := d.etcd.Members[perm[0]], d.etcd.Members[perm[1]]
+		f.Target = a.Name + "," + b.Name
+		d.etcd.Kill(a)
+		d.etcd.Kill(b)
+		f.Held = time.Duration(2000+d.rng.IntN(3000)) * time.Millisecond
+		if err := d.sleep(ctx, f.Held); err != nil {
+			return f, err
+		}
+		if err = d.etcd.Start(a); err == nil {
+			err = d.etcd.Start(b)
+		}
+		if err == nil {
+			err = d.etcd.WaitHealthy(30 * time.Second)
+		}
+	case FaultRedisRestart:
+		f.Target = "redis"
+		d.redis.Kill()
+		f.Held = time.Duration(300+d.rng.IntN(1500)) * time.Millisecond
+		if err := d.sleep(ctx, f.Held); err != nil {
+			return f, err
+		}
+		err = d.redis.Start()
+	case FaultPartition:
+		proxies := lead.EtcdProxies
+		what := "etcd"
+		if d.rng.IntN(2) == 1 {
+			proxies, what = []*Proxy{lead.RedisProxy}, "redis"
+		}
+		f.Target = lead.ID + "->" + what
+		for _, p := range proxies {
+			p.Blackhole(true)
+		}
+		f.Held = ttl + time.Duration(500+d.rng.IntN(1500))*time.Millisecond
+		serr := d.sleep(ctx, f.Held)
+		for _, p := range proxies {
+			p.Blackhole(false)
+		}
+		if serr != nil {
+			return f, serr
+		}
+	}
+	d.logf("fault %-13s target %-16s token %d held %s", kind, f.Target, token, f.Held.Round(time.Millisecond))
+	return f, err
+}
+
+// logLine is the part of a replica's JSON log the report uses.
+type logLine struct {
+	Time  time.Time `json:"time"`
+	Msg   string    `json:"msg"`
+	Token int64     `json:"token"`
+	Lag   string    `json:"lag"`
+	Fires int       `json:"fires"`
+}
+
+// readLogs adds to rep what only the replicas saw: stale publishes the
+// fence refused, leader changes, fire lag, and each fault's failover gap
+// (from the fault to the first fire under a newer token, or, for faults
+// that need not move leadership, to the first fire after it).
+func (d *drill) readLogs(rep *Report, faults []Fault) {
+	var fires []logLine
+	tokens := map[int64]bool{}
+	var lags []time.Duration
+	for _, r := range d.replicas {
+		f, err := os.Open(r.LogPath)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var l logLine
+			if json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			switch l.Msg {
+			case "fired":
+				fires = append(fires, l)
+				if lag, err := time.ParseDuration(l.Lag); err == nil {
+					lags = append(lags, lag)
+				}
+			case "stale publish refused":
+				rep.StaleRejected += l.Fires
+			case "elected leader":
+				tokens[l.Token] = true
+			}
+		}
+		f.Close()
+	}
+	rep.LeaderChanges = max(0, len(tokens)-1)
+	rep.FireLag = statsOf(lags)
+	gaps := map[string][]time.Duration{}
+	for i := range faults {
+		f := &faults[i]
+		var first time.Time
+		moves := f.Kind == FaultKill || f.Kind == FaultStop || f.Kind == FaultTerm || (f.Kind == FaultPartition && strings.HasSuffix(f.Target, "etcd"))
+		for _, l := range fires {
+			if !l.Time.After(f.At) || (moves && l.Token <= f.Token) {
+				continue
+			}
+			if first.IsZero() || l.Time.Before(first) {
+				first = l.Time
+			}
+		}
+		if !first.IsZero() {
+			f.Gap = first.Sub(f.At)
+			gaps[f.Kind] = append(gaps[f.Kind], f.Gap)
+		}
+	}
+	rep.Faults = faults
+	rep.FailoverGaps = map[string]Stats{}
+	for k, g := range gaps {
+		rep.FailoverGaps[k] = statsOf(g)
+	}
+}
