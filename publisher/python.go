@@ -15,17 +15,35 @@ import (
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSON writes v as json.dumps would with its defaults: separators
-// ", " and ": ", ensure_ascii=True.
-func appendJSON(dst []byte, v any) []byte {
+// dialect is how one Python output format writes the pieces of a value.
+type dialect struct {
+	null, yes, no string
+	str           func(dst []byte, s string) []byte
+}
+
+var (
+	// jsonDialect is json.dumps with its defaults: separators ", " and
+	// ": ", ensure_ascii=True.
+	jsonDialect = dialect{null: "null", yes: "true", no: "false", str: appendJSONString}
+	// reprDialect is Python's repr(): None/True/False, quoted strings.
+	reprDialect = dialect{null: "None", yes: "True", no: "False", str: appendPyStr}
+)
+
+// appendJSON writes v as json.dumps would.
+func appendJSON(dst []byte, v any) []byte { return appendPy(dst, v, &jsonDialect) }
+
+// appendRepr writes Python's repr() of v.
+func appendRepr(dst []byte, v any) []byte { return appendPy(dst, v, &reprDialect) }
+
+func appendPy(dst []byte, v any, d *dialect) []byte {
 	switch v := v.(type) {
 	case nil:
-		return append(dst, "null"...)
+		return append(dst, d.null...)
 	case bool:
 		if v {
-			return append(dst, "true"...)
+			return append(dst, d.yes...)
 		}
-		return append(dst, "false"...)
+		return append(dst, d.no...)
 	case int64:
 		return strconv.AppendInt(dst, v, 10)
 	case int:
@@ -33,14 +51,14 @@ func appendJSON(dst []byte, v any) []byte {
 	case float64:
 		return appendPyFloat(dst, v)
 	case string:
-		return appendJSONString(dst, v)
+		return d.str(dst, v)
 	case []any:
 		dst = append(dst, '[')
 		for i, e := range v {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}
-			dst = appendJSON(dst, e)
+			dst = appendPy(dst, e, d)
 		}
 		return append(dst, ']')
 	case *schedule.Map:
@@ -49,9 +67,9 @@ func appendJSON(dst []byte, v any) []byte {
 			if i > 0 {
 				dst = append(dst, ", "...)
 			}
-			dst = appendJSONString(dst, v.Keys[i])
+			dst = d.str(dst, v.Keys[i])
 			dst = append(dst, ": "...)
-			dst = appendJSON(dst, v.Values[i])
+			dst = appendPy(dst, v.Values[i], d)
 		}
 		return append(dst, '}')
 	}
@@ -165,49 +183,6 @@ func appendPyFloat(dst []byte, f float64) []byte {
 		dst = append(dst, '0')
 	}
 	return strconv.AppendInt(dst, int64(exp), 10)
-}
-
-// appendRepr writes Python's repr() of v: None/True/False, single-quoted
-// strings, [a, b] lists and {'k': v} dicts.
-func appendRepr(dst []byte, v any) []byte {
-	switch v := v.(type) {
-	case nil:
-		return append(dst, "None"...)
-	case bool:
-		if v {
-			return append(dst, "True"...)
-		}
-		return append(dst, "False"...)
-	case int64:
-		return strconv.AppendInt(dst, v, 10)
-	case int:
-		return strconv.AppendInt(dst, int64(v), 10)
-	case float64:
-		return appendPyFloat(dst, v)
-	case string:
-		return appendPyStr(dst, v)
-	case []any:
-		dst = append(dst, '[')
-		for i, e := range v {
-			if i > 0 {
-				dst = append(dst, ", "...)
-			}
-			dst = appendRepr(dst, e)
-		}
-		return append(dst, ']')
-	case *schedule.Map:
-		dst = append(dst, '{')
-		for i := 0; i < v.Len(); i++ {
-			if i > 0 {
-				dst = append(dst, ", "...)
-			}
-			dst = appendPyStr(dst, v.Keys[i])
-			dst = append(dst, ": "...)
-			dst = appendRepr(dst, v.Values[i])
-		}
-		return append(dst, '}')
-	}
-	panic("publisher: unsupported value type")
 }
 
 // appendPyStr is str.__repr__: single quotes unless the string holds a

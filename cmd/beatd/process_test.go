@@ -2,22 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/schedule"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -177,69 +177,37 @@ func (c *cluster) leader(not string, timeout time.Duration) (*replica, election.
 	return nil, election.Leader{}
 }
 
-// published is one message in a queue, as the audit reads it.
-type published struct {
-	entry string
-	slot  time.Time
-	token int64
-	id    string
-}
-
-// audit reads every message in the given queues.
-func (c *cluster) audit(queues ...string) []published {
+// audit reads every beatd message in the given queues.
+func (c *cluster) audit(queues ...string) []chaos.Message {
 	c.t.Helper()
-	var out []published
+	var out []chaos.Message
 	for _, q := range queues {
-		for _, raw := range c.rdb.LRange(context.Background(), q, 0, -1).Val() {
-			var m struct {
-				Headers struct {
-					ID    string `json:"id"`
-					Entry string `json:"beat_entry"`
-					Slot  string `json:"beat_slot"`
-					Token int64  `json:"beat_fencing_token"`
-				} `json:"headers"`
-			}
-			if err := json.Unmarshal([]byte(raw), &m); err != nil {
-				c.t.Fatalf("unreadable message in %s: %v", q, err)
-			}
-			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
-			if err != nil {
-				c.t.Fatalf("bad beat_slot %q", m.Headers.Slot)
-			}
-			out = append(out, published{m.Headers.Entry, slot, m.Headers.Token, m.Headers.ID})
+		msgs, err := chaos.ReadQueue(context.Background(), c.rdb, q)
+		if err != nil {
+			c.t.Fatal(err)
 		}
+		out = append(out, msgs...)
 	}
 	return out
 }
 
-// checkExactlyOnce: no (entry, slot) twice, and for each entry every
-// slot of the interval in [from, to] present.
-func checkExactlyOnce(t *testing.T, msgs []published, entries []string, interval time.Duration, from, to time.Time) {
-	t.Helper()
-	seen := map[string]int{}
-	for _, m := range msgs {
-		seen[m.entry+" "+m.slot.UTC().Format(time.RFC3339Nano)]++
+// checkExactlyOnce audits the messages against the cluster's config for
+// the slots in [from, to], as a drill does.
+func (c *cluster) checkExactlyOnce(msgs []chaos.Message, from, to time.Time) {
+	c.t.Helper()
+	cfg, err := schedule.LoadFile(c.config)
+	if err != nil {
+		c.t.Fatal(err)
 	}
-	var dups []string
-	for k, n := range seen {
-		if n > 1 {
-			dups = append(dups, fmt.Sprintf("%s x%d", k, n))
-		}
+	rep := chaos.Audit(cfg, msgs, from, to)
+	if len(rep.Duplicates) > 0 {
+		c.t.Errorf("duplicate slots: %v", rep.Duplicates)
 	}
-	sort.Strings(dups)
-	if len(dups) > 0 {
-		t.Errorf("duplicate slots: %v", dups)
+	if len(rep.Missed) > 0 {
+		c.t.Errorf("missed slots: %v", rep.Missed)
 	}
-	var missing []string
-	for _, e := range entries {
-		for s := from.Truncate(interval).Add(interval); !s.After(to); s = s.Add(interval) {
-			if seen[e+" "+s.UTC().Format(time.RFC3339Nano)] == 0 {
-				missing = append(missing, e+" "+s.UTC().Format(time.RFC3339))
-			}
-		}
-	}
-	if len(missing) > 0 {
-		t.Errorf("missed slots: %v", missing)
+	if rep.ExpectedSlots == 0 {
+		c.t.Error("no slots audited")
 	}
 }
 
@@ -248,19 +216,6 @@ const failoverConfig = `entries:
   b: {task: tasks.add, every: 1s, args: [2, 2], catchup: all}
   c: {task: tasks.add, every: 1s, args: [3, 3], catchup: all, options: {queue: other}}
 `
-
-// firstFireAfter returns when the first slot published with a token other
-// than old was published, by reading the new leader's state through the
-// messages' tokens: the earliest slot carrying a newer token.
-func firstSlotWithNewToken(msgs []published, old int64) time.Time {
-	var first time.Time
-	for _, m := range msgs {
-		if m.token > old && (first.IsZero() || m.slot.Before(first)) {
-			first = m.slot
-		}
-	}
-	return first
-}
 
 func TestProcessKillLeader(t *testing.T) {
 	c := newCluster(t, failoverConfig, 3)
@@ -288,7 +243,7 @@ func TestProcessKillLeader(t *testing.T) {
 		<-r.exited
 	}
 	msgs := c.audit("celery", "other")
-	checkExactlyOnce(t, msgs, []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
 	t.Logf("kill -9 failover: new leader after %s; %d messages, tokens %d -> %d", gap.Round(time.Millisecond), len(msgs), l.Token, l2.Token)
 }
 
@@ -321,9 +276,9 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 		<-r.exited
 	}
 	msgs := c.audit("celery", "other")
-	checkExactlyOnce(t, msgs, []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
 	for _, m := range msgs {
-		if m.token == l.Token && m.slot.After(time.Now()) {
+		if m.Token == l.Token && m.Slot.After(time.Now()) {
 			t.Errorf("stale leader published a future slot %v", m)
 		}
 	}
@@ -358,7 +313,7 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 	for _, r := range c.replicas {
 		<-r.exited
 	}
-	checkExactlyOnce(t, c.audit("celery", "other"), []string{"a", "b", "c"}, time.Second, start.Add(time.Second), end.Add(-time.Second))
+	c.checkExactlyOnce(c.audit("celery", "other"), start.Add(time.Second), end.Add(-time.Second))
 	t.Logf("SIGTERM handover in %s (tokens %d -> %d)", handover.Round(time.Millisecond), l.Token, l2.Token)
 }
 
@@ -371,7 +326,7 @@ func TestProcessHotReload(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "entry b to fire after reload", func() bool {
 		for _, m := range c.audit("celery") {
-			if m.entry == "b" {
+			if m.Entry == "b" {
 				return true
 			}
 		}
@@ -393,14 +348,14 @@ func TestProcessHotReload(t *testing.T) {
 	}
 	before := 0
 	for _, m := range c.audit("celery") {
-		if m.entry == "b" {
+		if m.Entry == "b" {
 			before++
 		}
 	}
 	time.Sleep(2500 * time.Millisecond)
 	after := 0
 	for _, m := range c.audit("celery") {
-		if m.entry == "b" {
+		if m.Entry == "b" {
 			after++
 		}
 	}
@@ -438,7 +393,7 @@ func TestProcessAdmin(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the trigger to publish", func() bool {
 		for _, m := range c.audit("celery") {
-			if m.entry == "hourly" {
+			if m.Entry == "hourly" {
 				return true
 			}
 		}
@@ -462,7 +417,7 @@ func TestProcessAdmin(t *testing.T) {
 	count := func() int {
 		n := 0
 		for _, m := range c.audit("celery") {
-			if m.entry == "every" {
+			if m.Entry == "every" {
 				n++
 			}
 		}
