@@ -63,8 +63,11 @@ type Report struct {
 	LeaderChanges int              `json:"leader_changes"`
 	Faults        []Fault          `json:"faults,omitempty"`
 	FailoverGaps  map[string]Stats `json:"failover_gap_by_fault,omitempty"`
-	FireLag       Stats            `json:"fire_lag"`
-	OK            bool             `json:"ok"`
+	// Handovers: from a fault that moves leadership to a newer term's
+	// election (the first fire may wait for the next slot after that).
+	Handovers map[string]Stats `json:"handover_by_fault,omitempty"`
+	FireLag   Stats            `json:"fire_lag"`
+	OK        bool             `json:"ok"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -234,7 +237,16 @@ func (r *Report) WriteSummary(w io.Writer) {
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		g := r.FailoverGaps[k]
-		fmt.Fprintf(w, "  failover gap %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs\n", k, g.Count, g.P50, g.P99, g.Max)
+		fmt.Fprintf(w, "  failover gap %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (fault to first fire)\n", k, g.Count, g.P50, g.P99, g.Max)
+	}
+	kinds = kinds[:0]
+	for k := range r.Handovers {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		g := r.Handovers[k]
+		fmt.Fprintf(w, "  new leader   %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (fault to newer term elected)\n", k, g.Count, g.P50, g.P99, g.Max)
 	}
 	if r.FireLag.Count > 0 {
 		fmt.Fprintf(w, "  fire lag: n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.FireLag.Count, r.FireLag.P50*1000, r.FireLag.P99*1000, r.FireLag.Max*1000)

@@ -43,6 +43,8 @@ type Fault struct {
 	Token  int64         `json:"leader_token"` // the leader's token when it struck
 	Held   time.Duration `json:"held_ns"`
 	Gap    time.Duration `json:"failover_gap_ns,omitempty"`
+	// Elected is the time from the fault to a newer term's election.
+	Elected time.Duration `json:"elected_after_ns,omitempty"`
 }
 
 // LocalConfig configures RunLocal.
@@ -424,7 +426,7 @@ type logLine struct {
 // (from the fault to the first fire under a newer token, or, for faults
 // that need not move leadership, to the first fire after it).
 func (d *drill) readLogs(rep *Report, faults []Fault) {
-	var fires []logLine
+	var fires, elections []logLine
 	tokens := map[int64]bool{}
 	var lags []time.Duration
 	for _, r := range d.replicas {
@@ -449,6 +451,7 @@ func (d *drill) readLogs(rep *Report, faults []Fault) {
 				rep.StaleRejected += l.Fires
 			case "elected leader":
 				tokens[l.Token] = true
+				elections = append(elections, l)
 			}
 		}
 		f.Close()
@@ -456,6 +459,7 @@ func (d *drill) readLogs(rep *Report, faults []Fault) {
 	rep.LeaderChanges = max(0, len(tokens)-1)
 	rep.FireLag = statsOf(lags)
 	gaps := map[string][]time.Duration{}
+	handovers := map[string][]time.Duration{}
 	for i := range faults {
 		f := &faults[i]
 		var first time.Time
@@ -472,10 +476,24 @@ func (d *drill) readLogs(rep *Report, faults []Fault) {
 			f.Gap = first.Sub(f.At)
 			gaps[f.Kind] = append(gaps[f.Kind], f.Gap)
 		}
+		var elected time.Time
+		for _, l := range elections {
+			if l.Token > f.Token && l.Time.After(f.At) && (elected.IsZero() || l.Time.Before(elected)) {
+				elected = l.Time
+			}
+		}
+		if moves && !elected.IsZero() {
+			f.Elected = elected.Sub(f.At)
+			handovers[f.Kind] = append(handovers[f.Kind], f.Elected)
+		}
 	}
 	rep.Faults = faults
 	rep.FailoverGaps = map[string]Stats{}
 	for k, g := range gaps {
 		rep.FailoverGaps[k] = statsOf(g)
+	}
+	rep.Handovers = map[string]Stats{}
+	for k, g := range handovers {
+		rep.Handovers[k] = statsOf(g)
 	}
 }
