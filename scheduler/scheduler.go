@@ -398,10 +398,14 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	if last.IsZero() || !catchUp {
 		// From now on this entry's slots are owed: record that before its
 		// first fire, so a leader that takes over before then still owes
-		// it (and owes nothing from before a change).
-		st = l.state(e.Name)
-		st.Since = now
-		l.baseline = append(l.baseline, snapshot(st))
+		// it (and owes nothing from before a change). Only the stored
+		// copy needs it: this term reads Since nowhere else.
+		base := &store.EntryState{Name: e.Name, Since: now}
+		if st != nil {
+			st.Since = now
+			base = snapshot(st)
+		}
+		l.baseline = append(l.baseline, base)
 	}
 	var next *item
 	if catchUp && !last.IsZero() {
