@@ -42,6 +42,9 @@ type persistItem struct {
 // that dedup.
 const minWriteInterval = 50 * time.Millisecond
 
+// writeAttemptTimeout bounds one guarded write before it is retried.
+const writeAttemptTimeout = time.Second
+
 func newPersister(s StateStore, g store.Guard, log *slog.Logger, m *Metrics) *persister {
 	return &persister{store: s, guard: g, log: log, m: m, in: make(chan persistItem, 256),
 		errc: make(chan struct{}), inFlight: map[string]bool{}}
@@ -109,7 +112,11 @@ func (p *persister) run(ctx context.Context) {
 		}
 		backoff := 50 * time.Millisecond
 		for {
-			err := p.store.Save(ctx, p.guard, batch)
+			// A request stuck on a dead etcd member must not hold up the
+			// writes (or a shutdown) until etcd's own timeout: retry soon.
+			actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+			err := p.store.Save(actx, p.guard, batch)
+			cancel()
 			if err == nil {
 				clear(pending)
 				order = order[:0]
