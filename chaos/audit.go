@@ -109,7 +109,25 @@ func ReadQueue(ctx context.Context, rdb redis.UniversalClient, queue string) ([]
 //     slots of an outage are dropped when a new leader (a larger fencing
 //     token) took over across them; under all, only beyond max_catchup or
 //     catchup_window. Dropped slots are listed apart, with the reason.
+//
+// Term is one leadership term: when it was elected and its token.
+type Term struct {
+	Start time.Time
+	Token int64
+}
+
+// Audit judges takeovers by the tokens on either side of a run of missing
+// slots; AuditWithTerms, when the leadership timeline is known, by whether
+// a term began during the run.
 func Audit(cfg *schedule.Config, msgs []Message, from, to time.Time) *Report {
+	return AuditWithTerms(cfg, msgs, from, to, nil)
+}
+
+// AuditWithTerms is Audit with the terms elected during the drill: a run of
+// missing slots counts as an outage a catch-up policy may drop when a term
+// began after its first slot, no later than the term that published the
+// next slot.
+func AuditWithTerms(cfg *schedule.Config, msgs []Message, from, to time.Time, terms []Term) *Report {
 	r := &Report{From: from, To: to, Messages: len(msgs), Duplicates: []SlotRef{}, Missed: []SlotRef{}, Dropped: []SlotRef{}}
 	type pub struct {
 		count int
@@ -176,6 +194,21 @@ func Audit(cfg *schedule.Config, msgs []Message, from, to time.Time) *Report {
 			run := expected[i:j]
 			before, after := nearest(run[0], true), nearest(run[len(run)-1], false)
 			takeover := before != 0 && after != 0 && after != before
+			if terms != nil {
+				// A term began after the run's first slot was due, no
+				// later than the term that published the next slot (with
+				// once, that slot is often the takeover's catch-up fire).
+				takeover = false
+				for _, t := range terms {
+					if t.Start.Before(run[0]) {
+						continue
+					}
+					if after != 0 && t.Token <= after || after == 0 && !t.Start.After(to) {
+						takeover = true
+						break
+					}
+				}
+			}
 			for n, s := range run {
 				ref := SlotRef{Entry: e.Name, Slot: s.UTC()}
 				switch {

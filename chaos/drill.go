@@ -316,9 +316,10 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := Audit(cfg, msgs, from, to)
+	logs := d.readLogs()
+	rep := AuditWithTerms(cfg, msgs, from, to, logs.terms)
 	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
-	d.readLogs(rep, faults)
+	logs.report(rep, faults)
 	return rep, nil
 }
 
@@ -421,14 +422,16 @@ type logLine struct {
 	Fires int       `json:"fires"`
 }
 
-// readLogs adds to rep what only the replicas saw: stale publishes the
-// fence refused, leader changes, fire lag, and each fault's failover gap
-// (from the fault to the first fire under a newer token, or, for faults
-// that need not move leadership, to the first fire after it).
-func (d *drill) readLogs(rep *Report, faults []Fault) {
-	var fires, elections []logLine
-	tokens := map[int64]bool{}
-	var lags []time.Duration
+// replicaLogs is what only the replicas saw.
+type replicaLogs struct {
+	fires, elections []logLine
+	terms            []Term
+	stale            int
+}
+
+// readLogs parses every replica's JSON log.
+func (d *drill) readLogs() *replicaLogs {
+	out := &replicaLogs{}
 	for _, r := range d.replicas {
 		f, err := os.Open(r.LogPath)
 		if err != nil {
@@ -443,20 +446,33 @@ func (d *drill) readLogs(rep *Report, faults []Fault) {
 			}
 			switch l.Msg {
 			case "fired":
-				fires = append(fires, l)
-				if lag, err := time.ParseDuration(l.Lag); err == nil {
-					lags = append(lags, lag)
-				}
+				out.fires = append(out.fires, l)
 			case "stale publish refused":
-				rep.StaleRejected += l.Fires
+				out.stale += l.Fires
 			case "elected leader":
-				tokens[l.Token] = true
-				elections = append(elections, l)
+				out.elections = append(out.elections, l)
+				out.terms = append(out.terms, Term{Start: l.Time, Token: l.Token})
 			}
 		}
 		f.Close()
 	}
-	rep.LeaderChanges = max(0, len(tokens)-1)
+	return out
+}
+
+// report adds stale publishes, leader changes, fire lag, and each fault's
+// failover gap (from the fault to the first fire under a newer token, or,
+// for faults that need not move leadership, to the first fire after it)
+// and handover (to a newer term's election).
+func (lg *replicaLogs) report(rep *Report, faults []Fault) {
+	fires, elections := lg.fires, lg.elections
+	rep.StaleRejected = lg.stale
+	rep.LeaderChanges = max(0, len(elections)-1)
+	var lags []time.Duration
+	for _, l := range fires {
+		if lag, err := time.ParseDuration(l.Lag); err == nil {
+			lags = append(lags, lag)
+		}
+	}
 	rep.FireLag = statsOf(lags)
 	gaps := map[string][]time.Duration{}
 	handovers := map[string][]time.Duration{}

@@ -101,4 +101,23 @@ func TestAudit(t *testing.T) {
 	if rep.OK || len(rep.Duplicates) != 1 || len(rep.Missed) != 1 {
 		t.Fatalf("bad run: dups=%v missed=%v", rep.Duplicates, rep.Missed)
 	}
+
+	// A skip entry's very first slot, dropped at a takeover: the tokens
+	// cannot tell (nothing was published before it), the term timeline can.
+	var first []Message
+	for _, m := range msgs {
+		if !(m.Entry == "skip" && m.Slot.Before(base.Add(13*time.Second))) {
+			first = append(first, m)
+		}
+	}
+	terms := []Term{{Start: base.Add(-time.Minute), Token: 5}, {Start: base.Add(13500 * time.Millisecond), Token: 9}}
+	rep = AuditWithTerms(cfg, first, base, base.Add(19*time.Second), terms)
+	if !rep.OK {
+		t.Fatalf("first slots dropped at a takeover judged missed: %v", rep.Missed)
+	}
+	// Without a term starting in the run, the same gap is a miss.
+	rep = AuditWithTerms(cfg, first, base, base.Add(19*time.Second), terms[:1])
+	if rep.OK {
+		t.Fatal("a gap with no takeover passed")
+	}
 }
