@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -27,25 +28,16 @@ type Status struct {
 
 // EntryStatus is one entry in Status.
 type EntryStatus struct {
-	Name          string     `json:"name"`
-	Task          string     `json:"task"`
-	Schedule      string     `json:"schedule"`
-	Enabled       bool       `json:"enabled"`
-	NextRunAt     *time.Time `json:"next_run_at"`
-	LastSlot      *time.Time `json:"last_slot"`
-	LastRunAt     *time.Time `json:"last_run_at"`
-	TotalRunCount int64      `json:"total_run_count"`
-	Paused        bool       `json:"paused"`
-	RecentRuns    []Run      `json:"recent_runs"`
-}
-
-// Run is one publish, as status shows it.
-type Run struct {
-	Slot        time.Time `json:"slot"`
-	PublishedAt time.Time `json:"published_at"`
-	Token       int64     `json:"token"`
-	TaskID      string    `json:"task_id"`
-	Manual      bool      `json:"manual,omitempty"`
+	Name          string      `json:"name"`
+	Task          string      `json:"task"`
+	Schedule      string      `json:"schedule"`
+	Enabled       bool        `json:"enabled"`
+	NextRunAt     *time.Time  `json:"next_run_at"`
+	LastSlot      *time.Time  `json:"last_slot"`
+	LastRunAt     *time.Time  `json:"last_run_at"`
+	TotalRunCount int64       `json:"total_run_count"`
+	Paused        bool        `json:"paused"`
+	RecentRuns    []store.Run `json:"recent_runs"`
 }
 
 // Backend is what the endpoints ask of the daemon.

@@ -177,6 +177,16 @@ func (c *cluster) leader(not string, timeout time.Duration) (*replica, election.
 	return nil, election.Leader{}
 }
 
+// stopAll stops every replica gracefully and waits for them.
+func (c *cluster) stopAll() {
+	for _, r := range c.replicas {
+		r.signal(syscall.SIGTERM)
+	}
+	for _, r := range c.replicas {
+		<-r.exited
+	}
+}
+
 // audit reads every beatd message in the given queues.
 func (c *cluster) audit(queues ...string) []chaos.Message {
 	c.t.Helper()
@@ -236,12 +246,7 @@ func TestProcessKillLeader(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 	end := time.Now()
-	for _, r := range c.replicas {
-		r.signal(syscall.SIGTERM)
-	}
-	for _, r := range c.replicas {
-		<-r.exited
-	}
+	c.stopAll()
 	msgs := c.audit("celery", "other")
 	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
 	t.Logf("kill -9 failover: new leader after %s; %d messages, tokens %d -> %d", gap.Round(time.Millisecond), len(msgs), l.Token, l2.Token)
@@ -269,12 +274,7 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	end := time.Now()
-	for _, r := range c.replicas {
-		r.signal(syscall.SIGTERM)
-	}
-	for _, r := range c.replicas {
-		<-r.exited
-	}
+	c.stopAll()
 	msgs := c.audit("celery", "other")
 	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
 	for _, m := range msgs {
@@ -307,12 +307,7 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	end := time.Now()
-	for _, r := range c.replicas {
-		r.signal(syscall.SIGTERM)
-	}
-	for _, r := range c.replicas {
-		<-r.exited
-	}
+	c.stopAll()
 	c.checkExactlyOnce(c.audit("celery", "other"), start.Add(time.Second), end.Add(-time.Second))
 	t.Logf("SIGTERM handover in %s (tokens %d -> %d)", handover.Round(time.Millisecond), l.Token, l2.Token)
 }

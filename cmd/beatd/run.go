@@ -504,7 +504,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	}
 	seen := map[string]bool{}
 	add := func(name string, e *schedule.Entry) {
-		es := api.EntryStatus{Name: name, RecentRuns: []api.Run{}}
+		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
 		if e != nil {
 			es.Task, es.Schedule, es.Enabled = e.Task, fmt.Sprint(e.Schedule), e.Enabled
 		}
@@ -512,9 +512,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		if st != nil {
 			es.Paused, es.TotalRunCount = st.Paused, st.TotalRunCount
 			es.LastSlot, es.LastRunAt = timePtr(st.LastSlot), timePtr(st.LastRunAt)
-			for _, r := range st.Recent {
-				es.RecentRuns = append(es.RecentRuns, api.Run(r))
-			}
+			es.RecentRuns = append(es.RecentRuns, st.Recent...)
 		}
 		if e != nil && e.Enabled && !es.Paused {
 			es.NextRunAt = timePtr(e.Schedule.Next(now))
