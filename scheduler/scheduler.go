@@ -41,6 +41,10 @@ var _ StateStore = (*store.Store)(nil)
 type Term struct {
 	Token int64
 	Key   string
+	// Elected is when the term began. Slots due after it are regular slots
+	// even if they pass while the loop starts up; only earlier ones are
+	// missed and go through the catch-up policy. Zero means "now".
+	Elected time.Time
 }
 
 // Config configures a Scheduler.
@@ -254,6 +258,9 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	}()
 
 	now := s.cfg.Clock.Now()
+	if !term.Elected.IsZero() && term.Elected.Before(now) {
+		now = term.Elected
+	}
 	l.set = s.entries.Load()
 	l.items = make(map[string]*item, len(l.set.byName))
 	for name, e := range l.set.byName {

@@ -588,3 +588,25 @@ func TestTakeoverBeforeFirstFire(t *testing.T) {
 		t.Fatalf("B fired %v, want %v", got, want)
 	}
 }
+
+// TestSlotDuringStartupIsNotMissed: a slot due after the term was elected
+// but before the loop finished starting is a regular slot, even under
+// catchup: skip (the long drill found it dropped).
+func TestSlotDuringStartupIsNotMissed(t *testing.T) {
+	h := newHarness(t, "entries:\n  s: {task: t, every: 1s, catchup: skip}\n", t0.Add(30*time.Millisecond))
+	h.store.states["s"] = &store.EntryState{Name: "s", LastSlot: t0.Add(-2 * time.Second)}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.done = make(chan error, 1)
+	go func() {
+		h.done <- h.sched.Run(ctx, Term{Token: 7, Key: "/leader", Elected: t0.Add(-10 * time.Millisecond)})
+	}()
+	t.Cleanup(func() { cancel(); <-h.done })
+	got := h.waitPublished(1)
+	if got[0] != "s 2026-11-30T10:00:00Z" {
+		t.Fatalf("fired %v, want the 10:00:00 slot due after the election", got)
+	}
+	// 09:59:59, due before the election, was an outage slot: skipped.
+	if n := testutil.ToFloat64(h.sched.cfg.Metrics.Missed.WithLabelValues("s", ReasonSkip)); n != 1 {
+		t.Errorf("missed{skip} = %v, want 1", n)
+	}
+}

@@ -290,6 +290,7 @@ func (m *Main) lead(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		l, err := m.elector.Campaign(ctx)
+		elected := time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -313,7 +314,7 @@ func (m *Main) lead(ctx context.Context) {
 		// first persists what it published, while still leader.
 		schedCtx, cancel := context.WithCancel(l.Context())
 		stop := context.AfterFunc(ctx, cancel)
-		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key})
+		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
 		stop()
 		cancel()
 		m.token.Store(0)
