@@ -99,6 +99,16 @@ func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
 			}
 		}
 	})
+	for _, r := range c.replicas {
+		waitFor(t, 30*time.Second, r.id+" serving HTTP", func() bool {
+			resp, err := http.Get(r.url("/healthz"))
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
 	return c
 }
 
