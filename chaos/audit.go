@@ -263,24 +263,8 @@ func (r *Report) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  faults: %d %v\n", len(r.Faults), counts)
 	}
-	kinds := make([]string, 0, len(r.FailoverGaps))
-	for k := range r.FailoverGaps {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		g := r.FailoverGaps[k]
-		fmt.Fprintf(w, "  failover gap %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (fault to first fire)\n", k, g.Count, g.P50, g.P99, g.Max)
-	}
-	kinds = kinds[:0]
-	for k := range r.Handovers {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		g := r.Handovers[k]
-		fmt.Fprintf(w, "  new leader   %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (fault to newer term elected)\n", k, g.Count, g.P50, g.P99, g.Max)
-	}
+	writeStats(w, "failover gap", "fault to first fire", r.FailoverGaps)
+	writeStats(w, "new leader  ", "fault to newer term elected", r.Handovers)
 	if r.FireLag.Count > 0 {
 		fmt.Fprintf(w, "  fire lag: n=%d p50 %.1fms p99 %.1fms max %.1fms\n", r.FireLag.Count, r.FireLag.P50*1000, r.FireLag.P99*1000, r.FireLag.Max*1000)
 	}
@@ -299,4 +283,17 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 	show("duplicate", r.Duplicates)
 	show("missed", r.Missed)
+}
+
+// writeStats prints per-fault-kind duration stats, sorted by kind.
+func writeStats(w io.Writer, label, what string, byKind map[string]Stats) {
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		g := byKind[k]
+		fmt.Fprintf(w, "  %s %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (%s)\n", label, k, g.Count, g.P50, g.P99, g.Max, what)
+	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -85,7 +84,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 func (env *benchEnv) run(b *testing.B, yaml string, d time.Duration) {
 	b.Helper()
 	s, err := New(Config{Dispatcher: env.disp, Store: env.store, Metrics: NewMetrics(prometheus.NewRegistry()),
-		Cluster: "beatd/bench", Origin: "beatd@bench"}, mustConfigB(b, yaml))
+		Cluster: "beatd/bench", Origin: "beatd@bench"}, mustConfig(b, yaml))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,15 +93,6 @@ func (env *benchEnv) run(b *testing.B, yaml string, d time.Duration) {
 	if err := s.Run(ctx, Term{Token: env.token, Key: env.key}); err != nil {
 		b.Fatal(err)
 	}
-}
-
-func mustConfigB(b *testing.B, yaml string) *schedule.Config {
-	b.Helper()
-	cfg, err := schedule.Parse("bench.yaml", []byte(yaml))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cfg
 }
 
 // BenchmarkBurst1000 has 1,000 entries due at the same instant every
@@ -170,7 +160,7 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 	want := entries * backlog
 	s, err := New(Config{Dispatcher: env.disp, Store: env.store, Metrics: NewMetrics(prometheus.NewRegistry()),
-		Cluster: "beatd/bench", Origin: "beatd@bench"}, mustConfigB(b, sb.String()))
+		Cluster: "beatd/bench", Origin: "beatd@bench"}, mustConfig(b, sb.String()))
 	if err != nil {
 		b.Fatal(err)
 	}

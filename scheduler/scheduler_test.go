@@ -202,7 +202,7 @@ type harness struct {
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
-func mustConfig(t *testing.T, yaml string) *schedule.Config {
+func mustConfig(t testing.TB, yaml string) *schedule.Config {
 	t.Helper()
 	cfg, err := schedule.Parse("test.yaml", []byte(yaml))
 	if err != nil {
