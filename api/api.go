@@ -24,6 +24,9 @@ type Status struct {
 	LeaderID     string        `json:"leader_id"`
 	FencingToken int64         `json:"fencing_token"`
 	Entries      []EntryStatus `json:"entries"`
+	// HistoryError says why recent runs are missing (the broker, which
+	// keeps them, did not answer); empty when they are there.
+	HistoryError string `json:"history_error,omitempty"`
 }
 
 // EntryStatus is one entry in Status.

@@ -60,7 +60,9 @@ func TestClusterQuorumLoss(t *testing.T) {
 	}
 	// No guarded write can succeed without quorum.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	err := st.Save(ctx, store.Guard{Key: l.Key, Token: l.Token}, []*store.EntryState{{Name: "x"}})
+	tab := store.NewTable()
+	tab.Set(store.EntryState{Name: "x"})
+	err := st.Save(ctx, store.Guard{Key: l.Key, Token: l.Token}, tab, nil)
 	cancel()
 	if err == nil {
 		t.Fatal("a guarded write succeeded without quorum")

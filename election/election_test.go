@@ -185,7 +185,9 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	}
 	st := store.New(testutil.NewEtcdClient(t, srv.Endpoints...), prefix)
 	old := store.Guard{Key: l.Key, Token: l.Token}
-	if err := st.Save(context.Background(), old, []*store.EntryState{{Name: "a"}}); err != nil {
+	tab := store.NewTable()
+	tab.Set(store.EntryState{Name: "a"})
+	if err := st.Save(context.Background(), old, tab, nil); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 	// Resign: a standby leads at once, with a larger token, and the old
@@ -206,7 +208,8 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if id2 == id || l2.Token <= l.Token {
 		t.Errorf("new leader %s token %d after %s token %d", id2, l2.Token, id, l.Token)
 	}
-	if err := st.Save(context.Background(), old, []*store.EntryState{{Name: "a"}}); !errors.Is(err, store.ErrNotLeader) {
+	tab.Set(store.EntryState{Name: "a", Paused: true})
+	if err := st.Save(context.Background(), old, tab, nil); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("deposed write: %v, want ErrNotLeader", err)
 	}
 	// Lose the lease outright (as when the process dies): another leads.

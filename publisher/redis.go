@@ -43,9 +43,13 @@ var ErrStale = errors.New("publisher: stale fencing token")
 //  1. compare the token with the fence: lower is stale, higher raises it;
 //  2. SET the dedup key NX with a TTL: taken means a duplicate;
 //  3. SADD the Kombu binding, so a restored message is never dropped;
-//  4. LPUSH the message.
+//  4. LPUSH the message;
+//  5. record the run: LPUSH it on the entry's capped history list and
+//     count it, so status shows the last runs after any failover without
+//     a byte of history in etcd.
 //
-// KEYS: fence, dedup, binding, queue. ARGV: token, ttl ms, member, message.
+// KEYS: fence, dedup, binding, queue, history, counts.
+// ARGV: token, ttl ms, member, message, run record, history length, entry.
 var publishScript = redis.NewScript(`
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
@@ -54,6 +58,12 @@ if token > fence then redis.call('SET', KEYS[1], ARGV[1]) end
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
 redis.call('SADD', KEYS[3], ARGV[3])
 redis.call('LPUSH', KEYS[4], ARGV[4])
+local keep = tonumber(ARGV[6])
+if keep > 0 then
+  redis.call('LPUSH', KEYS[5], ARGV[5])
+  redis.call('LTRIM', KEYS[5], 0, keep - 1)
+  redis.call('HINCRBY', KEYS[6], ARGV[7], 1)
+end
 return 1
 `)
 
@@ -78,7 +88,13 @@ type Options struct {
 	DedupTTL time.Duration
 	// Now reads the clock; a relative expiry counts from it.
 	Now func() time.Time
+	// History is how many runs each entry keeps in Redis for status
+	// (default DefaultHistory; negative keeps none).
+	History int
 }
+
+// DefaultHistory is the runs each entry keeps.
+const DefaultHistory = 20
 
 // DefaultDedupTTL is the dedup key lifetime unless a longer catch-up window
 // needs more.
@@ -90,6 +106,8 @@ type Publisher struct {
 	fenceKey string
 	prefix   string
 	ttlArg   string
+	keepArg  string
+	keep     int
 	now      func() time.Time
 	bufs     sync.Pool
 }
@@ -102,11 +120,17 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.History == 0 {
+		opts.History = DefaultHistory
+	}
+	opts.History = max(opts.History, 0)
 	return &Publisher{
 		rdb:      rdb,
 		fenceKey: opts.KeyPrefix + "fence",
 		prefix:   opts.KeyPrefix,
 		ttlArg:   strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
+		keepArg:  strconv.Itoa(opts.History),
+		keep:     opts.History,
 		now:      opts.Now,
 		bufs:     sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
 	}
@@ -151,10 +175,14 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []Fire, resu
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
 	buf := (*bp)[:0]
-	ends := make([]int, len(fires))
+	// Each fire takes two consecutive spans of buf: its message, then its
+	// run record.
+	ends := make([]int, 2*len(fires))
 	for i := range fires {
 		buf = fires[i].Task.AppendMessage(buf, &fires[i], token, now)
-		ends[i] = len(buf)
+		ends[2*i] = len(buf)
+		buf = appendRun(buf, &fires[i], token, now)
+		ends[2*i+1] = len(buf)
 	}
 	*bp = buf
 	err := p.run(ctx, token, fires, buf, ends, results)
@@ -182,13 +210,14 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 	cmds := make([]*redis.Cmd, len(fires))
 	tok := strconv.FormatInt(token, 10)
 	start := 0
+	counts := p.countsKey()
 	for i := range fires {
 		t := fires[i].Task
-		msg := buf[start:ends[i]]
-		start = ends[i]
+		msg, run := buf[start:ends[2*i]], buf[ends[2*i]:ends[2*i+1]]
+		start = ends[2*i+1]
 		cmds[i] = publishScript.EvalSha(ctx, pipe,
-			[]string{p.fenceKey, p.DedupKey(fires[i].ID), t.BindingKey, t.QueueKey},
-			tok, p.ttlArg, t.BindingMember, msg)
+			[]string{p.fenceKey, p.DedupKey(fires[i].ID), t.BindingKey, t.QueueKey, p.historyKey(t.Name), counts},
+			tok, p.ttlArg, t.BindingMember, msg, run, p.keepArg, t.Name)
 	}
 	_, err := pipe.Exec(ctx)
 	var first error

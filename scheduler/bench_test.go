@@ -147,15 +147,15 @@ func BenchmarkThroughput(b *testing.B) {
 	env := newBenchEnv(b)
 	const entries, backlog = 1000, 100
 	last := time.Now().Add(-backlog * time.Second).Truncate(time.Second)
-	var states []*store.EntryState
+	states := store.NewTable()
 	var sb strings.Builder
 	sb.WriteString("entries:\n")
 	for i := 0; i < entries; i++ {
 		name := fmt.Sprintf("e%04d", i)
 		fmt.Fprintf(&sb, "  %s: {task: tasks.add, every: 1s, args: [%d, 1], catchup: all, max_catchup: %d}\n", name, i, backlog+10)
-		states = append(states, &store.EntryState{Name: name, LastSlot: last})
+		states.Set(store.EntryState{Name: name, LastSlot: last})
 	}
-	if err := env.store.Save(context.Background(), store.Guard{Key: env.key, Token: env.token}, states); err != nil {
+	if err := env.store.Save(context.Background(), store.Guard{Key: env.key, Token: env.token}, states, nil); err != nil {
 		b.Fatal(err)
 	}
 	want := entries * backlog

@@ -18,6 +18,11 @@ type Metrics struct {
 	ReloadOK      prometheus.Gauge
 	EtcdErrors    prometheus.Counter
 	RedisErrors   prometheus.Counter
+	// StatePersistFailing is 1 while the leader's state writes fail.
+	StatePersistFailing prometheus.Gauge
+	// StateUnpersistedAge is the age of the oldest state change not yet
+	// written to etcd.
+	StateUnpersistedAge prometheus.Gauge
 }
 
 // NewMetrics registers beatd's metrics on reg.
@@ -35,10 +40,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ReloadOK:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
 		EtcdErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_etcd_errors_total", Help: "Failed etcd operations."}),
 		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_redis_errors_total", Help: "Failed Redis operations."}),
+		StatePersistFailing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_persist_failing",
+			Help: "1 while the leader's state writes to etcd fail (it keeps firing; the state waits in memory)."}),
+		StateUnpersistedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_unpersisted_age_seconds",
+			Help: "Age of the oldest state change the leader has not yet written to etcd; past the dedup TTL a failover could duplicate."}),
 	}
 	m.ReloadOK.Set(1)
 	reg.MustRegister(m.IsLeader, m.FencingToken, m.LeaderChanges, m.Fires, m.FireLag, m.Missed,
-		m.Entries, m.Reloads, m.ReloadOK, m.EtcdErrors, m.RedisErrors)
+		m.Entries, m.Reloads, m.ReloadOK, m.EtcdErrors, m.RedisErrors, m.StatePersistFailing, m.StateUnpersistedAge)
 	return m
 }
 

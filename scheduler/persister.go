@@ -11,43 +11,65 @@ import (
 	"github.com/beatd/beatd/store"
 )
 
-// persister writes entry state behind the loop, so etcd latency never
-// delays a publish. It coalesces snapshots per entry. Losing a write it had
-// not made yet is safe: the next leader re-publishes those slots and the
-// dedup keys make that a no-op. Items are handled in order, so a request's
-// completion never races an older snapshot of the same entry.
+// persister writes entry state behind the loop, so etcd never delays a
+// publish. The loop hands it the latest state of each entry that changed
+// (a map bounded by the number of entries, never a queue that can fill
+// up); it writes what changed at most once per interval, packed into
+// buckets. Losing a write it had not made yet is safe: the next leader
+// re-publishes those slots and the dedup keys make that a no-op. While
+// etcd refuses writes (unreachable, NOSPACE) the loop keeps firing and
+// the backlog only grows in place; past the dedup TTL a failover could
+// duplicate, which it says loudly.
 type persister struct {
-	store StateStore
-	guard store.Guard
-	log   *slog.Logger
-	m     *Metrics
+	store    StateStore
+	guard    store.Guard
+	log      *slog.Logger
+	m        *Metrics
+	clock    Clock
+	interval time.Duration
+	dedupTTL time.Duration
 
-	in   chan persistItem
 	errc chan struct{} // closed when the term's writes are refused
+	kick chan struct{} // write now: a request completed, or a flush
 
-	mu       sync.Mutex
-	err      error
-	inFlight map[string]bool // admin requests queued but not yet completed (loop-owned)
+	mu      sync.Mutex
+	err     error
+	pending map[string]pendingState // changed since handed to the table
+	reqs    []string                // completed requests' keys to delete
+	since   time.Time               // oldest change in pending
+	gen     uint64                  // bumped by every change
+	wrote   uint64                  // gen that the last successful write covered
+	written chan struct{}           // closed and replaced after every write attempt
+	failing error                   // the last write's error, nil once one succeeds
+
+	// Owned by run's goroutine.
+	table      *store.Table
+	tableSince time.Time // oldest change in the table not yet written
+
+	inFlight map[string]bool // admin requests being handled (loop-owned)
 }
 
-type persistItem struct {
-	states   []*store.EntryState
-	req      *store.Request
-	reqState *store.EntryState
-	flush    chan error
+type pendingState struct {
+	st      store.EntryState
+	deleted bool
 }
 
-// minWriteInterval spaces state writes. State may lag publishes by this
-// much; a crash in between only means the next leader re-publishes slots
-// that dedup.
-const minWriteInterval = 50 * time.Millisecond
+// writeAttemptTimeout bounds one write, so a request stuck on a dead
+// etcd member does not hold up the next attempt or a shutdown.
+const writeAttemptTimeout = 2 * time.Second
 
-// writeAttemptTimeout bounds one guarded write before it is retried.
-const writeAttemptTimeout = time.Second
+// failLogEvery spaces the ERROR lines while writes fail.
+const failLogEvery = time.Minute
 
-func newPersister(s StateStore, g store.Guard, log *slog.Logger, m *Metrics) *persister {
-	return &persister{store: s, guard: g, log: log, m: m, in: make(chan persistItem, 256),
-		errc: make(chan struct{}), inFlight: map[string]bool{}}
+// dedupMargin is how far below the dedup TTL the backlog's age counts as
+// dangerous: a failover then re-publishes slots whose dedup keys expired.
+const dedupMargin = time.Hour
+
+func newPersister(s StateStore, g store.Guard, t *store.Table, c Config) *persister {
+	return &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
+		interval: c.StateInterval, dedupTTL: c.DedupTTL,
+		errc: make(chan struct{}), kick: make(chan struct{}, 1), written: make(chan struct{}),
+		pending: map[string]pendingState{}, inFlight: map[string]bool{}}
 }
 
 func (p *persister) failed() error {
@@ -65,161 +87,221 @@ func (p *persister) fail(err error) {
 	}
 }
 
-func (p *persister) send(it persistItem) {
-	select {
-	case p.in <- it:
-	case <-p.errc:
-		if it.flush != nil {
-			it.flush <- p.failed()
-		}
-	}
+// writeError is the last write's error, nil once writing works.
+func (p *persister) writeError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failing
 }
 
-// save queues state snapshots.
-func (p *persister) save(states []*store.EntryState) { p.send(persistItem{states: states}) }
+// save records the entries' latest state. It never blocks on etcd.
+func (p *persister) save(states ...store.EntryState) {
+	if len(states) == 0 {
+		return
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	for _, st := range states {
+		p.pending[st.Name] = pendingState{st: st}
+	}
+	p.changedLocked(now)
+	p.mu.Unlock()
+}
 
-// complete queues an admin request's completion with the entry's state.
+// remove deletes the entries' state.
+func (p *persister) remove(names ...string) {
+	if len(names) == 0 {
+		return
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	for _, n := range names {
+		p.pending[n] = pendingState{st: store.EntryState{Name: n}, deleted: true}
+	}
+	p.changedLocked(now)
+	p.mu.Unlock()
+}
+
+func (p *persister) changedLocked(now time.Time) {
+	if p.since.IsZero() {
+		p.since = now
+	}
+	p.gen++
+}
+
+// complete records an admin request's effect (st may be nil) and deletes
+// the request in the same write, which it makes at once.
 func (p *persister) complete(r store.Request, st *store.EntryState) {
 	p.inFlight[r.ID] = true
-	p.send(persistItem{req: &r, reqState: st})
+	if st != nil {
+		p.save(*st)
+	}
+	p.mu.Lock()
+	p.reqs = append(p.reqs, r.Key)
+	p.changedLocked(p.clock.Now())
+	p.mu.Unlock()
+	p.poke()
+}
+
+func (p *persister) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (p *persister) markSeen(id string)  { p.inFlight[id] = true }
 func (p *persister) seen(id string) bool { return p.inFlight[id] }
 
-// flush waits until everything queued so far is written.
+// flush writes everything changed so far and waits for it, until ctx
+// ends.
 func (p *persister) flush(ctx context.Context) error {
-	done := make(chan error, 1)
-	p.send(persistItem{flush: done})
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("scheduler: flush state: %w", ctx.Err())
+	p.mu.Lock()
+	gen := p.gen
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		done, ch, ended, failing := p.wrote >= gen, p.written, p.err, p.failing
+		p.mu.Unlock()
+		switch {
+		case ended != nil:
+			return ended
+		case done:
+			return nil
+		}
+		p.poke()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if failing != nil {
+				return fmt.Errorf("scheduler: flush state: %w (last write: %w)", ctx.Err(), failing)
+			}
+			return fmt.Errorf("scheduler: flush state: %w", ctx.Err())
+		}
 	}
 }
 
+// run writes until ctx ends or leadership is lost.
 func (p *persister) run(ctx context.Context) {
-	pending := map[string]*store.EntryState{}
-	var order []string
-	write := func() bool {
-		if len(pending) == 0 {
-			return true
-		}
-		batch := make([]*store.EntryState, 0, len(order))
-		for _, n := range order {
-			batch = append(batch, pending[n])
-		}
-		backoff := 50 * time.Millisecond
-		for {
-			// A request stuck on a dead etcd member must not hold up the
-			// writes (or a shutdown) until etcd's own timeout: retry soon.
-			actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
-			err := p.store.Save(actx, p.guard, batch)
-			cancel()
-			if err == nil {
-				clear(pending)
-				order = order[:0]
-				return true
-			}
-			if errors.Is(err, store.ErrNotLeader) {
-				p.fail(fmt.Errorf("%w: %v", ErrTermEnded, err))
-				return false
-			}
-			p.m.EtcdErrors.Inc()
-			if ctx.Err() != nil {
-				return false
-			}
-			p.log.Warn("persist state failed; retrying", "err", err, "entries", len(batch))
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(backoff):
-			}
-			backoff = min(backoff*2, 2*time.Second)
-		}
-	}
-	handle := func(it persistItem) bool {
-		for _, st := range it.states {
-			if _, ok := pending[st.Name]; !ok {
-				order = append(order, st.Name)
-			}
-			pending[st.Name] = st
-		}
-		if it.req != nil {
-			if !write() {
-				return false
-			}
-			err := p.store.CompleteRequest(ctx, p.guard, *it.req, it.reqState)
-			if errors.Is(err, store.ErrNotLeader) {
-				p.fail(fmt.Errorf("%w: %v", ErrTermEnded, err))
-				return false
-			}
-			if err != nil {
-				p.m.EtcdErrors.Inc()
-				p.log.Warn("complete admin request", "op", it.req.Op, "entry", it.req.Entry, "err", err)
-			}
-		}
-		if it.flush != nil {
-			ok := write()
-			it.flush <- p.failed()
-			return ok
-		}
-		return true
-	}
-	var lastWrite time.Time
+	var (
+		retryAt time.Time
+		backoff time.Duration
+		lastLog time.Time
+	)
+	tick := p.clock.NewTimer(p.interval)
+	defer tick.Stop()
+	defer p.m.StatePersistFailing.Set(0)
+	defer p.m.StateUnpersistedAge.Set(0)
 	for {
-		var it persistItem
+		kicked := false
 		select {
 		case <-ctx.Done():
 			return
-		case it = <-p.in:
+		case <-tick.C():
+			tick.Reset(p.interval)
+		case <-p.kick:
+			kicked = true
 		}
-		if !handle(it) {
-			p.drainAfterFailure(ctx)
+		now := p.clock.Now()
+		if !kicked && now.Before(retryAt) {
+			p.report(now, &lastLog)
+			continue
+		}
+		err := p.write(ctx)
+		if errors.Is(err, store.ErrNotLeader) {
+			p.fail(fmt.Errorf("%w: %w", ErrTermEnded, err))
 			return
 		}
-		// Coalesce for at least minWriteInterval since the last write, so a
-		// burst of fires becomes one write per entry.
-		wait := time.NewTimer(max(time.Until(lastWrite.Add(minWriteInterval)), 0))
-	more:
-		for {
-			select {
-			case it = <-p.in:
-				if !handle(it) {
-					wait.Stop()
-					p.drainAfterFailure(ctx)
-					return
-				}
-			case <-wait.C:
-				break more
-			case <-ctx.Done():
-				wait.Stop()
-				return
-			}
+		if err != nil {
+			p.m.EtcdErrors.Inc()
+			// Back off while etcd refuses, up to a few intervals, so a
+			// struggling etcd is not hammered; the backlog only grows in
+			// place meanwhile.
+			backoff = min(max(backoff*2, p.interval), 10*p.interval, 10*time.Second)
+			retryAt = now.Add(backoff)
+		} else {
+			backoff, retryAt = 0, time.Time{}
 		}
-		lastWrite = time.Now()
-		if !write() {
-			p.drainAfterFailure(ctx)
-			return
-		}
+		p.report(now, &lastLog)
 	}
 }
 
-// drainAfterFailure answers flushes until the term's context ends, so no
-// sender blocks.
-func (p *persister) drainAfterFailure(ctx context.Context) {
-	if p.failed() == nil {
-		p.fail(fmt.Errorf("%w: persister stopped", ErrTermEnded))
+// write hands the pending changes to the table and writes its dirty
+// buckets and completed requests.
+func (p *persister) write(ctx context.Context) error {
+	p.mu.Lock()
+	pending, reqs, since, gen := p.pending, p.reqs, p.since, p.gen
+	if len(pending) > 0 {
+		p.pending = make(map[string]pendingState, len(pending))
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-p.in:
-			if it.flush != nil {
-				it.flush <- p.failed()
-			}
+	p.reqs, p.since = nil, time.Time{}
+	p.mu.Unlock()
+
+	for _, ps := range pending {
+		if ps.deleted {
+			p.table.Delete(ps.st.Name)
+		} else {
+			p.table.Set(ps.st)
 		}
 	}
+	if !since.IsZero() && (p.tableSince.IsZero() || since.Before(p.tableSince)) {
+		p.tableSince = since
+	}
+	var err error
+	if p.table.Dirty() > 0 || len(reqs) > 0 {
+		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
+		err = p.store.Save(actx, p.guard, p.table, reqs)
+		cancel()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		// Requests are deleted only with a write that succeeds.
+		p.reqs = append(reqs, p.reqs...)
+		p.failing = err
+	} else {
+		p.tableSince = time.Time{}
+		p.wrote = gen
+		p.failing = nil
+	}
+	close(p.written)
+	p.written = make(chan struct{})
+	return err
+}
+
+// report updates the backlog metrics and, while writes fail, logs an
+// ERROR once per failLogEvery.
+func (p *persister) report(now time.Time, lastLog *time.Time) {
+	p.mu.Lock()
+	failing, oldest := p.failing, p.since
+	p.mu.Unlock()
+	if !p.tableSince.IsZero() && (oldest.IsZero() || p.tableSince.Before(oldest)) {
+		oldest = p.tableSince
+	}
+	age := time.Duration(0)
+	if !oldest.IsZero() {
+		age = now.Sub(oldest)
+	}
+	p.m.StateUnpersistedAge.Set(age.Seconds())
+	if failing == nil {
+		p.m.StatePersistFailing.Set(0)
+		if !lastLog.IsZero() {
+			p.log.Info("state persisted again", "backlog_age", age.String())
+			*lastLog = time.Time{}
+		}
+		return
+	}
+	p.m.StatePersistFailing.Set(1)
+	if !lastLog.IsZero() && now.Sub(*lastLog) < failLogEvery {
+		return
+	}
+	*lastLog = now
+	danger := p.dedupTTL > 0 && age > p.dedupTTL-min(dedupMargin, p.dedupTTL/2)
+	if danger {
+		p.log.Error("STATE NOT PERSISTED FOR LONGER THAN THE DEDUP TTL ALLOWS: a failover now could publish slots twice; fix etcd",
+			"err", failing, "backlog_age", age.String(), "dedup_ttl", p.dedupTTL.String(), "dirty_buckets", p.table.Dirty())
+		return
+	}
+	p.log.Error("etcd refuses state writes; still firing, state kept in memory until etcd accepts writes",
+		"err", failing, "backlog_age", age.String(), "dirty_buckets", p.table.Dirty())
 }

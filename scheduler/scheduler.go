@@ -27,12 +27,12 @@ var _ Dispatcher = (*publisher.Publisher)(nil)
 
 // StateStore persists entry state, every write guarded by leadership.
 type StateStore interface {
-	Load(ctx context.Context) (map[string]*store.EntryState, error)
-	Save(ctx context.Context, g store.Guard, states []*store.EntryState) error
-	Prune(ctx context.Context, g store.Guard, states map[string]*store.EntryState, configured map[string]bool, now time.Time, grace time.Duration) error
+	Load(ctx context.Context) (*store.Table, error)
+	// Save writes the table's dirty buckets and deletes the keys in also
+	// (completed admin requests) once the state is written.
+	Save(ctx context.Context, g store.Guard, t *store.Table, also []string) error
 	PendingRequests(ctx context.Context) ([]store.Request, int64, error)
 	WatchRequests(ctx context.Context, rev int64) <-chan struct{}
-	CompleteRequest(ctx context.Context, g store.Guard, r store.Request, st *store.EntryState) error
 }
 
 var _ StateStore = (*store.Store)(nil)
@@ -60,7 +60,28 @@ type Config struct {
 	BatchSize int
 	// RemovedGrace keeps the state of removed entries this long.
 	RemovedGrace time.Duration
+	// StateInterval is the most often an entry's state is written to
+	// etcd (default 1s). State may lag publishes by this much: a leader
+	// that dies in between leaves slots that its successor re-publishes,
+	// and the dedup keys make that a no-op.
+	StateInterval time.Duration
+	// DedupTTL is how long the broker remembers a published slot. A state
+	// backlog older than that is reported as dangerous.
+	DedupTTL time.Duration
+	// PersistEachBatch writes each published batch's state before the
+	// next batch is published, for brokers whose dedup is weaker than
+	// Redis's (one guarded etcd write per batch, not per fire).
+	PersistEachBatch bool
+	// FireLogLimit is how many per-fire INFO lines a second are logged;
+	// past it, one summary line a second counts the rest. Negative: no
+	// per-fire lines at all. Zero means DefaultFireLogLimit.
+	FireLogLimit int
 }
+
+// DefaultFireLogLimit is the per-fire log lines a second before they are
+// summarised: readable at the few fires a second most clusters run,
+// and cheap at 20k fires a second.
+const DefaultFireLogLimit = 100
 
 // Scheduler runs the leader's loop. Reload may be called at any time, from
 // any goroutine; Run is called once per term.
@@ -71,6 +92,8 @@ type Scheduler struct {
 	reload  chan struct{}
 	// publishErr is the last publish failure, nil once publishing works.
 	publishErr atomic.Pointer[error]
+	// persist is the current term's persister, nil between terms.
+	persist atomic.Pointer[persister]
 }
 
 // entry is a config entry compiled for publishing.
@@ -98,6 +121,12 @@ func New(c Config, sc *schedule.Config) (*Scheduler, error) {
 	}
 	if c.RemovedGrace <= 0 {
 		c.RemovedGrace = store.DefaultRemovedGrace
+	}
+	if c.StateInterval <= 0 {
+		c.StateInterval = time.Second
+	}
+	if c.FireLogLimit == 0 {
+		c.FireLogLimit = DefaultFireLogLimit
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(prometheus.NewRegistry())
@@ -139,6 +168,15 @@ func (s *Scheduler) Config() *schedule.Config { return s.entries.Load().config }
 func (s *Scheduler) PublishError() error {
 	if p := s.publishErr.Load(); p != nil {
 		return *p
+	}
+	return nil
+}
+
+// PersistError returns the last state write's failure while this replica
+// leads and etcd refuses writes, or nil. Readiness reports it.
+func (s *Scheduler) PersistError() error {
+	if p := s.persist.Load(); p != nil {
+		return p.writeError()
 	}
 	return nil
 }
@@ -221,8 +259,10 @@ type loop struct {
 	results  []publisher.Result
 	backoff  time.Duration
 	requests <-chan struct{}
-	dirty    map[string]bool     // entries changed in the batch being published
-	baseline []*store.EntryState // Since baselines to persist
+	dirty    map[string]bool    // entries changed in the batch being published
+	changed  []store.EntryState // their new state, handed to the persister
+	baseline []store.EntryState // Since baselines to persist
+	fireLog  fireLog
 }
 
 // ErrTermEnded is returned by Run when the loop stopped because leadership
@@ -237,9 +277,12 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	m := s.cfg.Metrics
 	// Load state and raise the fence before anything else: from here on a
 	// deposed leader's publishes are refused.
-	var err error
+	var (
+		table *store.Table
+		err   error
+	)
 	if err = s.retry(ctx, "load state", func() error {
-		l.states, err = s.cfg.Store.Load(ctx)
+		table, err = s.cfg.Store.Load(ctx)
 		return err
 	}); err != nil {
 		return err
@@ -247,30 +290,36 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	if err := s.retry(ctx, "raise fence", func() error { return s.cfg.Dispatcher.RaiseFence(ctx, term.Token) }); err != nil {
 		return err
 	}
+	now := s.cfg.Clock.Now()
+	if !term.Elected.IsZero() && term.Elected.Before(now) {
+		now = term.Elected
+	}
+	l.set = s.entries.Load()
+	// Removed entries are marked, or deleted after their grace, in the
+	// table itself: the persister's first write stores that.
+	table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
+	l.states = table.States()
+
+	// The persister owns the table from here; the loop keeps its own view
+	// in l.states and hands it changes.
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.persist = newPersister(s.cfg.Store, l.guard, s.log, m)
+	l.persist = newPersister(s.cfg.Store, l.guard, table, s.cfg)
+	s.persist.Store(l.persist)
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() { defer pwg.Done(); l.persist.run(pctx) }()
 	defer func() {
 		pcancel()
 		pwg.Wait()
+		s.persist.CompareAndSwap(l.persist, nil)
 	}()
 
-	now := s.cfg.Clock.Now()
-	if !term.Elected.IsZero() && term.Elected.Before(now) {
-		now = term.Elected
-	}
-	l.set = s.entries.Load()
 	l.items = make(map[string]*item, len(l.set.byName))
 	for name, e := range l.set.byName {
 		l.startEntry(e, l.states[name], now, true)
 	}
 	heap.Init(&l.heap)
 	l.flushBaseline()
-	if err := l.prune(ctx, now); err != nil {
-		return err
-	}
 	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
 	if err != nil {
 		m.EtcdErrors.Inc()
@@ -362,7 +411,7 @@ func (s *Scheduler) retry(ctx context.Context, what string, op func() error) err
 			return nil
 		}
 		if errors.Is(err, publisher.ErrStale) || errors.Is(err, store.ErrNotLeader) {
-			return fmt.Errorf("%w: %s: %v", ErrTermEnded, what, err)
+			return fmt.Errorf("%w: %s: %w", ErrTermEnded, what, err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -405,14 +454,12 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	if last.IsZero() || !catchUp {
 		// From now on this entry's slots are owed: record that before its
 		// first fire, so a leader that takes over before then still owes
-		// it (and owes nothing from before a change). Only the stored
-		// copy needs it: this term reads Since nowhere else.
-		base := &store.EntryState{Name: e.Name, Since: now}
-		if st != nil {
-			st.Since = now
-			base = snapshot(st)
+		// it (and owes nothing from before a change).
+		if st == nil {
+			st = l.state(e.Name)
 		}
-		l.baseline = append(l.baseline, base)
+		st.Since = now
+		l.baseline = append(l.baseline, *st)
 	}
 	var next *item
 	if catchUp && !last.IsZero() {
@@ -525,8 +572,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	l.results = append(l.results[:0], make([]publisher.Result, n)...)
 	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
 	now := s.cfg.Clock.Now()
-	logFires := s.log.Enabled(ctx, slog.LevelInfo)
-	var changed []*store.EntryState
+	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
 	for i, p := range batch {
 		r := l.results[i]
@@ -538,18 +584,21 @@ func (l *loop) publishPending(ctx context.Context) error {
 				m.FireLag.Observe(lag.Seconds())
 			}
 			id := l.fires[i].ID
-			st := l.state(p.e.Name)
-			st.Record(store.Run{Slot: p.slot, PublishedAt: now, Token: l.term.Token, TaskID: string(id[:]), Manual: p.manual})
-			if !l.dirty[p.e.Name] {
+			if !p.manual {
+				st := l.state(p.e.Name)
+				if p.slot.After(st.LastSlot) {
+					st.LastSlot = p.slot
+				}
 				l.dirty[p.e.Name] = true
-				changed = append(changed, st)
 			}
 			if logFires {
-				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-					"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
+				if l.fireLog.allow(now, s.cfg.FireLogLimit, r, p.manual) {
+					s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
+				}
 			}
 			if p.req != nil {
-				l.persist.complete(*p.req, snapshot(st))
+				l.persist.complete(*p.req, nil)
 			}
 		case publisher.ResultStale:
 			stale := 0
@@ -564,13 +613,24 @@ func (l *loop) publishPending(ctx context.Context) error {
 			failed = append(failed, p)
 		}
 	}
-	// One snapshot per entry per batch, however often it fired in it.
-	if len(changed) > 0 {
-		for i, st := range changed {
-			changed[i] = snapshot(st)
+	if logFires {
+		l.fireLog.summarise(s.log, now, l.term.Token)
+	}
+	// One state per entry per batch, however often it fired in it.
+	if len(l.dirty) > 0 {
+		l.changed = l.changed[:0]
+		for name := range l.dirty {
+			l.changed = append(l.changed, *l.states[name])
 		}
 		clear(l.dirty)
-		l.persist.save(changed)
+		l.persist.save(l.changed...)
+		if s.cfg.PersistEachBatch {
+			fctx, cancel := context.WithTimeout(ctx, max(s.cfg.StateInterval, writeAttemptTimeout))
+			if ferr := l.persist.flush(fctx); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
+				s.log.Warn("batch state not persisted before the next batch", "err", ferr)
+			}
+			cancel()
+		}
 	}
 	// Drop the batch from the queue without copying what is left; only
 	// failures, rare, are put back in front (in slot order).
@@ -584,7 +644,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	}
 	if err != nil {
 		if errors.Is(err, publisher.ErrStale) {
-			return fmt.Errorf("%w: %v", ErrTermEnded, err)
+			return fmt.Errorf("%w: %w", ErrTermEnded, err)
 		}
 		m.RedisErrors.Inc()
 		s.setPublishErr(err)
@@ -623,12 +683,6 @@ func (l *loop) state(name string) *store.EntryState {
 		l.states[name] = st
 	}
 	return st
-}
-
-func snapshot(st *store.EntryState) *store.EntryState {
-	c := *st
-	c.Recent = append([]store.Run(nil), st.Recent...)
-	return &c
 }
 
 // applyReload swaps in the latest config without firing spuriously.
@@ -675,26 +729,9 @@ func (l *loop) applyReload(now time.Time) {
 // persister.
 func (l *loop) flushBaseline() {
 	if len(l.baseline) > 0 {
-		l.persist.save(l.baseline)
+		l.persist.save(l.baseline...)
 		l.baseline = nil
 	}
-}
-
-// prune marks or deletes the state of entries no longer configured.
-func (l *loop) prune(ctx context.Context, now time.Time) error {
-	configured := make(map[string]bool, len(l.set.byName))
-	for n := range l.set.byName {
-		configured[n] = true
-	}
-	err := l.s.cfg.Store.Prune(ctx, l.guard, l.states, configured, now, l.s.cfg.RemovedGrace)
-	if errors.Is(err, store.ErrNotLeader) {
-		return fmt.Errorf("%w: %v", ErrTermEnded, err)
-	}
-	if err != nil {
-		l.s.cfg.Metrics.EtcdErrors.Inc()
-		l.s.log.Warn("prune removed entries", "err", err)
-	}
-	return nil
 }
 
 // handleRequests applies admin requests. A trigger becomes a pending manual
@@ -720,13 +757,13 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			l.persist.markSeen(r.ID)
 		case store.OpPause:
 			st.Paused = true
-			l.persist.complete(r, snapshot(st))
+			l.persist.complete(r, st)
 			l.s.log.Info("paused", "entry", e.Name)
 		case store.OpResume:
 			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
 			st.Since = l.s.cfg.Clock.Now()
-			l.persist.complete(r, snapshot(st))
+			l.persist.complete(r, st)
 			l.s.log.Info("resumed", "entry", e.Name)
 		default:
 			l.persist.complete(r, nil)
@@ -743,6 +780,7 @@ const finishBudget = 500 * time.Millisecond
 // finish persists everything published before the loop stops, within
 // finishBudget.
 func (l *loop) finish() error {
+	l.fireLog.summarise(l.s.log, l.s.cfg.Clock.Now().Add(time.Second), l.term.Token)
 	ctx, cancel := context.WithTimeout(context.Background(), finishBudget)
 	defer cancel()
 	if err := l.persist.flush(ctx); err != nil {

@@ -24,11 +24,10 @@ type fakeDispatcher struct {
 	seen      map[string]bool
 	fence     int64
 	Err       error // returned by Publish while set
-	notify    chan struct{}
 }
 
 func newFakeDispatcher() *fakeDispatcher {
-	return &fakeDispatcher{seen: map[string]bool{}, notify: make(chan struct{}, 1000)}
+	return &fakeDispatcher{seen: map[string]bool{}}
 }
 
 func (d *fakeDispatcher) RaiseFence(_ context.Context, token int64) error {
@@ -65,7 +64,6 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 		d.seen[key] = true
 		d.published = append(d.published, key)
 		results[i] = publisher.ResultOK
-		d.notify <- struct{}{}
 	}
 	for _, r := range results {
 		if r == publisher.ResultStale {
@@ -96,36 +94,57 @@ type memStore struct {
 	nextID   int
 	watch    chan struct{}
 	saves    int
+	failWith error // Save fails with it while set
+	hang     bool  // Save blocks until its context ends while set
+}
+
+// setFailing makes Save fail with err (nil: succeed), or hang.
+func (s *memStore) setFailing(err error, hang bool) {
+	s.mu.Lock()
+	s.failWith, s.hang = err, hang
+	s.mu.Unlock()
 }
 
 func newMemStore(token int64) *memStore {
 	return &memStore{states: map[string]*store.EntryState{}, token: token, watch: make(chan struct{}, 10)}
 }
 
-func (s *memStore) Load(context.Context) (map[string]*store.EntryState, error) {
+func (s *memStore) Load(context.Context) (*store.Table, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]*store.EntryState{}
-	for k, v := range s.states {
-		out[k] = snapshot(v)
+	t := store.NewTable()
+	for _, v := range s.states {
+		t.Set(*v)
 	}
-	return out, nil
+	t.MarkClean()
+	return t, nil
 }
 
-func (s *memStore) Save(_ context.Context, g store.Guard, states []*store.EntryState) error {
+func (s *memStore) Save(ctx context.Context, g store.Guard, t *store.Table, also []string) error {
 	s.mu.Lock()
+	if s.hang {
+		s.mu.Unlock()
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	defer s.mu.Unlock()
+	if s.failWith != nil {
+		return s.failWith
+	}
 	if g.Token != s.token {
 		return store.ErrNotLeader
 	}
 	s.saves++
-	for _, st := range states {
-		s.states[st.Name] = snapshot(st)
+	s.states = t.States()
+	t.MarkClean()
+	for _, key := range also {
+		for i, q := range s.requests {
+			if q.Key == key {
+				s.requests = append(s.requests[:i], s.requests[i+1:]...)
+				break
+			}
+		}
 	}
-	return nil
-}
-
-func (s *memStore) Prune(context.Context, store.Guard, map[string]*store.EntryState, map[string]bool, time.Time, time.Duration) error {
 	return nil
 }
 
@@ -154,37 +173,27 @@ func (s *memStore) WatchRequests(ctx context.Context, _ int64) <-chan struct{} {
 	return out
 }
 
-func (s *memStore) CompleteRequest(_ context.Context, g store.Guard, r store.Request, st *store.EntryState) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if g.Token != s.token {
-		return store.ErrNotLeader
-	}
-	for i, q := range s.requests {
-		if q.ID == r.ID {
-			s.requests = append(s.requests[:i], s.requests[i+1:]...)
-			break
-		}
-	}
-	if st != nil {
-		s.states[st.Name] = snapshot(st)
-	}
-	return nil
-}
-
 func (s *memStore) request(op store.Op, entry string) {
 	s.mu.Lock()
 	s.nextID++
-	s.requests = append(s.requests, store.Request{ID: fmt.Sprintf("r%d", s.nextID), Op: op, Entry: entry})
+	id := fmt.Sprintf("r%d", s.nextID)
+	s.requests = append(s.requests, store.Request{ID: id, Key: id, Op: op, Entry: entry})
 	s.mu.Unlock()
 	s.watch <- struct{}{}
+}
+
+func (s *memStore) pending() []store.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]store.Request(nil), s.requests...)
 }
 
 func (s *memStore) get(name string) *store.EntryState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.states[name]; st != nil {
-		return snapshot(st)
+		c := *st
+		return &c
 	}
 	return nil
 }
@@ -296,7 +305,7 @@ func TestFiresOnSlots(t *testing.T) {
 	}
 	h.done <- nil
 	st := h.store.get("tick")
-	if st == nil || !st.LastSlot.Equal(t0.Add(time.Minute)) || st.TotalRunCount != 6 || len(st.Recent) != 6 || st.Recent[0].Token != 7 {
+	if st == nil || !st.LastSlot.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("persisted state = %+v", st)
 	}
 }
@@ -483,8 +492,10 @@ func TestAdminRequests(t *testing.T) {
 	for (h.store.get("e") == nil || !h.store.get("e").Paused) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if st := h.store.get("e"); !st.Paused || st.TotalRunCount != 1 || !st.Recent[0].Manual {
-		t.Fatalf("after trigger and pause: %+v", st)
+	// A manual run does not move the entry's last slot, and both requests
+	// are consumed once applied.
+	if st := h.store.get("e"); !st.Paused || !st.LastSlot.IsZero() || len(h.store.pending()) != 0 {
+		t.Fatalf("after trigger and pause: %+v, requests left %v", st, h.store.pending())
 	}
 	h.settle()
 	h.clock.Set(t0.Add(20 * time.Second)) // two slots while paused
@@ -608,5 +619,107 @@ func TestSlotDuringStartupIsNotMissed(t *testing.T) {
 	// 09:59:59, due before the election, was an outage slot: skipped.
 	if n := testutil.ToFloat64(h.sched.cfg.Metrics.Missed.WithLabelValues("s", ReasonSkip)); n != 1 {
 		t.Errorf("missed{skip} = %v, want 1", n)
+	}
+}
+
+// TestEtcdRefusingWritesDoesNotStopFiring is the quota case: etcd refuses
+// every write (NOSPACE) or hangs while the lease still holds. The leader
+// must keep firing every slot on time, report the backlog, and catch the
+// state up once etcd accepts writes again.
+func TestEtcdRefusingWritesDoesNotStopFiring(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		hang bool
+	}{
+		{name: "nospace", err: errors.New("etcdserver: mvcc: database space exceeded")},
+		{name: "hang", hang: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := "entries:\n"
+			for i := range 50 {
+				yaml += fmt.Sprintf("  e%02d: {task: t, every: 10s}\n", i)
+			}
+			h := newHarness(t, yaml, t0.Add(time.Second))
+			h.start(7)
+			h.settle()
+			h.store.setFailing(tc.err, tc.hang)
+			for i := 1; i <= 5; i++ {
+				h.clock.Set(t0.Add(time.Duration(i) * 10 * time.Second))
+				h.waitPublished(50 * i)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for h.sched.PersistError() == nil && time.Now().Before(deadline) {
+				// Let the persister tick, without reaching the next slot.
+				if h.clock.Now().Before(t0.Add(59 * time.Second)) {
+					h.clock.Advance(100 * time.Millisecond)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if h.sched.PersistError() == nil {
+				t.Fatal("failing state writes not reported")
+			}
+			if v := testutil.ToFloat64(h.sched.cfg.Metrics.StatePersistFailing); v != 1 {
+				t.Errorf("beatd_state_persist_failing = %v, want 1", v)
+			}
+			if v := testutil.ToFloat64(h.sched.cfg.Metrics.StateUnpersistedAge); v <= 0 {
+				t.Errorf("beatd_state_unpersisted_age_seconds = %v, want > 0", v)
+			}
+			if st := h.store.get("e07"); st != nil && !st.LastSlot.IsZero() {
+				t.Fatalf("state stored while etcd refused writes: %+v", st)
+			}
+			// Every slot fired exactly once, in order, on time.
+			got := h.disp.list()
+			seen := map[string]bool{}
+			for _, f := range got {
+				if seen[f] {
+					t.Fatalf("fired twice: %s", f)
+				}
+				seen[f] = true
+			}
+			if len(got) != 250 {
+				t.Fatalf("published %d fires, want 250", len(got))
+			}
+
+			h.store.setFailing(nil, false)
+			want := t0.Add(50 * time.Second)
+			deadline = time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if st := h.store.get("e07"); st != nil && !st.LastSlot.Before(want) && h.sched.PersistError() == nil {
+					break
+				}
+				h.clock.Advance(time.Second)
+				time.Sleep(5 * time.Millisecond)
+			}
+			if st := h.store.get("e07"); st == nil || st.LastSlot.Before(want) || !st.Since.Equal(t0.Add(time.Second)) {
+				t.Fatalf("state did not catch up: %+v", st)
+			}
+			if h.sched.PersistError() != nil || testutil.ToFloat64(h.sched.cfg.Metrics.StatePersistFailing) != 0 {
+				t.Error("failure still reported after state caught up")
+			}
+		})
+	}
+}
+
+// TestShutdownWithRefusedWrites stops a leader whose etcd refuses writes:
+// it must return within the shutdown budget, not wait for etcd.
+func TestShutdownWithRefusedWrites(t *testing.T) {
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h.start(7)
+	h.settle()
+	h.store.setFailing(nil, true)
+	h.clock.Set(t0.Add(10 * time.Second))
+	h.waitPublished(1)
+	start := time.Now()
+	h.cancel()
+	select {
+	case <-h.done:
+		h.done <- nil
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return with etcd hanging")
+	}
+	// finishBudget plus scheduling slack under -race on 2 cores.
+	if took := time.Since(start); took > finishBudget+2*time.Second {
+		t.Errorf("stopping took %v with etcd hanging", took)
 	}
 }

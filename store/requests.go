@@ -79,18 +79,3 @@ func (s *Store) WatchRequests(ctx context.Context, rev int64) <-chan struct{} {
 	}()
 	return out
 }
-
-// CompleteRequest applies a request's effect on state and deletes it, in
-// one transaction guarded by g: a deposed leader can do neither.
-func (s *Store) CompleteRequest(ctx context.Context, g Guard, r Request, st *EntryState) error {
-	ops := []clientv3.Op{clientv3.OpDelete(r.Key)}
-	if st != nil {
-		st.Version = formatVersion
-		b, err := json.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("store: encode %q: %w", st.Name, err)
-		}
-		ops = append(ops, clientv3.OpPut(s.entryKey(st.Name), string(b)))
-	}
-	return s.commit(ctx, g, ops)
-}

@@ -4,19 +4,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
+var (
+	etcdDir  string
+	etcdStop = func() {}
+)
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-	)
+	dir, err := os.MkdirTemp("", "store-test")
+	if err != nil {
+		panic(err)
+	}
+	etcdDir = dir
+	code := m.Run()
+	etcdStop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+			goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 const prefix = "/beatd/test/"
@@ -26,7 +49,7 @@ const prefix = "/beatd/test/"
 func lead(t *testing.T, cli *clientv3.Client, id string) Guard {
 	t.Helper()
 	ctx := context.Background()
-	key := prefix + "leader/" + id
+	key := prefix + id + "/leader/x"
 	resp, err := cli.Put(ctx, key, id)
 	if err != nil {
 		t.Fatal(err)
@@ -34,39 +57,55 @@ func lead(t *testing.T, cli *clientv3.Client, id string) Guard {
 	return Guard{Key: key, Token: resp.Header.Revision}
 }
 
-func TestSaveLoadAndGuard(t *testing.T) {
-	srv := testutil.MustStartEmbeddedEtcd(t)
-	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
-	s := New(cli, prefix)
-	ctx := context.Background()
-	g := lead(t, cli, "a")
+// etcdSrv is one embedded etcd for the package: starting one takes
+// seconds, and every test uses its own prefix... of the same server.
+var etcdOnce struct {
+	sync.Once
+	eps []string
+}
 
-	// More entries than one transaction may hold.
-	var states []*EntryState
-	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	for i := 0; i < 300; i++ {
-		st := &EntryState{Name: fmt.Sprintf("e%03d", i)}
-		for r := 0; r < 25; r++ {
-			st.Record(Run{Slot: slot.Add(time.Duration(r) * time.Minute), PublishedAt: slot.Add(time.Duration(r)*time.Minute + 3*time.Millisecond), Token: g.Token, TaskID: "id"})
+func newClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	etcdOnce.Do(func() {
+		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(etcdDir, "etcd")})
+		if err != nil {
+			panic(err)
 		}
-		states = append(states, st)
+		etcdStop = srv.Close
+		etcdOnce.eps = srv.Endpoints
+	})
+	return testutil.NewEtcdClient(t, etcdOnce.eps...)
+}
+
+func TestSaveLoadAndGuard(t *testing.T) {
+	cli := newClient(t)
+	s := New(cli, prefix+t.Name()+"/")
+	ctx := context.Background()
+	g := lead(t, cli, t.Name())
+
+	// More buckets than one transaction may hold, and more than one
+	// entry per bucket.
+	tab := NewTable()
+	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for i := 0; i < 3000; i++ {
+		tab.Set(EntryState{Name: fmt.Sprintf("e%04d", i), LastSlot: slot.Add(time.Duration(i) * time.Second), Since: slot.Add(-time.Hour)})
 	}
-	if err := s.Save(ctx, g, states); err != nil {
+	if err := s.Save(ctx, g, tab, nil); err != nil {
 		t.Fatal(err)
+	}
+	if tab.Dirty() != 0 {
+		t.Fatalf("%d buckets still dirty after a successful save", tab.Dirty())
 	}
 	got, err := s.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 300 {
-		t.Fatalf("loaded %d states", len(got))
+	if got.Len() != 3000 {
+		t.Fatalf("loaded %d states", got.Len())
 	}
-	e := got["e042"]
-	if e.TotalRunCount != 25 || len(e.Recent) != RecentRuns || !e.LastSlot.Equal(slot.Add(24*time.Minute)) || e.Version != formatVersion {
+	e, _ := got.Get("e0042")
+	if !e.LastSlot.Equal(slot.Add(42*time.Second)) || !e.Since.Equal(slot.Add(-time.Hour)) || e.Paused {
 		t.Errorf("state = %+v", e)
-	}
-	if !e.Recent[0].Slot.Equal(slot.Add(5 * time.Minute)) {
-		t.Errorf("oldest kept run is %s, want the 6th", e.Recent[0].Slot)
 	}
 
 	// A new leader key (the old one deleted, a new term): the old guard is
@@ -74,72 +113,90 @@ func TestSaveLoadAndGuard(t *testing.T) {
 	if _, err := cli.Delete(ctx, g.Key); err != nil {
 		t.Fatal(err)
 	}
-	g2 := lead(t, cli, "b")
+	g2 := lead(t, cli, t.Name())
 	e.Paused = true
-	if err := s.Save(ctx, g, []*EntryState{e}); !errors.Is(err, ErrNotLeader) {
+	tab.Set(e)
+	if err := s.Save(ctx, g, tab, nil); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("old guard: %v, want ErrNotLeader", err)
 	}
-	if st, _ := s.Get(ctx, "e042"); st.Paused {
+	if tab.Dirty() != 1 {
+		t.Errorf("a refused write must leave its bucket dirty: %d dirty", tab.Dirty())
+	}
+	if got, _ := s.Load(ctx); mustGet(t, got, "e0042").Paused {
 		t.Fatal("a refused write changed state")
 	}
 	// Even the same key recreated (same name, new term) has a new revision.
-	if err := s.Save(ctx, g2, []*EntryState{e}); err != nil {
+	if err := s.Save(ctx, g2, tab, nil); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := s.Get(ctx, "e042"); !st.Paused {
+	if got, _ := s.Load(ctx); !mustGet(t, got, "e0042").Paused {
 		t.Fatal("guarded write lost")
 	}
 }
 
-func TestNewerFormatRefused(t *testing.T) {
-	srv := testutil.MustStartEmbeddedEtcd(t)
-	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
-	if _, err := cli.Put(context.Background(), prefix+"entries/x", `{"v": 99}`); err != nil {
+func mustGet(t *testing.T, tab *Table, name string) EntryState {
+	t.Helper()
+	st, ok := tab.Get(name)
+	if !ok {
+		t.Fatalf("no state for %q", name)
+	}
+	return st
+}
+
+// TestLegacyMigration reads the per-entry JSON of earlier versions and
+// replaces it with buckets on the first write.
+func TestLegacyMigration(t *testing.T) {
+	cli := newClient(t)
+	pfx := prefix + t.Name() + "/"
+	s := New(cli, pfx)
+	ctx := context.Background()
+	g := lead(t, cli, t.Name())
+	legacy := `{"v":1,"name":"old","last_slot":"2026-11-30T10:00:00Z","last_run_at":"2026-11-30T10:00:00.003Z",` +
+		`"total_run_count":9,"paused":true,"recent_runs":[{"slot":"2026-11-30T10:00:00Z","published_at":"2026-11-30T10:00:00.003Z","token":3,"task_id":"x"}],` +
+		`"since":"2026-11-29T10:00:00Z"}`
+	if _, err := cli.Put(ctx, pfx+"entries/old", legacy); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(cli, prefix).Load(context.Background()); err == nil {
-		t.Fatal("loaded a format from the future")
+	tab, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := EntryState{Name: "old", LastSlot: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC), Since: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), Paused: true}
+	if got := mustGet(t, tab, "old"); !sameState(got, want) {
+		t.Fatalf("legacy state = %+v, want %+v", got, want)
+	}
+	if err := s.Save(ctx, g, tab, nil); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, pfx+"entries/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("legacy keys left after a full write: %v %v", resp, err)
+	}
+	tab, _ = s.Load(ctx)
+	if got := mustGet(t, tab, "old"); !sameState(got, want) {
+		t.Fatalf("migrated state = %+v, want %+v", got, want)
 	}
 }
 
-func TestPrune(t *testing.T) {
-	srv := testutil.MustStartEmbeddedEtcd(t)
-	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
-	s := New(cli, prefix)
-	ctx := context.Background()
-	g := lead(t, cli, "a")
-	if err := s.Save(ctx, g, []*EntryState{{Name: "kept"}, {Name: "gone"}}); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	states, _ := s.Load(ctx)
-	configured := map[string]bool{"kept": true}
-	if err := s.Prune(ctx, g, states, configured, now, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	states, _ = s.Load(ctx)
-	if states["gone"] == nil || !states["gone"].RemovedAt.Equal(now) {
-		t.Fatalf("removed entry not marked: %+v", states["gone"])
-	}
-	// Within the grace period: kept. After it: deleted.
-	if err := s.Prune(ctx, g, states, configured, now.Add(30*time.Minute), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if states, _ = s.Load(ctx); states["gone"] == nil {
-		t.Fatal("deleted within the grace period")
-	}
-	if err := s.Prune(ctx, g, states, configured, now.Add(2*time.Hour), time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if states, _ = s.Load(ctx); states["gone"] != nil || states["kept"] == nil {
-		t.Fatalf("after grace: %v", states)
+func TestNewerFormatRefused(t *testing.T) {
+	cli := newClient(t)
+	for _, tc := range []struct{ key, val string }{
+		{"entries/x", `{"v": 99}`},
+		{"state/00", "\x09"},
+	} {
+		pfx := prefix + t.Name() + "/" + tc.key[:1] + "/"
+		if _, err := cli.Put(context.Background(), pfx+tc.key, tc.val); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(cli, pfx).Load(context.Background()); err == nil {
+			t.Errorf("%s: loaded a format from the future", tc.key)
+		}
 	}
 }
 
 func TestRequests(t *testing.T) {
-	srv := testutil.MustStartEmbeddedEtcd(t)
-	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
-	s := New(cli, prefix)
+	cli := newClient(t)
+	s := New(cli, prefix+t.Name()+"/")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g := lead(t, cli, "a")
@@ -165,14 +222,19 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("pending = %+v, %v", reqs, err)
 	}
 	// A deposed leader can neither apply nor consume a request.
+	tab := NewTable()
+	tab.Set(EntryState{Name: "x", Paused: true})
 	stale := Guard{Key: g.Key, Token: g.Token - 1}
-	if err := s.CompleteRequest(ctx, stale, reqs[0], &EntryState{Name: "x", Paused: true}); !errors.Is(err, ErrNotLeader) {
+	if err := s.Save(ctx, stale, tab, []string{reqs[0].Key}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("stale complete: %v", err)
 	}
-	if err := s.CompleteRequest(ctx, g, reqs[0], &EntryState{Name: "x", Paused: true}); err != nil {
+	if reqs, _, _ := s.PendingRequests(ctx); len(reqs) != 2 {
+		t.Fatalf("a refused completion consumed a request: %d left", len(reqs))
+	}
+	if err := s.Save(ctx, g, tab, []string{reqs[0].Key}); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := s.Get(ctx, "x"); !st.Paused {
+	if got, _ := s.Load(ctx); !mustGet(t, got, "x").Paused {
 		t.Error("pause not applied")
 	}
 	if reqs, _, _ = s.PendingRequests(ctx); len(reqs) != 1 {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +23,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	ef := etcdFlags{Prefix: "/beatd/default/"}
 	ef.register(fs)
 	config := fs.String("config", "", "schedule file, to show schedules and next run times")
+	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "Celery broker URL, to show each entry's recent runs (kept in Redis)")
+	brokerMaster := fs.String("broker-master-name", "", "Redis Sentinel master name")
+	brokerPassFile := fs.String("broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
+	redisPrefix := fs.String("redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
 	asJSON := fs.Bool("json", false, "print JSON, as GET /status")
 	if err := parseFlags(fs, args); err != nil {
 		return exitCode(err)
@@ -41,10 +47,24 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := buildStatus(ctx, cli, ef.prefix(), cfg, time.Now())
+	var hist historyReader
+	if pass, err := secret(*brokerPassFile, "BEATD_BROKER_PASSWORD"); err != nil {
+		fmt.Fprintln(stderr, "beatd status:", err)
+		return 1
+	} else if rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, MasterName: *brokerMaster, Password: pass}); err != nil {
+		fmt.Fprintln(stderr, "beatd status: no run history:", err)
+	} else {
+		defer rdb.Close()
+		cluster := strings.Trim(ef.prefix(), "/")
+		hist = publisher.New(rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(*redisPrefix, cluster)})
+	}
+	st, err := buildStatus(ctx, cli, ef.prefix(), cfg, hist, time.Now())
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", err)
 		return 1
+	}
+	if st.HistoryError != "" {
+		fmt.Fprintf(stderr, "beatd status: recent runs unavailable (%s): %s\n", publisher.Redacted(*broker), st.HistoryError)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

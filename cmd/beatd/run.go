@@ -91,12 +91,19 @@ type Main struct {
 	LogFormat      string
 	LogLevel       string
 	AdminTokenFile string
+	StateInterval  time.Duration
+	RunHistory     int
+	LogFires       int
+	EtcdCompact    time.Duration
+	EtcdQuota      int64
+	EtcdRetention  string
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	embedded       *embedetcd.Server
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
+	pub            *publisher.Publisher
 	store          *store.Store
 	elector        *election.Elector
 	sched          *scheduler.Scheduler
@@ -122,6 +129,8 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: "/beatd/default/"},
+		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
+		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
 		stdout: stdout, stderr: stderr,
 	}
 }
@@ -147,6 +156,12 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "json or text")
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (else BEATD_ADMIN_TOKEN); without one the admin endpoints are disabled")
+	fs.DurationVar(&m.StateInterval, "state-interval", m.StateInterval, "the most often each entry's state is written to etcd; a failover re-publishes (deduplicated) what was fired since")
+	fs.IntVar(&m.RunHistory, "run-history", m.RunHistory, "runs each entry keeps in Redis for status (0 keeps none)")
+	fs.IntVar(&m.LogFires, "log-fires", m.LogFires, "per-fire INFO lines a second before they are summarised in one line a second (0: no per-fire lines)")
+	fs.DurationVar(&m.EtcdCompact, "etcd-compact", 0, "with --etcd-endpoints: the leader compacts etcd's history to this age (cluster-wide: off by default; the embedded etcd compacts itself)")
+	fs.Int64Var(&m.EtcdQuota, "etcd-quota-backend-bytes", m.EtcdQuota, "the embedded etcd's backend quota")
+	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -194,7 +209,8 @@ func (m *Main) Run(ctx context.Context) error {
 		etcdc = make(chan started, 1)
 		go func() {
 			srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"),
-				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd"})
+				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd",
+				QuotaBackendBytes: m.EtcdQuota, CompactionRetention: m.EtcdRetention})
 			etcdc <- started{srv, err}
 		}()
 	}
@@ -226,10 +242,6 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
 		return err
 	}
-	redisPrefix := m.RedisPrefix
-	if redisPrefix == "" {
-		redisPrefix = "beatd:{" + cluster + "}:"
-	}
 	dedup := m.DedupTTL
 	if dedup <= 0 {
 		dedup = publisher.DefaultDedupTTL
@@ -237,14 +249,15 @@ func (m *Main) Run(ctx context.Context) error {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
-	pub := publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisPrefix, DedupTTL: dedup})
+	m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, History: noneIfZero(m.RunHistory)})
 
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
 	host, _ := os.Hostname()
-	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
-		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix}, cfg)
+	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: m.pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
+		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
+		StateInterval: m.StateInterval, DedupTTL: dedup, FireLogLimit: noneIfZero(m.LogFires)}, cfg)
 	if err != nil {
 		return err
 	}
@@ -314,9 +327,14 @@ func (m *Main) lead(ctx context.Context) {
 		// first persists what it published, while still leader.
 		schedCtx, cancel := context.WithCancel(l.Context())
 		stop := context.AfterFunc(ctx, cancel)
+		var compacting sync.WaitGroup
+		if m.EtcdCompact > 0 && m.embedded == nil {
+			compacting.Go(func() { store.Compact(schedCtx, m.etcd, m.EtcdCompact, m.log) })
+		}
 		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
 		stop()
 		cancel()
+		compacting.Wait()
 		m.token.Store(0)
 		m.metrics.IsLeader.Set(0)
 		m.metrics.LeaderChanges.Inc()
@@ -469,13 +487,16 @@ func (m *Main) Ready(ctx context.Context) error {
 		if err := m.sched.PublishError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
 		}
+		if err := m.sched.PersistError(); err != nil {
+			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
+		}
 	}
 	return nil
 }
 
 // Status implements api.Backend, from etcd, so standbys serve it too.
 func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := buildStatus(ctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), time.Now())
+	st, err := buildStatus(ctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.pub, time.Now())
 	st.ID = m.ID
 	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
 	return st, err
@@ -490,18 +511,43 @@ func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
 	return r.ID, err
 }
 
-// buildStatus reads leadership and entry state from etcd and merges it
-// with a config (which may be nil: then only stored entries show).
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, now time.Time) (api.Status, error) {
+// historyReader reads the run history the publisher keeps with the broker.
+type historyReader interface {
+	Histories(ctx context.Context, names []string) (map[string]publisher.History, error)
+}
+
+// buildStatus reads leadership and entry state from etcd, and the run
+// history from the broker (hist may be nil), and merges them with a
+// config (which may be nil: then only stored entries show). A broker that
+// does not answer leaves the history out, not the status.
+func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, hist historyReader, now time.Time) (api.Status, error) {
 	var out api.Status
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
 		return out, err
 	}
 	out.LeaderID, out.FencingToken = leader.ID, leader.Token
-	states, err := store.New(cli, prefix).Load(ctx)
+	table, err := store.New(cli, prefix).Load(ctx)
 	if err != nil {
 		return out, err
+	}
+	states := table.States()
+	var names []string
+	if cfg != nil {
+		for _, e := range cfg.Entries {
+			names = append(names, e.Name)
+		}
+	}
+	for name := range states {
+		if cfg == nil || cfg.Entry(name) == nil {
+			names = append(names, name)
+		}
+	}
+	var runs map[string]publisher.History
+	if hist != nil {
+		if runs, err = hist.Histories(ctx, names); err != nil {
+			out.HistoryError = err.Error()
+		}
 	}
 	seen := map[string]bool{}
 	add := func(name string, e *schedule.Entry) {
@@ -509,11 +555,12 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		if e != nil {
 			es.Task, es.Schedule, es.Enabled = e.Task, fmt.Sprint(e.Schedule), e.Enabled
 		}
-		st := states[name]
-		if st != nil {
-			es.Paused, es.TotalRunCount = st.Paused, st.TotalRunCount
-			es.LastSlot, es.LastRunAt = timePtr(st.LastSlot), timePtr(st.LastRunAt)
-			es.RecentRuns = append(es.RecentRuns, st.Recent...)
+		if st := states[name]; st != nil {
+			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
+		}
+		if h, ok := runs[name]; ok {
+			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
+			es.RecentRuns = append(es.RecentRuns, h.Runs...)
 		}
 		if e != nil && e.Enabled && !es.Paused {
 			es.NextRunAt = timePtr(e.Schedule.Next(now))
@@ -532,6 +579,25 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		}
 	}
 	return out, nil
+}
+
+// noneIfZero maps a flag's "0 turns it off" to the options' "negative
+// turns it off" (where zero means the default).
+func noneIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// redisKeyPrefix is the prefix of beatd's own Redis keys: the flag, else
+// one with the cluster as a hash tag, so Redis Cluster keeps them in one
+// slot.
+func redisKeyPrefix(flag, cluster string) string {
+	if flag != "" {
+		return flag
+	}
+	return "beatd:{" + cluster + "}:"
 }
 
 func timePtr(t time.Time) *time.Time {

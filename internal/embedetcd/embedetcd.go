@@ -3,6 +3,7 @@
 package embedetcd
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"os"
@@ -22,7 +23,34 @@ type Config struct {
 	ClientPort int
 	PeerPort   int
 	Name       string
+	// QuotaBackendBytes is the backend quota (default
+	// DefaultQuotaBackendBytes). Past it etcd refuses writes until it is
+	// compacted and defragmented; beatd keeps firing meanwhile.
+	QuotaBackendBytes int64
+	// CompactionRetention is the periodic auto-compaction's retention
+	// (default DefaultCompactionRetention).
+	CompactionRetention string
 }
+
+// Defaults that keep the embedded etcd's disk and memory flat while beatd
+// rewrites its state buckets every second.
+const (
+	// DefaultQuotaBackendBytes is etcd's own default, set explicitly so
+	// that it is a decision, not an accident.
+	DefaultQuotaBackendBytes = 2 << 30
+	// DefaultCompactionRetention keeps a minute of history: beatd reads
+	// only the newest revision, and a short history keeps the backend
+	// small.
+	DefaultCompactionRetention = "1m"
+	// snapshotCount triggers a raft snapshot (and frees the raft log held
+	// in memory) every this many entries. etcd's default of 10,000
+	// entries of state writes holds hundreds of MB in memory at 20k fires
+	// a second; a single member needs no long log for followers.
+	snapshotCount = 1000
+	// snapshotCatchUpEntries are the entries kept after a snapshot for
+	// slow followers; a single member has none.
+	snapshotCatchUpEntries = 100
+)
 
 // Server is a running embedded etcd.
 type Server struct {
@@ -47,6 +75,11 @@ func Start(cfg Config) (*Server, error) {
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.ListenMetricsUrls = nil
+	ec.QuotaBackendBytes = cmp.Or(cfg.QuotaBackendBytes, DefaultQuotaBackendBytes)
+	ec.AutoCompactionMode = "periodic"
+	ec.AutoCompactionRetention = cmp.Or(cfg.CompactionRetention, DefaultCompactionRetention)
+	ec.SnapshotCount = snapshotCount
+	ec.SnapshotCatchUpEntries = snapshotCatchUpEntries
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)

@@ -1,0 +1,309 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+)
+
+// NumBuckets is how many etcd keys hold the state of all entries. Packing
+// entries into a fixed number of keys keeps the cost of a state write
+// proportional to the entries that changed, not to a key and an MVCC
+// revision per entry: with 1k entries firing every second, 256 puts of
+// ~100 bytes instead of 1,000 puts; with 100k entries, no more than 256
+// keys ever change, in any interval.
+const NumBuckets = 256
+
+// EntryState is what etcd holds for one entry: only what a new leader
+// needs to fire correctly. Run history and counters live with the broker
+// (see publisher.Run), not here, so a fire costs etcd tens of bytes.
+type EntryState struct {
+	Name     string
+	LastSlot time.Time // nominal time of the last slot fired
+	// Since is when the entry's current schedule began to be owed: set
+	// when a leader first schedules it, when its config changes, and on
+	// resume. A later leader catches up from max(LastSlot, Since), so a
+	// slot due before anyone fired the entry is still owed after a
+	// failover, and slots from before a change or a pause are not.
+	Since     time.Time
+	Paused    bool
+	RemovedAt time.Time // set when the entry left the config
+}
+
+// CatchupFrom is the instant after which missed slots are owed.
+func (s *EntryState) CatchupFrom() time.Time {
+	if s.Since.After(s.LastSlot) {
+		return s.Since
+	}
+	return s.LastSlot
+}
+
+// BucketOf is the bucket that holds name's state.
+func BucketOf(name string) int {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32() % NumBuckets)
+}
+
+// Table is every entry's state, grouped by bucket, with the buckets that
+// changed since they were last written marked dirty. It is the leader's
+// write-behind copy of what etcd holds; it is not safe for concurrent use.
+type Table struct {
+	buckets [NumBuckets]map[string]EntryState
+	dirty   [NumBuckets]bool
+	// legacy are keys of the per-entry JSON layout (format v1) whose
+	// content was read into the table; they are deleted with the first
+	// write of everything, so an upgrade migrates in place.
+	legacy []string
+	n      int
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table { return &Table{} }
+
+// Len is the number of entries.
+func (t *Table) Len() int { return t.n }
+
+// Get returns name's state.
+func (t *Table) Get(name string) (EntryState, bool) {
+	st, ok := t.buckets[BucketOf(name)][name]
+	return st, ok
+}
+
+// Set stores st and marks its bucket dirty.
+func (t *Table) Set(st EntryState) {
+	b := BucketOf(st.Name)
+	if t.buckets[b] == nil {
+		t.buckets[b] = map[string]EntryState{}
+	}
+	if _, ok := t.buckets[b][st.Name]; !ok {
+		t.n++
+	}
+	t.buckets[b][st.Name] = st
+	t.dirty[b] = true
+}
+
+// Delete removes name and marks its bucket dirty.
+func (t *Table) Delete(name string) {
+	b := BucketOf(name)
+	if _, ok := t.buckets[b][name]; ok {
+		delete(t.buckets[b], name)
+		t.n--
+		t.dirty[b] = true
+	}
+}
+
+// Range calls f for every entry until f returns false.
+func (t *Table) Range(f func(EntryState) bool) {
+	for _, m := range t.buckets {
+		for _, st := range m {
+			if !f(st) {
+				return
+			}
+		}
+	}
+}
+
+// States returns a copy of every entry's state, keyed by name.
+func (t *Table) States() map[string]*EntryState {
+	out := make(map[string]*EntryState, t.n)
+	t.Range(func(st EntryState) bool {
+		out[st.Name] = &st
+		return true
+	})
+	return out
+}
+
+// Dirty is the number of buckets not yet written.
+func (t *Table) Dirty() int {
+	n := 0
+	for _, d := range t.dirty {
+		if d {
+			n++
+		}
+	}
+	return n + min(len(t.legacy), 1)
+}
+
+// MarkClean marks every bucket written, for a store that writes the whole
+// table at once (an in-memory one in tests).
+func (t *Table) MarkClean() {
+	t.dirty = [NumBuckets]bool{}
+	t.legacy = nil
+}
+
+// Prune applies the removed-entry rule to every entry not configured: the
+// first time it is seen it is marked removed at now; once marked for
+// longer than grace it is deleted. An entry configured again is unmarked.
+// It returns the names it marked and deleted.
+func (t *Table) Prune(configured func(string) bool, now time.Time, grace time.Duration) (marked, deleted []string) {
+	var set []EntryState
+	t.Range(func(st EntryState) bool {
+		switch {
+		case configured(st.Name):
+			if !st.RemovedAt.IsZero() { // back in the config
+				st.RemovedAt = time.Time{}
+				set = append(set, st)
+			}
+		case st.RemovedAt.IsZero():
+			st.RemovedAt = now
+			set = append(set, st)
+			marked = append(marked, st.Name)
+		case now.Sub(st.RemovedAt) > grace:
+			deleted = append(deleted, st.Name)
+		}
+		return true
+	})
+	for _, st := range set {
+		t.Set(st)
+	}
+	for _, n := range deleted {
+		t.Delete(n)
+	}
+	return marked, deleted
+}
+
+// Bucket encoding (format v2), chosen for size because every byte is
+// written to etcd's WAL and MVCC history on every change:
+//
+//	version byte (2) | uvarint base (Unix seconds) | records...
+//	record: uvarint len(name) | name | flags | times...
+//
+// flags say which of LastSlot, Since, RemovedAt follow (in that order)
+// and whether the entry is paused. A time is zigzag(seconds-base)<<1 |
+// hasNanos as a uvarint, then the nanoseconds if any: slots are whole
+// seconds near each other, so most times take one or two bytes.
+const (
+	bucketFormat = 2
+
+	flagLast    = 1 << 0
+	flagSince   = 1 << 1
+	flagRemoved = 1 << 2
+	flagPaused  = 1 << 3
+)
+
+// appendBucket encodes bucket b into dst.
+func (t *Table) appendBucket(dst []byte, b int) []byte {
+	m := t.buckets[b]
+	var base int64
+	for _, st := range m {
+		if s := st.LastSlot.Unix(); !st.LastSlot.IsZero() && s > base {
+			base = s
+		}
+	}
+	dst = append(dst, bucketFormat)
+	dst = binary.AppendUvarint(dst, uint64(max(base, 0)))
+	for _, st := range m {
+		dst = binary.AppendUvarint(dst, uint64(len(st.Name)))
+		dst = append(dst, st.Name...)
+		var f byte
+		if !st.LastSlot.IsZero() {
+			f |= flagLast
+		}
+		if !st.Since.IsZero() {
+			f |= flagSince
+		}
+		if !st.RemovedAt.IsZero() {
+			f |= flagRemoved
+		}
+		if st.Paused {
+			f |= flagPaused
+		}
+		dst = append(dst, f)
+		for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
+			if !tm.IsZero() {
+				dst = appendTime(dst, tm, base)
+			}
+		}
+	}
+	return dst
+}
+
+func appendTime(dst []byte, tm time.Time, base int64) []byte {
+	d := tm.Unix() - base
+	z := uint64(d<<1) ^ uint64(d>>63) // zigzag
+	ns := tm.Nanosecond()
+	v := z << 1
+	if ns != 0 {
+		v |= 1
+	}
+	dst = binary.AppendUvarint(dst, v)
+	if ns != 0 {
+		dst = binary.AppendUvarint(dst, uint64(ns))
+	}
+	return dst
+}
+
+var errCorrupt = errors.New("corrupt state bucket")
+
+// decodeBucket adds the entries of an encoded bucket to t, unmarked.
+func (t *Table) decodeBucket(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if b[0] > bucketFormat {
+		return fmt.Errorf("state format v%d is newer than this beatd (v%d): upgrade beatd", b[0], bucketFormat)
+	}
+	if b[0] != bucketFormat {
+		return fmt.Errorf("%w: format %d", errCorrupt, b[0])
+	}
+	b = b[1:]
+	ubase, n := binary.Uvarint(b)
+	if n <= 0 {
+		return errCorrupt
+	}
+	base := int64(ubase)
+	b = b[n:]
+	for len(b) > 0 {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l+1 {
+			return errCorrupt
+		}
+		st := EntryState{Name: string(b[n : n+int(l)])}
+		b = b[n+int(l):]
+		f := b[0]
+		b = b[1:]
+		st.Paused = f&flagPaused != 0
+		for _, x := range []struct {
+			flag byte
+			dst  *time.Time
+		}{{flagLast, &st.LastSlot}, {flagSince, &st.Since}, {flagRemoved, &st.RemovedAt}} {
+			if f&x.flag == 0 {
+				continue
+			}
+			var err error
+			if *x.dst, b, err = readTime(b, base); err != nil {
+				return err
+			}
+		}
+		bk := BucketOf(st.Name)
+		if t.buckets[bk] == nil {
+			t.buckets[bk] = map[string]EntryState{}
+		}
+		if _, ok := t.buckets[bk][st.Name]; !ok {
+			t.n++
+		}
+		t.buckets[bk][st.Name] = st
+	}
+	return nil
+}
+
+func readTime(b []byte, base int64) (time.Time, []byte, error) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 {
+		return time.Time{}, b, errCorrupt
+	}
+	b = b[n:]
+	z := v >> 1
+	d := int64(z>>1) ^ -int64(z&1)
+	var ns uint64
+	if v&1 != 0 {
+		if ns, n = binary.Uvarint(b); n <= 0 || ns >= 1e9 {
+			return time.Time{}, b, errCorrupt
+		}
+		b = b[n:]
+	}
+	return time.Unix(base+d, int64(ns)).UTC(), b, nil
+}

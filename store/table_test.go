@@ -1,0 +1,103 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func sameState(a, b EntryState) bool {
+	return a.Name == b.Name && a.LastSlot.Equal(b.LastSlot) && a.Since.Equal(b.Since) &&
+		a.RemovedAt.Equal(b.RemovedAt) && a.Paused == b.Paused
+}
+
+func TestBucketRoundTrip(t *testing.T) {
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	tests := []EntryState{
+		{Name: "zero"},
+		{Name: "slot", LastSlot: base},
+		{Name: "nanos", LastSlot: base.Add(500 * time.Millisecond), Since: base.Add(-time.Nanosecond)},
+		{Name: "paused", LastSlot: base.Add(-90 * 24 * time.Hour), Paused: true},
+		{Name: "removed", RemovedAt: base.Add(time.Hour), Since: base.Add(-400 * 24 * time.Hour)},
+		{Name: "before 1970", LastSlot: time.Date(1960, 1, 1, 0, 0, 0, 1, time.UTC)},
+		{Name: "zone", LastSlot: base.In(time.FixedZone("x", 3600))},
+		{Name: "ünïcødé ✓", LastSlot: base, Since: base, Paused: true, RemovedAt: base},
+	}
+	tab := NewTable()
+	for _, st := range tests {
+		tab.Set(st)
+	}
+	for b := range NumBuckets {
+		if len(tab.buckets[b]) == 0 {
+			continue
+		}
+		got := NewTable()
+		if err := got.decodeBucket(tab.appendBucket(nil, b)); err != nil {
+			t.Fatalf("bucket %d: %v", b, err)
+		}
+		for name, want := range tab.buckets[b] {
+			if st, ok := got.Get(name); !ok || !sameState(st, want) {
+				t.Errorf("%q: decoded %+v, want %+v", name, st, want)
+			}
+		}
+	}
+}
+
+func TestBucketCorruptRefused(t *testing.T) {
+	for _, b := range [][]byte{{2}, {2, 0, 5, 'a'}, {2, 0, 1, 'a', flagLast}, {2, 0, 1, 'a', flagLast, 1, 0xff, 0xff, 0xff, 0xff, 0xff}, {1, 0}} {
+		if err := NewTable().decodeBucket(b); err == nil {
+			t.Errorf("decoded %v without an error", b)
+		}
+	}
+}
+
+// TestBytesPerEntry measures the encoding: a table of entries that fire
+// every second, as etcd receives it on every state write.
+func TestBytesPerEntry(t *testing.T) {
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for _, n := range []int{1000, 20000} {
+		tab := NewTable()
+		for i := range n {
+			tab.Set(EntryState{Name: fmt.Sprintf("entry-%05d", i), LastSlot: base.Add(time.Duration(i%3) * time.Second), Since: base.Add(-time.Hour)})
+		}
+		total := 0
+		for b := range NumBuckets {
+			total += len(tab.appendBucket(nil, b))
+		}
+		per := float64(total) / float64(n)
+		t.Logf("%d entries: %d bytes in %d buckets, %.1f bytes per entry (name 11)", n, total, NumBuckets, per)
+		// name (11) + its length + flags + two short times.
+		if per > 24 {
+			t.Errorf("%.1f bytes per entry: the encoding grew", per)
+		}
+	}
+}
+
+func TestPrune(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	tab := NewTable()
+	tab.Set(EntryState{Name: "kept"})
+	tab.Set(EntryState{Name: "gone"})
+	tab.Set(EntryState{Name: "back", RemovedAt: now.Add(-time.Minute)})
+	configured := func(n string) bool { return n == "kept" || n == "back" }
+	marked, deleted := tab.Prune(configured, now, time.Hour)
+	if fmt.Sprint(marked, deleted) != "[gone] []" {
+		t.Fatalf("marked %v, deleted %v", marked, deleted)
+	}
+	if st, _ := tab.Get("gone"); !st.RemovedAt.Equal(now) {
+		t.Fatalf("removed entry not marked: %+v", st)
+	}
+	if st, _ := tab.Get("back"); !st.RemovedAt.IsZero() {
+		t.Fatalf("an entry back in the config is still marked removed: %+v", st)
+	}
+	// Within the grace period: kept. After it: deleted.
+	if _, deleted = tab.Prune(configured, now.Add(30*time.Minute), time.Hour); len(deleted) != 0 {
+		t.Fatalf("deleted within the grace period: %v", deleted)
+	}
+	if _, deleted = tab.Prune(configured, now.Add(2*time.Hour), time.Hour); fmt.Sprint(deleted) != "[gone]" {
+		t.Fatalf("after grace deleted %v", deleted)
+	}
+	if _, ok := tab.Get("gone"); ok || tab.Len() != 2 {
+		t.Fatalf("after grace: %d entries", tab.Len())
+	}
+}
