@@ -112,14 +112,22 @@ func TestRedisRestartMidBatch(t *testing.T) {
 	task := compileTest(t, "    {task: tasks.add, every: 1s, args: [1, 2]}")
 	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	const batches, perBatch = 20, 50
+	restarted := make(chan struct{})
+	close(restarted)
 	for b := 0; b < batches; b++ {
 		fires := make([]Fire, perBatch)
 		for i := range fires {
 			fires[i] = Fire{Task: task, Slot: base.Add(time.Duration(b*perBatch+i) * time.Second)}
 		}
 		if b == 7 || b == 13 {
+			<-restarted // the previous restart owns the server until it is up
 			rs.Stop()
-			go func() { time.Sleep(300 * time.Millisecond); rs.Start() }()
+			restarted = make(chan struct{})
+			go func(done chan struct{}) {
+				defer close(done)
+				time.Sleep(300 * time.Millisecond)
+				rs.Start()
+			}(restarted)
 		}
 		res := make([]Result, perBatch)
 		for attempt := 0; ; attempt++ {
@@ -138,6 +146,7 @@ func TestRedisRestartMidBatch(t *testing.T) {
 			}
 		}
 	}
+	<-restarted
 	msgs := client.LRange(ctx, "celery", 0, -1).Val()
 	if len(msgs) != batches*perBatch {
 		t.Fatalf("queue has %d messages, want exactly %d", len(msgs), batches*perBatch)
