@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,41 +44,47 @@ var ErrStale = errors.New("publisher: stale fencing token")
 // Redis:
 //  1. compare the token with the fence: lower is stale (the whole batch
 //     is refused), higher raises it;
-//  2. for each fire, SET its dedup key NX with a TTL: taken means a
+//  2. SADD each distinct Kombu binding of the batch, so a restored
+//     message is never dropped;
+//  3. for each fire, SET its dedup key NX with a TTL: taken means a
 //     duplicate, and nothing else happens for that fire;
-//  3. SADD the Kombu binding, so a restored message is never dropped;
 //  4. LPUSH the message;
-//  5. record the run: LPUSH it on the entry's capped history list and
-//     count it, so status shows the last runs after any failover without
-//     a byte of history in etcd.
+//  5. record the run: LPUSH it on the entry's history list and count it,
+//     so status shows the last runs after any failover without a byte of
+//     history in etcd. The list is trimmed to the history length once it
+//     holds twice that, which keeps trimming off the per-fire path.
 //
 // One script call carries up to scriptBatch fires: the per-call cost in
-// Redis and in the client is paid once per batch, not per fire.
+// Redis and in the client is paid once per batch, not per fire, and so is
+// the binding.
 //
-// KEYS: fence, counts, then per fire: dedup, binding, queue, history.
-// ARGV: token, ttl ms, history length, then per fire: member, message,
-// run record, entry. Returns one result per fire: 1 pushed, 0 duplicate,
-// -1 stale.
+// KEYS: fence, counts, then per fire: dedup, queue, history; then the
+// distinct bindings. ARGV: token, ttl ms, history length, number of
+// fires, then per fire: message, run record, entry; then the bindings'
+// members. Returns one result per fire: 1 pushed, 0 duplicate, -1 stale.
 var publishScript = redis.NewScript(`
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
-local n = (#KEYS - 2) / 4
+local n = tonumber(ARGV[4])
 local out = {}
 if token < fence then
   for i = 1, n do out[i] = -1 end
   return out
 end
 if token > fence then redis.call('SET', KEYS[1], ARGV[1]) end
+for b = 3 + 3 * n, #KEYS do
+  redis.call('SADD', KEYS[b], ARGV[2 + b])
+end
 local keep = tonumber(ARGV[3])
 for i = 1, n do
-  local k, a = 2 + 4 * (i - 1), 3 + 4 * (i - 1)
-  if redis.call('SET', KEYS[k + 1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    redis.call('SADD', KEYS[k + 2], ARGV[a + 1])
-    redis.call('LPUSH', KEYS[k + 3], ARGV[a + 2])
+  local k, a = 3 * i, 2 + 3 * i
+  if redis.call('SET', KEYS[k], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('LPUSH', KEYS[k + 1], ARGV[a])
     if keep > 0 then
-      redis.call('LPUSH', KEYS[k + 4], ARGV[a + 3])
-      redis.call('LTRIM', KEYS[k + 4], 0, keep - 1)
-      redis.call('HINCRBY', KEYS[2], ARGV[a + 4], 1)
+      if redis.call('LPUSH', KEYS[k + 2], ARGV[a + 1]) > 2 * keep then
+        redis.call('LTRIM', KEYS[k + 2], 0, keep - 1)
+      end
+      redis.call('HINCRBY', KEYS[2], ARGV[a + 2], 1)
     end
     out[i] = 1
   else
@@ -237,19 +244,28 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 	tok := strconv.FormatInt(token, 10)
 	counts := p.countsKey()
 	start := 0
+	type binding struct{ key, member string }
 	for c := range ncalls {
 		batch := fires[c*scriptBatch : min((c+1)*scriptBatch, len(fires))]
-		keys := make([]string, 0, 2+4*len(batch))
-		args := make([]any, 0, 3+4*len(batch))
+		keys := make([]string, 0, 3+3*len(batch))
+		args := make([]any, 0, 5+3*len(batch))
 		keys = append(keys, p.fenceKey, counts)
-		args = append(args, tok, p.ttlArg, p.keepArg)
+		args = append(args, tok, p.ttlArg, p.keepArg, len(batch))
+		var bindings []binding
 		for j := range batch {
 			i := c*scriptBatch + j
 			t := fires[i].Task
 			msg, run := buf[start:ends[2*i]], buf[ends[2*i]:ends[2*i+1]]
 			start = ends[2*i+1]
-			keys = append(keys, p.DedupKey(fires[i].ID), t.BindingKey, t.QueueKey, p.historyKey(t.Name))
-			args = append(args, t.BindingMember, msg, run, t.Name)
+			keys = append(keys, p.DedupKey(fires[i].ID), t.QueueKey, p.historyKey(t.Name))
+			args = append(args, msg, run, t.Name)
+			if b := (binding{t.BindingKey, t.BindingMember}); !slices.Contains(bindings, b) {
+				bindings = append(bindings, b)
+			}
+		}
+		for _, b := range bindings {
+			keys = append(keys, b.key)
+			args = append(args, b.member)
 		}
 		cmds[c] = publishScript.EvalSha(ctx, pipe, keys, args...)
 	}

@@ -46,7 +46,7 @@ const (
 	// in memory) every this many entries. etcd's default of 10,000
 	// entries of state writes holds hundreds of MB in memory at 20k fires
 	// a second; a single member needs no long log for followers.
-	snapshotCount = 1000
+	snapshotCount = 500
 	// snapshotCatchUpEntries are the entries kept after a snapshot for
 	// slow followers; a single member has none.
 	snapshotCatchUpEntries = 100
@@ -80,6 +80,13 @@ func Start(cfg Config) (*Server, error) {
 	ec.AutoCompactionRetention = cmp.Or(cfg.CompactionRetention, DefaultCompactionRetention)
 	ec.SnapshotCount = snapshotCount
 	ec.SnapshotCatchUpEntries = snapshotCatchUpEntries
+	// Keep two WAL segments (64 MiB each) and snapshots, not etcd's five:
+	// the data dir then stays flat at a few hundred MiB.
+	ec.MaxWalFiles, ec.MaxSnapFiles = 2, 2
+	// A single member sends heartbeats to nobody: a slow raft tick only
+	// saves CPU (every tick wakes several goroutines). Leases expire on
+	// their own timer, not on raft ticks.
+	ec.TickMs, ec.ElectionMs = 500, 5000
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
