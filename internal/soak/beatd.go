@@ -30,11 +30,12 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// BuildBeatd builds ./cmd/beatd of the module at root into out, CGO off.
+// BuildBeatd builds ./cmd/beatd of the module at root into out, with the
+// caller's environment (make soak sets CGO_ENABLED=0 itself; tests share
+// the build cache of the other packages' builds).
 func BuildBeatd(ctx context.Context, root, out string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/beatd")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("soak: go build ./cmd/beatd: %w\n%s", err, b)
 	}

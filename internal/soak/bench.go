@@ -60,6 +60,7 @@ type BenchRun struct {
 	ShutdownS      float64  `json:"shutdown_s"`
 	ShutdownKilled bool     `json:"shutdown_killed"`
 	Relative       bool     `json:"relative,omitempty"`
+	Pid            int      `json:"pid,omitempty"`
 	Err            string   `json:"error,omitempty"`
 }
 
@@ -72,6 +73,7 @@ type BenchReport struct {
 	Interval string     `json:"interval"`
 	Runs     []BenchRun `json:"runs"`
 	Dir      string     `json:"dir"`
+	RedisPid int        `json:"redis_pid"`
 }
 
 // RunBench measures celery beat, then beatd at each entry count, one after
@@ -113,6 +115,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		failed = true
 		return nil, err
 	}
+	rep.RedisPid = rs.Pid()
 	db := 0
 	measure := func(name string, entries int, start func(runDir, broker string) (*Proc, bool, error), mode LagMode) {
 		runDir := filepath.Join(dir, fmt.Sprintf("%d-%s-%d", db, name, entries))
@@ -183,7 +186,7 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 	if err != nil {
 		return err
 	}
-	run.Relative = relative
+	run.Relative, run.Pid = relative, p.Pid()
 	defer func() {
 		if !p.Exited() {
 			p.Stop(30 * time.Second)

@@ -86,6 +86,8 @@ type SoakReport struct {
 	Relative bool     `json:"relative"`
 	Extra    []string `json:"extra_args,omitempty"`
 	Dir      string   `json:"dir"`
+	// Pids of the processes the run started, by name.
+	Pids map[string]int `json:"pids"`
 
 	StartupS float64      `json:"startup_to_first_fire_s"`
 	Samples  []SoakSample `json:"samples"`
@@ -133,7 +135,8 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return nil, fmt.Errorf("soak: temp dir: %w", err)
 	}
 	r := &SoakReport{Machine: ReadMachine(), Binary: cfg.Bin, Entries: cfg.Entries, Interval: cfg.Interval.String(),
-		Duration: cfg.Duration.String(), Etcd: "embedded", Extra: cfg.Extra, Dir: dir, Failures: []string{}}
+		Duration: cfg.Duration.String(), Etcd: "embedded", Extra: cfg.Extra, Dir: dir, Failures: []string{},
+		Pids: map[string]int{}}
 	if cfg.ExternalEtcd {
 		r.Etcd = "external (etcd binary)"
 	}
@@ -168,6 +171,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	if err != nil {
 		return err
 	}
+	r.Pids["redis-server"] = rs.Pid()
 	var etcdProc *Proc
 	endpoint, etcdDir := "", ""
 	if cfg.ExternalEtcd {
@@ -175,6 +179,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 			return err
 		}
 		etcdDir = filepath.Join(dir, "etcd-data")
+		r.Pids["etcd"] = etcdProc.Pid()
 	}
 	r.Relative = SupportsRelative(ctx, cfg.Bin, dir)
 	config := filepath.Join(dir, "schedules.yaml")
@@ -192,6 +197,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	if err != nil {
 		return err
 	}
+	r.Pids["beatd"] = bd.Pid()
 	if etcdDir == "" {
 		etcdDir = bd.DataDir
 	}
@@ -253,19 +259,30 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	tick := time.NewTicker(cfg.Sample)
 	defer tick.Stop()
 	end := t0.Add(cfg.Duration)
+	var stopped error
+loop:
 	for time.Now().Before(end) {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("soak: interrupted: %w", ctx.Err())
+			stopped = fmt.Errorf("soak: interrupted at t=%.0fs: %w", time.Since(t0).Seconds(), ctx.Err())
+			break loop
 		case <-bd.Done():
-			return fmt.Errorf("soak: beatd exited during the run (%v); log %s", bd.ExitErr(), bd.LogPath)
+			stopped = fmt.Errorf("soak: beatd exited during the run (%v); log %s", bd.ExitErr(), bd.LogPath)
 		case <-tick.C:
 		}
+		// A last sample even when beatd died: it shows the state it died in.
 		s := read(cons.Take(), t0, &r.Samples[len(r.Samples)-1])
 		r.Samples = append(r.Samples, s)
 		writeSoakRow(cfg.Log, s)
+		if stopped != nil {
+			break
+		}
 	}
+	// The figures so far are worth a summary even when the run was cut.
 	r.summarise(cfg, probe, ctx)
+	if stopped != nil {
+		return stopped
+	}
 	took, killed := bd.Stop(30 * time.Second)
 	r.ShutdownS, r.ShutdownKilled = took.Seconds(), killed
 	if killed {
