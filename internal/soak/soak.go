@@ -107,6 +107,7 @@ type SoakReport struct {
 	DiskWritePerFire float64 `json:"disk_write_bytes_per_fire"`
 	ShutdownS        float64 `json:"shutdown_s"`
 	ShutdownKilled   bool    `json:"shutdown_killed"`
+	shutdownMeasured bool
 
 	Failures []string `json:"failures"`
 	OK       bool     `json:"ok"`
@@ -284,7 +285,7 @@ loop:
 		return stopped
 	}
 	took, killed := bd.Stop(30 * time.Second)
-	r.ShutdownS, r.ShutdownKilled = took.Seconds(), killed
+	r.ShutdownS, r.ShutdownKilled, r.shutdownMeasured = took.Seconds(), killed, true
 	if killed {
 		r.Failures = append(r.Failures, "beatd did not exit within 30s of SIGTERM")
 	}
@@ -393,6 +394,9 @@ func (r *SoakReport) summarise(cfg SoakConfig, probe *EtcdProbe, ctx context.Con
 		r.Growth[i].Note = note
 	}
 	for _, g := range r.Growth {
+		if g.Judged && g.Samples < 3 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s: %d samples in the growth window, too few to judge (run longer or sample more often)", g.Metric, g.Samples))
+		}
 		if g.Judged && g.Growing {
 			r.Failures = append(r.Failures, fmt.Sprintf("%s still growing: %.2f MiB/min over the last %ds (limit %.2f MiB/min)", g.Metric, g.SlopeMiBPerMin, g.WindowS, g.LimitMiBPerMin))
 		}
@@ -446,8 +450,8 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	if len(r.Growth) > 0 && r.Growth[0].Note != "" {
 		fmt.Fprintf(w, "  growth window: %s\n", r.Growth[0].Note)
 	}
-	if r.ShutdownS > 0 {
-		fmt.Fprintf(w, "  shutdown after SIGTERM: %.1fs\n", r.ShutdownS)
+	if r.shutdownMeasured {
+		fmt.Fprintf(w, "  shutdown after SIGTERM: %.2fs\n", r.ShutdownS)
 	}
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  FAIL: %s\n", f)
