@@ -106,8 +106,15 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 	failed := false
 	defer func() {
 		ps.StopAll(10 * time.Second)
-		if !failed && !cfg.Keep {
+		switch {
+		case cfg.Keep:
+		case !failed:
 			os.RemoveAll(dir)
+		default: // keep the logs, not the etcd data
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				os.RemoveAll(filepath.Join(dir, e.Name(), "data"))
+			}
 		}
 	}()
 	rs, err := StartRedis(ctx, ps, dir)

@@ -144,8 +144,15 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	ps := &Procs{}
 	defer func() {
 		ps.StopAll(10 * time.Second)
-		if r.OK && !cfg.Keep {
+		switch {
+		case cfg.Keep:
+		case r.OK:
 			os.RemoveAll(dir)
+		default:
+			// Keep the logs of a failed run, not its etcd data (which is
+			// what a failed soak has too much of).
+			os.RemoveAll(filepath.Join(dir, "data"))
+			os.RemoveAll(filepath.Join(dir, "etcd-data"))
 		}
 	}()
 	err = runSoak(ctx, cfg, ps, dir, r)
