@@ -52,16 +52,19 @@ type BenchRun struct {
 	Lag               LagStats `json:"lag"`
 	LagDefinition     string   `json:"lag_definition"`
 	// Period is the time between two messages of one entry, as received.
-	Period         LagStats `json:"period"`
-	Repeats        int      `json:"repeats"`
-	Gaps           int      `json:"gaps"`
-	StartupS       float64  `json:"startup_to_first_fire_s"`
-	WindowS        float64  `json:"window_s"`
-	ShutdownS      float64  `json:"shutdown_s"`
-	ShutdownKilled bool     `json:"shutdown_killed"`
-	Relative       bool     `json:"relative,omitempty"`
-	Pid            int      `json:"pid,omitempty"`
-	Err            string   `json:"error,omitempty"`
+	Period  LagStats `json:"period"`
+	Repeats int      `json:"repeats"`
+	Gaps    int      `json:"gaps"`
+	// MaxBacklog is the longest the queue was at a sample (each second):
+	// a consumer that fell behind adds its own delay to the lag.
+	MaxBacklog     int64   `json:"max_backlog"`
+	StartupS       float64 `json:"startup_to_first_fire_s"`
+	WindowS        float64 `json:"window_s"`
+	ShutdownS      float64 `json:"shutdown_s"`
+	ShutdownKilled bool    `json:"shutdown_killed"`
+	Relative       bool    `json:"relative,omitempty"`
+	Pid            int     `json:"pid,omitempty"`
+	Err            string  `json:"error,omitempty"`
 }
 
 // BenchReport is the side-by-side outcome.
@@ -203,8 +206,9 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 		return err
 	}
 	run.StartupS = time.Since(began).Seconds()
-	var peak int64
+	var peak, backlog int64
 	sample := func() (ProcStats, error) {
+		backlog = max(backlog, cons.Backlog(ctx))
 		st, err := ReadProcStats(p.Pid())
 		if err != nil {
 			return st, fmt.Errorf("soak: %s exited during the run (%v); log %s", p.Name, p.ExitErr(), p.LogPath)
@@ -216,6 +220,7 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 		return err
 	}
 	cons.Take()
+	backlog = 0
 	st0, err := sample()
 	if err != nil {
 		return err
@@ -250,7 +255,7 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 	}
 	run.PeakRSSMiB, run.EndRSSMiB = mib(peak), mib(st1.RSS)
 	run.Lag, run.Period = w.Lag.Stats(), w.Period.Stats()
-	run.Repeats, run.Gaps = w.Repeats, w.Gaps
+	run.Repeats, run.Gaps, run.MaxBacklog = w.Repeats, w.Gaps, backlog
 	took, killed := p.Stop(30 * time.Second)
 	run.ShutdownS, run.ShutdownKilled = took.Seconds(), killed
 	fmt.Fprintf(cfg.Log, "bench: %-11s %6d entries: %8.0f fires/s, %7.1f us CPU/fire, peak RSS %6.1f MiB, lag p50 %.1fms p99 %.1fms\n",
@@ -283,20 +288,20 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "\nMachine: %d CPUs, %s, %d MiB, kernel %s, load at start %s. Each scheduler alone on one redis-server, "+
 		"measured for %s after its first message + %s warm-up, entries every %s.\n\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemMiB, r.Machine.Kernel, r.Machine.Load1, r.Duration, r.Warmup, r.Interval)
-	fmt.Fprintln(w, "| scheduler | entries | offered fires/s | fires/s | delivered | CPU per fire | incl. start-up | Redis CPU per fire | peak RSS | lag p50 | lag p99 | period p50 / p99 |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scheduler | entries | offered fires/s | fires/s | delivered | CPU per fire | incl. start-up | Redis CPU per fire | peak RSS | lag p50 | lag p99 | period p50 / p99 | max queue |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, run := range r.Runs {
 		if run.Err != "" {
-			fmt.Fprintf(w, "| %s | %d | %.0f | failed: %s | | | | | | | | |\n", run.Scheduler, run.Entries, run.OfferedPS, strings.ReplaceAll(run.Err, "|", "/"))
+			fmt.Fprintf(w, "| %s | %d | %.0f | failed: %s | | | | | | | | | |\n", run.Scheduler, run.Entries, run.OfferedPS, strings.ReplaceAll(run.Err, "|", "/"))
 			continue
 		}
 		frac := 0.0
 		if run.Offered > 0 {
 			frac = 100 * float64(run.Delivered) / run.Offered
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.1f%% | %s | %s | %s | %.0f MiB | %.1f ms | %.1f ms | %.0f / %.0f ms |\n",
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.1f%% | %s | %s | %s | %.0f MiB | %.1f ms | %.1f ms | %.0f / %.0f ms | %d |\n",
 			run.Scheduler, run.Entries, run.OfferedPS, run.FiresPS, frac, us(run.CPUPerFireUs), us(run.LifeCPUPerFireUs), us(run.RedisCPUPerFireUs),
-			run.PeakRSSMiB, run.Lag.P50ms, run.Lag.P99ms, run.Period.P50ms, run.Period.P99ms)
+			run.PeakRSSMiB, run.Lag.P50ms, run.Lag.P99ms, run.Period.P50ms, run.Period.P99ms, run.MaxBacklog)
 	}
 	var celery *BenchRun
 	for i := range r.Runs {
@@ -321,7 +326,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 			fmt.Fprintf(w, "- lag (%s): %s.\n", run.Scheduler, run.LagDefinition)
 		}
 	}
-	fmt.Fprintln(w, "- period: time between two receives of the same entry (ideal: the interval). Receive times are the consumer's, which drains the queue continuously in batches.")
+	fmt.Fprintln(w, "- period: time between two receives of the same entry (ideal: the interval). Receive times are the consumer's, which drains the queue continuously in batches; max queue is the longest the queue was at a 1 s sample (when it grows, the consumer fell behind and its delay is in the lag).")
 }
 
 func us(v float64) string {

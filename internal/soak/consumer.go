@@ -96,6 +96,19 @@ func (c *Consumer) Stop() error {
 	return c.err
 }
 
+// Backlog is the number of messages waiting in the queue: when it grows,
+// the consumer is behind and lag includes its delay, not only the
+// scheduler's.
+func (c *Consumer) Backlog(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := c.rdb.LLen(ctx, c.queue).Result()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // Take returns the current window and starts a new one.
 func (c *Consumer) Take() Window {
 	now := time.Now()

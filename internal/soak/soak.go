@@ -59,6 +59,9 @@ type SoakSample struct {
 	Repeats  int       `json:"repeats"`
 	Gaps     int       `json:"gaps"`
 	Unparsed int       `json:"unparsed"`
+	// Backlog is the queue's length at the sample: a growing one means
+	// the consumer fell behind and its delay is in the lag.
+	Backlog int64 `json:"backlog"`
 
 	Etcd    EtcdSample `json:"etcd"`
 	DataDir int64      `json:"data_dir_bytes"`
@@ -242,6 +245,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 			}
 		}
 		s.CPU = cpu.Seconds()
+		s.Backlog = cons.Backlog(ctx)
 		s.Etcd = probe.Sample(ctx)
 		s.DataDir = DirSize(etcdDir)
 		if prev != nil && s.Fires > 0 {
@@ -413,8 +417,8 @@ func (r *SoakReport) summarise(cfg SoakConfig, probe *EtcdProbe, ctx context.Con
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func writeSoakHeader(w io.Writer) {
-	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s\n",
-		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps")
+	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s\n",
+		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue")
 }
 
 func writeSoakRow(w io.Writer, s SoakSample) {
@@ -422,9 +426,9 @@ func writeSoakRow(w io.Writer, s SoakSample) {
 	if s.PutBytesPerFire > 0 {
 		put = fmt.Sprintf("%.0f", s.PutBytesPerFire)
 	}
-	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d\n",
+	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d\n",
 		s.T, s.Fires, s.FiresPS, s.Lag.P50ms, s.Lag.P99ms, mib(s.Etcd.DBSize), mib(s.Etcd.DBSizeInUse), mib(s.DataDir),
-		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps)
+		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog)
 }
 
 // WriteSummary prints the verdict and the per-fire figures.
