@@ -57,7 +57,9 @@ type BenchRun struct {
 	Gaps    int      `json:"gaps"`
 	// MaxBacklog is the longest the queue was at a sample (each second):
 	// a consumer that fell behind adds its own delay to the lag.
-	MaxBacklog     int64   `json:"max_backlog"`
+	MaxBacklog int64 `json:"max_backlog"`
+	// EndBacklog is the queue's length at the window's end.
+	EndBacklog     int64   `json:"end_backlog"`
 	StartupS       float64 `json:"startup_to_first_fire_s"`
 	WindowS        float64 `json:"window_s"`
 	ShutdownS      float64 `json:"shutdown_s"`
@@ -206,9 +208,10 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 		return err
 	}
 	run.StartupS = time.Since(began).Seconds()
-	var peak, backlog int64
+	var peak, backlog, last int64
 	sample := func() (ProcStats, error) {
-		backlog = max(backlog, cons.Backlog(ctx))
+		last = cons.Backlog(ctx)
+		backlog = max(backlog, last)
 		st, err := ReadProcStats(p.Pid())
 		if err != nil {
 			return st, fmt.Errorf("soak: %s exited during the run (%v); log %s", p.Name, p.ExitErr(), p.LogPath)
@@ -255,7 +258,7 @@ func benchOne(ctx context.Context, cfg BenchConfig, rs *Redis, db int, runDir st
 	}
 	run.PeakRSSMiB, run.EndRSSMiB = mib(peak), mib(st1.RSS)
 	run.Lag, run.Period = w.Lag.Stats(), w.Period.Stats()
-	run.Repeats, run.Gaps, run.MaxBacklog = w.Repeats, w.Gaps, backlog
+	run.Repeats, run.Gaps, run.MaxBacklog, run.EndBacklog = w.Repeats, w.Gaps, backlog, last
 	took, killed := p.Stop(30 * time.Second)
 	run.ShutdownS, run.ShutdownKilled = took.Seconds(), killed
 	fmt.Fprintf(cfg.Log, "bench: %-11s %6d entries: %8.0f fires/s, %7.1f us CPU/fire, peak RSS %6.1f MiB, lag p50 %.1fms p99 %.1fms\n",
@@ -288,7 +291,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "\nMachine: %d CPUs, %s, %d MiB, kernel %s, load at start %s. Each scheduler alone on one redis-server, "+
 		"measured for %s after its first message + %s warm-up, entries every %s.\n\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemMiB, r.Machine.Kernel, r.Machine.Load1, r.Duration, r.Warmup, r.Interval)
-	fmt.Fprintln(w, "| scheduler | entries | offered fires/s | fires/s | delivered | CPU per fire | incl. start-up | Redis CPU per fire | peak RSS | lag p50 | lag p99 | period p50 / p99 | max queue |")
+	fmt.Fprintln(w, "| scheduler | entries | offered fires/s | fires/s | delivered | CPU per fire | incl. start-up | Redis CPU per fire | peak RSS | lag p50 | lag p99 | period p50 / p99 | queue max / end |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, run := range r.Runs {
 		if run.Err != "" {
@@ -299,9 +302,9 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 		if run.Offered > 0 {
 			frac = 100 * float64(run.Delivered) / run.Offered
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.1f%% | %s | %s | %s | %.0f MiB | %.1f ms | %.1f ms | %.0f / %.0f ms | %d |\n",
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.0f | %.1f%% | %s | %s | %s | %.0f MiB | %.1f ms | %.1f ms | %.0f / %.0f ms | %d / %d |\n",
 			run.Scheduler, run.Entries, run.OfferedPS, run.FiresPS, frac, us(run.CPUPerFireUs), us(run.LifeCPUPerFireUs), us(run.RedisCPUPerFireUs),
-			run.PeakRSSMiB, run.Lag.P50ms, run.Lag.P99ms, run.Period.P50ms, run.Period.P99ms, run.MaxBacklog)
+			run.PeakRSSMiB, run.Lag.P50ms, run.Lag.P99ms, run.Period.P50ms, run.Period.P99ms, run.MaxBacklog, run.EndBacklog)
 	}
 	var celery *BenchRun
 	for i := range r.Runs {
@@ -326,7 +329,7 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 			fmt.Fprintf(w, "- lag (%s): %s.\n", run.Scheduler, run.LagDefinition)
 		}
 	}
-	fmt.Fprintln(w, "- period: time between two receives of the same entry (ideal: the interval). Receive times are the consumer's, which drains the queue continuously in batches; max queue is the longest the queue was at a 1 s sample (when it grows, the consumer fell behind and its delay is in the lag).")
+	fmt.Fprintln(w, "- period: time between two receives of the same entry (ideal: the interval). Receive times are the consumer's, which drains the queue continuously in batches; queue max / end: its length at 1 s samples, the largest and the last (a burst of a second's slots shows as a transient queue; a queue that stays long means the consumer fell behind and its delay is in the lag).")
 }
 
 func us(v float64) string {
