@@ -131,7 +131,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		cfg.GrowthWindow = 5 * time.Minute
 	}
 	// The hard bound: start-up (build excluded) + the run + shut-down.
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration+6*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration+8*time.Minute)
 	defer cancel()
 
 	dir, err := os.MkdirTemp("", "beatd-soak-")
@@ -236,15 +236,24 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 			s.Offered = float64(cfg.Entries) * w.End.Sub(w.Start).Seconds() / cfg.Interval.Seconds()
 		}
 		var cpu time.Duration
+		gone := false
 		for _, p := range pids {
-			if st, err := ReadProcStats(p.Pid()); err == nil {
-				cpu += st.CPU
-				s.RSS += st.RSS
-				s.HWM += st.HWM
-				s.WriteBytes += st.WriteBytes
+			st, err := ReadProcStats(p.Pid())
+			if err != nil {
+				gone = true
+				continue
 			}
+			cpu += st.CPU
+			s.RSS += st.RSS
+			s.HWM += st.HWM
+			s.WriteBytes += st.WriteBytes
 		}
 		s.CPU = cpu.Seconds()
+		if gone && prev != nil {
+			// A process ended: keep its last reading rather than count
+			// its CPU and writes as undone.
+			s.CPU, s.RSS, s.HWM, s.WriteBytes = prev.CPU, prev.RSS, prev.HWM, prev.WriteBytes
+		}
 		s.Backlog = cons.Backlog(ctx)
 		s.Etcd = probe.Sample(ctx)
 		s.DataDir = DirSize(etcdDir)
@@ -291,7 +300,7 @@ loop:
 		}
 	}
 	// The figures so far are worth a summary even when the run was cut.
-	r.summarise(cfg, probe, ctx)
+	r.summarise(ctx, cfg, probe)
 	if stopped != nil {
 		return stopped
 	}
@@ -328,7 +337,7 @@ func waitFirstFire(ctx context.Context, cons *Consumer, p *Proc, timeout time.Du
 }
 
 // summarise computes the totals, the growth fits and the verdict.
-func (r *SoakReport) summarise(cfg SoakConfig, probe *EtcdProbe, ctx context.Context) {
+func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdProbe) {
 	if len(r.Samples) < 2 {
 		r.Failures = append(r.Failures, "fewer than two samples")
 		return
