@@ -188,20 +188,47 @@ func (p *EtcdProbe) metrics(ctx context.Context) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// PrefixBytes sums the key and value sizes of the live keys under prefix:
-// the fallback estimate of what one revision writes, when the member's
-// put counters cannot be read.
-func (p *EtcdProbe) PrefixBytes(ctx context.Context, prefix string) (keys, bytes int64, err error) {
+// KeyVersions is, for every live key under a prefix, its version (etcd
+// counts the puts to a key since its creation) and its key+value size.
+type KeyVersions map[string]KeyVersion
+
+// KeyVersion is one key's entry in KeyVersions.
+type KeyVersion struct {
+	Version int64
+	Size    int64
+}
+
+// PrefixVersions reads every key under prefix: the fallback measure of
+// bytes written when the member's put counters cannot be read.
+func (p *EtcdProbe) PrefixVersions(ctx context.Context, prefix string) (KeyVersions, error) {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := p.cli.Get(sctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, 0, fmt.Errorf("soak: read %s: %w", prefix, err)
+		return nil, fmt.Errorf("soak: read %s: %w", prefix, err)
 	}
+	out := make(KeyVersions, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		bytes += int64(len(kv.Key) + len(kv.Value))
+		out[string(kv.Key)] = KeyVersion{Version: kv.Version, Size: int64(len(kv.Key) + len(kv.Value))}
 	}
-	return int64(len(resp.Kvs)), bytes, nil
+	return out, nil
+}
+
+// PutsSince estimates the puts and bytes put between two readings: each
+// key's version delta (its whole version if it is new) times its current
+// key+value size. It is exact for values whose size did not change; a
+// value that grew is counted at its current size, and keys deleted in
+// between (and earlier lives of re-created keys) are not counted.
+func (now KeyVersions) PutsSince(before KeyVersions) (puts, bytes int64) {
+	for k, v := range now {
+		d := v.Version - before[k].Version
+		if d < 0 { // deleted and re-created: count this life only
+			d = v.Version
+		}
+		puts += d
+		bytes += d * v.Size
+	}
+	return puts, bytes
 }
 
 // exists reports whether path exists.

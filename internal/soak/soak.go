@@ -104,13 +104,17 @@ type SoakReport struct {
 	CPUPerFireUs float64  `json:"cpu_per_fire_us"`
 	// BytesPerFire is what etcd stored per fire (keys + values put);
 	// BytesMethod says how it was measured.
-	BytesPerFire     float64 `json:"etcd_bytes_per_fire"`
-	BytesMethod      string  `json:"etcd_bytes_method"`
-	RevisionsPerFire float64 `json:"etcd_revisions_per_fire"`
-	DiskWritePerFire float64 `json:"disk_write_bytes_per_fire"`
-	ShutdownS        float64 `json:"shutdown_s"`
-	ShutdownKilled   bool    `json:"shutdown_killed"`
-	shutdownMeasured bool
+	BytesPerFire float64 `json:"etcd_bytes_per_fire"`
+	BytesMethod  string  `json:"etcd_bytes_method"`
+	// PrefixBytesPerFire is the same from the keys under beatd's prefix.
+	PrefixBytesPerFire float64 `json:"prefix_bytes_per_fire"`
+	PrefixMethod       string  `json:"prefix_bytes_method"`
+	RevisionsPerFire   float64 `json:"etcd_revisions_per_fire"`
+	DiskWritePerFire   float64 `json:"disk_write_bytes_per_fire"`
+	ShutdownS          float64 `json:"shutdown_s"`
+	ShutdownKilled     bool    `json:"shutdown_killed"`
+	shutdownMeasured   bool
+	keysAtStart        KeyVersions
 
 	Failures []string `json:"failures"`
 	OK       bool     `json:"ok"`
@@ -274,6 +278,9 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	cons.Take() // the start-up's messages are not part of the run
 	t0 := time.Now()
 	base := read(Window{Start: t0, End: t0}, t0, nil)
+	if r.keysAtStart, err = probe.PrefixVersions(ctx, "/soak/"); err != nil {
+		fmt.Fprintf(cfg.Log, "soak: %v (no per-key measure of etcd bytes)\n", err)
+	}
 	r.Samples = append(r.Samples, base)
 	writeSoakHeader(cfg.Log)
 	writeSoakRow(cfg.Log, base)
@@ -288,16 +295,14 @@ loop:
 			stopped = fmt.Errorf("soak: interrupted at t=%.0fs: %w", time.Since(t0).Seconds(), ctx.Err())
 			break loop
 		case <-bd.Done():
-			stopped = fmt.Errorf("soak: beatd exited during the run (%v); log %s", bd.ExitErr(), bd.LogPath)
+			// No last sample: its etcd (embedded) is gone with it.
+			stopped = fmt.Errorf("soak: beatd exited during the run at t=%.0fs (%v); log %s", time.Since(t0).Seconds(), bd.ExitErr(), bd.LogPath)
+			break loop
 		case <-tick.C:
 		}
-		// A last sample even when beatd died: it shows the state it died in.
 		s := read(cons.Take(), t0, &r.Samples[len(r.Samples)-1])
 		r.Samples = append(r.Samples, s)
 		writeSoakRow(cfg.Log, s)
-		if stopped != nil {
-			break
-		}
 	}
 	// The figures so far are worth a summary even when the run was cut.
 	r.summarise(ctx, cfg, probe)
@@ -376,14 +381,28 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 	if last.Etcd.OK && first.Etcd.OK {
 		r.RevisionsPerFire = float64(last.Etcd.Revision-first.Etcd.Revision) / f
 	}
-	if last.Etcd.PutBytes >= 0 && first.Etcd.PutBytes >= 0 {
+	// Two measures of what etcd stored per fire: etcd's own put counter
+	// (everything the member applied), and the keys under beatd's prefix
+	// (version deltas x current sizes: beatd's own keys only).
+	if r.keysAtStart != nil && last.Etcd.OK {
+		if now, err := probe.PrefixVersions(ctx, "/soak/"); err == nil {
+			puts, bytes := now.PutsSince(r.keysAtStart)
+			r.PrefixBytesPerFire = float64(bytes) / f
+			r.PrefixMethod = fmt.Sprintf("the puts to the keys under /soak/, from each key's version delta, times its current key+value size, / fires "+
+				"(%d puts to %d keys, %.3f per fire); exact for values of stable size, high while values grow, blind to keys deleted in between", puts, len(now), float64(puts)/f)
+		} else {
+			r.PrefixMethod = "unavailable: " + err.Error()
+		}
+	}
+	switch {
+	case last.Etcd.PutBytes >= 0 && first.Etcd.PutBytes >= 0:
 		r.BytesPerFire = float64(last.Etcd.PutBytes-first.Etcd.PutBytes) / f
 		r.BytesMethod = "delta of etcd_debugging_mvcc_total_put_size_in_bytes (key+value bytes of every put the member applied, beatd's leases and election included) / fires"
-	} else if keys, bytes, err := probe.PrefixBytes(ctx, "/soak/"); err == nil && keys > 0 {
-		r.BytesPerFire = r.RevisionsPerFire * float64(bytes) / float64(keys)
-		r.BytesMethod = fmt.Sprintf("estimate: revisions per fire x mean key+value size of the %d keys under /soak/ (%d B); one revision per transaction, so an underestimate when a transaction puts several keys", keys, bytes/keys)
-	} else {
-		r.BytesMethod = "unavailable: no put counter and no readable keys"
+	case r.PrefixMethod != "" && !strings.HasPrefix(r.PrefixMethod, "unavailable"):
+		r.BytesPerFire = r.PrefixBytesPerFire
+		r.BytesMethod = "estimate (no put counter): " + r.PrefixMethod
+	default:
+		r.BytesMethod = "unavailable: no put counter, and the keys could not be read"
 	}
 
 	// Growth: a linear fit over the tail window.
@@ -452,6 +471,9 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  CPU per fire (beatd%s, utime+stime): %.1f us\n", map[bool]string{true: " + etcd", false: " incl. its embedded etcd"}[strings.HasPrefix(r.Etcd, "external")], r.CPUPerFireUs)
 	fmt.Fprintf(w, "  etcd bytes per fire: %.1f B, %.3f revisions per fire; %s\n", r.BytesPerFire, r.RevisionsPerFire, r.BytesMethod)
+	if r.PrefixMethod != "" {
+		fmt.Fprintf(w, "  beatd's keys in etcd per fire: %.1f B; %s\n", r.PrefixBytesPerFire, r.PrefixMethod)
+	}
 	fmt.Fprintf(w, "  bytes written to disk per fire (/proc write_bytes, WAL + bbolt + logs): %.0f B\n", r.DiskWritePerFire)
 	if len(r.Samples) > 0 {
 		l := r.Samples[len(r.Samples)-1]

@@ -270,3 +270,50 @@ func TestConsumerDrainsRedis(t *testing.T) {
 		t.Errorf("%d messages left in the queue", left)
 	}
 }
+
+// TestPrefixVersionsCountsPuts writes keys to a real etcd and checks the
+// version-delta estimate against what was written, and against etcd's
+// own put counter on its /metrics.
+func TestPrefixVersionsCountsPuts(t *testing.T) {
+	ctx := context.Background()
+	ps := &Procs{}
+	defer ps.StopAll(5 * time.Second)
+	_, endpoint, err := StartEtcd(ctx, ps, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := NewEtcdProbe(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := probe.cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("/soak/a", "1234567890") // before the first reading
+	put("/other/x", "not counted")
+	before, err := probe.PrefixVersions(ctx, "/soak/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0 := probe.Sample(ctx)
+	for i := 0; i < 3; i++ {
+		put("/soak/a", "1234567890") // 3 puts of 7+10 bytes
+	}
+	put("/soak/b", "xy") // a new key: 1 put of 7+2 bytes
+	now, err := probe.PrefixVersions(ctx, "/soak/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := probe.Sample(ctx)
+	puts, bytes := now.PutsSince(before)
+	if puts != 4 || bytes != 3*17+9 {
+		t.Errorf("PutsSince: %d puts, %d bytes; want 4 and %d", puts, bytes, 3*17+9)
+	}
+	if !s1.OK || s0.PutBytes < 0 || s1.PutBytes-s0.PutBytes != 3*17+9 || s1.Puts-s0.Puts != 4 {
+		t.Errorf("etcd counters: %+v then %+v; want 4 puts and %d bytes more", s0, s1, 3*17+9)
+	}
+}
