@@ -321,6 +321,9 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 			}
 		}
 	}
+	for _, line := range r.targets(celery) {
+		fmt.Fprintln(w, line)
+	}
 	fmt.Fprintln(w, "- CPU per fire: utime+stime from /proc of the scheduler's whole process (beatd including its embedded etcd) over the window, divided by the messages received in it; \"incl. start-up\" counts all CPU from launch.")
 	seen := map[string]bool{}
 	for _, run := range r.Runs {
@@ -337,4 +340,37 @@ func us(v float64) string {
 		return fmt.Sprintf("%.2f ms", v/1000)
 	}
 	return fmt.Sprintf("%.1f µs", v)
+}
+
+// targets checks beatd's runs against issue 9's goals: CPU per fire at
+// most 1/50 of celery beat's; peak RSS at most 150 MiB with 1,000 entries
+// and 400 MiB with 20,000; at 20,000, 95% of the offered load delivered
+// with a p99 lag of 50 ms at most. Benchmarks inform, they do not fail.
+func (r *BenchReport) targets(celery *BenchRun) []string {
+	mark := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	var out []string
+	for _, run := range r.Runs {
+		if run.Scheduler != "beatd" || run.Err != "" || (run.Entries != 1000 && run.Entries != 20000) {
+			continue
+		}
+		if celery != nil && run.CPUPerFireUs > 0 {
+			out = append(out, fmt.Sprintf("- target, %d entries: CPU per fire ≤ 1/50 of celery beat's (%s): %s",
+				run.Entries, us(celery.CPUPerFireUs/50), mark(run.CPUPerFireUs <= celery.CPUPerFireUs/50)))
+		}
+		rss := 150.0
+		if run.Entries == 20000 {
+			rss = 400
+		}
+		out = append(out, fmt.Sprintf("- target, %d entries: peak RSS ≤ %.0f MiB: %s", run.Entries, rss, mark(run.PeakRSSMiB <= rss)))
+		if run.Entries == 20000 && run.Offered > 0 {
+			out = append(out, fmt.Sprintf("- target, 20000 entries: ≥ 95%% delivered and lag p99 ≤ 50 ms: %s",
+				mark(float64(run.Delivered) >= 0.95*run.Offered && run.Lag.P99ms <= 50)))
+		}
+	}
+	return out
 }

@@ -317,3 +317,24 @@ func TestPrefixVersionsCountsPuts(t *testing.T) {
 		t.Errorf("etcd counters: %+v then %+v; want 4 puts and %d bytes more", s0, s1, 3*17+9)
 	}
 }
+
+func TestBenchTargets(t *testing.T) {
+	celery := BenchRun{Scheduler: "celery beat", Entries: 1000, CPUPerFireUs: 1100}
+	r := &BenchReport{Runs: []BenchRun{
+		celery,
+		{Scheduler: "beatd", Entries: 1000, CPUPerFireUs: 20, PeakRSSMiB: 90},                                       // 1/55: met
+		{Scheduler: "beatd", Entries: 20000, CPUPerFireUs: 30, PeakRSSMiB: 564, Offered: 400000, Delivered: 204000}, // 1/37, RSS and load missed
+		{Scheduler: "beatd", Entries: 5000, CPUPerFireUs: 1},                                                        // no target at 5,000
+	}}
+	got := strings.Join(r.targets(&r.Runs[0]), "\n")
+	want := strings.Join([]string{
+		"- target, 1000 entries: CPU per fire ≤ 1/50 of celery beat's (22.0 µs): met",
+		"- target, 1000 entries: peak RSS ≤ 150 MiB: met",
+		"- target, 20000 entries: CPU per fire ≤ 1/50 of celery beat's (22.0 µs): NOT met",
+		"- target, 20000 entries: peak RSS ≤ 400 MiB: NOT met",
+		"- target, 20000 entries: ≥ 95% delivered and lag p99 ≤ 50 ms: NOT met",
+	}, "\n")
+	if got != want {
+		t.Errorf("targets:\n%s\nwant:\n%s", got, want)
+	}
+}
