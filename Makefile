@@ -1,7 +1,7 @@
 GO ?= go
 BIN ?= bin/beatd
 
-.PHONY: build test bench fuzz vectors demo
+.PHONY: build test bench fuzz vectors demo soak bench-celery
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -27,3 +27,30 @@ vectors:
 # about 30 seconds (installs redis-server and python3-celery if missing).
 demo:
 	deploy/demo/demo.sh
+
+# Soak benchmark (issue 9): beatd with SOAK_ENTRIES entries every second for
+# SOAK_DURATION on its embedded etcd (SOAK_ETCD=external: the etcd binary),
+# sampled every SOAK_SAMPLE; fails if the etcd DB or RSS still grows over
+# the last 5 minutes, or publishing stops. Not part of `make test`.
+SOAK_ENTRIES ?= 1000
+SOAK_DURATION ?= 10m
+SOAK_SAMPLE ?= 10s
+SOAK_ETCD ?= embedded
+SOAK_OUT ?= soak.json
+SOAK_ARGS ?=
+soak:
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./internal/soak -args -soak -beatd $(CURDIR)/$(BIN) \
+		-entries $(SOAK_ENTRIES) -duration $(SOAK_DURATION) -sample $(SOAK_SAMPLE) -etcd $(SOAK_ETCD) \
+		-out $(abspath $(SOAK_OUT)) $(SOAK_ARGS)
+
+# celery beat (1,000 entries every second) and beatd (1,000, then 20,000)
+# side by side on one redis-server, BENCH_DURATION each; prints a markdown
+# table with the CPU-per-fire ratios.
+BENCH_DURATION ?= 20s
+BENCH_OUT ?= bench-celery.json
+BENCH_ARGS ?=
+bench-celery:
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchCelery$$' ./internal/soak -args -bench-celery -beatd $(CURDIR)/$(BIN) \
+		-bench-duration $(BENCH_DURATION) -out $(abspath $(BENCH_OUT)) $(BENCH_ARGS)

@@ -1,0 +1,270 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LagMode says how a message's lag is measured.
+type LagMode int
+
+const (
+	// LagSlot: receive time minus the slot the message carries in its
+	// beat_slot header (beatd's messages).
+	LagSlot LagMode = iota
+	// LagGrid: receive time minus the entry's ideal grid time, first
+	// receive + k × interval for its k-th message (celery beat's messages
+	// carry no slot; an entry is told apart by its task name). A scheduler
+	// that drifts or falls behind accumulates lag.
+	LagGrid
+)
+
+// LagDefinition describes a mode in words, for reports.
+func (m LagMode) String() string {
+	if m == LagGrid {
+		return "receive time - (entry's first receive + k*interval), k-th message of the entry"
+	}
+	return "receive time - the slot in the beat_slot header"
+}
+
+// Window is what the consumer saw between two calls of Take.
+type Window struct {
+	Start, End time.Time
+	Messages   int
+	Lag        Hist
+	// Period is the time between two receives of the same entry.
+	Period Hist
+	// Repeats are messages whose slot is not after the entry's previous
+	// one (a duplicate or a reordering); Gaps are slots an entry skipped
+	// (LagSlot only).
+	Repeats, Gaps int
+	Unparsed      int
+	// Entries is how many distinct entries the window saw.
+	Entries int
+}
+
+type entryState struct {
+	lastSlot  time.Time
+	lastRecv  time.Time
+	firstRecv time.Time
+	n         int64
+	window    int64 // the window count when last seen
+}
+
+// Consumer drains one Celery queue on Redis and measures every message.
+type Consumer struct {
+	rdb      *redis.Client
+	queue    string
+	mode     LagMode
+	interval time.Duration
+
+	mu       sync.Mutex
+	entries  map[string]*entryState
+	cur      *Window
+	windowNo int64
+	total    Window
+	err      error
+	slotMemo map[string]time.Time
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartConsumer starts draining queue until Stop.
+func StartConsumer(rdb *redis.Client, queue string, mode LagMode, interval time.Duration) *Consumer {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Consumer{rdb: rdb, queue: queue, mode: mode, interval: interval, entries: map[string]*entryState{},
+		cur: &Window{Start: time.Now()}, slotMemo: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	c.total.Start = c.cur.Start
+	go c.loop(ctx)
+	return c
+}
+
+// Stop ends the loop and waits for it; it returns the first Redis error
+// the loop met, if any.
+func (c *Consumer) Stop() error {
+	c.cancel()
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Backlog is the number of messages waiting in the queue: when it grows,
+// the consumer is behind and lag includes its delay, not only the
+// scheduler's.
+func (c *Consumer) Backlog(ctx context.Context) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := c.rdb.LLen(ctx, c.queue).Result()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Take returns the current window and starts a new one.
+func (c *Consumer) Take() Window {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.cur
+	w.End = now
+	c.cur = &Window{Start: now}
+	c.windowNo++
+	return *w
+}
+
+// Total is everything seen since the start.
+func (c *Consumer) Total() Window {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.total
+	t.End = time.Now()
+	t.Entries = len(c.entries)
+	return t
+}
+
+func (c *Consumer) loop(ctx context.Context) {
+	defer close(c.done)
+	const batch = 2000
+	for ctx.Err() == nil {
+		vals, err := c.rdb.RPopCount(ctx, c.queue, batch).Result()
+		if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
+			// Empty: block briefly rather than spin.
+			var kv []string
+			kv, err = c.rdb.BRPop(ctx, time.Second, c.queue).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			if err == nil && len(kv) == 2 {
+				vals = kv[1:]
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.mu.Lock()
+			if c.err == nil {
+				c.err = fmt.Errorf("soak: consume %q: %w", c.queue, err)
+			}
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		c.record(time.Now(), vals)
+	}
+}
+
+// record measures a batch received at now.
+func (c *Consumer) record(now time.Time, vals []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.cur
+	for _, raw := range vals {
+		var name string
+		var slot time.Time
+		if c.mode == LagSlot {
+			name = headerString(raw, "beat_entry")
+			s := headerString(raw, "beat_slot")
+			t, ok := c.slotMemo[s]
+			if !ok && s != "" {
+				var err error
+				if t, err = time.Parse(time.RFC3339Nano, s); err == nil {
+					if len(c.slotMemo) > 100_000 {
+						clear(c.slotMemo)
+					}
+					c.slotMemo[s] = t
+					ok = true
+				}
+			}
+			if !ok {
+				name = ""
+			}
+			slot = t
+		} else {
+			name = headerString(raw, "task")
+		}
+		if name == "" {
+			w.Unparsed++
+			c.total.Unparsed++
+			continue
+		}
+		e := c.entries[name]
+		if e == nil {
+			e = &entryState{firstRecv: now, window: -1}
+			c.entries[name] = e
+		}
+		if e.window != c.windowNo {
+			e.window = c.windowNo
+			w.Entries++
+		}
+		var lag time.Duration
+		if c.mode == LagSlot {
+			lag = now.Sub(slot)
+			if !e.lastSlot.IsZero() {
+				switch {
+				case !slot.After(e.lastSlot):
+					w.Repeats++
+					c.total.Repeats++
+				case c.interval > 0 && slot.Sub(e.lastSlot) > c.interval*3/2:
+					g := int(slot.Sub(e.lastSlot)/c.interval) - 1
+					w.Gaps += g
+					c.total.Gaps += g
+				}
+			}
+			if slot.After(e.lastSlot) {
+				e.lastSlot = slot
+			}
+		} else {
+			lag = now.Sub(e.firstRecv.Add(time.Duration(e.n) * c.interval))
+		}
+		if !e.lastRecv.IsZero() {
+			w.Period.Add(now.Sub(e.lastRecv))
+			c.total.Period.Add(now.Sub(e.lastRecv))
+		}
+		e.lastRecv = now
+		e.n++
+		w.Lag.Add(lag)
+		c.total.Lag.Add(lag)
+		w.Messages++
+		c.total.Messages++
+	}
+}
+
+// headerString finds "key": "value" in a message's JSON and returns value
+// ("" when absent). It is a scan, not a JSON parse, to keep the consumer
+// cheap at tens of thousands of messages a second; the values it reads
+// (entry names, task names, RFC 3339 times) hold no escapes.
+func headerString(raw, key string) string {
+	i := strings.Index(raw, `"`+key+`"`)
+	if i < 0 {
+		return ""
+	}
+	rest := strings.TrimLeft(raw[i+len(key)+2:], " \t")
+	rest, ok := strings.CutPrefix(rest, ":")
+	if !ok {
+		return ""
+	}
+	rest = strings.TrimLeft(rest, " \t")
+	rest, ok = strings.CutPrefix(rest, `"`)
+	if !ok {
+		return ""
+	}
+	j := strings.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return rest[:j]
+}

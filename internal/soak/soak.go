@@ -1,0 +1,501 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// SoakConfig parameterises a soak run.
+type SoakConfig struct {
+	// Bin is the beatd binary.
+	Bin      string
+	Entries  int
+	Interval time.Duration
+	Duration time.Duration
+	Sample   time.Duration
+	// ExternalEtcd runs Debian's etcd binary instead of beatd's embedded
+	// one; CPU, RSS and disk then count both processes.
+	ExternalEtcd bool
+	// Out is where the JSON report goes ("" for none).
+	Out string
+	// GrowthWindow is the tail of the run whose linear fit judges growth
+	// (5 min); a run shorter than twice that fits its second half.
+	GrowthWindow time.Duration
+	DBLimit      GrowthLimit
+	RSSLimit     GrowthLimit
+	// Extra arguments for `beatd run`.
+	Extra []string
+	// Keep the run's directory (logs, data) even when it passed.
+	Keep bool
+	// Log receives the table as it is sampled.
+	Log io.Writer
+}
+
+// DefaultDBLimit and DefaultRSSLimit are the growth thresholds: a slope
+// over the growth window above max(absolute, relative × mean) per minute
+// is growth. 1 MiB/min of etcd DB is 1.4 GiB a day, which would fill the
+// default 2 GiB quota within two days; 4 MiB/min of RSS (5.6 GiB a day)
+// stays above a Go heap's noise between GC cycles at 10 s samples.
+var (
+	DefaultDBLimit  = GrowthLimit{AbsMiBPerMin: 1, RelPerMin: 0.005}
+	DefaultRSSLimit = GrowthLimit{AbsMiBPerMin: 4, RelPerMin: 0.01}
+)
+
+// SoakSample is one row of the soak table.
+type SoakSample struct {
+	T        float64   `json:"t_s"`
+	At       time.Time `json:"at"`
+	Fires    int       `json:"fires"`
+	FiresPS  float64   `json:"fires_per_s"`
+	Offered  float64   `json:"offered"`
+	Lag      LagStats  `json:"lag"`
+	Repeats  int       `json:"repeats"`
+	Gaps     int       `json:"gaps"`
+	Unparsed int       `json:"unparsed"`
+	// Backlog is the queue's length at the sample: a growing one means
+	// the consumer fell behind and its delay is in the lag.
+	Backlog int64 `json:"backlog"`
+
+	Etcd    EtcdSample `json:"etcd"`
+	DataDir int64      `json:"data_dir_bytes"`
+	RSS     int64      `json:"rss_bytes"`
+	HWM     int64      `json:"hwm_bytes"`
+	CPU     float64    `json:"cpu_s"`
+	// Per fire, over this window.
+	CPUPerFireUs     float64 `json:"cpu_per_fire_us"`
+	PutBytesPerFire  float64 `json:"etcd_put_bytes_per_fire"`
+	RevisionsPerFire float64 `json:"etcd_revisions_per_fire"`
+	DiskWritePerFire float64 `json:"disk_write_bytes_per_fire"`
+	WriteBytes       int64   `json:"write_bytes"`
+	BeatdAlive       bool    `json:"beatd_alive"`
+	hist             Hist
+}
+
+// SoakReport is the outcome of a soak.
+type SoakReport struct {
+	Machine  Machine  `json:"machine"`
+	Binary   string   `json:"binary"`
+	Entries  int      `json:"entries"`
+	Interval string   `json:"interval"`
+	Duration string   `json:"duration"`
+	Etcd     string   `json:"etcd"`
+	Relative bool     `json:"relative"`
+	Extra    []string `json:"extra_args,omitempty"`
+	Dir      string   `json:"dir"`
+	// Pids of the processes the run started, by name.
+	Pids map[string]int `json:"pids"`
+
+	StartupS float64      `json:"startup_to_first_fire_s"`
+	Samples  []SoakSample `json:"samples"`
+	Growth   []Growth     `json:"growth"`
+
+	Fires        int      `json:"fires"`
+	Offered      float64  `json:"offered"`
+	Lag          LagStats `json:"lag"`
+	Repeats      int      `json:"repeats"`
+	Gaps         int      `json:"gaps"`
+	CPUPerFireUs float64  `json:"cpu_per_fire_us"`
+	// BytesPerFire is what etcd stored per fire (keys + values put);
+	// BytesMethod says how it was measured.
+	BytesPerFire float64 `json:"etcd_bytes_per_fire"`
+	BytesMethod  string  `json:"etcd_bytes_method"`
+	// PrefixBytesPerFire is the same from the keys under beatd's prefix.
+	PrefixBytesPerFire float64 `json:"prefix_bytes_per_fire"`
+	PrefixMethod       string  `json:"prefix_bytes_method"`
+	RevisionsPerFire   float64 `json:"etcd_revisions_per_fire"`
+	DiskWritePerFire   float64 `json:"disk_write_bytes_per_fire"`
+	ShutdownS          float64 `json:"shutdown_s"`
+	ShutdownKilled     bool    `json:"shutdown_killed"`
+	shutdownMeasured   bool
+	keysAtStart        KeyVersions
+
+	Failures []string `json:"failures"`
+	OK       bool     `json:"ok"`
+}
+
+// RunSoak runs beatd on cfg.Entries entries for cfg.Duration and samples
+// it. It stops every process it started before it returns, and returns
+// within Duration plus a bounded start-up and shut-down time (or sooner,
+// when ctx ends). A failed verdict is in the report, with a non-nil error.
+func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Entries <= 0 || cfg.Interval <= 0 || cfg.Duration <= 0 || cfg.Sample <= 0 {
+		return nil, errors.New("soak: entries, interval, duration and sample must be positive")
+	}
+	if cfg.GrowthWindow <= 0 {
+		cfg.GrowthWindow = 5 * time.Minute
+	}
+	// The hard bound: start-up (build excluded) + the run + shut-down.
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration+8*time.Minute)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "beatd-soak-")
+	if err != nil {
+		return nil, fmt.Errorf("soak: temp dir: %w", err)
+	}
+	r := &SoakReport{Machine: ReadMachine(), Binary: cfg.Bin, Entries: cfg.Entries, Interval: cfg.Interval.String(),
+		Duration: cfg.Duration.String(), Etcd: "embedded", Extra: cfg.Extra, Dir: dir, Failures: []string{},
+		Pids: map[string]int{}}
+	if cfg.ExternalEtcd {
+		r.Etcd = "external (etcd binary)"
+	}
+	ps := &Procs{}
+	defer func() {
+		ps.StopAll(10 * time.Second)
+		switch {
+		case cfg.Keep:
+		case r.OK:
+			os.RemoveAll(dir)
+		default:
+			// Keep the logs of a failed run, not its etcd data (which is
+			// what a failed soak has too much of).
+			os.RemoveAll(filepath.Join(dir, "data"))
+			os.RemoveAll(filepath.Join(dir, "etcd-data"))
+		}
+	}()
+	err = runSoak(ctx, cfg, ps, dir, r)
+	if err != nil {
+		r.Failures = append(r.Failures, err.Error())
+	}
+	r.OK = len(r.Failures) == 0
+	if cfg.Out != "" {
+		if b, jerr := json.MarshalIndent(r, "", "  "); jerr == nil {
+			if werr := os.WriteFile(cfg.Out, b, 0o644); werr != nil {
+				fmt.Fprintf(cfg.Log, "soak: write %s: %v\n", cfg.Out, werr)
+			}
+		}
+	}
+	r.WriteSummary(cfg.Log)
+	if !r.OK {
+		return r, fmt.Errorf("soak failed (logs in %s): %s", dir, strings.Join(r.Failures, "; "))
+	}
+	return r, nil
+}
+
+func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *SoakReport) error {
+	rs, err := StartRedis(ctx, ps, dir)
+	if err != nil {
+		return err
+	}
+	r.Pids["redis-server"] = rs.Pid()
+	var etcdProc *Proc
+	endpoint, etcdDir := "", ""
+	if cfg.ExternalEtcd {
+		if etcdProc, endpoint, err = StartEtcd(ctx, ps, dir); err != nil {
+			return err
+		}
+		etcdDir = filepath.Join(dir, "etcd-data")
+		r.Pids["etcd"] = etcdProc.Pid()
+	}
+	r.Relative = SupportsRelative(ctx, cfg.Bin, dir)
+	config := filepath.Join(dir, "schedules.yaml")
+	if err := WriteBeatdSchedule(config, cfg.Entries, cfg.Interval, r.Relative); err != nil {
+		return err
+	}
+	rdb := rs.Client(0)
+	defer rdb.Close()
+	cons := StartConsumer(rdb, "celery", LagSlot, cfg.Interval)
+	defer cons.Stop()
+
+	started := time.Now()
+	bd, err := StartBeatd(ctx, ps, BeatdOptions{Bin: cfg.Bin, Dir: dir, Config: config, Broker: rs.URL(0),
+		EtcdEndpoint: endpoint, Prefix: "/soak/", Extra: cfg.Extra})
+	if err != nil {
+		return err
+	}
+	r.Pids["beatd"] = bd.Pid()
+	if etcdDir == "" {
+		etcdDir = bd.DataDir
+	}
+	probe, err := NewEtcdProbe(bd.EtcdEndpoint)
+	if err != nil {
+		return err
+	}
+	defer probe.Close()
+	if err := waitFirstFire(ctx, cons, bd.Proc, 3*time.Minute); err != nil {
+		return err
+	}
+	r.StartupS = time.Since(started).Seconds()
+	fmt.Fprintf(cfg.Log, "soak: %d entries every %s, etcd %s, relative=%v, first fire after %.1fs; sampling every %s for %s (dir %s)\n",
+		cfg.Entries, cfg.Interval, r.Etcd, r.Relative, r.StartupS, cfg.Sample, cfg.Duration, dir)
+
+	pids := []*Proc{bd.Proc}
+	if etcdProc != nil {
+		pids = append(pids, etcdProc)
+	}
+	read := func(w Window, t0 time.Time, prev *SoakSample) SoakSample {
+		s := SoakSample{At: w.End, T: w.End.Sub(t0).Seconds(), Fires: w.Messages, Lag: w.Lag.Stats(),
+			Repeats: w.Repeats, Gaps: w.Gaps, Unparsed: w.Unparsed, BeatdAlive: !bd.Exited(), hist: w.Lag}
+		if d := w.End.Sub(w.Start).Seconds(); d > 0 {
+			s.FiresPS = float64(w.Messages) / d
+			s.Offered = float64(cfg.Entries) * w.End.Sub(w.Start).Seconds() / cfg.Interval.Seconds()
+		}
+		var cpu time.Duration
+		gone := false
+		for _, p := range pids {
+			st, err := ReadProcStats(p.Pid())
+			if err != nil {
+				gone = true
+				continue
+			}
+			cpu += st.CPU
+			s.RSS += st.RSS
+			s.HWM += st.HWM
+			s.WriteBytes += st.WriteBytes
+		}
+		s.CPU = cpu.Seconds()
+		if gone && prev != nil {
+			// A process ended: keep its last reading rather than count
+			// its CPU and writes as undone.
+			s.CPU, s.RSS, s.HWM, s.WriteBytes = prev.CPU, prev.RSS, prev.HWM, prev.WriteBytes
+		}
+		s.Backlog = cons.Backlog(ctx)
+		s.Etcd = probe.Sample(ctx)
+		s.DataDir = DirSize(etcdDir)
+		if prev != nil && s.Fires > 0 {
+			f := float64(s.Fires)
+			s.CPUPerFireUs = (s.CPU - prev.CPU) * 1e6 / f
+			if s.Etcd.PutBytes >= 0 && prev.Etcd.PutBytes >= 0 {
+				s.PutBytesPerFire = float64(s.Etcd.PutBytes-prev.Etcd.PutBytes) / f
+			}
+			if s.Etcd.OK && prev.Etcd.OK {
+				s.RevisionsPerFire = float64(s.Etcd.Revision-prev.Etcd.Revision) / f
+			}
+			s.DiskWritePerFire = float64(s.WriteBytes-prev.WriteBytes) / f
+		}
+		return s
+	}
+
+	cons.Take() // the start-up's messages are not part of the run
+	t0 := time.Now()
+	base := read(Window{Start: t0, End: t0}, t0, nil)
+	if r.keysAtStart, err = probe.PrefixVersions(ctx, "/soak/"); err != nil {
+		fmt.Fprintf(cfg.Log, "soak: %v (no per-key measure of etcd bytes)\n", err)
+	}
+	r.Samples = append(r.Samples, base)
+	writeSoakHeader(cfg.Log)
+	writeSoakRow(cfg.Log, base)
+	tick := time.NewTicker(cfg.Sample)
+	defer tick.Stop()
+	end := t0.Add(cfg.Duration)
+	var stopped error
+loop:
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			stopped = fmt.Errorf("soak: interrupted at t=%.0fs: %w", time.Since(t0).Seconds(), ctx.Err())
+			break loop
+		case <-bd.Done():
+			// No last sample: its etcd (embedded) is gone with it.
+			stopped = fmt.Errorf("soak: beatd exited during the run at t=%.0fs (%v); log %s", time.Since(t0).Seconds(), bd.ExitErr(), bd.LogPath)
+			break loop
+		case <-tick.C:
+		}
+		s := read(cons.Take(), t0, &r.Samples[len(r.Samples)-1])
+		r.Samples = append(r.Samples, s)
+		writeSoakRow(cfg.Log, s)
+	}
+	// The figures so far are worth a summary even when the run was cut.
+	r.summarise(ctx, cfg, probe)
+	if stopped != nil {
+		return stopped
+	}
+	took, killed := bd.Stop(30 * time.Second)
+	r.ShutdownS, r.ShutdownKilled, r.shutdownMeasured = took.Seconds(), killed, true
+	if killed {
+		r.Failures = append(r.Failures, "beatd did not exit within 30s of SIGTERM")
+	}
+	if err := cons.Stop(); err != nil {
+		r.Failures = append(r.Failures, err.Error())
+	}
+	return nil
+}
+
+// waitFirstFire waits until the consumer has seen a message.
+func waitFirstFire(ctx context.Context, cons *Consumer, p *Proc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cons.Total().Messages > 0 {
+			return nil
+		}
+		if p.Exited() {
+			return fmt.Errorf("soak: %s exited before its first fire (%v); log %s", p.Name, p.ExitErr(), p.LogPath)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("soak: no message from %s within %s; log %s", p.Name, timeout, p.LogPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// summarise computes the totals, the growth fits and the verdict.
+func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdProbe) {
+	if len(r.Samples) < 2 {
+		r.Failures = append(r.Failures, "fewer than two samples")
+		return
+	}
+	first, last := r.Samples[0], r.Samples[len(r.Samples)-1]
+	var lag Hist
+	for i, s := range r.Samples[1:] {
+		lag.Merge(&s.hist)
+		r.Fires += s.Fires
+		r.Offered += s.Offered
+		r.Repeats += s.Repeats
+		r.Gaps += s.Gaps
+		// Publishing stopped: a whole window (at least one interval long)
+		// without a message, while every entry was due in it.
+		if s.Fires == 0 && s.Offered >= float64(cfg.Entries) {
+			r.Failures = append(r.Failures, fmt.Sprintf("publishing stopped: no message in the window ending at t=%.0fs (sample %d)", s.T, i+1))
+		}
+		if len(s.Etcd.Alarms) > 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("etcd alarm %v at t=%.0fs", s.Etcd.Alarms, s.T))
+		}
+		if !s.Etcd.OK {
+			r.Failures = append(r.Failures, fmt.Sprintf("etcd status failed at t=%.0fs: %s", s.T, s.Etcd.Err))
+		}
+	}
+	r.Lag = lag.Stats()
+	if r.Repeats > 0 {
+		r.Failures = append(r.Failures, fmt.Sprintf("%d messages repeated or reordered an entry's slot", r.Repeats))
+	}
+	if r.Fires == 0 {
+		r.Failures = append(r.Failures, "no fire during the run")
+		return
+	}
+	f := float64(r.Fires)
+	r.CPUPerFireUs = (last.CPU - first.CPU) * 1e6 / f
+	r.DiskWritePerFire = float64(last.WriteBytes-first.WriteBytes) / f
+	if last.Etcd.OK && first.Etcd.OK {
+		r.RevisionsPerFire = float64(last.Etcd.Revision-first.Etcd.Revision) / f
+	}
+	// Two measures of what etcd stored per fire: etcd's own put counter
+	// (everything the member applied), and the keys under beatd's prefix
+	// (version deltas x current sizes: beatd's own keys only).
+	if r.keysAtStart != nil && last.Etcd.OK {
+		if now, err := probe.PrefixVersions(ctx, "/soak/"); err == nil {
+			puts, bytes := now.PutsSince(r.keysAtStart)
+			r.PrefixBytesPerFire = float64(bytes) / f
+			r.PrefixMethod = fmt.Sprintf("the puts to the keys under /soak/, from each key's version delta, times its current key+value size, / fires "+
+				"(%d puts to %d keys, %.3f per fire); exact for values of stable size, high while values grow, blind to keys deleted in between", puts, len(now), float64(puts)/f)
+		} else {
+			r.PrefixMethod = "unavailable: " + err.Error()
+		}
+	}
+	switch {
+	case last.Etcd.PutBytes >= 0 && first.Etcd.PutBytes >= 0:
+		r.BytesPerFire = float64(last.Etcd.PutBytes-first.Etcd.PutBytes) / f
+		r.BytesMethod = "delta of etcd_debugging_mvcc_total_put_size_in_bytes (key+value bytes of every put the member applied, beatd's leases and election included) / fires"
+	case r.PrefixMethod != "" && !strings.HasPrefix(r.PrefixMethod, "unavailable"):
+		r.BytesPerFire = r.PrefixBytesPerFire
+		r.BytesMethod = "estimate (no put counter): " + r.PrefixMethod
+	default:
+		r.BytesMethod = "unavailable: no put counter, and the keys could not be read"
+	}
+
+	// Growth: a linear fit over the tail window.
+	window := cfg.GrowthWindow
+	note := ""
+	if cfg.Duration < 2*window {
+		window = cfg.Duration / 2
+		note = "run shorter than twice the growth window: fitted over its second half"
+	}
+	var ts, db, inUse, rss, dd []float64
+	for _, s := range r.Samples {
+		if s.T < last.T-window.Seconds()-0.5 {
+			continue
+		}
+		ts = append(ts, s.T)
+		db = append(db, float64(s.Etcd.DBSize))
+		inUse = append(inUse, float64(s.Etcd.DBSizeInUse))
+		rss = append(rss, float64(s.RSS))
+		dd = append(dd, float64(s.DataDir))
+	}
+	r.Growth = []Growth{
+		FitGrowth("etcd DB size", ts, db, cfg.DBLimit, true),
+		FitGrowth("RSS", ts, rss, cfg.RSSLimit, true),
+		FitGrowth("etcd DB size in use", ts, inUse, cfg.DBLimit, false),
+		FitGrowth("data dir", ts, dd, cfg.DBLimit, false),
+	}
+	for i := range r.Growth {
+		r.Growth[i].Note = note
+	}
+	for _, g := range r.Growth {
+		if g.Judged && g.Samples < 3 {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s: %d samples in the growth window, too few to judge (run longer or sample more often)", g.Metric, g.Samples))
+		}
+		if g.Judged && g.Growing {
+			r.Failures = append(r.Failures, fmt.Sprintf("%s still growing: %.2f MiB/min over the last %ds (limit %.2f MiB/min)", g.Metric, g.SlopeMiBPerMin, g.WindowS, g.LimitMiBPerMin))
+		}
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func writeSoakHeader(w io.Writer) {
+	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s\n",
+		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue")
+}
+
+func writeSoakRow(w io.Writer, s SoakSample) {
+	put := "-"
+	if s.PutBytesPerFire > 0 {
+		put = fmt.Sprintf("%.0f", s.PutBytesPerFire)
+	}
+	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d\n",
+		s.T, s.Fires, s.FiresPS, s.Lag.P50ms, s.Lag.P99ms, mib(s.Etcd.DBSize), mib(s.Etcd.DBSizeInUse), mib(s.DataDir),
+		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog)
+}
+
+// WriteSummary prints the verdict and the per-fire figures.
+func (r *SoakReport) WriteSummary(w io.Writer) {
+	verdict := "PASS"
+	if !r.OK {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "\nsoak %s: %d entries every %s for %s, etcd %s; machine: %d CPUs, %s\n", verdict, r.Entries, r.Interval, r.Duration, r.Etcd, r.Machine.CPUs, r.Machine.CPUModel)
+	if r.Offered > 0 {
+		fmt.Fprintf(w, "  fires: %d of %.0f offered (%.1f%%), lag p50 %.1fms p99 %.1fms max %.1fms (%s)\n", r.Fires, r.Offered, 100*float64(r.Fires)/r.Offered, r.Lag.P50ms, r.Lag.P99ms, r.Lag.MaxMs, LagSlot)
+	}
+	fmt.Fprintf(w, "  CPU per fire (beatd%s, utime+stime): %.1f us\n", map[bool]string{true: " + etcd", false: " incl. its embedded etcd"}[strings.HasPrefix(r.Etcd, "external")], r.CPUPerFireUs)
+	fmt.Fprintf(w, "  etcd bytes per fire: %.1f B, %.3f revisions per fire; %s\n", r.BytesPerFire, r.RevisionsPerFire, r.BytesMethod)
+	if r.PrefixMethod != "" {
+		fmt.Fprintf(w, "  beatd's keys in etcd per fire: %.1f B; %s\n", r.PrefixBytesPerFire, r.PrefixMethod)
+	}
+	fmt.Fprintf(w, "  bytes written to disk per fire (/proc write_bytes, WAL + bbolt + logs): %.0f B\n", r.DiskWritePerFire)
+	if len(r.Samples) > 0 {
+		l := r.Samples[len(r.Samples)-1]
+		fmt.Fprintf(w, "  at the end: etcd DB %.1f MiB (in use %.1f), data dir %.1f MiB, RSS %.1f MiB (peak %.1f)\n", mib(l.Etcd.DBSize), mib(l.Etcd.DBSizeInUse), mib(l.DataDir), mib(l.RSS), mib(l.HWM))
+	}
+	for _, g := range r.Growth {
+		judged := "informational"
+		if g.Judged {
+			judged = fmt.Sprintf("limit %.2f MiB/min", g.LimitMiBPerMin)
+			if g.Growing {
+				judged += ": GROWING"
+			}
+		}
+		fmt.Fprintf(w, "  growth %-20s %+8.2f MiB/min over the last %ds, mean %.1f MiB (%s)\n", g.Metric, g.SlopeMiBPerMin, g.WindowS, g.MeanMiB, judged)
+	}
+	if len(r.Growth) > 0 && r.Growth[0].Note != "" {
+		fmt.Fprintf(w, "  growth window: %s\n", r.Growth[0].Note)
+	}
+	if r.shutdownMeasured {
+		fmt.Fprintf(w, "  shutdown after SIGTERM: %.2fs\n", r.ShutdownS)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "  FAIL: %s\n", f)
+	}
+}
