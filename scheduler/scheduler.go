@@ -220,7 +220,7 @@ func (h *slotHeap) Pop() any {
 
 // jitter delays a slot by an amount derived from (entry, slot), so every
 // replica computes the same delay.
-func jitter(e *entry, slot time.Time) time.Duration {
+func jitter(e *schedule.Entry, slot time.Time) time.Duration {
 	if e.Jitter <= 0 {
 		return 0
 	}
@@ -443,15 +443,9 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	if !e.Enabled {
 		return
 	}
-	last := time.Time{}
-	if st != nil {
-		last = st.CatchupFrom()
-	}
-	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll {
-		last = e.StartAt.Add(-time.Nanosecond) // backfill from start_at, as asked
-		catchUp = true
-	}
-	if last.IsZero() || !catchUp {
+	owed := st != nil && !st.CatchupFrom().IsZero()
+	backfill := !owed && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll
+	if !backfill && (!owed || !catchUp) {
 		// From now on this entry's slots are owed: record that before its
 		// first fire, so a leader that takes over before then still owes
 		// it (and owes nothing from before a change).
@@ -461,79 +455,21 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		st.Since = now
 		l.baseline = append(l.baseline, *st)
 	}
-	var next *item
-	if catchUp && !last.IsZero() {
-		next = l.catchUp(e, st, last, now)
+	plan := planCatchup(e.Entry, st, now)
+	m := l.s.cfg.Metrics
+	for _, d := range plan.dropped {
+		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
 	}
-	if next == nil {
-		slot := e.Schedule.Next(now)
-		if slot.IsZero() {
-			return // fired its last slot (a past one-off)
-		}
-		next = &item{e: e, slot: slot, due: slot.Add(jitter(e, slot))}
+	for _, s := range plan.fire {
+		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
 	}
+	if plan.next.IsZero() {
+		return // fired its last slot (a past one-off)
+	}
+	next := &item{e: e, slot: plan.next, due: plan.next.Add(jitter(e.Entry, plan.next))}
 	l.items[e.Name] = next
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
-}
-
-// catchUp applies e's policy to the slots missed in (last, now], queues
-// what it fires, counts what it drops, and returns the next slot to wait
-// for when a missed slot's jittered due time is still ahead.
-func (l *loop) catchUp(e *entry, st *store.EntryState, last, now time.Time) *item {
-	m := l.s.cfg.Metrics
-	windowStart := now.Add(-e.CatchupWindow)
-	from := last
-	if from.Before(windowStart) {
-		old := schedule.Missed(e.Schedule, last, windowStart, 0)
-		if old.Count > 0 {
-			m.Missed.WithLabelValues(e.Name, ReasonWindow).Add(float64(old.Count))
-		}
-		from = windowStart
-	}
-	limit := 1
-	if e.Catchup == schedule.CatchupAll {
-		limit = e.MaxCatchup
-	}
-	missed := schedule.Missed(e.Schedule, from, now, limit)
-	slots := missed.Slots
-	// A slot whose jittered time is still ahead is not missed yet.
-	var future *item
-	for len(slots) > 0 {
-		s := slots[len(slots)-1]
-		if due := s.Add(jitter(e, s)); due.After(now) {
-			future = &item{e: e, slot: s, due: due}
-			slots = slots[:len(slots)-1]
-			missed.Count--
-			continue
-		}
-		break
-	}
-	if missed.Count <= 0 {
-		return future
-	}
-	paused := st != nil && st.Paused
-	switch {
-	case paused:
-		m.Missed.WithLabelValues(e.Name, ReasonPaused).Add(float64(missed.Count))
-		slots = nil
-	case e.Catchup == schedule.CatchupSkip:
-		m.Missed.WithLabelValues(e.Name, ReasonSkip).Add(float64(missed.Count))
-		slots = nil
-	case e.Catchup == schedule.CatchupOnce:
-		if missed.Count > 1 {
-			m.Missed.WithLabelValues(e.Name, ReasonOnce).Add(float64(missed.Count - 1))
-		}
-		slots = slots[len(slots)-1:]
-	default:
-		if dropped := missed.Count - int64(len(slots)); dropped > 0 {
-			m.Missed.WithLabelValues(e.Name, ReasonMaxCatchup).Add(float64(dropped))
-		}
-	}
-	for _, s := range slots {
-		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
-	}
-	return future
 }
 
 // collectDue moves every due slot from the heap to pending, advancing each
@@ -553,7 +489,7 @@ func (l *loop) collectDue(now time.Time) {
 			delete(l.items, e.Name)
 			continue
 		}
-		it.slot, it.due = next, next.Add(jitter(e, next))
+		it.slot, it.due = next, next.Add(jitter(e.Entry, next))
 		heap.Fix(&l.heap, 0)
 	}
 }

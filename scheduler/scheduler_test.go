@@ -460,7 +460,7 @@ func TestReload(t *testing.T) {
 
 func TestJitterDeterministic(t *testing.T) {
 	t.Parallel()
-	e := &entry{Entry: &schedule.Entry{Name: "e", Jitter: 30 * time.Second}}
+	e := &schedule.Entry{Name: "e", Jitter: 30 * time.Second}
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 100; i++ {
 		slot := t0.Add(time.Duration(i) * time.Minute)
