@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/store"
 )
 
@@ -185,8 +186,10 @@ func (p *persister) flush(ctx context.Context) error {
 func (p *persister) run(ctx context.Context) {
 	var (
 		retryAt time.Time
-		backoff time.Duration
 		lastLog time.Time
+		// Back off while etcd refuses, so a struggling etcd is not
+		// hammered; the backlog only grows in place meanwhile.
+		b = retry.Backoff(p.interval, max(p.interval, min(10*p.interval, 10*time.Second)))
 	)
 	tick := p.clock.NewTimer(p.interval)
 	defer tick.Stop()
@@ -214,13 +217,10 @@ func (p *persister) run(ctx context.Context) {
 		}
 		if err != nil {
 			p.m.EtcdErrors.Inc()
-			// Back off while etcd refuses, up to a few intervals, so a
-			// struggling etcd is not hammered; the backlog only grows in
-			// place meanwhile.
-			backoff = min(max(backoff*2, p.interval), 10*p.interval, 10*time.Second)
-			retryAt = now.Add(backoff)
+			retryAt = now.Add(b.NextBackOff())
 		} else {
-			backoff, retryAt = 0, time.Time{}
+			b.Reset()
+			retryAt = time.Time{}
 		}
 		p.report(now, &lastLog)
 	}

@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -257,7 +259,7 @@ type loop struct {
 	persist  *persister
 	fires    []publisher.Fire
 	results  []publisher.Result
-	backoff  time.Duration
+	backoff  *backoff.ExponentialBackOff // publish retries while the broker fails
 	requests <-chan struct{}
 	dirty    map[string]bool    // entries changed in the batch being published
 	changed  []store.EntryState // their new state, handed to the persister
@@ -404,7 +406,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 
 // retry runs op until it succeeds or ctx ends, backing off.
 func (s *Scheduler) retry(ctx context.Context, what string, op func() error) error {
-	backoff := 100 * time.Millisecond
+	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		err := op()
 		if err == nil {
@@ -416,25 +418,23 @@ func (s *Scheduler) retry(ctx context.Context, what string, op func() error) err
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.log.Warn("retrying", "op", what, "err", err, "backoff", backoff.String())
-		t := s.cfg.Clock.NewTimer(backoff)
+		wait := b.NextBackOff()
+		s.log.Warn("retrying", "op", what, "err", err, "backoff", wait.String())
+		t := s.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C():
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 
 func (l *loop) nextBackoff() time.Duration {
-	if l.backoff == 0 {
-		l.backoff = 50 * time.Millisecond
-	} else {
-		l.backoff = min(l.backoff*2, 2*time.Second)
+	if l.backoff == nil {
+		l.backoff = retry.Backoff(50*time.Millisecond, 2*time.Second)
 	}
-	return l.backoff
+	return l.backoff.NextBackOff()
 }
 
 // startEntry schedules an entry at the start of a term (catchUp) or when a
@@ -588,7 +588,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 		return err
 	}
 	s.setPublishErr(nil)
-	l.backoff = 0
+	if l.backoff != nil {
+		l.backoff.Reset()
+	}
 	return nil
 }
 

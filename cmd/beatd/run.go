@@ -23,6 +23,7 @@ import (
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
@@ -300,7 +301,7 @@ func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
 // lead campaigns, runs the scheduler for each term won, and campaigns
 // again when a term ends, until ctx ends.
 func (m *Main) lead(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		l, err := m.elector.Campaign(ctx)
 		elected := time.Now()
@@ -309,16 +310,16 @@ func (m *Main) lead(ctx context.Context) {
 				return
 			}
 			m.metrics.EtcdErrors.Inc()
-			m.log.Warn("campaign failed; retrying", "err", err, "backoff", backoff.String())
+			wait := b.NextBackOff()
+			m.log.Warn("campaign failed; retrying", "err", err, "backoff", wait.String())
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		b.Reset()
 		m.token.Store(l.Token)
 		m.metrics.IsLeader.Set(1)
 		m.metrics.FencingToken.Set(float64(l.Token))
