@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -225,7 +226,7 @@ func (d *drill) leader(ctx context.Context, timeout time.Duration) (*Replica, in
 		// election.Observe reads it; chaos cannot import election, whose
 		// tests use chaos).
 		octx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := d.cli.Get(octx, d.prefix+"leader/", clientv3.WithFirstCreate()...)
+		resp, err := d.cli.Get(octx, keys.Leaders(d.prefix), clientv3.WithFirstCreate()...)
 		cancel()
 		if err == nil && len(resp.Kvs) > 0 {
 			for _, r := range d.replicas {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"log/slog"
 	"sync"
 	"time"
@@ -67,7 +68,7 @@ func New(cfg Config) (*Elector, error) {
 // TTL returns the lease TTL in use.
 func (e *Elector) TTL() time.Duration { return e.cfg.TTL }
 
-func (e *Elector) electionPrefix() string { return e.cfg.Prefix + "leader" }
+func (e *Elector) electionPrefix() string { return keys.Election(e.cfg.Prefix) }
 
 // Leadership is one term as leader. Its Context is cancelled the moment
 // the term ends, for whatever reason; Done closes after cleanup.
@@ -207,7 +208,7 @@ type Leader struct {
 
 // Observe returns the current leader, or ErrNoLeader.
 func Observe(ctx context.Context, cli *clientv3.Client, prefix string) (Leader, error) {
-	resp, err := cli.Get(ctx, prefix+"leader/", clientv3.WithFirstCreate()...)
+	resp, err := cli.Get(ctx, keys.Leaders(prefix), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return Leader{}, fmt.Errorf("election: observe: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,7 +31,7 @@ type Request struct {
 	Key         string    `json:"-"`
 }
 
-func (s *Store) requestPrefix() string { return s.prefix + "requests/" }
+func (s *Store) requestPrefix() string { return keys.Requests(s.prefix) }
 
 // PutRequest queues a request for the leader. It needs no leadership.
 func (s *Store) PutRequest(ctx context.Context, op Op, entry string, now time.Time) (Request, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"strings"
 	"time"
 
@@ -62,8 +63,8 @@ func New(cli *clientv3.Client, prefix string) *Store {
 	return &Store{cli: cli, prefix: prefix}
 }
 
-func (s *Store) legacyPrefix() string   { return s.prefix + "entries/" }
-func (s *Store) bucketPrefix() string   { return s.prefix + "state/" }
+func (s *Store) legacyPrefix() string   { return keys.LegacyEntries(s.prefix) }
+func (s *Store) bucketPrefix() string   { return keys.State(s.prefix) }
 func (s *Store) bucketKey(b int) string { return fmt.Sprintf("%s%02x", s.bucketPrefix(), b) }
 
 // Load reads every entry's state.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +20,7 @@ import (
 // it works from anywhere that reaches etcd.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("status", stderr)
-	ef := etcdFlags{Prefix: "/beatd/default/"}
+	ef := etcdFlags{Prefix: keys.DefaultPrefix}
 	ef.register(fs)
 	config := fs.String("config", "", "schedule file, to show schedules and next run times")
 	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "Celery broker URL, to show each entry's recent runs (kept in Redis)")
@@ -55,7 +55,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "beatd status: no run history:", err)
 	} else {
 		defer rdb.Close()
-		cluster := strings.Trim(ef.prefix(), "/")
+		cluster := keys.Cluster(ef.prefix())
 		hist = publisher.New(rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(*redisPrefix, cluster)})
 	}
 	st, err := buildStatus(ctx, cli, ef.prefix(), cfg, hist, time.Now())
@@ -98,7 +98,7 @@ func fmtTime(t *time.Time) string {
 func runAdmin(op store.Op) func(context.Context, []string, io.Writer, io.Writer) int {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs := newFlagSet(string(op), stderr)
-		ef := etcdFlags{Prefix: "/beatd/default/"}
+		ef := etcdFlags{Prefix: keys.DefaultPrefix}
 		ef.register(fs)
 		wait := fs.Duration("wait", 10*time.Second, "how long to wait for the leader to act (0: do not wait)")
 		asJSON := fs.Bool("json", false, "print the outcome as JSON")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/beatd/beatd/internal/keys"
 	"os"
 	"strings"
 	"time"
@@ -46,14 +47,7 @@ func (f *etcdFlags) endpoints() []string {
 }
 
 func (f *etcdFlags) prefix() string {
-	p := f.Prefix
-	if p == "" {
-		p = "/beatd/default/"
-	}
-	if !strings.HasSuffix(p, "/") {
-		p += "/"
-	}
-	return p
+	return keys.Prefix(f.Prefix)
 }
 
 // client dials etcd with TLS and auth as configured. Secrets are read

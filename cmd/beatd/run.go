@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"github.com/beatd/beatd/internal/keys"
 
 	"fmt"
 	"io"
@@ -129,7 +130,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 	return &Main{
 		ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
-		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: "/beatd/default/"},
+		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
 		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
 		stdout: stdout, stderr: stderr,
@@ -193,7 +194,7 @@ func (m *Main) newLogger() *slog.Logger {
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.newLogger().With("id", m.ID)
 	prefix := m.Etcd.prefix()
-	cluster := strings.Trim(prefix, "/")
+	cluster := keys.Cluster(prefix)
 	// The embedded etcd boots while the config is parsed: both take a
 	// while with a large config, and there are cores for both.
 	type started struct {
@@ -476,7 +477,7 @@ func (m *Main) Alive() error {
 // Ready implements api.Backend: etcd and the broker answer, and the
 // leader can publish.
 func (m *Main) Ready(ctx context.Context) error {
-	if _, err := m.etcd.Get(ctx, m.Etcd.prefix()+"leader/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		m.metrics.EtcdErrors.Inc()
 		return fmt.Errorf("etcd unreachable: %w", err)
 	}

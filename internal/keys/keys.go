@@ -1,0 +1,43 @@
+// Package keys owns beatd's layout in etcd: every key a beatd cluster
+// reads or writes lives under its prefix, at a path named here and
+// nowhere else.
+package keys
+
+import "strings"
+
+// DefaultPrefix is the prefix of a cluster that names none.
+const DefaultPrefix = "/beatd/default/"
+
+// Prefix normalises a cluster prefix: the default when empty, and always
+// ending in "/", so that "/beatd/a" never matches "/beatd/ab".
+func Prefix(p string) string {
+	if p == "" {
+		p = DefaultPrefix
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// Election is the election's prefix (concurrency.NewElection's pfx):
+// candidates' keys are Election(p) + "/" + lease.
+func Election(prefix string) string { return prefix + "leader" }
+
+// Leaders is the prefix under which the candidates' keys live; the oldest
+// is the leader.
+func Leaders(prefix string) string { return Election(prefix) + "/" }
+
+// State is the prefix of the packed entry state buckets.
+func State(prefix string) string { return prefix + "state/" }
+
+// LegacyEntries is the prefix of the per-entry JSON state of beatd before
+// packed buckets, read once for migration.
+func LegacyEntries(prefix string) string { return prefix + "entries/" }
+
+// Requests is the prefix of queued admin requests.
+func Requests(prefix string) string { return prefix + "requests/" }
+
+// Cluster is the cluster's name: its prefix without the slashes. It
+// namespaces task ids and beatd's Redis keys.
+func Cluster(prefix string) string { return strings.Trim(prefix, "/") }
