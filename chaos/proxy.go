@@ -16,7 +16,8 @@ type Proxy struct {
 	ln       net.Listener
 	blackout atomic.Bool
 	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
+	closed   bool                  // guarded by mu: no connection is added after Close
+	conns    map[net.Conn]struct{} // open connections, removed when their pipe ends
 	wg       sync.WaitGroup
 }
 
@@ -50,10 +51,19 @@ func (p *Proxy) accept() {
 			c.Close()
 			continue
 		}
+		// Register under the lock that Close takes, so a connection
+		// accepted while Close sweeps is either closed by the sweep or
+		// refused here, never left open for wg.Wait to hang on.
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			up.Close()
+			return
+		}
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
 		p.wg.Add(2)
+		p.mu.Unlock()
 		go p.pipe(up, c)
 		go p.pipe(c, up)
 	}
@@ -61,8 +71,14 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	defer dst.Close()
-	defer src.Close()
+	defer func() {
+		dst.Close()
+		src.Close()
+		p.mu.Lock()
+		delete(p.conns, dst)
+		delete(p.conns, src)
+		p.mu.Unlock()
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -81,6 +97,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		c.Close()
 	}

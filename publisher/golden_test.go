@@ -101,7 +101,7 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	}
 	// Header order: Celery's keys in Celery's order, then beatd's additions.
 	var gOrder []string
-	for _, k := range orderedKeys(t, mustMarshal(t, g["headers"], got)) {
+	for _, k := range orderedKeys(t, rawField(t, got, "headers")) {
 		if !slices.Contains(beatdHeaders, k) {
 			gOrder = append(gOrder, k)
 		}
@@ -148,10 +148,6 @@ func rawField(t *testing.T, obj json.RawMessage, key string) json.RawMessage {
 		t.Fatal(err)
 	}
 	return m[key]
-}
-
-func mustMarshal(t *testing.T, _ any, obj json.RawMessage) json.RawMessage {
-	return rawField(t, obj, "headers")
 }
 
 func entry(t *testing.T, yaml string) *schedule.Entry {

@@ -75,6 +75,9 @@ func Validate(e *schedule.Entry) error {
 // Compile builds e's message template. cluster namespaces task ids; origin
 // is the origin header, e.g. "beatd@host".
 func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, error) {
+	if err := Validate(e); err != nil {
+		return nil, err
+	}
 	o := e.Options
 	queue := o.Queue
 	if queue == "" {
@@ -150,9 +153,6 @@ func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, err
 	// Extra headers are merged over Celery's, as headers2.update(headers).
 	for i := 0; i < o.Headers.Len(); i++ {
 		k, v := o.Headers.Keys[i], appendJSON(nil, o.Headers.Values[i])
-		if reservedHeaders[k] {
-			return nil, fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
-		}
 		replaced := false
 		for j := range headers {
 			if headers[j].key == k {

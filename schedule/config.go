@@ -161,8 +161,8 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: line, Column: col, Msg: fmt.Sprintf(format, args...)})
 }
 
-// The schema lives here: the keys each mapping accepts. Later fields are
-// added to these lists and decoded in decodeEntry.
+// The schema lives here: the keys each mapping accepts. A new field is
+// added to these lists and decoded in (*decoder).entry.
 var (
 	topKeys     = []string{"timezone", "defaults", "entries"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}

@@ -260,8 +260,8 @@ func (c *Crontab) Next(t time.Time) time.Time { return c.cal.Next(t) }
 // Location is the zone whose wall clock the fields are matched against.
 func (c *Crontab) Location() *time.Location { return c.cal.loc }
 
-// String renders the expanded sets like Celery's repr, e.g.
-// "<crontab: 30 2 mon-fri * * (m/h/dow/dom/moy)>".
+// String renders the expanded sets field by field, e.g.
+// "crontab(minute=30, hour=2, day_of_week=1-5, day_of_month=*, month_of_year=*)".
 func (c *Crontab) String() string {
 	var b strings.Builder
 	b.WriteString("crontab(")

@@ -268,6 +268,7 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 	start := time.Now()
 	time.Sleep(2 * time.Second)
 	lead.signal(syscall.SIGSTOP)
+	stopped := time.Now()
 	_, l2 := c.leader(lead.id, 10*time.Second)
 	time.Sleep(3 * time.Second) // well past the 2s TTL
 	lead.signal(syscall.SIGCONT)
@@ -287,9 +288,12 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 	c.stopAll()
 	msgs := c.audit("celery", "other")
 	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
+	// Whatever the stopped leader had in flight when it froze may have
+	// landed; nothing due after it froze may carry its token, since the
+	// new leader's fence refuses it once it wakes.
 	for _, m := range msgs {
-		if m.Token == l.Token && m.Slot.After(time.Now()) {
-			t.Errorf("stale leader published a future slot %v", m)
+		if m.Token == l.Token && m.Slot.After(stopped.Add(500*time.Millisecond)) {
+			t.Errorf("the deposed leader published slot %v after it was stopped at %v", m.Slot, stopped)
 		}
 	}
 	t.Logf("SIGSTOP: tokens %d -> %d, %d messages, no duplicates", l.Token, l2.Token, len(msgs))

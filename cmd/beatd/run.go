@@ -363,10 +363,10 @@ func (m *Main) Close() error {
 		}
 		m.wg.Wait()
 		if m.rdb != nil {
-			_ = m.rdb.Close()
+			err = errors.Join(err, m.rdb.Close())
 		}
 		if m.etcd != nil {
-			_ = m.etcd.Close()
+			err = errors.Join(err, m.etcd.Close())
 		}
 		if m.embedded != nil {
 			m.embedded.Close()
