@@ -232,7 +232,9 @@ func (p *persister) write(ctx context.Context) error {
 	p.mu.Lock()
 	pending, reqs, since, gen := p.pending, p.reqs, p.since, p.gen
 	if len(pending) > 0 {
-		p.pending = make(map[string]pendingState, len(pending))
+		// No size hint: after a start with 100k baselines, the steady
+		// state is a few entries an interval.
+		p.pending = map[string]pendingState{}
 	}
 	p.reqs, p.since = nil, time.Time{}
 	p.mu.Unlock()

@@ -75,7 +75,7 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 		return nil, fmt.Errorf("store: load: %w", err)
 	}
 	for _, kv := range resp.Kvs {
-		if err := t.decodeBucket(kv.Value); err != nil {
+		if err := t.loadBucket(kv.Value); err != nil {
 			return nil, fmt.Errorf("store: load %q: %w", kv.Key, err)
 		}
 	}
@@ -125,18 +125,21 @@ func decodeLegacy(b []byte) (EntryState, error) {
 // dirty for the next call. Each transaction holds whole buckets, so state
 // is never torn.
 func (s *Store) Save(ctx context.Context, g Guard, t *Table, also []string) error {
+	type bucket struct {
+		b   int
+		enc []byte
+	}
 	var (
 		ops     = make([]clientv3.Op, 0, 16)
-		written []int
+		written []bucket
 		size    int
-		buf     []byte
 	)
 	commit := func() error {
 		if err := s.commit(ctx, g, ops); err != nil {
 			return err
 		}
-		for _, b := range written {
-			t.dirty[b] = false
+		for _, w := range written {
+			t.written(w.b, w.enc)
 		}
 		ops, written, size = ops[:0], written[:0], 0
 		return nil
@@ -145,14 +148,15 @@ func (s *Store) Save(ctx context.Context, g Guard, t *Table, also []string) erro
 		if !t.dirty[b] {
 			continue
 		}
-		if len(t.buckets[b]) == 0 {
+		var enc []byte
+		if len(t.open(b)) == 0 {
 			ops = append(ops, clientv3.OpDelete(s.bucketKey(b)))
 		} else {
-			buf = t.appendBucket(buf[:0], b)
-			ops = append(ops, clientv3.OpPut(s.bucketKey(b), string(buf)))
-			size += len(buf)
+			enc = t.appendBucket(nil, b)
+			ops = append(ops, clientv3.OpPut(s.bucketKey(b), string(enc)))
+			size += len(enc)
 		}
-		written = append(written, b)
+		written = append(written, bucket{b, enc})
 		if len(ops) == MaxOpsPerTxn || size >= maxTxnBytes {
 			if err := commit(); err != nil {
 				return err

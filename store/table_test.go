@@ -27,25 +27,37 @@ func TestBucketRoundTrip(t *testing.T) {
 	for _, st := range tests {
 		tab.Set(st)
 	}
+	got := NewTable()
 	for b := range NumBuckets {
-		if len(tab.buckets[b]) == 0 {
+		if len(tab.open(b)) == 0 {
 			continue
 		}
-		got := NewTable()
-		if err := got.decodeBucket(tab.appendBucket(nil, b)); err != nil {
+		if err := got.loadBucket(tab.appendBucket(nil, b)); err != nil {
 			t.Fatalf("bucket %d: %v", b, err)
 		}
-		for name, want := range tab.buckets[b] {
-			if st, ok := got.Get(name); !ok || !sameState(st, want) {
-				t.Errorf("%q: decoded %+v, want %+v", name, st, want)
-			}
+	}
+	if got.Len() != len(tests) || got.Dirty() != 0 {
+		t.Fatalf("loaded %d entries with %d dirty buckets, want %d clean", got.Len(), got.Dirty(), len(tests))
+	}
+	for _, want := range tests {
+		if st, ok := got.Get(want.Name); !ok || !sameState(st, want) {
+			t.Errorf("%q: decoded %+v, want %+v", want.Name, st, want)
 		}
+	}
+	// Changing an encoded bucket decodes it, and keeps its neighbours.
+	got.Set(EntryState{Name: "zero", Paused: true})
+	if st, _ := got.Get("zero"); !st.Paused || got.Dirty() != 1 || got.Len() != len(tests) {
+		t.Errorf("after a change: %+v, %d dirty, %d entries", st, got.Dirty(), got.Len())
+	}
+	got.MarkClean()
+	if st, _ := got.Get("zero"); !st.Paused || got.Dirty() != 0 || len(got.States()) != len(tests) {
+		t.Errorf("after a write: %+v, %d dirty, %d states", st, got.Dirty(), len(got.States()))
 	}
 }
 
 func TestBucketCorruptRefused(t *testing.T) {
 	for _, b := range [][]byte{{2}, {2, 0, 5, 'a'}, {2, 0, 1, 'a', flagLast}, {2, 0, 1, 'a', flagLast, 1, 0xff, 0xff, 0xff, 0xff, 0xff}, {1, 0}} {
-		if err := NewTable().decodeBucket(b); err == nil {
+		if err := NewTable().loadBucket(b); err == nil {
 			t.Errorf("decoded %v without an error", b)
 		}
 	}
@@ -97,7 +109,7 @@ func TestPrune(t *testing.T) {
 	if _, deleted = tab.Prune(configured, now.Add(2*time.Hour), time.Hour); fmt.Sprint(deleted) != "[gone]" {
 		t.Fatalf("after grace deleted %v", deleted)
 	}
-	if _, ok := tab.Get("gone"); ok || tab.Len() != 2 {
+	if _, ok := tab.Get("gone"); ok || tab.Len() != 2 || len(tab.States()) != 2 {
 		t.Fatalf("after grace: %d entries", tab.Len())
 	}
 }
