@@ -60,6 +60,9 @@ type Config struct {
 	BatchSize int
 	// RemovedGrace keeps the state of removed entries this long.
 	RemovedGrace time.Duration
+	// Observer, if set, is called by the loop once per fire with its
+	// outcome (the web console's fire timeline). It must not block.
+	Observer func(entry string, slot time.Time, result publisher.Result, lag time.Duration, manual bool)
 }
 
 // Scheduler runs the leader's loop. Reload may be called at any time, from
@@ -531,6 +534,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 	for i, p := range batch {
 		r := l.results[i]
 		p.e.countFire(m, r)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual)
+		}
 		switch r {
 		case publisher.ResultOK, publisher.ResultDuplicate:
 			lag := now.Sub(p.due)
