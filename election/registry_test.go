@@ -27,8 +27,14 @@ func TestRegistry(t *testing.T) {
 	ctxB, stopB := context.WithCancel(context.Background())
 	doneA, doneB := make(chan struct{}), make(chan struct{})
 	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
-	go func() { defer close(doneA); Register(ctxA, cfg, Replica{ID: "a", HTTP: "127.0.0.1:1", Started: started}) }()
-	go func() { defer close(doneB); Register(ctxB, cfg, Replica{ID: "b", HTTP: "127.0.0.1:2", Started: started}) }()
+	go func() {
+		defer close(doneA)
+		Register(ctxA, cfg, Replica{ID: "a", HTTP: "127.0.0.1:1", Started: started})
+	}()
+	go func() {
+		defer close(doneB)
+		Register(ctxB, cfg, Replica{ID: "b", HTTP: "127.0.0.1:2", Started: started})
+	}()
 	defer func() { stopA(); stopB(); <-doneA; <-doneB }()
 
 	list := func() []Replica {
