@@ -25,6 +25,10 @@ type Replica struct {
 	// Health is "ok", or why the replica is not ready, as it last saw it.
 	Health  string    `json:"health"`
 	Updated time.Time `json:"updated"`
+	// LeaderToken and LeaderSince are set while the replica leads: its
+	// term's token and when it was elected.
+	LeaderToken int64     `json:"leader_token,omitempty"`
+	LeaderSince time.Time `json:"leader_since,omitzero"`
 }
 
 // RegistryConfig configures Register.
@@ -39,7 +43,10 @@ type RegistryConfig struct {
 	Every time.Duration
 	// Health reports the replica's readiness; nil means always ok.
 	Health func(ctx context.Context) error
-	Logger *slog.Logger
+	// Leading returns this replica's term token and election time while
+	// it leads, else 0; nil means never.
+	Leading func() (token int64, since time.Time)
+	Logger  *slog.Logger
 }
 
 func replicaPrefix(prefix string) string { return prefix + "replicas/" }
@@ -101,6 +108,12 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 		cancel()
 	}
 	r.Updated = time.Now().UTC()
+	r.LeaderToken, r.LeaderSince = 0, time.Time{}
+	if cfg.Leading != nil {
+		if tok, since := cfg.Leading(); tok != 0 {
+			r.LeaderToken, r.LeaderSince = tok, since.UTC()
+		}
+	}
 	octx, cancel := context.WithTimeout(ctx, max(cfg.Every, time.Second))
 	defer cancel()
 	if *lease != 0 {

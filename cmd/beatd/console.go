@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"time"
+
+	"github.com/beatd/beatd/console"
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/publisher"
+)
+
+// newConsole builds the web console served at / on this replica's HTTP
+// server. Run history is read from the etcd entry state for now.
+func (m *Main) newConsole() (*console.Server, error) {
+	return console.New(console.Config{
+		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config,
+		Broker:     publisher.Redacted(m.Broker),
+		PingBroker: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() },
+		Term:       m.token.Load, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
+	})
+}
+
+// observeFire feeds the console's timeline from the scheduler loop.
+func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+	m.timeline.Observe(m.token.Load(), entry, slot, r, lag, manual)
+}
+
+// register keeps this replica's registration (address, health, term) in
+// etcd until ctx ends.
+func (m *Main) register(ctx context.Context) {
+	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.prefix(), TTL: m.LeaseTTL,
+		Health: m.Ready, Logger: m.log,
+		Leading: func() (int64, time.Time) {
+			return m.token.Load(), time.Unix(0, m.electedAt.Load())
+		}},
+		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String()), Started: time.Now().UTC(), Version: versionString()})
+}
+
+// advertised is the address other replicas reach this one's HTTP server
+// at: the listen address, with the host name when it listens on every
+// interface.
+func advertised(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
