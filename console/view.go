@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,15 +400,18 @@ func (s *Server) sorted(now time.Time) []indexRow {
 		}
 		rows[i] = r
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i].next, rows[j].next
+	slices.SortFunc(rows, func(x, y indexRow) int {
+		a, b := x.next, y.next
 		switch {
 		case a.IsZero() != b.IsZero():
-			return b.IsZero()
+			if a.IsZero() {
+				return 1
+			}
+			return -1
 		case !a.Equal(b):
-			return a.Before(b)
+			return a.Compare(b)
 		}
-		return rows[i].e.Name < rows[j].e.Name
+		return strings.Compare(x.e.Name, y.e.Name)
 	})
 	ix.cfg, ix.gen, ix.rows = cfg, gen, rows
 	ix.until = now.Add(time.Hour)
