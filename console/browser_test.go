@@ -300,6 +300,17 @@ func urlPathEscape(s string) string {
 	return b.String()
 }
 
+// waitNav returns the page's navigation timing in ms: "load" from the
+// start of navigation to the end of the load event, "server" from the
+// request to the first byte of the response.
+func waitNav(t *testing.T, ctx context.Context) map[string]float64 {
+	t.Helper()
+	waitJS(t, ctx, 10*time.Second, "the load event", `performance.getEntriesByType('navigation')[0].loadEventEnd > 0`)
+	return eval[map[string]float64](t, ctx, `(() => { const n = performance.getEntriesByType('navigation')[0];
+		return {load: n.loadEventEnd - n.startTime, dom: n.domContentLoadedEventEnd - n.startTime,
+			server: n.responseStart - n.requestStart}; })()`)
+}
+
 func setToken(t *testing.T, ctx context.Context, token string) {
 	t.Helper()
 	run(t, ctx, chromedp.SetValue(chromedp.ID("#token"), token), chromedp.Click(chromedp.ID("#token-use")))
@@ -361,17 +372,23 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("page loads fast with 1,000 entries", func(t *testing.T) {
 		ctx := e.tab(t)
-		var loads []float64
-		for i := 0; i < 5; i++ {
+		var loads, doms, servers []float64
+		for i := 0; i < 7; i++ {
 			run(t, ctx, chromedp.Navigate(e.procs[1].url("/")), chromedp.WaitReady(chromedp.CSS("body")))
-			ms := eval[float64](t, ctx, `(() => { const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd > 0 ? n.loadEventEnd - n.startTime : n.domContentLoadedEventEnd - n.startTime; })()`)
-			loads = append(loads, ms)
+			// Navigation timing, once the load event has ended.
+			nav := waitNav(t, ctx)
+			loads, servers = append(loads, nav["load"]), append(servers, nav["server"])
+			doms = append(doms, nav["dom"])
 		}
 		sort.Float64s(loads)
-		t.Logf("overview with 1,003 entries: load %.0f ms median, %.0f–%.0f ms over %d loads", loads[len(loads)/2], loads[0], loads[len(loads)-1], len(loads))
+		sort.Float64s(servers)
+		sort.Float64s(doms)
+		med := loads[len(loads)/2]
+		t.Logf("overview with 1,003 entries: load event %.0f ms median (%.0f–%.0f ms over %d loads); DOM ready %.0f ms median; server response %.0f ms median",
+			med, loads[0], loads[len(loads)-1], len(loads), doms[len(doms)/2], servers[len(servers)/2])
 		// The goal is 200 ms; the bound leaves room for a loaded CI box.
-		if loads[len(loads)/2] > 1000 {
-			t.Errorf("median load %.0f ms", loads[len(loads)/2])
+		if med > 1000 {
+			t.Errorf("median load %.0f ms", med)
 		}
 		e.shot(t, ctx, "overview")
 	})

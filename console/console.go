@@ -76,11 +76,24 @@ type Server struct {
 	setCtx  sync.Once
 	ctxSet  chan struct{}
 
+	leaderMu    sync.Mutex
+	leaderCache map[string]leaderCached
+
 	brokerMu   sync.Mutex
 	brokerAt   time.Time
 	brokerErr  error
 	brokerTook time.Duration
 }
+
+// leaderCached is a standby's recent answer from the leader, shared by
+// every viewer of the same entries for leaderCacheFor.
+type leaderCached struct {
+	at   time.Time
+	data *leaderData
+	err  error
+}
+
+const leaderCacheFor = 500 * time.Millisecond
 
 type asset struct {
 	body  []byte
@@ -299,6 +312,26 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, re
 		d := s.localLeaderData(ctx, term, names)
 		return &d, nil
 	}
+	key := fmt.Sprint(leader.Token, "\x00", strings.Join(names, "\x00"))
+	s.leaderMu.Lock()
+	if c, ok := s.leaderCache[key]; ok && time.Since(c.at) < leaderCacheFor {
+		s.leaderMu.Unlock()
+		return c.data, c.err
+	}
+	s.leaderMu.Unlock()
+	d, err := s.askLeader(ctx, leader, replicas, names)
+	s.leaderMu.Lock()
+	if s.leaderCache == nil || len(s.leaderCache) > 256 {
+		s.leaderCache = map[string]leaderCached{}
+	}
+	s.leaderCache[key] = leaderCached{at: time.Now(), data: d, err: err}
+	s.leaderMu.Unlock()
+	return d, err
+}
+
+// askLeader gets the leader's data from its console, at the address it
+// registered.
+func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
 	addr := ""
 	for _, r := range replicas {
 		if r.ID == leader.ID {

@@ -92,12 +92,15 @@ type timelineView struct {
 	Term     int64
 	Bars     []bar
 	LagLine  string // SVG polyline points
+	LagPts   []point
 	MaxFires int
 	MaxLag   string
 	Total    int
 	Errors   int
 	Rows     []Minute
 }
+
+type point struct{ X, Y float64 }
 
 type bar struct {
 	X, Y, H  float64
@@ -331,7 +334,9 @@ func buildTimeline(s Snapshot) *timelineView {
 		tv.Bars = append(tv.Bars, b)
 		if maxLag > 0 && m.LagP99 > 0 {
 			y := height - height*float64(m.LagP99)/float64(maxLag)
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", float64(i)*width+width/2, y))
+			x := float64(i)*width + width/2
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+			tv.LagPts = append(tv.LagPts, point{x, y})
 		}
 	}
 	tv.LagLine = strings.Join(pts, " ")

@@ -147,6 +147,8 @@
     applyAuth();
     tick();
     setInterval(tick, 1000);
-    live();
   });
+  // The stream opens after the load event, so it never holds the page's
+  // load open.
+  window.addEventListener('load', function () { setTimeout(live, 0); });
 })();
