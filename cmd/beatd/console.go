@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -35,21 +36,35 @@ func (m *Main) register(ctx context.Context) {
 		Leading: func() (int64, time.Time) {
 			return m.token.Load(), time.Unix(0, m.electedAt.Load())
 		}},
-		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String()), Started: time.Now().UTC(), Version: versionString()})
+		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String(), m.Etcd.endpoints()), Started: time.Now().UTC(), Version: versionString()})
 }
 
 // advertised is the address other replicas reach this one's HTTP server
-// at: the listen address, with the host name when it listens on every
-// interface.
-func advertised(listen string) string {
+// at: the listen address; when that is every interface (":8080"), the
+// local IP this host uses to reach etcd (in Kubernetes, the pod IP), else
+// the host name.
+func advertised(listen string, etcd []string) string {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return listen
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		if h, err := os.Hostname(); err == nil {
-			host = h
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	for _, ep := range etcd {
+		u, err := url.Parse(ep)
+		if err != nil || u.Host == "" {
+			continue
 		}
+		// A UDP "connection" sends nothing; it only picks the route.
+		if c, err := net.Dial("udp", u.Host); err == nil {
+			local := c.LocalAddr().(*net.UDPAddr).IP
+			c.Close()
+			return net.JoinHostPort(local.String(), port)
+		}
+	}
+	if h, err := os.Hostname(); err == nil {
+		host = h
 	}
 	return net.JoinHostPort(host, port)
 }
