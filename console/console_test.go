@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -132,6 +133,10 @@ func TestSecureHeadersAndCrossOrigin(t *testing.T) {
 // (names the YAML loader refuses, such as ones with a slash, can be
 // tested here).
 func testServer(t *testing.T, cfg *schedule.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
+	return testServerAt(t, nil, cfg, states...)
+}
+
+func testServerAt(t *testing.T, now func() time.Time, cfg *schedule.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
 	t.Helper()
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
@@ -143,7 +148,7 @@ func testServer(t *testing.T, cfg *schedule.Config, states ...*store.EntryState)
 			t.Fatal(err)
 		}
 	}
-	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *schedule.Config { return cfg }, AdminEnabled: true})
+	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *schedule.Config { return cfg }, AdminEnabled: true, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,5 +288,51 @@ func TestOverview100k(t *testing.T) {
 	_, body = get(t, hs.URL+"/?q=tasks.t3&in=task&page=9999")
 	if want := fmt.Sprintf("Page %s of %s", thousands(n/500), thousands(n/500)); !strings.Contains(body, want) {
 		t.Errorf("a page past the end does not show the last page")
+	}
+}
+
+// TestEntryViewDST: the next 20 fire times are in the entry's zone, and the
+// slot where the zone's UTC offset changes is marked.
+func TestEntryViewDST(t *testing.T) {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	c, err := schedule.ParseCrontab("30 2 * * *", berlin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := every("nightly", "tasks.n", time.Hour)
+	e.Schedule, e.Location = c, berlin
+	now := time.Date(2026, 3, 20, 12, 0, 0, 0, time.UTC)
+	_, hs := testServerAt(t, func() time.Time { return now }, &schedule.Config{File: "s.yaml", Entries: []*schedule.Entry{e}})
+	code, body := get(t, hs.URL+"/entry/nightly")
+	if code != http.StatusOK {
+		t.Fatalf("GET = %d", code)
+	}
+	rows := regexp.MustCompile(`(?s)<tr( class="dst")?>\s*<th scope="row" data-label="#">(\d+)</th>\s*<td data-label="When">([^<]*)</td>.*?<td data-label="Note">(.*?)</td>`).FindAllStringSubmatch(body, -1)
+	if len(rows) != 20 {
+		t.Fatalf("%d next fire rows, want 20", len(rows))
+	}
+	for _, r := range rows {
+		n, when, note := r[2], r[3], html.UnescapeString(r[4])
+		switch n {
+		case "1":
+			if when != "Sat 2026-03-21 02:30:00 CET" || note != "" {
+				t.Errorf("row 1: %q %q", when, note)
+			}
+		case "9": // 2026-03-29: 02:30 does not exist; it fires at 03:00 CEST
+			if when != "Sun 2026-03-29 03:00:00 CEST" || !strings.Contains(note, "DST: UTC offset +01:00 → +02:00") || r[1] == "" {
+				t.Errorf("row 9: %q %q, want the spring-forward slot marked", when, note)
+			}
+		case "10":
+			if when != "Mon 2026-03-30 02:30:00 CEST" || note != "" {
+				t.Errorf("row 10: %q %q", when, note)
+			}
+		default:
+			if note != "" {
+				t.Errorf("row %s marked %q", n, note)
+			}
+		}
+	}
+	if !strings.Contains(body, "at 02:30 (Europe/Berlin)") {
+		t.Error("schedule in words missing")
 	}
 }
