@@ -78,6 +78,10 @@ type Server struct {
 
 	leaderMu    sync.Mutex
 	leaderCache map[string]leaderCached
+	backlogAt   time.Time
+	backlogTerm int64
+	backlogN    int
+	backlogOK   bool
 
 	brokerMu   sync.Mutex
 	brokerAt   time.Time
@@ -297,9 +301,22 @@ type leaderData struct {
 func (s *Server) localLeaderData(ctx context.Context, term int64, names []string) leaderData {
 	d := leaderData{Timeline: s.cfg.Timeline.Snapshot(names)}
 	if s.cluster.ready(ctx) == nil {
-		d.Backlog, d.BacklogOK = s.cfg.Timeline.Backlog(term, s.cluster.lastSlot)
+		d.Backlog, d.BacklogOK = s.backlog(term)
 	}
 	return d
+}
+
+// backlog counts the entries published but not yet in etcd, at most twice
+// a second: it walks every entry that fired, under the lock the
+// scheduler's Observer takes.
+func (s *Server) backlog(term int64) (int, bool) {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.backlogTerm != term || time.Since(s.backlogAt) >= leaderCacheFor {
+		s.backlogN, s.backlogOK = s.cfg.Timeline.Backlog(term, s.cluster.lastSlot)
+		s.backlogTerm, s.backlogAt = term, time.Now()
+	}
+	return s.backlogN, s.backlogOK
 }
 
 // fetchLeaderData gets the leader's data: locally when this replica leads,
