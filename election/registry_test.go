@@ -22,6 +22,10 @@ func TestRegistry(t *testing.T) {
 		}
 		return nil
 	}
+	var leading atomic.Int64
+	elected := time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
+	cfgB := RegistryConfig{Client: cli, Prefix: prefix, TTL: 2 * time.Second, Every: 100 * time.Millisecond,
+		Leading: func() (int64, time.Time) { return leading.Load(), elected }}
 	cfg := RegistryConfig{Client: cli, Prefix: prefix, TTL: 2 * time.Second, Every: 100 * time.Millisecond, Health: health}
 	ctxA, stopA := context.WithCancel(context.Background())
 	ctxB, stopB := context.WithCancel(context.Background())
@@ -33,7 +37,7 @@ func TestRegistry(t *testing.T) {
 	}()
 	go func() {
 		defer close(doneB)
-		Register(ctxB, cfg, Replica{ID: "b", HTTP: "127.0.0.1:2", Started: started})
+		Register(ctxB, cfgB, Replica{ID: "b", HTTP: "127.0.0.1:2", Started: started})
 	}()
 	defer func() { stopA(); stopB(); <-doneA; <-doneB }()
 
@@ -49,6 +53,14 @@ func TestRegistry(t *testing.T) {
 	if rs[0].ID != "a" || rs[0].HTTP != "127.0.0.1:1" || !rs[0].Started.Equal(started) || rs[0].Health != "ok" || rs[1].ID != "b" {
 		t.Fatalf("replicas = %+v", rs)
 	}
+	if rs[1].LeaderToken != 0 || !rs[1].LeaderSince.IsZero() {
+		t.Fatalf("a standby registered a term: %+v", rs[1])
+	}
+	leading.Store(42)
+	waitUntil(t, "b's term registered", func() bool {
+		b := list()[1]
+		return b.LeaderToken == 42 && b.LeaderSince.Equal(elected)
+	})
 	sick.Store(true)
 	waitUntil(t, "health reported", func() bool { return list()[0].Health == "broker unreachable: connection refused" })
 	stopA()
