@@ -31,7 +31,9 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // Runs is where the console reads entries' run history. The daemon wires
-// its run store in; nil reads the history kept in etcd entry state.
+// its run store in; nil reads the history kept in etcd entry state. When
+// the history lives outside etcd, call Server.Changed when it changes, so
+// live pages update at once (they also re-check every second).
 type Runs interface {
 	// Recent returns the newest runs of each named entry, oldest first.
 	Recent(ctx context.Context, names []string) (map[string][]store.Run, error)
@@ -179,6 +181,11 @@ func (s *Server) Run(ctx context.Context) {
 	s.setCtx.Do(func() { s.ctx = ctx; close(s.ctxSet) })
 	s.cluster.run(ctx)
 }
+
+// Changed tells the live pages that something they show may have changed
+// outside etcd (a fire on this leader, run history kept elsewhere). It is
+// cheap and may be called at any rate: pages update once per 100 ms.
+func (s *Server) Changed() { s.cluster.nudge() }
 
 func (s *Server) liveCtx() context.Context {
 	select {

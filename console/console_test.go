@@ -336,3 +336,35 @@ func TestEntryViewDST(t *testing.T) {
 		t.Error("schedule in words missing")
 	}
 }
+
+// TestChangedCoalesces: any number of Changed calls in a burst wake the
+// live pages once, within about 100 ms, and a later call wakes them again.
+func TestChangedCoalesces(t *testing.T) {
+	c := newCluster(nil, "/p/")
+	s := &Server{cluster: c}
+	ch := c.changes()
+	start := time.Now()
+	for i := 0; i < 10_000; i++ {
+		s.Changed()
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up")
+	}
+	if d := time.Since(start); d < nudgeAfter {
+		t.Errorf("woke after %s, before the %s window", d, nudgeAfter)
+	}
+	next := c.changes()
+	select {
+	case <-next:
+		t.Fatal("a burst woke the pages twice")
+	case <-time.After(3 * nudgeAfter):
+	}
+	s.Changed()
+	select {
+	case <-next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a later change did not wake the pages")
+	}
+}

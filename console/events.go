@@ -20,7 +20,7 @@ const minRenderGap = 200 * time.Millisecond
 
 // recheckEvery re-renders even without an etcd change, for what is not in
 // etcd: the leader's timeline, the broker, run history kept elsewhere.
-const recheckEvery = 2 * time.Second
+const recheckEvery = time.Second
 
 // serveEvents streams a view's sections as Server-Sent Events: each
 // "sections" event carries the HTML of the sections that changed since the

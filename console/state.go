@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/store"
@@ -29,6 +30,7 @@ type cluster struct {
 	leader  leaderSeen
 	demand  chan struct{}
 	once    sync.Once
+	nudged  atomic.Bool
 }
 
 // leaderSeen is when this replica first saw a leader token.
@@ -64,6 +66,19 @@ func (c *cluster) changes() <-chan struct{} {
 	defer c.mu.Unlock()
 	return c.changed
 }
+
+// nudge notifies within nudgeAfter, once for any number of calls in
+// between: the leader's fires call it, at any rate.
+func (c *cluster) nudge() {
+	if c.nudged.CompareAndSwap(false, true) {
+		time.AfterFunc(nudgeAfter, func() {
+			c.nudged.Store(false)
+			c.notify()
+		})
+	}
+}
+
+const nudgeAfter = 100 * time.Millisecond
 
 func (c *cluster) notify() {
 	c.mu.Lock()

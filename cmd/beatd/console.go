@@ -26,6 +26,9 @@ func (m *Main) newConsole() (*console.Server, error) {
 // observeFire feeds the console's timeline from the scheduler loop.
 func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
 	m.timeline.Observe(m.token.Load(), entry, slot, r, lag, manual)
+	if m.console != nil {
+		m.console.Changed()
+	}
 }
 
 // register keeps this replica's registration (address, health, term) in
