@@ -448,7 +448,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("without a token the trigger button is %+v, want aria-disabled with a tooltip saying why", b)
 		}
 		run(t, ctx, chromedp.Click(chromedp.CSS(`button[data-op=trigger]`)))
-		waitJS(t, ctx, 2*time.Second, "why nothing was sent", `document.getElementById('action-msg').textContent.includes('Not sent')`)
+		waitJS(t, ctx, 2*time.Second, "why nothing was sent", `document.getElementById('action-msg').textContent.includes('Refused, not sent')`)
 		// A request without the token, as a script on the page would send
 		// it, is refused by the server.
 		status := eval[float64](t, ctx, `fetch('/entries/`+manualName+`/trigger', {method: 'POST'}).then(r => r.status)`)
@@ -525,6 +525,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		if !labelled {
 			t.Error("a form field has no label")
 		}
+		// Enter on the focused Pause button pauses; Space on Resume resumes.
+		run(t, ctx, chromedp.Focus(chromedp.CSS(`button[data-op=pause]`)), chromedp.KeyEvent("\r"))
+		waitJS(t, ctx, 5*time.Second, "paused by keyboard", `document.getElementById('paused-state').textContent.startsWith('paused')`)
+		run(t, ctx, chromedp.Focus(chromedp.CSS(`button[data-op=resume]`)), chromedp.KeyEvent(" "))
+		waitJS(t, ctx, 5*time.Second, "resumed by keyboard", `document.getElementById('paused-state').textContent.startsWith('no')`)
 	})
 
 	// Last: it kills the leader.

@@ -55,7 +55,7 @@
     var why = reason();
     if (why) {
       msg.className = 'bad';
-      msg.textContent = 'Not sent. ' + why;
+      msg.textContent = 'Refused, not sent. ' + why;
       return;
     }
     msg.className = '';
