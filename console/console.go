@@ -132,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 		ctx: context.Background(), ctxSet: make(chan struct{})}
 	s.runs = cfg.Runs
 	if s.runs == nil {
-		s.runs = stateRuns{s.cluster}
+		s.runs = stateRuns{cli: cfg.Client, prefix: cfg.Prefix}
 	}
 	err := fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

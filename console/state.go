@@ -147,6 +147,7 @@ func decodeState(prefix string, key, value []byte) *store.EntryState {
 		return nil // not readable by this version; the scheduler reports it
 	}
 	st.Name = strings.TrimPrefix(string(key), prefix+"entries/")
+	st.Recent = nil // read per page through Runs, not kept for every entry
 	return &st
 }
 
@@ -182,7 +183,6 @@ func (c *cluster) state(name string) *store.EntryState {
 	defer c.mu.Unlock()
 	if st := c.states[name]; st != nil {
 		cp := *st
-		cp.Recent = append([]store.Run(nil), st.Recent...)
 		return &cp
 	}
 	return nil
@@ -229,16 +229,33 @@ func (c *cluster) seenLeader(token int64, now time.Time) time.Time {
 }
 
 // stateRuns is the Runs implementation that reads run history from the
-// mirrored etcd entry state.
-type stateRuns struct{ c *cluster }
+// etcd entry state, for the rows asked for only: the mirror keeps no run
+// history, so its memory stays small with many entries.
+type stateRuns struct {
+	cli    *clientv3.Client
+	prefix string
+}
 
-func (r stateRuns) Recent(_ context.Context, names []string) (map[string][]store.Run, error) {
+func (r stateRuns) Recent(ctx context.Context, names []string) (map[string][]store.Run, error) {
 	out := make(map[string][]store.Run, len(names))
-	r.c.mu.Lock()
-	defer r.c.mu.Unlock()
-	for _, n := range names {
-		if st := r.c.states[n]; st != nil {
-			out[n] = append([]store.Run(nil), st.Recent...)
+	for len(names) > 0 {
+		chunk := names[:min(len(names), store.MaxOpsPerTxn)]
+		names = names[len(chunk):]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, n := range chunk {
+			ops[i] = clientv3.OpGet(r.prefix + "entries/" + n)
+		}
+		resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return out, fmt.Errorf("console: read run history: %w", err)
+		}
+		for i, rr := range resp.Responses {
+			if kvs := rr.GetResponseRange().GetKvs(); len(kvs) > 0 {
+				var st store.EntryState
+				if json.Unmarshal(kvs[0].Value, &st) == nil {
+					out[chunk[i]] = st.Recent
+				}
+			}
 		}
 	}
 	return out, nil
