@@ -23,7 +23,7 @@ type cluster struct {
 
 	mu      sync.Mutex
 	states  map[string]*store.EntryState
-	gen     uint64 // bumped on every change of states
+	gen     uint64 // bumped when an entry's paused flag may have changed
 	loaded  chan struct{}
 	loadErr error
 	changed chan struct{} // closed and replaced on any change under the prefix
@@ -165,12 +165,20 @@ func (c *cluster) watch(ctx context.Context, rev int64) {
 				continue
 			}
 			name := strings.TrimPrefix(key, c.prefix+"entries/")
+			old := c.states[name]
 			if ev.Type == clientv3.EventTypeDelete {
 				delete(c.states, name)
+				if old != nil && old.Paused {
+					c.gen++
+				}
 			} else if st := decodeState(c.prefix, ev.Kv.Key, ev.Kv.Value); st != nil {
 				c.states[name] = st
+				// Fires rewrite state all the time; only a pause or a
+				// resume changes the order of the entries table.
+				if old == nil || old.Paused != st.Paused {
+					c.gen++
+				}
 			}
-			c.gen++
 		}
 		c.mu.Unlock()
 		c.notify()
