@@ -155,9 +155,17 @@ func startEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { bcancel(); acancel() })
 	e.browser = bctx
+	// Screenshots go to a temp dir, kept when a test fails, or to
+	// $BEATD_CONSOLE_SCREENSHOTS.
 	e.shotsDir = os.Getenv("BEATD_CONSOLE_SCREENSHOTS")
 	if e.shotsDir == "" {
 		e.shotsDir, _ = os.MkdirTemp("", "beatd-console-shots-")
+		dir := e.shotsDir
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.RemoveAll(dir)
+			}
+		})
 	}
 	_ = os.MkdirAll(e.shotsDir, 0o755)
 	t.Logf("screenshots in %s", e.shotsDir)
