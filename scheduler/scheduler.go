@@ -78,6 +78,9 @@ type Config struct {
 	// past it, one summary line a second counts the rest. Negative: no
 	// per-fire lines at all. Zero means DefaultFireLogLimit.
 	FireLogLimit int
+	// Observer, if set, is called by the loop once per fire with its
+	// outcome (the web console's fire timeline). It must not block.
+	Observer func(entry string, slot time.Time, result publisher.Result, lag time.Duration, manual bool)
 }
 
 // DefaultFireLogLimit is the per-fire log lines a second before they are
@@ -513,6 +516,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 	for i, p := range batch {
 		r := l.results[i]
 		p.e.countFire(m, r)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual)
+		}
 		switch r {
 		case publisher.ResultOK, publisher.ResultDuplicate:
 			lag := now.Sub(p.due)

@@ -98,6 +98,39 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 	return t, nil
 }
 
+// Get reads one entry's state (from its bucket, or its v1 key not yet
+// migrated); an entry etcd has no state for has zero state.
+func (s *Store) Get(ctx context.Context, name string) (*EntryState, error) {
+	b := BucketOf(name)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.bucketKey(b)), clientv3.OpGet(s.legacyPrefix()+name)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("store: get %q: %w", name, err)
+	}
+	st := &EntryState{Name: name}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		var found bool
+		if err := eachRecord(kvs[0].Value, func(r EntryState) {
+			if r.Name == name {
+				*st, found = r, true
+			}
+		}); err != nil {
+			return nil, fmt.Errorf("store: get %q: %w", name, err)
+		}
+		if found {
+			return st, nil
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		legacy, err := decodeLegacy(kvs[0].Value)
+		if err != nil {
+			return nil, fmt.Errorf("store: get %q: %w", name, err)
+		}
+		legacy.Name = name
+		return &legacy, nil
+	}
+	return st, nil
+}
+
 // decodeLegacy reads a v1 per-entry JSON value. Its run history and
 // counters are dropped: they now live with the broker.
 func decodeLegacy(b []byte) (EntryState, error) {

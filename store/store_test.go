@@ -237,6 +237,12 @@ func TestRequests(t *testing.T) {
 	if got, _ := s.Load(ctx); !mustGet(t, got, "x").Paused {
 		t.Error("pause not applied")
 	}
+	if st, err := s.Get(ctx, "x"); err != nil || !st.Paused {
+		t.Errorf("Get after pause: %+v, %v", st, err)
+	}
+	if st, err := s.Get(ctx, "never"); err != nil || st.Name != "never" || st.Paused || !st.LastSlot.IsZero() {
+		t.Errorf("Get of an entry without state: %+v, %v", st, err)
+	}
 	if reqs, _, _ = s.PendingRequests(ctx); len(reqs) != 1 {
 		t.Errorf("%d requests left, want 1", len(reqs))
 	}

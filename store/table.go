@@ -313,6 +313,14 @@ func (t *Table) loadBucket(b []byte) error {
 	return nil
 }
 
+// DecodeBucket returns the entries of a stored bucket value, for readers
+// that mirror the state (the console watches the buckets).
+func DecodeBucket(value []byte) ([]EntryState, error) {
+	var out []EntryState
+	err := eachRecord(value, func(st EntryState) { out = append(out, st) })
+	return out, err
+}
+
 // eachRecord decodes an encoded bucket, calling f for each entry.
 func eachRecord(b []byte, f func(EntryState)) error {
 	if len(b) == 0 {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/retry"
@@ -114,10 +115,13 @@ type Main struct {
 	httpSrv        *http.Server
 	httpLn         net.Listener
 	adminToken     string
+	console        *console.Server
+	timeline       *console.Timeline
 
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 	token      atomic.Int64 // the current term's token, 0 when not leading
+	electedAt  atomic.Int64 // when the current term began, Unix ns
 	runnerDone atomic.Bool
 	configSum  [32]byte // of the config last loaded or tried; guarded by reloadMu
 	reloadMu   sync.Mutex
@@ -257,9 +261,10 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
 	host, _ := os.Hostname()
+	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: m.pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: dedup, FireLogLimit: noneIfZero(m.LogFires)}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: dedup, FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
 	if err != nil {
 		return err
 	}
@@ -271,11 +276,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	m.httpSrv = &http.Server{Handler: api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log}),
+	if m.console, err = m.newConsole(); err != nil {
+		return err
+	}
+	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log})),
 		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
-	m.wg.Add(3)
+	m.wg.Add(5)
+	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
+	go func() { defer m.wg.Done(); m.register(runCtx) }()
 	go func() {
 		defer m.wg.Done()
 		if err := m.httpSrv.Serve(m.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -321,6 +331,7 @@ func (m *Main) lead(ctx context.Context) {
 			continue
 		}
 		b.Reset()
+		m.electedAt.Store(elected.UnixNano())
 		m.token.Store(l.Token)
 		m.metrics.IsLeader.Set(1)
 		m.metrics.FencingToken.Set(float64(l.Token))

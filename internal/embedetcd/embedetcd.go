@@ -83,10 +83,9 @@ func Start(cfg Config) (*Server, error) {
 	// Keep two WAL segments (64 MiB each) and snapshots, not etcd's five:
 	// the data dir then stays flat at a few hundred MiB.
 	ec.MaxWalFiles, ec.MaxSnapFiles = 2, 2
-	// A single member sends heartbeats to nobody: a slow raft tick only
-	// saves CPU (every tick wakes several goroutines). Leases expire on
-	// their own timer, not on raft ticks.
-	ec.TickMs, ec.ElectionMs = 500, 5000
+	// TickMs and ElectionMs stay at etcd's defaults: etcd raises every
+	// lease to at least 1.5 election timeouts, so a slower tick would
+	// stretch a 2 s lease TTL (and every failover) to seconds more.
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)

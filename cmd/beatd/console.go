@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/beatd/beatd/console"
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/store"
+)
+
+// newConsole builds the web console served at / on this replica's HTTP
+// server. Run history comes from the broker, where the publish script
+// records it.
+func (m *Main) newConsole() (*console.Server, error) {
+	return console.New(console.Config{
+		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
+		Broker:     publisher.Redacted(m.Broker),
+		PingBroker: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() },
+		Term:       m.token.Load, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
+	})
+}
+
+// brokerRuns reads the console's run history from the publisher's history
+// in Redis.
+type brokerRuns struct{ pub *publisher.Publisher }
+
+func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]store.Run, error) {
+	h, err := b.pub.Histories(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]store.Run, len(h))
+	for n, x := range h {
+		runs := slices.Clone(x.Runs) // newest first in Redis; oldest first here
+		slices.Reverse(runs)
+		out[n] = runs
+	}
+	return out, nil
+}
+
+// observeFire feeds the console's timeline from the scheduler loop.
+func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+	m.timeline.Observe(m.token.Load(), entry, slot, r, lag, manual)
+	if m.console != nil {
+		m.console.Changed()
+	}
+}
+
+// register keeps this replica's registration (address, health, term) in
+// etcd until ctx ends.
+func (m *Main) register(ctx context.Context) {
+	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.prefix(), TTL: m.LeaseTTL,
+		Health: m.Ready, Logger: m.log,
+		Leading: func() (int64, time.Time) {
+			return m.token.Load(), time.Unix(0, m.electedAt.Load())
+		}},
+		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String(), m.Etcd.endpoints()), Started: time.Now().UTC(), Version: versionString()})
+}
+
+// advertised is the address other replicas reach this one's HTTP server
+// at: the listen address; when that is every interface (":8080"), the
+// local IP this host uses to reach etcd (in Kubernetes, the pod IP), else
+// the host name.
+func advertised(listen string, etcd []string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	for _, ep := range etcd {
+		u, err := url.Parse(ep)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		// A UDP "connection" sends nothing; it only picks the route.
+		if c, err := net.Dial("udp", u.Host); err == nil {
+			local := c.LocalAddr().(*net.UDPAddr).IP
+			c.Close()
+			return net.JoinHostPort(local.String(), port)
+		}
+	}
+	if h, err := os.Hostname(); err == nil {
+		host = h
+	}
+	return net.JoinHostPort(host, port)
+}

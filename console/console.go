@@ -1,0 +1,426 @@
+package console
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Runs is where the console reads entries' run history: the daemon wires
+// in the history the publisher keeps with the broker; nil shows none.
+// Call Server.Changed when it changes, so live pages update at once (they
+// also re-check every second).
+type Runs interface {
+	// Recent returns the newest runs of each named entry, oldest first.
+	Recent(ctx context.Context, names []string) (map[string][]store.Run, error)
+}
+
+// Config configures the console.
+type Config struct {
+	Client *clientv3.Client
+	Prefix string // the cluster's etcd prefix
+	ID     string // this replica
+	// Entries returns the running config.
+	Entries func() *schedule.Config
+	Runs    Runs
+	// Broker is the broker URL, already redacted, and PingBroker checks
+	// that it answers.
+	Broker     string
+	PingBroker func(ctx context.Context) error
+	// Term returns this replica's fencing token while it leads, else 0.
+	Term func() int64
+	// Timeline is this replica's fire timeline (filled while it leads).
+	Timeline *Timeline
+	// AdminEnabled says whether this replica has an admin token: without
+	// one the action buttons explain that they cannot work here.
+	AdminEnabled bool
+	Logger       *slog.Logger
+	Now          func() time.Time
+	// PageSize is the entries table's page size (default 50).
+	PageSize int
+}
+
+// Server is the console. Run mirrors etcd for it; Handler serves it.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	tmpl    *template.Template
+	assets  map[string]asset // by file name
+	cluster *cluster
+	runs    Runs
+	index   entryIndex
+	http    *http.Client
+	ctx     context.Context // ends the live streams on shutdown
+	setCtx  sync.Once
+	ctxSet  chan struct{}
+
+	leaderMu    sync.Mutex
+	leaderCache map[string]leaderCached
+	backlogAt   time.Time
+	backlogTerm int64
+	backlogN    int
+	backlogOK   bool
+
+	brokerMu   sync.Mutex
+	brokerAt   time.Time
+	brokerErr  error
+	brokerTook time.Duration
+}
+
+// leaderCached is a standby's recent answer from the leader, shared by
+// every viewer of the same entries for leaderCacheFor.
+type leaderCached struct {
+	at   time.Time
+	data *leaderData
+	err  error
+}
+
+const leaderCacheFor = 500 * time.Millisecond
+
+type asset struct {
+	body  []byte
+	ctype string
+	hash  string
+}
+
+// New returns a console; it does not contact etcd until a page is viewed.
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil || cfg.Prefix == "" || cfg.Entries == nil {
+		return nil, errors.New("console: Client, Prefix and Entries are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Term == nil {
+		cfg.Term = func() int64 { return 0 }
+	}
+	if cfg.Timeline == nil {
+		cfg.Timeline = NewTimeline(cfg.Now)
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 50
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "console"), assets: map[string]asset{},
+		cluster: newCluster(cfg.Client, cfg.Prefix), http: &http.Client{Timeout: time.Second},
+		ctx: context.Background(), ctxSet: make(chan struct{})}
+	s.runs = cfg.Runs
+	if s.runs == nil {
+		s.runs = noRuns{}
+	}
+	err := fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := staticFS.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		ctype := "application/octet-stream"
+		switch path.Ext(p) {
+		case ".js":
+			ctype = "text/javascript; charset=utf-8"
+		case ".css":
+			ctype = "text/css; charset=utf-8"
+		case ".svg":
+			ctype = "image/svg+xml"
+		}
+		s.assets[path.Base(p)] = asset{body: b, ctype: ctype, hash: hex.EncodeToString(sum[:8])}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console: assets: %w", err)
+	}
+	s.tmpl, err = template.New("").Funcs(template.FuncMap{
+		"asset":      s.assetURL,
+		"entryURL":   entryURL,
+		"add":        func(a, b int) int { return a + b },
+		"ms":         func(t time.Time) int64 { return t.UnixMilli() },
+		"thousands":  thousands,
+		"pathEscape": url.PathEscape,
+		"rfc":        func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"utc":        func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+		"lag":        fmtLag,
+	}).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	return s, nil
+}
+
+// Run mirrors the cluster's etcd state for the pages, from the first page
+// view until ctx ends. Live streams end with ctx too.
+func (s *Server) Run(ctx context.Context) {
+	s.setCtx.Do(func() { s.ctx = ctx; close(s.ctxSet) })
+	s.cluster.run(ctx)
+}
+
+// Changed tells the live pages that something they show may have changed
+// outside etcd (a fire on this leader, run history kept elsewhere). It is
+// cheap and may be called at any rate: pages update once per 100 ms.
+func (s *Server) Changed() { s.cluster.nudge() }
+
+func (s *Server) liveCtx() context.Context {
+	select {
+	case <-s.ctxSet:
+		return s.ctx
+	default:
+		return context.Background()
+	}
+}
+
+// assetURL names an embedded file with its content hash, so it can be
+// cached for good.
+func (s *Server) assetURL(name string) string {
+	return "/console/static/" + name + "?v=" + s.assets[name].hash
+}
+
+func entryURL(name string) string { return "/entry/" + url.PathEscape(name) }
+
+// Handler serves the console at / and passes every other request to next.
+// Every response, the console's and next's, carries the default security
+// headers, and state-changing requests from another origin are refused.
+func (s *Server) Handler(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.serveOverview)
+	mux.HandleFunc("GET /entry/{name}", s.serveEntry)
+	mux.HandleFunc("GET /console/events", s.serveEvents)
+	mux.HandleFunc("GET /console/leader.json", s.serveLeaderData)
+	mux.HandleFunc("GET /console/static/{file}", s.serveAsset)
+	mux.Handle("/", next)
+	return Secure(mux)
+}
+
+func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.assets[r.PathValue("file")]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", a.ctype)
+	if r.URL.Query().Get("v") == a.hash {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	w.Header().Set("ETag", `"`+a.hash+`"`)
+	if r.Header.Get("If-None-Match") == `"`+a.hash+`"` {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	_, _ = w.Write(a.body)
+}
+
+// render executes a template into memory first, so an error never leaves
+// half a page.
+func (s *Server) render(name string, data any) (string, error) {
+	var b strings.Builder
+	if err := s.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		return "", fmt.Errorf("console: render %s: %w", name, err)
+	}
+	return b.String(), nil
+}
+
+func (s *Server) writePage(w http.ResponseWriter, code int, p *page) {
+	html, err := s.render("page", p)
+	if err != nil {
+		s.log.Error("render page", "err", err)
+		http.Error(w, "console: internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(html))
+}
+
+func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	q := overviewQuery(r.URL.Query())
+	p := s.overview(ctx, q, false)
+	s.writePage(w, http.StatusOK, p)
+}
+
+func (s *Server) serveEntry(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	p := s.entryPage(ctx, r.PathValue("name"), false)
+	code := http.StatusOK
+	if p.Entry == nil {
+		code = http.StatusNotFound
+	}
+	s.writePage(w, code, p)
+}
+
+// serveLeaderData answers a standby's console with this leader's timeline,
+// the named entries' fire stats and the persist backlog. term must be this
+// replica's current term, so a standby never shows a deposed leader's
+// numbers as current.
+func (s *Server) serveLeaderData(w http.ResponseWriter, r *http.Request) {
+	term := s.cfg.Term()
+	if want := r.URL.Query().Get("term"); term == 0 || want != fmt.Sprint(term) {
+		http.Error(w, "not the leader of that term", http.StatusConflict)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	d := s.localLeaderData(ctx, term, r.URL.Query()["name"])
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(d)
+}
+
+// leaderData is what only the leader knows.
+type leaderData struct {
+	Timeline  Snapshot `json:"timeline"`
+	Backlog   int      `json:"backlog"`
+	BacklogOK bool     `json:"backlog_ok"`
+}
+
+func (s *Server) localLeaderData(ctx context.Context, term int64, names []string) leaderData {
+	d := leaderData{Timeline: s.cfg.Timeline.Snapshot(names)}
+	if s.cluster.ready(ctx) == nil {
+		d.Backlog, d.BacklogOK = s.backlog(term)
+	}
+	return d
+}
+
+// backlog counts the entries published but not yet in etcd, at most twice
+// a second: it walks every entry that fired, under the lock the
+// scheduler's Observer takes.
+func (s *Server) backlog(term int64) (int, bool) {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.backlogTerm != term || time.Since(s.backlogAt) >= leaderCacheFor {
+		s.backlogN, s.backlogOK = s.cfg.Timeline.Backlog(term, s.cluster.lastSlot)
+		s.backlogTerm, s.backlogAt = term, time.Now()
+	}
+	return s.backlogN, s.backlogOK
+}
+
+// fetchLeaderData gets the leader's data: locally when this replica leads,
+// else from the leader's console at its registered address.
+func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
+	if leader.Token == 0 {
+		return nil, errors.New("no leader")
+	}
+	if term := s.cfg.Term(); term != 0 && term == leader.Token {
+		d := s.localLeaderData(ctx, term, names)
+		return &d, nil
+	}
+	key := fmt.Sprint(leader.Token, "\x00", strings.Join(names, "\x00"))
+	s.leaderMu.Lock()
+	if c, ok := s.leaderCache[key]; ok && time.Since(c.at) < leaderCacheFor {
+		s.leaderMu.Unlock()
+		return c.data, c.err
+	}
+	s.leaderMu.Unlock()
+	d, err := s.askLeader(ctx, leader, replicas, names)
+	s.leaderMu.Lock()
+	if s.leaderCache == nil || len(s.leaderCache) > 256 {
+		s.leaderCache = map[string]leaderCached{}
+	}
+	s.leaderCache[key] = leaderCached{at: time.Now(), data: d, err: err}
+	s.leaderMu.Unlock()
+	return d, err
+}
+
+// askLeader gets the leader's data from its console, at the address it
+// registered.
+func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
+	addr := ""
+	for _, r := range replicas {
+		if r.ID == leader.ID {
+			addr = r.HTTP
+		}
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("leader %s has not registered an HTTP address", leader.ID)
+	}
+	q := url.Values{"term": {fmt.Sprint(leader.Token)}, "name": names}
+	ctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/console/leader.json?"+q.Encode(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("leader %s at %s does not answer: %w", leader.ID, addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("leader %s at %s answered %s", leader.ID, addr, resp.Status)
+	}
+	var d leaderData
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
+	}
+	return &d, nil
+}
+
+// pingBroker checks the broker at most once a second for all viewers.
+func (s *Server) pingBroker(ctx context.Context) (time.Duration, error) {
+	if s.cfg.PingBroker == nil {
+		return 0, errors.New("no broker check configured")
+	}
+	s.brokerMu.Lock()
+	defer s.brokerMu.Unlock()
+	if time.Since(s.brokerAt) < time.Second {
+		return s.brokerTook, s.brokerErr
+	}
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	s.brokerErr = s.cfg.PingBroker(pctx)
+	s.brokerTook, s.brokerAt = time.Since(start), time.Now()
+	return s.brokerTook, s.brokerErr
+}
+
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// noRuns is the history when none is wired in: empty.
+type noRuns struct{}
+
+func (noRuns) Recent(context.Context, []string) (map[string][]store.Run, error) { return nil, nil }

@@ -1,0 +1,275 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// cluster mirrors the cluster's etcd state for the console: every entry's
+// stored state, kept current by a watch on the prefix, and a change signal
+// for the live views. It loads once on first use and then applies the
+// watch's events, so a page never reads 100k keys.
+type cluster struct {
+	cli    *clientv3.Client
+	prefix string
+
+	mu     sync.Mutex
+	states map[string]*store.EntryState
+	// byBucket lists the entries each state bucket held when last read:
+	// a bucket is rewritten whole, so its old entries must be dropped.
+	byBucket [store.NumBuckets][]string
+	gen      uint64 // bumped when an entry's paused flag may have changed
+	loaded   chan struct{}
+	loadErr  error
+	changed  chan struct{} // closed and replaced on any change under the prefix
+	leader   leaderSeen
+	demand   chan struct{}
+	once     sync.Once
+	nudged   atomic.Bool
+}
+
+// leaderSeen is when this replica first saw a leader token.
+type leaderSeen struct {
+	token int64
+	at    time.Time
+}
+
+func newCluster(cli *clientv3.Client, prefix string) *cluster {
+	return &cluster{cli: cli, prefix: prefix, states: map[string]*store.EntryState{}, loaded: make(chan struct{}),
+		changed: make(chan struct{}), demand: make(chan struct{})}
+}
+
+// want asks run to start mirroring (the first page view does).
+func (c *cluster) want() { c.once.Do(func() { close(c.demand) }) }
+
+// ready waits until the first load, or ctx ends.
+func (c *cluster) ready(ctx context.Context) error {
+	c.want()
+	select {
+	case <-c.loaded:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.loadErr
+	case <-ctx.Done():
+		return fmt.Errorf("console: etcd state not loaded yet: %w", ctx.Err())
+	}
+}
+
+// changes returns a channel closed at the next change.
+func (c *cluster) changes() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// nudge notifies within nudgeAfter, once for any number of calls in
+// between: the leader's fires call it, at any rate.
+func (c *cluster) nudge() {
+	if c.nudged.CompareAndSwap(false, true) {
+		time.AfterFunc(nudgeAfter, func() {
+			c.nudged.Store(false)
+			c.notify()
+		})
+	}
+}
+
+const nudgeAfter = 100 * time.Millisecond
+
+func (c *cluster) notify() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// run mirrors the prefix until ctx ends, once someone asked for it. It
+// reloads after a watch failure (compaction, a lost etcd).
+func (c *cluster) run(ctx context.Context) {
+	select {
+	case <-c.demand:
+	case <-ctx.Done():
+		return
+	}
+	first := true
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		rev, err := c.load(ctx)
+		if first {
+			c.mu.Lock()
+			c.loadErr = err
+			c.mu.Unlock()
+			close(c.loaded)
+			first = false
+		}
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			c.notify()
+			c.watch(ctx, rev)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *cluster) load(ctx context.Context) (int64, error) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := c.cli.Get(lctx, keys.State(c.prefix), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("console: load entry state: %w", err)
+	}
+	states := make(map[string]*store.EntryState, len(resp.Kvs))
+	var byBucket [store.NumBuckets][]string
+	for _, kv := range resp.Kvs {
+		b, recs := c.decodeBucket(kv.Key, kv.Value)
+		if b < 0 {
+			continue
+		}
+		for i := range recs {
+			states[recs[i].Name] = &recs[i]
+			byBucket[b] = append(byBucket[b], recs[i].Name)
+		}
+	}
+	c.mu.Lock()
+	c.states, c.byBucket = states, byBucket
+	c.gen++
+	c.loadErr = nil
+	c.mu.Unlock()
+	return resp.Header.Revision, nil
+}
+
+// decodeBucket returns a state bucket's index and entries; -1 for a key
+// or value this version cannot read (the scheduler reports those).
+func (c *cluster) decodeBucket(key, value []byte) (int, []store.EntryState) {
+	suffix := strings.TrimPrefix(string(key), keys.State(c.prefix))
+	b, err := strconv.ParseUint(suffix, 16, 8)
+	if err != nil || len(suffix) != 2 {
+		return -1, nil
+	}
+	recs, err := store.DecodeBucket(value)
+	if err != nil {
+		return -1, nil
+	}
+	return int(b), recs
+}
+
+func (c *cluster) watch(ctx context.Context, rev int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range c.cli.Watch(wctx, c.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			return
+		}
+		c.mu.Lock()
+		for _, ev := range resp.Events {
+			if !strings.HasPrefix(string(ev.Kv.Key), keys.State(c.prefix)) {
+				continue
+			}
+			var recs []store.EntryState
+			b := -1
+			if ev.Type == clientv3.EventTypeDelete {
+				b, _ = c.decodeBucket(ev.Kv.Key, nil)
+			} else {
+				b, recs = c.decodeBucket(ev.Kv.Key, ev.Kv.Value)
+			}
+			if b < 0 {
+				continue
+			}
+			// A bucket is rewritten whole: its old entries go, its new
+			// ones come.
+			old := make(map[string]bool, len(c.byBucket[b]))
+			for _, n := range c.byBucket[b] {
+				if st := c.states[n]; st != nil && st.Paused {
+					old[n] = true
+				} else {
+					old[n] = false
+				}
+				delete(c.states, n)
+			}
+			names := c.byBucket[b][:0]
+			for i := range recs {
+				st := &recs[i]
+				c.states[st.Name] = st
+				names = append(names, st.Name)
+				// Fires rewrite state all the time; only a pause, a
+				// resume or a new entry changes the entries table's order.
+				if wasPaused, ok := old[st.Name]; !ok || wasPaused != st.Paused {
+					c.gen++
+				}
+				delete(old, st.Name)
+			}
+			c.byBucket[b] = names
+			for _, wasPaused := range old {
+				if wasPaused {
+					c.gen++
+				}
+			}
+		}
+		c.mu.Unlock()
+		c.notify()
+	}
+}
+
+// state returns a copy of an entry's stored state, or nil.
+func (c *cluster) state(name string) *store.EntryState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.states[name]; st != nil {
+		cp := *st
+		return &cp
+	}
+	return nil
+}
+
+// paused reports, under one lock, which entries are paused, with the
+// generation it reflects.
+func (c *cluster) pausedSet() (map[string]bool, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	for n, st := range c.states {
+		if st.Paused {
+			out[n] = true
+		}
+	}
+	return out, c.gen
+}
+
+func (c *cluster) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// lastSlot is the persisted last slot of an entry (for the backlog).
+func (c *cluster) lastSlot(name string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.states[name]; st != nil {
+		return st.LastSlot
+	}
+	return time.Time{}
+}
+
+// seenLeader records when a token was first seen and returns that time.
+func (c *cluster) seenLeader(token int64, now time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader.token != token {
+		c.leader = leaderSeen{token: token, at: now}
+	}
+	return c.leader.at
+}

@@ -1,0 +1,154 @@
+// beatd console: the admin token (held in this tab's sessionStorage), the
+// action buttons, relative times and the live updates (Server-Sent Events).
+// The page works without it, read-only.
+(function () {
+  'use strict';
+  var KEY = 'beatd-admin-token';
+  var body = document.body;
+
+  function token() {
+    try { return sessionStorage.getItem(KEY) || ''; } catch (e) { return ''; }
+  }
+  function setToken(t) {
+    try {
+      if (t) { sessionStorage.setItem(KEY, t); } else { sessionStorage.removeItem(KEY); }
+    } catch (e) { /* storage disabled: actions stay disabled */ }
+    applyAuth();
+  }
+
+  // Buttons are aria-disabled rather than disabled so they stay focusable
+  // and their reason can be read; a click on one says why.
+  function reason() {
+    if (body.dataset.admin !== 'on') {
+      return 'Disabled: this replica has no admin token configured (--admin-token-file or BEATD_ADMIN_TOKEN), so it refuses admin actions.';
+    }
+    if (!token()) {
+      return 'Disabled: enter the admin token at the top of the page to trigger, pause or resume.';
+    }
+    return '';
+  }
+  function applyAuth() {
+    var why = reason();
+    var buttons = document.querySelectorAll('button[data-op]');
+    for (var i = 0; i < buttons.length; i++) {
+      var b = buttons[i];
+      if (why) {
+        b.setAttribute('aria-disabled', 'true');
+        b.title = why;
+      } else {
+        b.removeAttribute('aria-disabled');
+        b.removeAttribute('title');
+      }
+    }
+    var whyEl = document.getElementById('action-why');
+    if (whyEl) { whyEl.textContent = why; }
+    var st = document.getElementById('token-state');
+    if (st) {
+      st.textContent = token() ? 'Set for this tab only.' : 'Not set: trigger, pause and resume are disabled.';
+    }
+  }
+
+  var words = { trigger: 'Trigger', pause: 'Pause', resume: 'Resume' };
+  function act(b) {
+    var msg = document.getElementById('action-msg');
+    var op = b.dataset.op, name = b.dataset.entry;
+    var why = reason();
+    if (why) {
+      msg.className = 'bad';
+      msg.textContent = 'Refused, not sent. ' + why;
+      return;
+    }
+    msg.className = '';
+    msg.textContent = words[op] + ': sending…';
+    fetch('/entries/' + encodeURIComponent(name) + '/' + op, {
+      method: 'POST',
+      headers: { 'Authorization': 'Bearer ' + token() },
+      credentials: 'omit',
+      cache: 'no-store'
+    }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (j) { return { status: r.status, body: j }; });
+    }).then(function (res) {
+      if (res.status === 202) {
+        msg.className = 'ok';
+        msg.textContent = words[op] + ' accepted (request ' + res.body.request + '); the leader acts on it within a second.';
+        return;
+      }
+      msg.className = 'bad';
+      var detail = res.body && res.body.error ? res.body.error : 'HTTP ' + res.status;
+      if (res.status === 401) {
+        msg.textContent = 'Refused (401): the admin token is missing or wrong. ' + detail + '.';
+      } else if (res.status === 403) {
+        msg.textContent = 'Refused (403): ' + detail + '.';
+      } else {
+        msg.textContent = words[op] + ' failed (' + res.status + '): ' + detail + '.';
+      }
+    }).catch(function (e) {
+      msg.className = 'bad';
+      msg.textContent = words[op] + ' failed: ' + e.message;
+    });
+  }
+
+  function rel(ms) {
+    var d = ms - Date.now(), future = d >= 0, s;
+    d = Math.abs(d);
+    if (d < 1000) { return 'now'; }
+    if (d < 60000) { s = Math.floor(d / 1000) + ' s'; }
+    else if (d < 3600000) { s = Math.floor(d / 60000) + ' min'; }
+    else if (d < 172800000) { s = Math.floor(d / 3600000) + ' h ' + Math.floor(d % 3600000 / 60000) + ' min'; }
+    else { s = Math.floor(d / 86400000) + ' d'; }
+    return future ? 'in ' + s : s + ' ago';
+  }
+  function tick() {
+    var ts = document.querySelectorAll('time.rel[data-at]');
+    for (var i = 0; i < ts.length; i++) {
+      var at = Number(ts[i].dataset.at);
+      if (at > 0) { ts[i].textContent = rel(at); }
+    }
+  }
+
+  // Live updates: each event carries the HTML of the sections that
+  // changed, rendered (and escaped) by the server's templates.
+  function live() {
+    var url = body.dataset.events, state = document.getElementById('live-state');
+    if (!url || !window.EventSource) { state.textContent = 'Live updates unavailable: reload to refresh.'; return; }
+    var es = new EventSource(url);
+    es.onopen = function () { state.textContent = 'Live'; state.className = 'live ok'; };
+    es.onerror = function () { state.textContent = 'Live updates: reconnecting…'; state.className = 'live bad'; };
+    es.addEventListener('sections', function (ev) {
+      var data = JSON.parse(ev.data);
+      var focused = document.activeElement && document.activeElement.id;
+      Object.keys(data.sections).forEach(function (id) {
+        var el = document.getElementById(id);
+        if (el) { el.innerHTML = data.sections[id]; }
+      });
+      if (focused && document.activeElement === body) {
+        var f = document.getElementById(focused);
+        if (f) { f.focus(); }
+      }
+      tick();
+      applyAuth();
+      body.dataset.updated = String(Date.now());
+    });
+  }
+
+  document.addEventListener('DOMContentLoaded', function () {
+    var form = document.getElementById('token-form');
+    form.addEventListener('submit', function (e) {
+      e.preventDefault();
+      var input = document.getElementById('token');
+      setToken(input.value.trim());
+      input.value = '';
+    });
+    document.getElementById('token-forget').addEventListener('click', function () { setToken(''); });
+    document.addEventListener('click', function (e) {
+      var b = e.target.closest && e.target.closest('button[data-op]');
+      if (b) { act(b); }
+    });
+    applyAuth();
+    tick();
+    setInterval(tick, 1000);
+  });
+  // The stream opens after the load event, so it never holds the page's
+  // load open.
+  window.addEventListener('load', function () { setTimeout(live, 0); });
+})();

@@ -1,0 +1,217 @@
+package console
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/publisher"
+)
+
+// Timeline is the leader's in-memory record of its current term's fires:
+// per minute over the last hour (fires, errors, lag p99) and per entry
+// (fires in the last hour, last result, last slot). It is fed by the
+// scheduler's Observer and starts over with each term, so what it shows is
+// what this replica published as leader.
+type Timeline struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	term    int64
+	since   time.Time
+	minutes [60]minuteStats
+	entries map[string]*entryStats
+}
+
+// lag histogram: bucket i holds lags up to lagBase·lagGrowth^i, so the p99
+// read from it is within 25% above the true value.
+const (
+	lagBuckets = 80
+	lagBase    = 100 * time.Microsecond
+	lagGrowth  = 1.25
+)
+
+type minuteStats struct {
+	minute int64 // Unix minute this bucket holds; others are stale
+	fires  uint32
+	errors uint32
+	lag    [lagBuckets]uint32
+}
+
+type entryStats struct {
+	last     int64 // Unix minute of the newest count
+	counts   [60]uint16
+	result   publisher.Result
+	manual   bool
+	at       time.Time // when the last fire was observed
+	lastSlot time.Time // newest scheduled slot published (ok or duplicate)
+}
+
+// NewTimeline returns an empty timeline reading the time from now (nil:
+// time.Now).
+func NewTimeline(now func() time.Time) *Timeline {
+	if now == nil {
+		now = time.Now
+	}
+	return &Timeline{now: now, entries: map[string]*entryStats{}}
+}
+
+// Observe records one fire of term. A fire of a newer term starts the
+// timeline over.
+func (t *Timeline) Observe(term int64, entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+	now := t.now()
+	min := now.Unix() / 60
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if term != t.term {
+		t.term, t.since = term, now
+		t.minutes = [60]minuteStats{}
+		t.entries = map[string]*entryStats{}
+	}
+	b := &t.minutes[min%60]
+	if b.minute != min {
+		*b = minuteStats{minute: min}
+	}
+	ok := r == publisher.ResultOK || r == publisher.ResultDuplicate
+	if ok {
+		b.fires++
+		if !manual {
+			b.lag[lagBucket(lag)]++
+		}
+	} else {
+		b.errors++
+	}
+	e := t.entries[entry]
+	if e == nil {
+		e = &entryStats{last: min}
+		t.entries[entry] = e
+	}
+	e.roll(min)
+	if ok {
+		e.counts[min%60]++
+		if !manual && slot.After(e.lastSlot) {
+			e.lastSlot = slot
+		}
+	}
+	e.result, e.manual, e.at = r, manual, now
+}
+
+// roll zeroes the buckets of the minutes since the last count.
+func (e *entryStats) roll(min int64) {
+	if min-e.last >= 60 {
+		e.counts = [60]uint16{}
+	} else {
+		for m := e.last + 1; m <= min; m++ {
+			e.counts[m%60] = 0
+		}
+	}
+	if min > e.last {
+		e.last = min
+	}
+}
+
+func (e *entryStats) hour(min int64) int {
+	n := 0
+	for m := min - 59; m <= min; m++ {
+		if m > e.last-60 && m <= e.last {
+			n += int(e.counts[m%60])
+		}
+	}
+	return n
+}
+
+func lagBucket(lag time.Duration) int {
+	if lag <= lagBase {
+		return 0
+	}
+	i := int(math.Ceil(math.Log(float64(lag)/float64(lagBase)) / math.Log(lagGrowth)))
+	return min(i, lagBuckets-1)
+}
+
+func lagBound(i int) time.Duration {
+	return time.Duration(float64(lagBase) * math.Pow(lagGrowth, float64(i)))
+}
+
+// Minute is one minute of the timeline.
+type Minute struct {
+	Start  time.Time     `json:"start"`
+	Fires  int           `json:"fires"`
+	Errors int           `json:"errors"`
+	LagP99 time.Duration `json:"lag_p99_ns"` // 0 when no scheduled fire
+}
+
+// EntryFires is what the timeline knows of one entry.
+type EntryFires struct {
+	LastHour int       `json:"last_hour"`
+	Result   string    `json:"result"`
+	Manual   bool      `json:"manual"`
+	At       time.Time `json:"at"`
+}
+
+// Snapshot is the timeline as of now: the 60 minutes up to now, oldest
+// first, and the entries asked for.
+type Snapshot struct {
+	Term    int64                 `json:"term"`
+	Since   time.Time             `json:"since"`
+	Minutes []Minute              `json:"minutes"`
+	Entries map[string]EntryFires `json:"entries"`
+}
+
+// Snapshot returns the last hour and the stats of the named entries.
+func (t *Timeline) Snapshot(names []string) Snapshot {
+	now := t.now()
+	cur := now.Unix() / 60
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Snapshot{Term: t.term, Since: t.since, Minutes: make([]Minute, 0, 60), Entries: map[string]EntryFires{}}
+	for m := cur - 59; m <= cur; m++ {
+		out := Minute{Start: time.Unix(m*60, 0).UTC()}
+		if b := &t.minutes[m%60]; b.minute == m {
+			out.Fires, out.Errors = int(b.fires), int(b.errors)
+			out.LagP99 = p99(&b.lag)
+		}
+		s.Minutes = append(s.Minutes, out)
+	}
+	for _, n := range names {
+		if e := t.entries[n]; e != nil {
+			s.Entries[n] = EntryFires{LastHour: e.hour(cur), Result: e.result.String(), Manual: e.manual, At: e.at}
+		}
+	}
+	return s
+}
+
+func p99(h *[lagBuckets]uint32) time.Duration {
+	var total uint64
+	for _, c := range h {
+		total += uint64(c)
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(float64(total) * 0.99))
+	var seen uint64
+	for i, c := range h {
+		seen += uint64(c)
+		if seen >= rank {
+			return lagBound(i)
+		}
+	}
+	return lagBound(lagBuckets - 1)
+}
+
+// Backlog counts the entries whose newest published slot is newer than
+// persisted(name) says: published, but not yet written to etcd.
+func (t *Timeline) Backlog(term int64, persisted func(name string) time.Time) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if term == 0 || term != t.term {
+		return 0, term != 0 // a leader that has not fired yet has nothing pending
+	}
+	n := 0
+	for name, e := range t.entries {
+		if !e.lastSlot.IsZero() && e.lastSlot.After(persisted(name)) {
+			n++
+		}
+	}
+	return n, true
+}

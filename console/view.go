@@ -1,0 +1,681 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/schedule"
+)
+
+// page is what the templates render. Live pages (sections sent over SSE)
+// leave relative times empty: the browser fills them from data-at, so a
+// section only changes when its data does.
+type page struct {
+	Title        string
+	View         string // "overview" or "entry"
+	Events       string // the live stream's URL
+	AdminEnabled bool
+	Live         bool
+	Now          time.Time
+	Cluster      clusterView
+	Timeline     *timelineView
+	Entries      *entriesView
+	Entry        *entryView
+	Missing      string // an entry asked for that does not exist
+}
+
+// Rel says how far t is from the page's now: "in 4 s", "3 min ago".
+func (p *page) Rel(t time.Time) string {
+	if p.Live || t.IsZero() {
+		return ""
+	}
+	return relative(t.Sub(p.Now))
+}
+
+func relative(d time.Duration) string {
+	future := d >= 0
+	if !future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < time.Second:
+		return "now"
+	case d < time.Minute:
+		s = fmt.Sprintf("%d s", int(d/time.Second))
+	case d < time.Hour:
+		s = fmt.Sprintf("%d min", int(d/time.Minute))
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%d h %d min", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		s = fmt.Sprintf("%d d", int(d/(24*time.Hour)))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+type clusterView struct {
+	Prefix, Self string
+	Leader       string
+	Token        int64
+	LeaderSince  time.Time
+	SinceExact   bool // from the leader's own registration, not first seen here
+	LeaderErr    string
+	Replicas     []replicaView
+	Broker       string
+	BrokerErr    string
+	BrokerRTT    string
+	Backlog      string
+	LeaderData   string // why the leader's data is missing, if it is
+}
+
+type replicaView struct {
+	ID, HTTP, Health, Version string
+	Healthy, Leader, Self     bool
+	Stale                     bool
+	Started, Updated          time.Time
+}
+
+type timelineView struct {
+	Since    time.Time
+	Term     int64
+	Bars     []bar
+	LagLine  string // SVG polyline points
+	LagPts   []point
+	MaxFires int
+	MaxLag   string
+	Total    int
+	Errors   int
+	Rows     []Minute
+}
+
+type point struct{ X, Y float64 }
+
+type bar struct {
+	X, Y, H  float64
+	Label    string
+	HasError bool
+}
+
+type entriesView struct {
+	Q, In         string
+	Page, Pages   int
+	Total         int // entries configured
+	Matched       int
+	From, To      int
+	Rows          []rowView
+	Prev, Next    string
+	SinceLeader   time.Time
+	LeaderKnown   bool
+	CountsPending bool
+}
+
+type rowView struct {
+	Name, Task, Queue, Words, Zone string
+	Next                           time.Time
+	NextAbs                        string
+	LastAt                         time.Time
+	LastAbs, LastResult            string
+	Paused, Enabled                bool
+	FiresHour                      string
+}
+
+type entryView struct {
+	Name       string
+	Def        []defRow
+	Paused     bool
+	Enabled    bool
+	Zone       string
+	Next       []nextRow
+	NextNote   string
+	Runs       []runView
+	LastResult string
+	LastAt     time.Time
+	FiresHour  string
+}
+
+type defRow struct{ Key, Value string }
+
+type nextRow struct {
+	N   int
+	At  time.Time
+	Abs string
+	DST string
+}
+
+type runView struct {
+	TaskID    string
+	Slot      string
+	Published string
+	At        time.Time
+	Token     int64
+	Lag       string
+	Manual    bool
+}
+
+// query is the overview's filter and page.
+type query struct {
+	Q, In string
+	Page  int
+}
+
+func overviewQuery(v url.Values) query {
+	q := query{Q: strings.TrimSpace(v.Get("q")), In: v.Get("in")}
+	switch q.In {
+	case "name", "task", "queue":
+	default:
+		q.In = "all"
+	}
+	q.Page, _ = strconv.Atoi(v.Get("page"))
+	q.Page = max(q.Page, 1)
+	return q
+}
+
+func (q query) values(page int) url.Values {
+	v := url.Values{}
+	if q.Q != "" {
+		v.Set("q", q.Q)
+	}
+	if q.In != "all" {
+		v.Set("in", q.In)
+	}
+	if page > 1 {
+		v.Set("page", strconv.Itoa(page))
+	}
+	return v
+}
+
+func (q query) url(page int) string {
+	if v := q.values(page); len(v) > 0 {
+		return "/?" + v.Encode()
+	}
+	return "/"
+}
+
+// clusterState is the part of a page read from etcd each render.
+func (s *Server) clusterState(ctx context.Context, p *page) (election.Leader, []election.Replica) {
+	cv := &p.Cluster
+	cv.Prefix, cv.Self, cv.Broker = s.cfg.Prefix, s.cfg.ID, s.cfg.Broker
+	leader, err := election.Observe(ctx, s.cfg.Client, s.cfg.Prefix)
+	switch {
+	case errors.Is(err, election.ErrNoLeader):
+		cv.LeaderErr = "no leader right now: an election is under way"
+	case err != nil:
+		cv.LeaderErr = "etcd does not answer: " + err.Error()
+	default:
+		cv.Leader, cv.Token = leader.ID, leader.Token
+		cv.LeaderSince = s.cluster.seenLeader(leader.Token, p.Now)
+	}
+	replicas, err := election.Replicas(ctx, s.cfg.Client, s.cfg.Prefix)
+	if err != nil && cv.LeaderErr == "" {
+		cv.LeaderErr = "etcd does not answer: " + err.Error()
+	}
+	for _, r := range replicas {
+		rv := replicaView{ID: r.ID, HTTP: r.HTTP, Health: r.Health, Version: r.Version, Healthy: r.Health == "ok",
+			Leader: r.ID == leader.ID && leader.Token != 0, Self: r.ID == s.cfg.ID, Started: r.Started, Updated: r.Updated,
+			Stale: p.Now.Sub(r.Updated) > 10*time.Second}
+		if rv.Leader && r.LeaderToken == leader.Token && !r.LeaderSince.IsZero() {
+			cv.LeaderSince, cv.SinceExact = r.LeaderSince, true
+		}
+		cv.Replicas = append(cv.Replicas, rv)
+	}
+	if took, err := s.pingBroker(ctx); err != nil {
+		cv.BrokerErr = err.Error()
+	} else {
+		// Whole milliseconds, so the section only changes when it matters.
+		cv.BrokerRTT = "under 1 ms"
+		if took >= time.Millisecond {
+			cv.BrokerRTT = took.Round(time.Millisecond).String()
+		}
+	}
+	return leader, replicas
+}
+
+func (s *Server) newPage(view string, live bool) *page {
+	return &page{View: view, AdminEnabled: s.cfg.AdminEnabled, Live: live, Now: s.cfg.Now()}
+}
+
+// overview builds the main page: cluster, timeline and one page of the
+// entries table.
+func (s *Server) overview(ctx context.Context, q query, live bool) *page {
+	p := s.newPage("overview", live)
+	p.Title = "beatd " + s.cfg.Prefix
+	v := q.values(0)
+	v.Set("view", "overview")
+	if q.Page > 1 {
+		v.Set("page", strconv.Itoa(q.Page))
+	}
+	p.Events = "/console/events?" + v.Encode()
+	leader, replicas := s.clusterState(ctx, p)
+	if err := s.cluster.ready(ctx); err != nil {
+		p.Cluster.LeaderErr = err.Error()
+	}
+	ev := s.entriesPage(ctx, q, p.Now)
+	names := make([]string, len(ev.Rows))
+	for i, r := range ev.Rows {
+		names[i] = r.Name
+	}
+	ld, err := s.fetchLeaderData(ctx, leader, replicas, names)
+	s.applyLeaderData(p, ld, err)
+	if ld != nil {
+		ev.SinceLeader, ev.LeaderKnown = ld.Timeline.Since, true
+		for i := range ev.Rows {
+			r := &ev.Rows[i]
+			f, ok := ld.Timeline.Entries[r.Name]
+			if !ok {
+				r.FiresHour = "0"
+				continue
+			}
+			r.FiresHour = strconv.Itoa(f.LastHour)
+			if !f.At.Before(r.LastAt) {
+				r.LastAt, r.LastResult = f.At, resultWords(f.Result, f.Manual)
+				r.LastAbs = fmtIn(f.At, s.zone(r.Name))
+			}
+		}
+	}
+	p.Entries = ev
+	return p
+}
+
+func resultWords(result string, manual bool) string {
+	if manual {
+		return result + " (manual)"
+	}
+	return result
+}
+
+// applyLeaderData fills the timeline and backlog, or says why they are
+// missing.
+func (s *Server) applyLeaderData(p *page, ld *leaderData, err error) {
+	if err != nil {
+		p.Cluster.LeaderData = err.Error()
+		p.Cluster.Backlog = "unknown"
+		return
+	}
+	if ld.BacklogOK {
+		p.Cluster.Backlog = thousands(ld.Backlog) + " entries published but not yet written to etcd"
+		if ld.Backlog == 0 {
+			p.Cluster.Backlog = "none: etcd has every publish"
+		}
+	} else {
+		p.Cluster.Backlog = "unknown"
+	}
+	p.Timeline = buildTimeline(ld.Timeline)
+}
+
+func buildTimeline(s Snapshot) *timelineView {
+	tv := &timelineView{Since: s.Since, Term: s.Term, Rows: s.Minutes}
+	var maxLag time.Duration
+	for _, m := range s.Minutes {
+		tv.MaxFires = max(tv.MaxFires, m.Fires+m.Errors)
+		maxLag = max(maxLag, m.LagP99)
+		tv.Total += m.Fires
+		tv.Errors += m.Errors
+	}
+	const width, height = 10.0, 100.0
+	var pts []string
+	for i, m := range s.Minutes {
+		b := bar{X: float64(i) * width, Label: fmt.Sprintf("%s: %d fires", m.Start.Format("15:04"), m.Fires), HasError: m.Errors > 0}
+		if tv.MaxFires > 0 {
+			b.H = height * float64(m.Fires+m.Errors) / float64(tv.MaxFires)
+		}
+		b.Y = height - b.H
+		tv.Bars = append(tv.Bars, b)
+		if maxLag > 0 && m.LagP99 > 0 {
+			y := height - height*float64(m.LagP99)/float64(maxLag)
+			x := float64(i)*width + width/2
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+			tv.LagPts = append(tv.LagPts, point{x, y})
+		}
+	}
+	tv.LagLine = strings.Join(pts, " ")
+	tv.MaxLag = fmtLag(maxLag)
+	return tv
+}
+
+func fmtLag(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%d µs", d.Microseconds())
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+func (s *Server) zone(name string) *time.Location {
+	if e := s.cfg.Entries().Entry(name); e != nil && e.Location != nil {
+		return e.Location
+	}
+	return time.UTC
+}
+
+// fmtIn writes t in loc, with the zone's abbreviation.
+func fmtIn(t time.Time, loc *time.Location) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.In(loc).Format("2006-01-02 15:04:05 MST")
+}
+
+// entryIndex is the config's entries sorted by next fire, rebuilt when the
+// config or the stored state changes, or when its first slot has passed.
+type entryIndex struct {
+	mu    sync.Mutex
+	cfg   *schedule.Config
+	gen   uint64
+	until time.Time
+	rows  []indexRow
+}
+
+type indexRow struct {
+	e      *schedule.Entry
+	next   time.Time
+	paused bool
+}
+
+func (s *Server) sorted(now time.Time) []indexRow {
+	cfg := s.cfg.Entries()
+	gen := s.cluster.generation()
+	ix := &s.index
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.cfg == cfg && ix.gen == gen && now.Before(ix.until) {
+		return ix.rows
+	}
+	paused, gen := s.cluster.pausedSet()
+	rows := make([]indexRow, len(cfg.Entries))
+	for i, e := range cfg.Entries {
+		r := indexRow{e: e, paused: paused[e.Name]}
+		if e.Enabled && !r.paused {
+			r.next = e.Schedule.Next(now)
+		}
+		rows[i] = r
+	}
+	slices.SortFunc(rows, func(x, y indexRow) int {
+		a, b := x.next, y.next
+		switch {
+		case a.IsZero() != b.IsZero():
+			if a.IsZero() {
+				return 1
+			}
+			return -1
+		case !a.Equal(b):
+			return a.Compare(b)
+		}
+		return strings.Compare(x.e.Name, y.e.Name)
+	})
+	ix.cfg, ix.gen, ix.rows = cfg, gen, rows
+	ix.until = now.Add(time.Hour)
+	if len(rows) > 0 && !rows[0].next.IsZero() {
+		ix.until = rows[0].next
+	}
+	return rows
+}
+
+func (r indexRow) matches(q query, needle string) bool {
+	if needle == "" {
+		return true
+	}
+	has := func(s string) bool { return strings.Contains(strings.ToLower(s), needle) }
+	switch q.In {
+	case "name":
+		return has(r.e.Name)
+	case "task":
+		return has(r.e.Task)
+	case "queue":
+		return has(r.e.Options.Queue)
+	}
+	return has(r.e.Name) || has(r.e.Task) || has(r.e.Options.Queue)
+}
+
+// entriesPage filters the sorted entries and renders one page of them.
+func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entriesView {
+	rows := s.sorted(now)
+	size := s.cfg.PageSize
+	ev := &entriesView{Q: q.Q, In: q.In, Total: len(rows)}
+	needle := strings.ToLower(q.Q)
+	first := (q.Page - 1) * size
+	var picked []indexRow
+	for _, r := range rows {
+		if !r.matches(q, needle) {
+			continue
+		}
+		if ev.Matched >= first && len(picked) < size {
+			picked = append(picked, r)
+		}
+		ev.Matched++
+	}
+	ev.Pages = max((ev.Matched+size-1)/size, 1)
+	ev.Page = min(q.Page, ev.Pages)
+	if len(picked) == 0 && ev.Matched > 0 { // past the last page: show the last
+		return s.entriesPage(ctx, query{Q: q.Q, In: q.In, Page: ev.Pages}, now)
+	}
+	ev.From, ev.To = first+1, first+len(picked)
+	if ev.Page > 1 {
+		ev.Prev = q.url(ev.Page - 1)
+	}
+	if ev.Page < ev.Pages {
+		ev.Next = q.url(ev.Page + 1)
+	}
+	names := make([]string, len(picked))
+	for i, r := range picked {
+		names[i] = r.e.Name
+	}
+	runs, err := s.runs.Recent(ctx, names)
+	if err != nil {
+		s.log.Warn("read run history", "err", err)
+	}
+	for _, r := range picked {
+		loc := r.e.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		rv := rowView{Name: r.e.Name, Task: r.e.Task, Queue: r.e.Options.Queue, Words: schedule.Describe(r.e.Schedule),
+			Zone: loc.String(), Next: r.next, NextAbs: fmtIn(r.next, loc), Paused: r.paused, Enabled: r.e.Enabled, FiresHour: "–"}
+		if rs := runs[r.e.Name]; len(rs) > 0 {
+			last := rs[len(rs)-1]
+			rv.LastAt, rv.LastAbs = last.PublishedAt, fmtIn(last.PublishedAt, loc)
+			rv.LastResult = resultWords("published", last.Manual)
+		}
+		ev.Rows = append(ev.Rows, rv)
+	}
+	return ev
+}
+
+// entryPage builds one entry's page.
+func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
+	p := s.newPage("entry", live)
+	p.Title = name + " · beatd"
+	p.Events = "/console/events?" + url.Values{"view": {"entry"}, "name": {name}}.Encode()
+	leader, replicas := s.clusterState(ctx, p)
+	if err := s.cluster.ready(ctx); err != nil {
+		p.Cluster.LeaderErr = err.Error()
+	}
+	e := s.cfg.Entries().Entry(name)
+	if e == nil {
+		p.Missing = name
+		return p
+	}
+	loc := e.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	st := s.cluster.state(name)
+	ev := &entryView{Name: name, Enabled: e.Enabled, Zone: loc.String(), Def: definition(e, s.cfg.Entries().File), FiresHour: "–"}
+	if st != nil {
+		ev.Paused = st.Paused
+	}
+	// The next 20 slots, marking where the zone's UTC offset changes.
+	prev := p.Now.In(loc)
+	t := p.Now
+	for i := 1; i <= 20; i++ {
+		t = e.Schedule.Next(t)
+		if t.IsZero() {
+			break
+		}
+		at := t.In(loc)
+		row := nextRow{N: i, At: t, Abs: at.Format("Mon 2006-01-02 15:04:05 MST")}
+		if _, po := prev.Zone(); po != offset(at) {
+			row.DST = fmt.Sprintf("DST: UTC offset %s → %s", prev.Format("-07:00"), at.Format("-07:00"))
+		}
+		ev.Next = append(ev.Next, row)
+		prev = at
+	}
+	switch {
+	case !e.Enabled:
+		ev.NextNote = "This entry is disabled (enabled: false): these slots will not fire."
+	case ev.Paused:
+		ev.NextNote = "This entry is paused: these slots will not fire until it is resumed."
+	case len(ev.Next) == 0:
+		ev.NextNote = "This entry has no future slot."
+	}
+	runs, err := s.runs.Recent(ctx, []string{name})
+	if err != nil {
+		s.log.Warn("read run history", "err", err)
+	}
+	rs := runs[name]
+	for i := len(rs) - 1; i >= 0; i-- {
+		r := rs[i]
+		rv := runView{TaskID: r.TaskID, Slot: fmtIn(r.Slot, loc), Published: fmtIn(r.PublishedAt, loc), At: r.PublishedAt,
+			Token: r.Token, Manual: r.Manual, Lag: fmtLag(r.PublishedAt.Sub(r.Slot))}
+		if r.Manual {
+			rv.Lag, rv.Slot = "manual", "manual ("+rv.Slot+")"
+		}
+		ev.Runs = append(ev.Runs, rv)
+	}
+	if len(rs) > 0 {
+		ev.LastAt, ev.LastResult = rs[len(rs)-1].PublishedAt, resultWords("published", rs[len(rs)-1].Manual)
+	}
+	ld, err := s.fetchLeaderData(ctx, leader, replicas, []string{name})
+	s.applyLeaderData(p, ld, err)
+	p.Timeline = nil // the timeline is the overview's
+	if ld != nil {
+		if f, ok := ld.Timeline.Entries[name]; ok {
+			ev.FiresHour = strconv.Itoa(f.LastHour)
+			if !f.At.Before(ev.LastAt) {
+				ev.LastAt, ev.LastResult = f.At, resultWords(f.Result, f.Manual)
+			}
+		} else {
+			ev.FiresHour = "0"
+		}
+	}
+	p.Entry = ev
+	return p
+}
+
+func offset(t time.Time) int {
+	_, o := t.Zone()
+	return o
+}
+
+// definition lists every setting of an entry, as configured.
+func definition(e *schedule.Entry, file string) []defRow {
+	loc := "UTC"
+	if e.Location != nil {
+		loc = e.Location.String()
+	}
+	d := []defRow{
+		{"source", fmt.Sprintf("file %s:%d:%d", file, e.Line, e.Column)},
+		{"task", e.Task},
+		{"schedule", schedule.Describe(e.Schedule)},
+		{"schedule (exact)", fmt.Sprint(e.Schedule)},
+		{"timezone", loc},
+		{"args", valueJSON(e.Args)},
+		{"kwargs", valueJSON(e.Kwargs)},
+		{"queue", e.Options.Queue},
+	}
+	opt := func(k, v string) {
+		if v != "" {
+			d = append(d, defRow{k, v})
+		}
+	}
+	opt("exchange", e.Options.Exchange)
+	opt("routing_key", e.Options.RoutingKey)
+	if e.Options.Priority != nil {
+		opt("priority", strconv.Itoa(*e.Options.Priority))
+	}
+	if e.Options.Expires.After > 0 {
+		opt("expires", schedule.WordsDuration(e.Options.Expires.After)+" after publishing")
+	} else if !e.Options.Expires.At.IsZero() {
+		opt("expires", e.Options.Expires.At.Format(time.RFC3339))
+	}
+	if e.Options.Headers != nil {
+		opt("headers", valueJSON(e.Options.Headers))
+	}
+	if e.Options.TimeLimit != nil {
+		opt("time_limit", fmt.Sprint(e.Options.TimeLimit))
+	}
+	if e.Options.SoftTimeLimit != nil {
+		opt("soft_time_limit", fmt.Sprint(e.Options.SoftTimeLimit))
+	}
+	if e.Options.IgnoreResult {
+		opt("ignore_result", "true")
+	}
+	d = append(d, defRow{"enabled", strconv.FormatBool(e.Enabled)}, defRow{"catchup", string(e.Catchup)},
+		defRow{"catchup_window", schedule.WordsDuration(e.CatchupWindow)}, defRow{"max_catchup", strconv.Itoa(e.MaxCatchup)})
+	if e.Jitter > 0 {
+		opt("jitter", schedule.WordsDuration(e.Jitter))
+	}
+	if !e.StartAt.IsZero() {
+		opt("start_at", e.StartAt.Format(time.RFC3339))
+	}
+	return d
+}
+
+// valueJSON writes args, kwargs or headers as JSON, keeping mapping order.
+func valueJSON(v any) string {
+	var b strings.Builder
+	writeValue(&b, v)
+	return b.String()
+}
+
+func writeValue(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case *schedule.Map:
+		if v == nil {
+			b.WriteString("{}")
+			return
+		}
+		b.WriteString("{")
+		for i, k := range v.Keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteString(": ")
+			writeValue(b, v.Values[i])
+		}
+		b.WriteString("}")
+	case []any:
+		b.WriteString("[")
+		for i, x := range v {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writeValue(b, x)
+		}
+		b.WriteString("]")
+	default:
+		jb, err := json.Marshal(v)
+		if err != nil {
+			fmt.Fprint(b, v)
+			return
+		}
+		b.Write(jb)
+	}
+}

@@ -1,0 +1,159 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Replica is what a running replica says about itself in etcd, so that any
+// replica (or the web console on a standby) can list the cluster's members
+// and their health without reaching them.
+type Replica struct {
+	ID      string    `json:"id"`
+	HTTP    string    `json:"http"` // where its HTTP server answers, host:port
+	Started time.Time `json:"started"`
+	Version string    `json:"version,omitempty"`
+	// Health is "ok", or why the replica is not ready, as it last saw it.
+	Health  string    `json:"health"`
+	Updated time.Time `json:"updated"`
+	// LeaderToken and LeaderSince are set while the replica leads: its
+	// term's token and when it was elected.
+	LeaderToken int64     `json:"leader_token,omitempty"`
+	LeaderSince time.Time `json:"leader_since,omitzero"`
+}
+
+// RegistryConfig configures Register.
+type RegistryConfig struct {
+	Client *clientv3.Client
+	Prefix string // the cluster's prefix; registrations live under Prefix + "replicas/"
+	// TTL of the registration's lease: a replica that dies disappears this
+	// long after its last refresh. Default DefaultTTL.
+	TTL time.Duration
+	// Every is how often health is re-checked and the lease renewed.
+	// Default TTL/3, at least 500ms.
+	Every time.Duration
+	// Health reports the replica's readiness; nil means always ok.
+	Health func(ctx context.Context) error
+	// Leading returns this replica's term token and election time while
+	// it leads, else 0; nil means never.
+	Leading func() (token int64, since time.Time)
+	Logger  *slog.Logger
+}
+
+func replicaPrefix(prefix string) string { return prefix + "replicas/" }
+
+// Register keeps r registered, with a fresh health report every cfg.Every,
+// until ctx ends; then it revokes the registration's lease so the replica
+// leaves the list at once. A registration lost to an etcd outage is made
+// again when etcd answers. The registration uses its own lease, separate
+// from the election's, so it never affects leadership.
+func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = max(cfg.TTL/3, 500*time.Millisecond)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := cfg.Logger.With("component", "registry")
+	key := replicaPrefix(cfg.Prefix) + r.ID
+	ttl := max(int64((cfg.TTL+time.Second-1)/time.Second), 1)
+	var lease clientv3.LeaseID
+	defer func() {
+		if lease != 0 {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = cfg.Client.Revoke(rctx, lease)
+			cancel()
+		}
+	}()
+	tick := time.NewTicker(cfg.Every)
+	defer tick.Stop()
+	warned := false
+	for {
+		err := refresh(ctx, cfg, key, ttl, &lease, &r)
+		if err != nil && ctx.Err() == nil && !warned {
+			log.Warn("replica registration failed; retrying", "err", err)
+			warned = true
+		} else if err == nil {
+			warned = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// refresh renews the lease (granting a new one if it is gone) and writes
+// the replica's current health.
+func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lease *clientv3.LeaseID, r *Replica) error {
+	r.Health = "ok"
+	if cfg.Health != nil {
+		hctx, cancel := context.WithTimeout(ctx, cfg.Every)
+		if err := cfg.Health(hctx); err != nil {
+			r.Health = err.Error()
+		}
+		cancel()
+	}
+	r.Updated = time.Now().UTC()
+	r.LeaderToken, r.LeaderSince = 0, time.Time{}
+	if cfg.Leading != nil {
+		if tok, since := cfg.Leading(); tok != 0 {
+			r.LeaderToken, r.LeaderSince = tok, since.UTC()
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, max(cfg.Every, time.Second))
+	defer cancel()
+	if *lease != 0 {
+		if _, err := cfg.Client.KeepAliveOnce(octx, *lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			*lease = 0
+		} else if err != nil {
+			return fmt.Errorf("election: renew registration: %w", err)
+		}
+	}
+	if *lease == 0 {
+		g, err := cfg.Client.Grant(octx, ttl)
+		if err != nil {
+			return fmt.Errorf("election: grant registration lease: %w", err)
+		}
+		*lease = g.ID
+	}
+	b, _ := json.Marshal(r)
+	if _, err := cfg.Client.Put(octx, key, string(b), clientv3.WithLease(*lease)); err != nil {
+		return fmt.Errorf("election: register %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Replicas lists the registered replicas of the cluster under prefix, by
+// ID. A value this version cannot read is listed with only its ID and the
+// reason as its health.
+func Replicas(ctx context.Context, cli *clientv3.Client, prefix string) ([]Replica, error) {
+	resp, err := cli.Get(ctx, replicaPrefix(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("election: list replicas: %w", err)
+	}
+	out := make([]Replica, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r Replica
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			r = Replica{Health: "unreadable registration: " + err.Error()}
+		}
+		r.ID = strings.TrimPrefix(string(kv.Key), replicaPrefix(prefix))
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/internal/testutil"
+)
+
+// TestRegistry: a replica appears with its address and health, its health
+// follows the check, and it leaves the list when it stops.
+func TestRegistry(t *testing.T) {
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
+	var sick atomic.Bool
+	health := func(context.Context) error {
+		if sick.Load() {
+			return errors.New("broker unreachable: connection refused")
+		}
+		return nil
+	}
+	var leading atomic.Int64
+	elected := time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
+	cfgB := RegistryConfig{Client: cli, Prefix: prefix, TTL: 2 * time.Second, Every: 100 * time.Millisecond,
+		Leading: func() (int64, time.Time) { return leading.Load(), elected }}
+	cfg := RegistryConfig{Client: cli, Prefix: prefix, TTL: 2 * time.Second, Every: 100 * time.Millisecond, Health: health}
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	doneA, doneB := make(chan struct{}), make(chan struct{})
+	started := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	go func() {
+		defer close(doneA)
+		Register(ctxA, cfg, Replica{ID: "a", HTTP: "127.0.0.1:1", Started: started})
+	}()
+	go func() {
+		defer close(doneB)
+		Register(ctxB, cfgB, Replica{ID: "b", HTTP: "127.0.0.1:2", Started: started})
+	}()
+	defer func() { stopA(); stopB(); <-doneA; <-doneB }()
+
+	list := func() []Replica {
+		rs, err := Replicas(context.Background(), cli, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	waitUntil(t, "both registered", func() bool { return len(list()) == 2 })
+	rs := list()
+	if rs[0].ID != "a" || rs[0].HTTP != "127.0.0.1:1" || !rs[0].Started.Equal(started) || rs[0].Health != "ok" || rs[1].ID != "b" {
+		t.Fatalf("replicas = %+v", rs)
+	}
+	if rs[1].LeaderToken != 0 || !rs[1].LeaderSince.IsZero() {
+		t.Fatalf("a standby registered a term: %+v", rs[1])
+	}
+	leading.Store(42)
+	waitUntil(t, "b's term registered", func() bool {
+		b := list()[1]
+		return b.LeaderToken == 42 && b.LeaderSince.Equal(elected)
+	})
+	sick.Store(true)
+	waitUntil(t, "health reported", func() bool { return list()[0].Health == "broker unreachable: connection refused" })
+	stopA()
+	<-doneA
+	// Stopping revokes the lease: gone at once, not after the TTL.
+	if rs := list(); len(rs) != 1 || rs[0].ID != "b" {
+		t.Fatalf("after a stopped: %+v", rs)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
