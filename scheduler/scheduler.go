@@ -77,7 +77,7 @@ type Scheduler struct {
 type entry struct {
 	*schedule.Entry
 	task  *publisher.Task       // compiled on first fire, by the loop
-	fires [4]prometheus.Counter // by publisher.Result, created lazily
+	fires [5]prometheus.Counter // by publisher.Result, then manual; created lazily
 }
 
 type entrySet struct {
@@ -123,7 +123,7 @@ func (s *Scheduler) Reload(sc *schedule.Config) error {
 		set.byName[e.Name] = &entry{Entry: e}
 	}
 	s.entries.Store(set)
-	s.cfg.Metrics.Entries.Set(float64(len(set.byName)))
+	s.cfg.Metrics.setEntries(sc)
 	select {
 	case s.reload <- struct{}{}:
 	default:
@@ -252,6 +252,8 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() { defer pwg.Done(); l.persist.run(pctx) }()
+	m.termStarted()
+	defer m.termEnded()
 	defer func() {
 		pcancel()
 		pwg.Wait()
@@ -287,6 +289,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	timer := s.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		m.PendingSlots.Set(float64(len(l.pending)))
 		if err := l.persist.failed(); err != nil {
 			return err
 		}
@@ -426,6 +429,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		next = &item{e: e, slot: slot, due: slot.Add(jitter(e, slot))}
 	}
 	l.items[e.Name] = next
+	l.s.cfg.Metrics.scheduled(e.Name, next.due)
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
 }
@@ -485,6 +489,7 @@ func (l *loop) catchUp(e *entry, st *store.EntryState, last, now time.Time) *ite
 	}
 	for _, s := range slots {
 		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
+		m.queued(e.Name, s)
 	}
 	return future
 }
@@ -499,14 +504,17 @@ func (l *loop) collectDue(now time.Time) {
 			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
 		} else {
 			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: it.due})
+			l.s.cfg.Metrics.queued(e.Name, it.due)
 		}
 		next := e.Schedule.Next(it.slot)
 		if next.IsZero() {
 			heap.Pop(&l.heap)
 			delete(l.items, e.Name)
+			l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 			continue
 		}
 		it.slot, it.due = next, next.Add(jitter(e, next))
+		l.s.cfg.Metrics.scheduled(e.Name, it.due)
 		heap.Fix(&l.heap, 0)
 	}
 }
@@ -530,7 +538,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	var failed []pendingFire
 	for i, p := range batch {
 		r := l.results[i]
-		p.e.countFire(m, r)
+		p.e.countFire(m, r, p.manual, now, err)
 		switch r {
 		case publisher.ResultOK, publisher.ResultDuplicate:
 			lag := now.Sub(p.due)
@@ -609,11 +617,16 @@ func (l *loop) compiled(e *entry) *publisher.Task {
 	return e.task
 }
 
-func (e *entry) countFire(m *Metrics, r publisher.Result) {
-	if e.fires[r] == nil {
-		e.fires[r] = m.Fires.WithLabelValues(e.Name, r.String())
+func (e *entry) countFire(m *Metrics, r publisher.Result, manual bool, now time.Time, err error) {
+	i, label := int(r), r.String()
+	if manual && r == publisher.ResultOK {
+		i, label = len(e.fires)-1, ResultManual
 	}
-	e.fires[r].Inc()
+	if e.fires[i] == nil {
+		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)
+	}
+	e.fires[i].Inc()
+	m.published(e.Name, label, manual, now, err)
 }
 
 func (l *loop) state(name string) *store.EntryState {

@@ -23,6 +23,7 @@ import (
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/logbridge"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
@@ -31,15 +32,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// serve runs the daemon until ctx ends, then stops it gracefully.
+func (m *Main) serve(ctx context.Context) int {
 	setGCPercent()
-	m := NewMain(stdout, stderr)
-	if err := m.ParseFlags(ctx, args); err != nil {
-		return exitCode(err)
-	}
+	stderr := m.stderr
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "beatd:", err)
 		_ = m.Close()
@@ -91,6 +91,9 @@ type Main struct {
 	LogFormat      string
 	LogLevel       string
 	AdminTokenFile string
+	AdvertiseURL   string
+
+	metricsPerEntryLimit int
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -113,6 +116,8 @@ type Main struct {
 	configSum  [32]byte // of the config last loaded or tried; guarded by reloadMu
 	reloadMu   sync.Mutex
 	closeOnce  sync.Once
+	ops        opsState
+	runCtx     context.Context
 }
 
 // NewMain returns a Main with the defaults.
@@ -122,13 +127,25 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: "/beatd/default/"},
-		stdout: stdout, stderr: stderr,
+		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
 }
 
 // ParseFlags reads flags, then BEATD_* environment variables for flags not
 // given.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
+	fs := m.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return m.checkFlags()
+}
+
+// flags registers run's flags on a new FlagSet.
+func (m *Main) flags() *pflag.FlagSet {
 	fs := newFlagSet("run", m.stderr)
 	fs.StringVar(&m.ConfigPath, "config", m.ConfigPath, "schedule file; reloaded on SIGHUP and on change")
 	m.Etcd.register(fs)
@@ -147,16 +164,15 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "json or text")
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (else BEATD_ADMIN_TOKEN); without one the admin endpoints are disabled")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(m.stderr, "beatd run: unexpected argument %q\n", fs.Arg(0))
-		return errors.New("usage")
-	}
+	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
+	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
+	return fs
+}
+
+// checkFlags validates the parsed flags.
+func (m *Main) checkFlags() error {
 	if m.LogFormat != "json" && m.LogFormat != "text" {
-		fmt.Fprintf(m.stderr, "beatd run: --log-format must be json or text\n")
-		return errors.New("usage")
+		return fmt.Errorf("--log-format must be json or text, not %q", m.LogFormat)
 	}
 	return nil
 }
@@ -176,6 +192,7 @@ func (m *Main) newLogger() *slog.Logger {
 // Run starts the daemon and returns once it is serving; Close stops it.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.newLogger().With("id", m.ID)
+	logbridge.SetRedisLogger(m.log)
 	prefix := m.Etcd.prefix()
 	cluster := strings.Trim(prefix, "/")
 	// The embedded etcd boots while the config is parsed: both take a
@@ -194,11 +211,11 @@ func (m *Main) Run(ctx context.Context) error {
 		etcdc = make(chan started, 1)
 		go func() {
 			srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"),
-				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd"})
+				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd", Logger: m.log})
 			etcdc <- started{srv, err}
 		}()
 	}
-	cfg, err := loadConfig(m.ConfigPath)
+	cfg, err := m.loadConfig()
 	if etcdc != nil {
 		s := <-etcdc
 		if s.err != nil {
@@ -242,12 +259,14 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
+	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	host, _ := os.Hostname()
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix}, cfg)
 	if err != nil {
 		return err
 	}
+	m.configAccepted(cfg)
 	m.elector, err = election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
 	if err != nil {
 		return err
@@ -259,7 +278,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.httpSrv = &http.Server{Handler: api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log}),
 		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
+	m.cancel, m.runCtx = cancel, runCtx
+	m.startOps(runCtx)
 	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
@@ -314,7 +334,9 @@ func (m *Main) lead(ctx context.Context) {
 		// first persists what it published, while still leader.
 		schedCtx, cancel := context.WithCancel(l.Context())
 		stop := context.AfterFunc(ctx, cancel)
+		stopCatalog := m.publishCatalog(l)
 		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
+		stopCatalog()
 		stop()
 		cancel()
 		m.token.Store(0)
@@ -342,6 +364,7 @@ func (m *Main) Close() error {
 			cancel()
 		}
 		m.wg.Wait()
+		m.ops.wg.Wait()
 		if m.rdb != nil {
 			_ = m.rdb.Close()
 		}
@@ -365,7 +388,7 @@ func (m *Main) Reload() {
 	// Remember what was tried, good or bad, so the watcher reloads when the
 	// file changes again (including back to the running version).
 	m.configSum = fileSum(m.ConfigPath)
-	cfg, err := loadConfig(m.ConfigPath)
+	cfg, err := m.loadConfig()
 	if err == nil {
 		err = m.sched.Reload(cfg)
 	}
@@ -378,11 +401,7 @@ func (m *Main) Reload() {
 	m.metrics.Reloads.WithLabelValues("ok").Inc()
 	m.metrics.ReloadOK.Set(1)
 	m.log.Info("config reloaded", "config", m.ConfigPath, "entries", len(cfg.Entries))
-}
-
-// loadConfig loads and validates the config.
-func loadConfig(path string) (*schedule.Config, error) {
-	return schedule.LoadFile(path)
+	m.configAccepted(cfg)
 }
 
 // defaultGCPercent is beatd's GOGC unless the environment sets one. The
@@ -473,9 +492,10 @@ func (m *Main) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Status implements api.Backend, from etcd, so standbys serve it too.
+// Status implements api.Backend, from etcd, so standbys serve it too. It
+// answers within a second even when etcd does not, from what it last knew.
 func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := buildStatus(ctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), time.Now())
+	st, err := m.cachedStatus(ctx)
 	st.ID = m.ID
 	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
 	return st, err

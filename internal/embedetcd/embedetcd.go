@@ -4,12 +4,13 @@ package embedetcd
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/logbridge"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -22,6 +23,8 @@ type Config struct {
 	ClientPort int
 	PeerPort   int
 	Name       string
+	// Logger receives etcd's own log, errors only; nil: JSON on stderr.
+	Logger *slog.Logger
 }
 
 // Server is a running embedded etcd.
@@ -39,8 +42,7 @@ func Start(cfg Config) (*Server, error) {
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
 	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{zapcore.NewCore(
-		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)}))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{logbridge.ZapCore(cfg.Logger, "etcd", zapcore.ErrorLevel)}))
 	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.ClientPort)}
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.PeerPort)}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}

@@ -1,0 +1,221 @@
+package scheduler
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// entryStats is what the leader's loop last did with each entry: its next
+// due slot, its oldest slot queued but not yet published, its last
+// successful publish and its last result. The loop writes it; /metrics
+// and /status read it. It lives only in memory, on the leader: nothing
+// here is written to etcd.
+type entryStats struct {
+	perEntry atomic.Bool
+	mu       sync.Mutex
+	leading  bool
+	byName   map[string]*entryStat
+}
+
+type entryStat struct {
+	nextDue     time.Time // next scheduled due time; zero when none
+	oldestQueue time.Time // due time of the oldest slot queued, not yet published
+	lastSuccess time.Time
+	lastResult  string
+	lastError   string
+	lastErrorAt time.Time
+}
+
+// EntryResult is an entry's last outcome on this replica's current or
+// last term, for /status.
+type EntryResult struct {
+	LastResult    string
+	LastError     string
+	LastErrorAt   time.Time
+	LastSuccessAt time.Time
+	NextFireAt    time.Time // the oldest slot not yet published, else the next one
+}
+
+func newEntryStats() *entryStats { return &entryStats{byName: map[string]*entryStat{}} }
+
+// stat returns name's record; the caller holds mu.
+func (s *entryStats) stat(name string) *entryStat {
+	st := s.byName[name]
+	if st == nil {
+		st = &entryStat{}
+		s.byName[name] = st
+	}
+	return st
+}
+
+// retain drops the records of entries no longer configured and, with
+// create, makes one for every entry (their series then start at 0).
+func (s *entryStats) retain(names []string, create bool) {
+	keep := make(map[string]bool, len(names))
+	for _, n := range names {
+		keep[n] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if create {
+		for _, n := range names {
+			s.stat(n)
+		}
+	}
+	for n := range s.byName {
+		if !keep[n] {
+			delete(s.byName, n)
+		}
+	}
+}
+
+// termStarted and termEnded bracket a term: the due times are only
+// meaningful while this replica's loop runs.
+func (m *Metrics) termStarted() {
+	s := m.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leading = true
+	for _, st := range s.byName {
+		st.nextDue, st.oldestQueue = time.Time{}, time.Time{}
+	}
+}
+
+func (m *Metrics) termEnded() {
+	s := m.stats
+	s.mu.Lock()
+	s.leading = false
+	s.mu.Unlock()
+	m.PendingSlots.Set(0)
+}
+
+// scheduled records name's next due time (zero: no further slot).
+func (m *Metrics) scheduled(name string, due time.Time) {
+	s := m.stats
+	s.mu.Lock()
+	s.stat(name).nextDue = due
+	s.mu.Unlock()
+}
+
+// queued records that a slot of name due at due waits to be published.
+func (m *Metrics) queued(name string, due time.Time) {
+	s := m.stats
+	s.mu.Lock()
+	if st := s.stat(name); st.oldestQueue.IsZero() || due.Before(st.oldestQueue) {
+		st.oldestQueue = due
+	}
+	s.mu.Unlock()
+}
+
+// published records a publish outcome of name at now.
+func (m *Metrics) published(name, result string, manual bool, now time.Time, err error) {
+	s := m.stats
+	s.mu.Lock()
+	st := s.stat(name)
+	st.lastResult = result
+	switch result {
+	case "ok", "duplicate", ResultManual:
+		st.lastSuccess = now
+		if !manual {
+			st.oldestQueue = time.Time{}
+		}
+	case "error":
+		if err != nil {
+			st.lastError, st.lastErrorAt = err.Error(), now
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Results returns each entry's last outcome, by name.
+func (m *Metrics) Results() map[string]EntryResult {
+	s := m.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]EntryResult, len(s.byName))
+	for n, st := range s.byName {
+		r := EntryResult{LastResult: st.lastResult, LastError: st.lastError, LastErrorAt: st.lastErrorAt, LastSuccessAt: st.lastSuccess}
+		if s.leading {
+			r.NextFireAt = st.next()
+		}
+		out[n] = r
+	}
+	return out
+}
+
+// next is the entry's next fire for alerting: a queued slot still
+// unpublished, else the next scheduled one.
+func (st *entryStat) next() time.Time {
+	if !st.oldestQueue.IsZero() {
+		return st.oldestQueue
+	}
+	return st.nextDue
+}
+
+var (
+	descNextFire = prometheus.NewDesc("beatd_entry_next_fire_timestamp_seconds",
+		"When the entry fires next: the due time of its oldest slot not yet published, else of its next slot. In the past means overdue. Leader only; only up to the per-entry limit.",
+		[]string{"entry"}, nil)
+	descLastSuccess = prometheus.NewDesc("beatd_entry_last_success_timestamp_seconds",
+		"When the entry was last published (ok, duplicate or manual) by this replica; 0 if never. Only up to the per-entry limit.",
+		[]string{"entry"}, nil)
+	descOldestNext = prometheus.NewDesc("beatd_oldest_next_fire_timestamp_seconds",
+		"The earliest beatd_entry_next_fire_timestamp_seconds over all entries, at any number of entries: time() minus it is how overdue the most overdue entry is. Leader only.",
+		nil, nil)
+	descPerEntry = prometheus.NewDesc("beatd_per_entry_metrics",
+		"1 if per-entry series are exported (entries at most --metrics-per-entry-limit), 0 if only aggregates are.", nil, nil)
+)
+
+// statsCollector exports entryStats at scrape time: with 100k entries,
+// computing series then is cheaper than keeping 100k gauges current.
+type statsCollector struct{ m *Metrics }
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descNextFire
+	ch <- descLastSuccess
+	ch <- descOldestNext
+	ch <- descPerEntry
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.stats
+	perEntry := s.perEntry.Load()
+	ch <- prometheus.MustNewConstMetric(descPerEntry, prometheus.GaugeValue, b2f(perEntry))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oldest := time.Time{}
+	for name, st := range s.byName {
+		next := st.next()
+		if s.leading && !next.IsZero() && (oldest.IsZero() || next.Before(oldest)) {
+			oldest = next
+		}
+		if !perEntry {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, unixSeconds(st.lastSuccess), name)
+		if s.leading && !next.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descNextFire, prometheus.GaugeValue, unixSeconds(next), name)
+		}
+	}
+	if !oldest.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descOldestNext, prometheus.GaugeValue, unixSeconds(oldest))
+	}
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return math.Round(float64(t.UnixNano())/1e6) / 1e3
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
