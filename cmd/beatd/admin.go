@@ -110,7 +110,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read status", o.timeout, err))
 		return exitFail
 	}
-	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID {
+	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID && !st.LeaderUnresponsive {
 		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL); err != nil {
 			notes = append(notes, "last results unavailable: "+err.Error())
 		}
@@ -197,7 +197,7 @@ func fmtTime(t *time.Time) string {
 // the leader knows, from its GET /status. It is the one place the CLI
 // reads them, so it can be re-pointed when they are stored elsewhere.
 func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
 	if err != nil {

@@ -362,9 +362,11 @@ func statusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cf
 
 // leaseLapsing says a lease with remaining seconds left of granted was not
 // renewed on time. The leader renews every granted/3, so a live lease
-// keeps over 2/3 of its TTL (etcd rounds the remainder down to seconds).
+// keeps about 2/3 of its TTL or more; etcd truncates the remainder to
+// whole seconds, hence one second of slack. With a TTL under 3s the
+// slack leaves nothing to detect: such a leader just expires.
 func leaseLapsing(remaining, granted int64) bool {
-	return remaining < granted*2/3
+	return remaining < granted*2/3-1
 }
 
 // statusFromConfig is the status the config alone gives: entries and next
