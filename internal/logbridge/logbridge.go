@@ -19,18 +19,22 @@ import (
 )
 
 // Zap returns a zap logger that writes to log, with component set. Only
-// entries at min or above pass (etcd is chatty at info).
-func Zap(log *slog.Logger, component string, min zapcore.Level) *zap.Logger {
-	return zap.New(ZapCore(log, component, min))
+// entries at floor or above pass (etcd is chatty at info).
+func Zap(log *slog.Logger, component string, floor zapcore.Level) *zap.Logger {
+	return zap.New(ZapCore(log, component, floor))
 }
 
 // ZapCore is the zapcore.Core of Zap, for loggers built with options. A
-// nil log writes JSON to stderr.
-func ZapCore(log *slog.Logger, component string, min zapcore.Level) zapcore.Core {
+// nil log writes JSON to stderr. When log is at debug level, warnings pass
+// too, whatever min says: someone debugging wants etcd's warnings.
+func ZapCore(log *slog.Logger, component string, floor zapcore.Level) zapcore.Core {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	return &zapCore{h: log.With("component", component).Handler(), min: min}
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		floor = min(floor, zapcore.WarnLevel)
+	}
+	return &zapCore{h: log.With("component", component).Handler(), min: floor}
 }
 
 type zapCore struct {
