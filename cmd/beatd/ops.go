@@ -34,6 +34,7 @@ type opsState struct {
 	statusMu      sync.Mutex
 	lastStatus    *api.Status // the last status read from etcd
 	lastStatusAt  time.Time
+	lastReadErr   error // of the last read from etcd; nil once one succeeds
 	refreshing    chan struct{} // closed when the refresh in flight ends
 	dependencyUp  *prometheus.GaugeVec
 	statusTimeout time.Duration
@@ -259,6 +260,7 @@ func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
 			st, err := statusFromEtcd(rctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), time.Now())
 			cancel()
 			o.statusMu.Lock()
+			o.lastReadErr = err
 			if err == nil {
 				o.lastStatus, o.lastStatusAt = &st, time.Now()
 			} else {
@@ -291,12 +293,17 @@ func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
 		// Nothing read yet: what the config says, with no state.
 		st = statusFromConfig(m.sched.Config(), time.Now())
 	}
-	if age := time.Since(o.lastStatusAt); o.lastStatus == nil || age > budget+time.Second || !isClosed(wait) {
+	switch {
+	case !isClosed(wait):
+		st.Error = fmt.Sprintf("etcd at %s did not answer within %s; this is what the replica last knew", m.Etcd.Endpoints, budget)
+	case o.lastReadErr != nil:
+		st.Error = fmt.Sprintf("etcd at %s: %v; this is what the replica last knew", m.Etcd.Endpoints, o.lastReadErr)
+	}
+	if st.Error != "" {
 		st.Stale = true
 		if o.lastStatus != nil {
-			st.StaleSeconds = roundSeconds(age)
+			st.StaleSeconds = roundSeconds(time.Since(o.lastStatusAt))
 		}
-		st.Error = fmt.Sprintf("etcd at %s did not answer within %s; this is what the replica last knew", m.Etcd.Endpoints, budget)
 	}
 	m.addLocalResults(&st)
 	return st, nil
