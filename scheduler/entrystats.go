@@ -21,13 +21,29 @@ type entryStats struct {
 	byName   map[string]*entryStat
 }
 
+// entryStat is one entry's record, compact (times in Unix nanoseconds, 0
+// for none): there is one per entry, 100k of them in a large config.
 type entryStat struct {
-	nextDue     time.Time // next scheduled due time; zero when none
-	oldestQueue time.Time // due time of the oldest slot queued, not yet published
-	lastSuccess time.Time
-	lastResult  string
+	nextDue     int64 // next scheduled due time
+	oldestQueue int64 // due time of the oldest slot queued, not yet published
+	lastSuccess int64
+	lastErrorAt int64
 	lastError   string
-	lastErrorAt time.Time
+	lastResult  uint8 // index in fireResults, +1; 0 for none
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // EntryResult is an entry's last outcome on this replica's current or
@@ -81,7 +97,7 @@ func (m *Metrics) termStarted() {
 	defer s.mu.Unlock()
 	s.leading = true
 	for _, st := range s.byName {
-		st.nextDue, st.oldestQueue = time.Time{}, time.Time{}
+		st.nextDue, st.oldestQueue = 0, 0
 	}
 }
 
@@ -97,7 +113,7 @@ func (m *Metrics) termEnded() {
 func (m *Metrics) scheduled(name string, due time.Time) {
 	s := m.stats
 	s.mu.Lock()
-	s.stat(name).nextDue = due
+	s.stat(name).nextDue = nanos(due)
 	s.mu.Unlock()
 }
 
@@ -105,8 +121,8 @@ func (m *Metrics) scheduled(name string, due time.Time) {
 func (m *Metrics) queued(name string, due time.Time) {
 	s := m.stats
 	s.mu.Lock()
-	if st := s.stat(name); st.oldestQueue.IsZero() || due.Before(st.oldestQueue) {
-		st.oldestQueue = due
+	if st := s.stat(name); st.oldestQueue == 0 || due.UnixNano() < st.oldestQueue {
+		st.oldestQueue = due.UnixNano()
 	}
 	s.mu.Unlock()
 }
@@ -116,16 +132,20 @@ func (m *Metrics) published(name, result string, manual bool, now time.Time, err
 	s := m.stats
 	s.mu.Lock()
 	st := s.stat(name)
-	st.lastResult = result
+	for i, r := range fireResults {
+		if r == result {
+			st.lastResult = uint8(i + 1)
+		}
+	}
 	switch result {
 	case "ok", "duplicate", ResultManual:
-		st.lastSuccess = now
+		st.lastSuccess = now.UnixNano()
 		if !manual {
-			st.oldestQueue = time.Time{}
+			st.oldestQueue = 0
 		}
 	case "error":
 		if err != nil {
-			st.lastError, st.lastErrorAt = err.Error(), now
+			st.lastError, st.lastErrorAt = err.Error(), now.UnixNano()
 		}
 	}
 	s.mu.Unlock()
@@ -138,9 +158,12 @@ func (m *Metrics) Results() map[string]EntryResult {
 	defer s.mu.Unlock()
 	out := make(map[string]EntryResult, len(s.byName))
 	for n, st := range s.byName {
-		r := EntryResult{LastResult: st.lastResult, LastError: st.lastError, LastErrorAt: st.lastErrorAt, LastSuccessAt: st.lastSuccess}
+		r := EntryResult{LastError: st.lastError, LastErrorAt: fromNanos(st.lastErrorAt), LastSuccessAt: fromNanos(st.lastSuccess)}
+		if st.lastResult > 0 {
+			r.LastResult = fireResults[st.lastResult-1]
+		}
 		if s.leading {
-			r.NextFireAt = st.next()
+			r.NextFireAt = fromNanos(st.next())
 		}
 		out[n] = r
 	}
@@ -149,8 +172,8 @@ func (m *Metrics) Results() map[string]EntryResult {
 
 // next is the entry's next fire for alerting: a queued slot still
 // unpublished, else the next scheduled one.
-func (st *entryStat) next() time.Time {
-	if !st.oldestQueue.IsZero() {
+func (st *entryStat) next() int64 {
+	if st.oldestQueue != 0 {
 		return st.oldestQueue
 	}
 	return st.nextDue
@@ -187,30 +210,28 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPerEntry, prometheus.GaugeValue, b2f(perEntry))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	oldest := time.Time{}
+	oldest := int64(0)
 	for name, st := range s.byName {
 		next := st.next()
-		if s.leading && !next.IsZero() && (oldest.IsZero() || next.Before(oldest)) {
+		if s.leading && next != 0 && (oldest == 0 || next < oldest) {
 			oldest = next
 		}
 		if !perEntry {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, unixSeconds(st.lastSuccess), name)
-		if s.leading && !next.IsZero() {
+		if s.leading && next != 0 {
 			ch <- prometheus.MustNewConstMetric(descNextFire, prometheus.GaugeValue, unixSeconds(next), name)
 		}
 	}
-	if !oldest.IsZero() {
+	if oldest != 0 {
 		ch <- prometheus.MustNewConstMetric(descOldestNext, prometheus.GaugeValue, unixSeconds(oldest))
 	}
 }
 
-func unixSeconds(t time.Time) float64 {
-	if t.IsZero() {
-		return 0
-	}
-	return math.Round(float64(t.UnixNano())/1e6) / 1e3
+// unixSeconds turns Unix nanoseconds (0: never) into seconds, to the ms.
+func unixSeconds(n int64) float64 {
+	return math.Round(float64(n)/1e6) / 1e3
 }
 
 func b2f(b bool) float64 {
