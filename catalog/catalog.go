@@ -68,17 +68,28 @@ func chunkKey(prefix, sha string, i int) string {
 	return dataPrefix(prefix) + sha + "/" + strconv.Itoa(i)
 }
 
-// Publish stores data (the config file's bytes) and h under prefix, guarded
-// by g. It writes the chunks only if etcd lacks them, and removes the
-// chunks of older versions.
-func Publish(ctx context.Context, cli *clientv3.Client, prefix string, g Guard, h Header, data []byte) error {
+// Payload is a config file ready to publish: its digest and its gzipped
+// bytes. A leader keeps it, not the file, for the terms to come.
+type Payload struct {
+	SHA256 string
+	gz     []byte
+}
+
+// Prepare digests and compresses a config file.
+func Prepare(data []byte) Payload {
 	sum := sha256.Sum256(data)
-	h.SHA256 = hex.EncodeToString(sum[:])
 	var zb bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&zb, gzip.BestCompression)
+	zw, _ := gzip.NewWriterLevel(&zb, gzip.DefaultCompression)
 	_, _ = zw.Write(data)
 	_ = zw.Close()
-	z := zb.Bytes()
+	return Payload{SHA256: hex.EncodeToString(sum[:]), gz: bytes.Clone(zb.Bytes())}
+}
+
+// Publish stores p and h under prefix, guarded by g. It writes the chunks
+// only if etcd lacks them, and removes the chunks of older versions.
+func Publish(ctx context.Context, cli *clientv3.Client, prefix string, g Guard, h Header, p Payload) error {
+	h.SHA256 = p.SHA256
+	z := p.gz
 	h.Chunks = (len(z) + ChunkSize - 1) / ChunkSize
 	guard := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Token)
 	commit := func(ops ...clientv3.Op) error {

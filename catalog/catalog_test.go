@@ -40,7 +40,7 @@ func TestPublishAndRead(t *testing.T) {
 	t.Run("round trip, chunked", func(t *testing.T) {
 		p := "/chunked/"
 		g := leaderKey(t, cli, p)
-		if err := Publish(ctx, cli, p, g, Header{File: "s.yaml", LeaderID: "r0"}, big); err != nil {
+		if err := Publish(ctx, cli, p, g, Header{File: "s.yaml", LeaderID: "r0"}, Prepare(big)); err != nil {
 			t.Fatal(err)
 		}
 		h, data, err := Read(ctx, cli, p)
@@ -51,7 +51,7 @@ func TestPublishAndRead(t *testing.T) {
 	t.Run("load parses", func(t *testing.T) {
 		p := "/load/"
 		g := leaderKey(t, cli, p)
-		if err := Publish(ctx, cli, p, g, Header{File: "s.yaml", Entries: 2}, cfg); err != nil {
+		if err := Publish(ctx, cli, p, g, Header{File: "s.yaml", Entries: 2}, Prepare(cfg)); err != nil {
 			t.Fatal(err)
 		}
 		c, h, err := Load(ctx, cli, p)
@@ -63,7 +63,7 @@ func TestPublishAndRead(t *testing.T) {
 		p := "/deposed/"
 		g := leaderKey(t, cli, p)
 		g.Token--
-		if err := Publish(ctx, cli, p, g, Header{}, cfg); !errors.Is(err, ErrNotLeader) {
+		if err := Publish(ctx, cli, p, g, Header{}, Prepare(cfg)); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("Publish = %v, want ErrNotLeader", err)
 		}
 		resp, _ := cli.Get(ctx, p+"catalog/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -74,7 +74,7 @@ func TestPublishAndRead(t *testing.T) {
 	t.Run("same file: header only; new file: old chunks go", func(t *testing.T) {
 		p := "/rewrite/"
 		g := leaderKey(t, cli, p)
-		if err := Publish(ctx, cli, p, g, Header{LeaderID: "r0"}, cfg); err != nil {
+		if err := Publish(ctx, cli, p, g, Header{LeaderID: "r0"}, Prepare(cfg)); err != nil {
 			t.Fatal(err)
 		}
 		chunks := func() map[string]int64 {
@@ -89,7 +89,7 @@ func TestPublishAndRead(t *testing.T) {
 			return out
 		}
 		before := chunks()
-		if err := Publish(ctx, cli, p, g, Header{LeaderID: "r1", PublishedAt: time.Now()}, cfg); err != nil {
+		if err := Publish(ctx, cli, p, g, Header{LeaderID: "r1", PublishedAt: time.Now()}, Prepare(cfg)); err != nil {
 			t.Fatal(err)
 		}
 		after := chunks()
@@ -104,7 +104,7 @@ func TestPublishAndRead(t *testing.T) {
 		if h, _ := ReadHeader(ctx, cli, p); h.LeaderID != "r1" {
 			t.Errorf("header not updated: %+v", h)
 		}
-		if err := Publish(ctx, cli, p, g, Header{}, append(cfg, "  c: {task: t.c, every: 1h}\n"...)); err != nil {
+		if err := Publish(ctx, cli, p, g, Header{}, Prepare(append(cfg, "  c: {task: t.c, every: 1h}\n"...))); err != nil {
 			t.Fatal(err)
 		}
 		now := chunks()

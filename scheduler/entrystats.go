@@ -14,11 +14,17 @@ import (
 // successful publish and its last result. The loop writes it; /metrics
 // and /status read it. It lives only in memory, on the leader: nothing
 // here is written to etcd.
+//
+// Past the per-entry limit it keeps records only for entries whose last
+// publish failed (for their last error), and the aggregates come from the
+// loop itself: its heap's next due time and its oldest pending slot.
 type entryStats struct {
 	perEntry atomic.Bool
-	mu       sync.Mutex
-	leading  bool
-	byName   map[string]*entryStat
+	// The loop's next due slot and oldest pending slot (Unix ns, 0: none).
+	heapDue, pendingDue atomic.Int64
+	mu                  sync.Mutex
+	leading             bool
+	byName              map[string]*entryStat
 }
 
 // entryStat is one entry's record, compact (times in Unix nanoseconds, 0
@@ -106,12 +112,35 @@ func (m *Metrics) termEnded() {
 	s.mu.Lock()
 	s.leading = false
 	s.mu.Unlock()
+	s.heapDue.Store(0)
+	s.pendingDue.Store(0)
 	m.PendingSlots.Set(0)
+}
+
+// reportDue publishes the loop's pending count and its earliest due
+// times, each time round the loop.
+func (l *loop) reportDue() {
+	s := l.s.cfg.Metrics.stats
+	l.s.cfg.Metrics.PendingSlots.Set(float64(len(l.pending)))
+	var heapDue, pendingDue int64
+	if len(l.heap) > 0 {
+		heapDue = l.heap[0].due.UnixNano()
+	}
+	// Catch-up and collected slots queue in due order, and failed ones
+	// go back in front: the head is the oldest.
+	if len(l.pending) > 0 && !l.pending[0].manual {
+		pendingDue = l.pending[0].due.UnixNano()
+	}
+	s.heapDue.Store(heapDue)
+	s.pendingDue.Store(pendingDue)
 }
 
 // scheduled records name's next due time (zero: no further slot).
 func (m *Metrics) scheduled(name string, due time.Time) {
 	s := m.stats
+	if !s.perEntry.Load() {
+		return
+	}
 	s.mu.Lock()
 	s.stat(name).nextDue = nanos(due)
 	s.mu.Unlock()
@@ -120,6 +149,9 @@ func (m *Metrics) scheduled(name string, due time.Time) {
 // queued records that a slot of name due at due waits to be published.
 func (m *Metrics) queued(name string, due time.Time) {
 	s := m.stats
+	if !s.perEntry.Load() {
+		return
+	}
 	s.mu.Lock()
 	if st := s.stat(name); st.oldestQueue == 0 || due.UnixNano() < st.oldestQueue {
 		st.oldestQueue = due.UnixNano()
@@ -131,6 +163,12 @@ func (m *Metrics) queued(name string, due time.Time) {
 func (m *Metrics) published(name, result string, manual bool, now time.Time, err error) {
 	s := m.stats
 	s.mu.Lock()
+	if !s.perEntry.Load() && result != "error" {
+		// Past the limit only failing entries keep a record.
+		delete(s.byName, name)
+		s.mu.Unlock()
+		return
+	}
 	st := s.stat(name)
 	for i, r := range fireResults {
 		if r == result {
@@ -211,14 +249,16 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldest := int64(0)
+	for _, due := range []int64{s.heapDue.Load(), s.pendingDue.Load()} {
+		if s.leading && due != 0 && (oldest == 0 || due < oldest) {
+			oldest = due
+		}
+	}
 	for name, st := range s.byName {
-		next := st.next()
-		if s.leading && next != 0 && (oldest == 0 || next < oldest) {
-			oldest = next
-		}
 		if !perEntry {
-			continue
+			break
 		}
+		next := st.next()
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, unixSeconds(st.lastSuccess), name)
 		if s.leading && next != 0 {
 			ch <- prometheus.MustNewConstMetric(descNextFire, prometheus.GaugeValue, unixSeconds(next), name)

@@ -289,7 +289,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	timer := s.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		m.PendingSlots.Set(float64(len(l.pending)))
+		l.reportDue()
 		if err := l.persist.failed(); err != nil {
 			return err
 		}

@@ -34,16 +34,27 @@ type opsState struct {
 	statusMu      sync.Mutex
 	lastStatus    *api.Status // the last status read from etcd
 	lastStatusAt  time.Time
-	lastReadErr   error // of the last read from etcd; nil once one succeeds
+	lastReadErr   error         // of the last read from etcd; nil once one succeeds
 	refreshing    chan struct{} // closed when the refresh in flight ends
 	dependencyUp  *prometheus.GaugeVec
 	statusTimeout time.Duration
 }
 
-// loadedConfig is the running config's file and size.
+// loadedConfig is the running config's file and size. The file is kept
+// only until it is first compressed for the catalog.
 type loadedConfig struct {
 	data    []byte
 	entries int
+	once    sync.Once
+	payload catalog.Payload
+}
+
+func (lc *loadedConfig) prepared() catalog.Payload {
+	lc.once.Do(func() {
+		lc.payload = catalog.Prepare(lc.data)
+		lc.data = nil
+	})
+	return lc.payload
 }
 
 // loadConfig reads and validates the config, keeping the bytes so that,
@@ -65,6 +76,7 @@ func (m *Main) loadConfig() (*schedule.Config, error) {
 // publishes it to the catalog once.
 func (m *Main) configAccepted(cfg *schedule.Config) {
 	m.ops.running.Store(&loadedConfig{data: m.ops.candidate, entries: len(cfg.Entries)})
+	m.ops.candidate = nil
 	if len(cfg.Entries) == 0 {
 		m.log.Warn("the config has no entries: nothing will be published", "config", m.ConfigPath)
 	}
@@ -215,7 +227,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l *election.Leadership) e
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
 		PublishedAt: time.Now().UTC(), StatusURL: m.statusURL()}
-	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), catalog.Guard{Key: l.Key, Token: l.Token}, h, lc.data); err != nil {
+	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), catalog.Guard{Key: l.Key, Token: l.Token}, h, lc.prepared()); err != nil {
 		return err
 	}
 	m.log.Debug("config published to etcd", "entries", lc.entries, "token", l.Token)
