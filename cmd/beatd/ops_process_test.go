@@ -50,6 +50,12 @@ func TestProcessOperatorCLI(t *testing.T) {
 		code, _, _ := c.cli("trigger", "hourly", "--wait", "0")
 		return code == 0
 	})
+	// Shell completion offers the leader's entry names.
+	// (cobra completes the last word: the flags go before it.)
+	comp, err := exec.Command(beatdBin, "__complete", "trigger", "--etcd-endpoints", strings.Join(c.etcd, ","), "--prefix", c.prefix, "").Output()
+	if err != nil || !strings.Contains(string(comp), "hourly\n") || !strings.Contains(string(comp), "every\n") {
+		t.Errorf("completion of trigger: %v\n%s", err, comp)
+	}
 	code, out, errs := c.cli("trigger", "no-such-entry")
 	if code != 1 || !strings.Contains(errs, `"no-such-entry" is not in the leader's config`) {
 		t.Errorf("trigger of an unknown entry: exit %d, stdout %q, stderr %q", code, out, errs)
