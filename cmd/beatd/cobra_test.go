@@ -43,6 +43,8 @@ func TestCLIConventions(t *testing.T) {
 		{name: "validate no arg", args: []string{"validate"}, code: 2, maxErrLine: 2},
 		{name: "run extra arg", args: []string{"run", "oops"}, code: 2, stderr: []string{"unknown command \"oops\""}, maxErrLine: 2},
 		{name: "bad output", args: []string{"status", "-o", "xml"}, code: 2, stderr: []string{`--output "xml"`}, maxErrLine: 2},
+		{name: "bad log level", args: []string{"run", "--log-level", "loud"}, code: 2, stderr: []string{`--log-level must be`}, maxErrLine: 2},
+		{name: "bad log format", args: []string{"run", "--log-format", "xml"}, code: 2, stderr: []string{`--log-format must be`}, maxErrLine: 2},
 		{name: "completion bash", args: []string{"completion", "bash"}, code: 0, stdout: []string{"bash completion", "__start_beatd"}},
 		{name: "completion zsh", args: []string{"completion", "zsh"}, code: 0, stdout: []string{"#compdef beatd"}},
 		{name: "completion fish", args: []string{"completion", "fish"}, code: 0, stdout: []string{"complete -c beatd"}},

@@ -174,6 +174,10 @@ func (m *Main) checkFlags() error {
 	if m.LogFormat != "json" && m.LogFormat != "text" {
 		return fmt.Errorf("--log-format must be json or text, not %q", m.LogFormat)
 	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level must be debug, info, warn or error, not %q", m.LogLevel)
+	}
 	return nil
 }
 
