@@ -219,7 +219,9 @@ func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL string) e
 	return nil
 }
 
-// mergeResults copies the last outcome fields of from into st's entries.
+// mergeResults copies the last outcome fields of from into st's entries,
+// and the leader's next run, which is the oldest slot it has not yet
+// published when one is overdue.
 func mergeResults(st *api.Status, from []api.EntryStatus) {
 	byName := make(map[string]*api.EntryStatus, len(from))
 	for i := range from {
@@ -229,6 +231,9 @@ func mergeResults(st *api.Status, from []api.EntryStatus) {
 		e := &st.Entries[i]
 		if r := byName[e.Name]; r != nil {
 			e.LastResult, e.LastError, e.LastErrorAt, e.LastSuccessAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastSuccessAt
+			if r.NextRunAt != nil && e.NextRunAt != nil {
+				e.NextRunAt = r.NextRunAt
+			}
 		}
 	}
 }
@@ -355,7 +360,7 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 			return gerr
 		}
 		if resp.Count == 0 {
-			return fmt.Errorf("%w: %q: no leader has published its config and etcd holds no state for it (use --no-check to queue anyway)", errUnknownEntry, name)
+			return fmt.Errorf("%w: %q: no leader has published its config under prefix %s and etcd holds no state for it (is --prefix right? --no-check queues anyway)", errUnknownEntry, name, prefix)
 		}
 		return nil
 	default:
