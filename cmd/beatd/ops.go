@@ -253,7 +253,7 @@ func (m *Main) statusURL() string {
 
 // statusBudget is how long GET /status waits for etcd before answering
 // from the last status it read, flagged stale.
-const statusBudget = 700 * time.Millisecond
+const statusBudget = 500 * time.Millisecond
 
 // cachedStatus answers from etcd if etcd answers within statusBudget,
 // else from the last status read, marked stale with its age. The read
