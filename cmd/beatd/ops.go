@@ -31,13 +31,12 @@ type opsState struct {
 	kick      chan struct{} // a new config to publish to the catalog
 	wg        sync.WaitGroup
 
-	statusMu      sync.Mutex
-	lastStatus    *api.Status // the last status read from etcd
-	lastStatusAt  time.Time
-	lastReadErr   error         // of the last read from etcd; nil once one succeeds
-	refreshing    chan struct{} // closed when the refresh in flight ends
-	dependencyUp  *prometheus.GaugeVec
-	statusTimeout time.Duration
+	statusMu     sync.Mutex
+	lastStatus   *api.Status // the last status read from etcd
+	lastStatusAt time.Time
+	lastReadErr  error         // of the last read from etcd; nil once one succeeds
+	refreshing   chan struct{} // closed when the refresh in flight ends
+	dependencyUp *prometheus.GaugeVec
 }
 
 // loadedConfig is the running config's file and size. The file is kept
@@ -285,9 +284,6 @@ func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
 	}
 	o.statusMu.Unlock()
 	budget := statusBudget
-	if o.statusTimeout > 0 {
-		budget = o.statusTimeout
-	}
 	t := time.NewTimer(budget)
 	defer t.Stop()
 	select {
