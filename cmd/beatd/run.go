@@ -40,6 +40,11 @@ import (
 func (m *Main) serve(ctx context.Context) int {
 	setGCPercent()
 	stderr := m.stderr
+	// go-redis and gRPC log through process-wide loggers: the process's
+	// one daemon sets them, before any client exists.
+	log := m.newLogger().With("id", m.ID)
+	logbridge.SetRedisLogger(log)
+	logbridge.SetGRPCLogger(log)
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "beatd:", err)
 		_ = m.Close()
@@ -196,7 +201,6 @@ func (m *Main) newLogger() *slog.Logger {
 // Run starts the daemon and returns once it is serving; Close stops it.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.newLogger().With("id", m.ID)
-	logbridge.SetRedisLogger(m.log)
 	prefix := m.Etcd.prefix()
 	cluster := strings.Trim(prefix, "/")
 	// The embedded etcd boots while the config is parsed: both take a

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/grpclog"
 )
 
 // Zap returns a zap logger that writes to log, with component set. Only
@@ -134,3 +135,56 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	}
 	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
+
+// SetGRPCLogger sends gRPC's log (the etcd client's transport) to log with
+// component=grpc: errors, as gRPC's default logger prints, and at debug
+// level its warnings and info too (info as debug). gRPC has one
+// process-wide logger; set it before any gRPC activity.
+func SetGRPCLogger(log *slog.Logger) {
+	grpclog.SetLoggerV2(grpcLogger{log: log.With("component", "grpc"), debug: log.Enabled(context.Background(), slog.LevelDebug)})
+}
+
+type grpcLogger struct {
+	log   *slog.Logger
+	debug bool
+}
+
+func (g grpcLogger) emit(level slog.Level, msg string) {
+	if level < slog.LevelError && !g.debug {
+		return // a dial retry is a warning each time: beatd reports outages itself
+	}
+	if level == slog.LevelInfo {
+		level = slog.LevelDebug // gRPC's info is chatter
+	}
+	g.log.Log(context.Background(), level, strings.TrimSpace(msg))
+}
+
+func (g grpcLogger) Info(args ...any)   { g.emit(slog.LevelInfo, fmt.Sprint(args...)) }
+func (g grpcLogger) Infoln(args ...any) { g.emit(slog.LevelInfo, fmt.Sprintln(args...)) }
+func (g grpcLogger) Infof(format string, args ...any) {
+	g.emit(slog.LevelInfo, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Warning(args ...any)   { g.emit(slog.LevelWarn, fmt.Sprint(args...)) }
+func (g grpcLogger) Warningln(args ...any) { g.emit(slog.LevelWarn, fmt.Sprintln(args...)) }
+func (g grpcLogger) Warningf(format string, args ...any) {
+	g.emit(slog.LevelWarn, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Error(args ...any)   { g.emit(slog.LevelError, fmt.Sprint(args...)) }
+func (g grpcLogger) Errorln(args ...any) { g.emit(slog.LevelError, fmt.Sprintln(args...)) }
+func (g grpcLogger) Errorf(format string, args ...any) {
+	g.emit(slog.LevelError, fmt.Sprintf(format, args...))
+}
+
+// Fatal logs, then exits as gRPC's own logger does.
+func (g grpcLogger) Fatal(args ...any) { g.emit(slog.LevelError, fmt.Sprint(args...)); os.Exit(1) }
+func (g grpcLogger) Fatalln(args ...any) {
+	g.emit(slog.LevelError, fmt.Sprintln(args...))
+	os.Exit(1)
+}
+func (g grpcLogger) Fatalf(format string, args ...any) {
+	g.emit(slog.LevelError, fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// V reports whether verbosity level l is logged: only at debug, level 0.
+func (g grpcLogger) V(l int) bool { return g.debug && l <= 0 }

@@ -92,3 +92,30 @@ func TestRedisLogger(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+func TestGRPCLogger(t *testing.T) {
+	for _, tt := range []struct {
+		level slog.Level
+		want  []string
+	}{
+		{slog.LevelInfo, []string{"ERROR:e 2"}},
+		{slog.LevelDebug, []string{"DEBUG:i 0", "WARN:w 1", "ERROR:e 2"}},
+	} {
+		var b bytes.Buffer
+		g := grpcLogger{log: slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: tt.level})).With("component", "grpc"),
+			debug: tt.level <= slog.LevelDebug}
+		g.Infof("i %d", 0)
+		g.Warningln("w", 1)
+		g.Errorf("e %d\n", 2)
+		var got []string
+		for _, l := range lines(t, &b) {
+			if l["component"] != "grpc" {
+				t.Errorf("component %v", l["component"])
+			}
+			got = append(got, l["level"].(string)+":"+l["msg"].(string))
+		}
+		if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+			t.Errorf("at %s: %v, want %v", tt.level, got, tt.want)
+		}
+	}
+}
