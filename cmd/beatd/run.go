@@ -39,14 +39,13 @@ import (
 // serve runs the daemon until ctx ends, then stops it gracefully.
 func (m *Main) serve(ctx context.Context) int {
 	setGCPercent()
-	stderr := m.stderr
 	// go-redis and gRPC log through process-wide loggers: the process's
 	// one daemon sets them, before any client exists.
 	log := m.newLogger().With("id", m.ID)
 	logbridge.SetRedisLogger(log)
 	logbridge.SetGRPCLogger(log)
 	if err := m.Run(ctx); err != nil {
-		fmt.Fprintln(stderr, "beatd:", err)
+		log.Error("beatd failed to start", "errors", strings.Split(err.Error(), "\n"))
 		_ = m.Close()
 		return 1
 	}
@@ -66,11 +65,11 @@ func (m *Main) serve(ctx context.Context) int {
 	signal.Notify(force, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-force
-		fmt.Fprintln(stderr, "beatd: second signal, exiting now")
+		log.Warn("second signal, exiting now")
 		os.Exit(1)
 	}()
 	if err := m.Close(); err != nil {
-		fmt.Fprintln(stderr, "beatd:", err)
+		log.Error("stop", "err", err)
 		return 1
 	}
 	return 0
