@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ type entryStats struct {
 	perEntry atomic.Bool
 	// The loop's next due slot and oldest pending slot (Unix ns, 0: none).
 	heapDue, pendingDue atomic.Int64
+	reported            atomic.Bool // the loop has reported this term
 	mu                  sync.Mutex
 	leading             bool
 	byName              map[string]*entryStat
@@ -95,15 +97,51 @@ func (s *entryStats) retain(names []string, create bool) {
 	}
 }
 
-// termStarted and termEnded bracket a term: the due times are only
-// meaningful while this replica's loop runs.
-func (m *Metrics) termStarted() {
+// termStarted and the func it returns bracket a term: the due times are
+// only meaningful while this replica's loop runs. Until the loop first
+// reports (it may be stuck raising the fence while the broker is down),
+// the next fire is the earliest slot after the election, computed in the
+// background (100k entries take a few hundred ms, not to be added to a
+// failover): one that passes unpublished is overdue, as it should be.
+func (m *Metrics) termStarted(ctx context.Context, set *entrySet, term Term, now time.Time) (ended func()) {
 	s := m.stats
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.leading = true
+	s.reported.Store(false)
+	s.heapDue.Store(0)
+	s.pendingDue.Store(0)
 	for _, st := range s.byName {
 		st.nextDue, st.oldestQueue = 0, 0
+	}
+	s.mu.Unlock()
+	from := now
+	if !term.Elected.IsZero() && term.Elected.Before(now) {
+		from = term.Elected
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		earliest, i := int64(0), 0
+		for _, e := range set.byName {
+			if i++; i%1024 == 0 && (ctx.Err() != nil || s.reported.Load()) {
+				return
+			}
+			if !e.Enabled {
+				continue
+			}
+			if t := e.Schedule.Next(from); !t.IsZero() && (earliest == 0 || t.UnixNano() < earliest) {
+				earliest = t.UnixNano()
+			}
+		}
+		if !s.reported.Load() {
+			s.heapDue.CompareAndSwap(0, earliest)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		m.termEnded()
 	}
 }
 
@@ -133,6 +171,7 @@ func (l *loop) reportDue() {
 	}
 	s.heapDue.Store(heapDue)
 	s.pendingDue.Store(pendingDue)
+	s.reported.Store(true)
 }
 
 // scheduled records name's next due time (zero: no further slot).

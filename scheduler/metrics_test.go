@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -212,5 +213,36 @@ func TestMetricsPerEntryLimit(t *testing.T) {
 	}
 	if _, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "a", "result": "error"}); !ok {
 		t.Error("per-entry series not created under the limit")
+	}
+}
+
+// fenceDown is a dispatcher whose broker refuses the fence: the term
+// cannot start.
+type fenceDown struct{ *fakeDispatcher }
+
+func (fenceDown) RaiseFence(context.Context, int64) error { return errors.New("connection refused") }
+
+// TestOverdueWhileTheTermCannotStart: a leader stuck raising the fence
+// still exports its earliest slot, which then becomes overdue.
+func TestOverdueWhileTheTermCannotStart(t *testing.T) {
+	h := newHarness(t, "entries:\n  fast: {task: t, every: 10s}\n  slow: {task: t, every: 1h}\n  off: {task: t, every: 1s, enabled: false}\n", t0.Add(time.Second))
+	h.sched.cfg.Dispatcher = fenceDown{h.disp}
+	h.start(7)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil)
+		if ok && v == float64(t0.Add(10*time.Second).Unix()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("oldest next fire = %v, %v; want the fast entry's first slot", v, ok)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.cancel()
+	<-h.done
+	h.done <- nil
+	if _, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil); ok {
+		t.Error("next fire still exported after the term")
 	}
 }

@@ -235,6 +235,8 @@ var ErrTermEnded = errors.New("scheduler: term ended")
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}, dirty: map[string]bool{}}
 	m := s.cfg.Metrics
+	termEnded := m.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
+	defer termEnded()
 	// Load state and raise the fence before anything else: from here on a
 	// deposed leader's publishes are refused.
 	var err error
@@ -252,8 +254,6 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() { defer pwg.Done(); l.persist.run(pctx) }()
-	m.termStarted()
-	defer m.termEnded()
 	defer func() {
 		pcancel()
 		pwg.Wait()
