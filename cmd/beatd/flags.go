@@ -57,7 +57,7 @@ var noEnv = map[string]bool{"help": true, "version": true}
 // secretEnv are variables that hold secrets, read only from the
 // environment (or a file flag), never from a flag value.
 var secretEnv = map[string]string{
-	"etcd-username":        "BEATD_ETCD_PASSWORD",
+	"etcd-password-file":   "BEATD_ETCD_PASSWORD",
 	"broker-password-file": "BEATD_BROKER_PASSWORD",
 	"admin-token-file":     "BEATD_ADMIN_TOKEN",
 }
@@ -72,7 +72,7 @@ func envHelp(fs *pflag.FlagSet) string {
 		}
 		rows = append(rows, row{envName(f.Name), "--" + f.Name})
 		if s, ok := secretEnv[f.Name]; ok {
-			rows = append(rows, row{s, "secret, when --" + f.Name + " is not given"})
+			rows = append(rows, row{s, "the secret itself, when --" + f.Name + " is not given"})
 		}
 	})
 	if len(rows) == 0 {
