@@ -364,6 +364,9 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 		}
 		return nil
 	default:
+		if ctx.Err() == nil {
+			return fmt.Errorf("%w (--no-check queues the request without checking)", err)
+		}
 		return err
 	}
 }
