@@ -27,6 +27,19 @@ type Status struct {
 	// HistoryError says why recent runs are missing (the broker, which
 	// keeps them, did not answer); empty when they are there.
 	HistoryError string `json:"history_error,omitempty"`
+
+	// LeaderLeaseSeconds is what is left of the leader key's lease, in
+	// etcd's whole seconds; LeaderUnresponsive says the leader has not
+	// renewed it on time (it is dying or gone; the key expires soon).
+	LeaderLeaseSeconds int64 `json:"leader_lease_seconds,omitempty"`
+	LeaderUnresponsive bool  `json:"leader_unresponsive,omitempty"`
+
+	// Stale marks an answer from what the replica last knew, because etcd
+	// did not answer in time; StaleSeconds is that knowledge's age and
+	// Error why it is stale.
+	Stale        bool    `json:"stale,omitempty"`
+	StaleSeconds float64 `json:"stale_seconds,omitempty"`
+	Error        string  `json:"error,omitempty"`
 }
 
 // EntryStatus is one entry in Status.
@@ -41,6 +54,12 @@ type EntryStatus struct {
 	TotalRunCount int64       `json:"total_run_count"`
 	Paused        bool        `json:"paused"`
 	RecentRuns    []store.Run `json:"recent_runs"`
+
+	// The last outcome, as the leader that published it remembers it.
+	LastResult    string     `json:"last_result,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+	LastSuccessAt *time.Time `json:"last_success_at,omitempty"`
 }
 
 // Backend is what the endpoints ask of the daemon.

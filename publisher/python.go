@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"math"
+	"math/big"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -9,7 +10,7 @@ import (
 	"github.com/beatd/beatd/schedule"
 )
 
-// Values are nil, bool, int64, float64, string, []any and *schedule.Map, as
+// Values are nil, bool, int64, *big.Int, float64, string, []any and *schedule.Map, as
 // schedule's config loader produces them. These encoders write them the way
 // CPython does, so messages match a Python producer's byte for byte.
 
@@ -48,6 +49,8 @@ func appendPy(dst []byte, v any, d *dialect) []byte {
 		return strconv.AppendInt(dst, v, 10)
 	case int:
 		return strconv.AppendInt(dst, int64(v), 10)
+	case *big.Int:
+		return v.Append(dst, 10) // Python's int: exact, whatever its size
 	case float64:
 		return appendPyFloat(dst, v)
 	case string:

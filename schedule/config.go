@@ -57,7 +57,7 @@ type Entry struct {
 	Task          string
 	Schedule      Schedule
 	Location      *time.Location
-	Args          []any // nil, bool, int64, float64, string, []any, *Map
+	Args          []any // nil, bool, int64, *big.Int, float64, string, []any, *Map
 	Kwargs        *Map
 	Options       Options
 	Enabled       bool
@@ -303,8 +303,8 @@ func (d *decoder) entries(en *yaml.Node, cfg *Config, def *defaults) {
 			d.errorf(k, "entry name must be a non-empty string")
 			continue
 		}
-		if strings.ContainsAny(name, "/\x00") || strings.TrimSpace(name) != name {
-			d.errorf(k, "entry name %q must not contain '/', NUL or surrounding spaces", name)
+		if err := CheckEntryName(name); err != nil {
+			d.errorf(k, "%v", err)
 			continue
 		}
 		if line, dup := d.seen[name]; dup {
@@ -831,8 +831,8 @@ func (d *decoder) boolean(n *yaml.Node, what string) (bool, bool) {
 }
 
 // value converts task arguments to plain values that serialise to JSON and
-// Python repr the way Celery would: nil, bool, int64, float64, string,
-// []any and *Map.
+// Python repr the way Celery would: nil, bool, int64, *big.Int (integers
+// beyond int64, exact), float64, string, []any and *Map.
 func (d *decoder) value(n *yaml.Node) (any, bool) {
 	return d.valueDepth(n, 0)
 }
@@ -858,11 +858,19 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 		case "!!int":
 			var i int64
 			if err := n.Decode(&i); err != nil {
-				d.errorf(n, "integer %q does not fit in 64 bits", n.Value)
+				if b, ok := bigInt(n.Value); ok {
+					return b, true
+				}
+				d.errorf(n, "invalid integer %q", n.Value)
 				return nil, false
 			}
 			return i, true
 		case "!!float":
+			// YAML resolves an integer beyond 64 bits as a float; Python's
+			// JSON keeps it exact, and so does beatd.
+			if b, ok := bigInt(n.Value); ok {
+				return b, true
+			}
 			var f float64
 			if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 				d.errorf(n, "number %q is not finite; JSON cannot carry it", n.Value)

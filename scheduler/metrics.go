@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"github.com/beatd/beatd/schedule"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -10,9 +11,9 @@ type Metrics struct {
 	IsLeader      prometheus.Gauge
 	FencingToken  prometheus.Gauge
 	LeaderChanges prometheus.Counter
-	Fires         *prometheus.CounterVec // entry, result
+	Fires         *EntryCounterVec // entry, result
 	FireLag       prometheus.Histogram
-	Missed        *prometheus.CounterVec // entry, reason
+	Missed        *EntryCounterVec // entry, reason
 	Entries       prometheus.Gauge
 	Reloads       *prometheus.CounterVec // result
 	ReloadOK      prometheus.Gauge
@@ -23,7 +24,27 @@ type Metrics struct {
 	// StateUnpersistedAge is the age of the oldest state change not yet
 	// written to etcd.
 	StateUnpersistedAge prometheus.Gauge
+	PendingSlots  prometheus.Gauge
+
+	// PerEntryLimit: with more entries than this, the entry label is
+	// left empty and per-entry gauges are not exported, so 100k entries do
+	// not make 1M series. Aggregates are always exported.
+	PerEntryLimit int
+
+	stats *entryStats
 }
+
+// DefaultPerEntryLimit is PerEntryLimit unless set.
+const DefaultPerEntryLimit = 1000
+
+// Fire results counted in beatd_fires_total: publisher.Result's names,
+// plus ResultManual for a trigger published.
+var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual}
+
+// ResultManual is the result label of a manual trigger published.
+const ResultManual = "manual"
+
+var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved}
 
 // NewMetrics registers beatd's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -31,24 +52,84 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		IsLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_is_leader", Help: "1 while this replica leads."}),
 		FencingToken:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_fencing_token", Help: "The fencing token of this replica's current or last term."}),
 		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_leader_changes_total", Help: "Terms this replica started or ended."}),
-		Fires:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_fires_total", Help: "Publishes by entry and result (ok, duplicate, stale, error)."}, []string{"entry", "result"}),
 		FireLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "beatd_fire_lag_seconds", Help: "Publish time minus the slot's due time.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
-		Missed:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_missed_slots_total", Help: "Slots not fired, by entry and reason."}, []string{"entry", "reason"}),
-		Entries:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_entries", Help: "Entries in the running config."}),
-		Reloads:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_config_reloads_total", Help: "Config reloads by result."}, []string{"result"}),
-		ReloadOK:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
-		EtcdErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_etcd_errors_total", Help: "Failed etcd operations."}),
-		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_redis_errors_total", Help: "Failed Redis operations."}),
+		Entries:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_entries", Help: "Entries in the running config."}),
+		Reloads:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_config_reloads_total", Help: "Config reloads by result."}, []string{"result"}),
+		ReloadOK:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
+		EtcdErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_etcd_errors_total", Help: "Failed etcd operations."}),
+		RedisErrors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_redis_errors_total", Help: "Failed Redis operations."}),
+		PendingSlots:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_pending_slots", Help: "Slots due but not yet published, on the leader (grows while the broker is down)."}),
+		PerEntryLimit: DefaultPerEntryLimit,
+		stats:         newEntryStats(),
 		StatePersistFailing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_persist_failing",
 			Help: "1 while the leader's state writes to etcd fail (it keeps firing; the state waits in memory)."}),
 		StateUnpersistedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_unpersisted_age_seconds",
 			Help: "Age of the oldest state change the leader has not yet written to etcd; past the dedup TTL a failover could duplicate."}),
 	}
+	m.Fires = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_fires_total",
+		Help: "Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit."},
+		[]string{"entry", "result"}), m: m}
+	m.Missed = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_missed_slots_total",
+		Help: "Slots not fired, by entry and reason. The entry label is empty past the per-entry limit."},
+		[]string{"entry", "reason"}), m: m}
 	m.ReloadOK.Set(1)
-	reg.MustRegister(m.IsLeader, m.FencingToken, m.LeaderChanges, m.Fires, m.FireLag, m.Missed,
-		m.Entries, m.Reloads, m.ReloadOK, m.EtcdErrors, m.RedisErrors, m.StatePersistFailing, m.StateUnpersistedAge)
+	for _, r := range []string{"ok", "error"} {
+		m.Reloads.WithLabelValues(r)
+	}
+	reg.MustRegister(m.IsLeader, m.FencingToken, m.LeaderChanges, m.Fires.vec, m.FireLag, m.Missed.vec,
+		m.Entries, m.Reloads, m.ReloadOK, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
 	return m
+}
+
+// EntryCounterVec is a counter by entry and one more label. Past the
+// per-entry limit every entry counts under the empty entry label.
+type EntryCounterVec struct {
+	vec *prometheus.CounterVec
+	m   *Metrics
+}
+
+// WithLabelValues returns the counter of entry and the second label.
+func (v *EntryCounterVec) WithLabelValues(entry, label string) prometheus.Counter {
+	if !v.m.stats.perEntry.Load() {
+		entry = ""
+	}
+	return v.vec.WithLabelValues(entry, label)
+}
+
+// setEntries records the running config's entry names: it sets
+// beatd_entries, chooses per-entry or aggregate series, and creates every
+// series at 0 so alerts see them before the first event.
+func (m *Metrics) setEntries(sc *schedule.Config) {
+	names := make([]string, len(sc.Entries))
+	for i, e := range sc.Entries {
+		names[i] = e.Name
+	}
+	m.Entries.Set(float64(len(names)))
+	limit := m.PerEntryLimit
+	if limit <= 0 {
+		limit = DefaultPerEntryLimit
+	}
+	perEntry := len(names) <= limit
+	was := m.stats.perEntry.Swap(perEntry)
+	if was != perEntry {
+		// Drop the other mode's series rather than export both.
+		m.Fires.vec.Reset()
+		m.Missed.vec.Reset()
+	}
+	labels := names
+	if !perEntry {
+		labels = []string{""}
+	}
+	for _, n := range labels {
+		for _, r := range fireResults {
+			m.Fires.vec.WithLabelValues(n, r)
+		}
+		for _, r := range missedReasons {
+			m.Missed.vec.WithLabelValues(n, r)
+		}
+	}
+	m.stats.retain(names, perEntry)
 }
 
 // Reasons a slot is not fired.

@@ -105,7 +105,7 @@ type Scheduler struct {
 type entry struct {
 	*schedule.Entry
 	task  *publisher.Task       // compiled on first fire, by the loop
-	fires [4]prometheus.Counter // by publisher.Result, created lazily
+	fires [5]prometheus.Counter // by publisher.Result, then manual; created lazily
 }
 
 type entrySet struct {
@@ -157,7 +157,7 @@ func (s *Scheduler) Reload(sc *schedule.Config) error {
 		set.byName[e.Name] = &entry{Entry: e}
 	}
 	s.entries.Store(set)
-	s.cfg.Metrics.Entries.Set(float64(len(set.byName)))
+	s.cfg.Metrics.setEntries(sc)
 	select {
 	case s.reload <- struct{}{}:
 	default:
@@ -280,6 +280,8 @@ var ErrTermEnded = errors.New("scheduler: term ended")
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}, dirty: map[string]bool{}}
 	m := s.cfg.Metrics
+	termEnded := m.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
+	defer termEnded()
 	// Load state and raise the fence before anything else: from here on a
 	// deposed leader's publishes are refused.
 	var (
@@ -341,6 +343,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	timer := s.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		l.reportDue()
 		if err := l.persist.failed(); err != nil {
 			return err
 		}
@@ -465,12 +468,14 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	}
 	for _, s := range plan.fire {
 		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
+		m.queued(e.Name, s)
 	}
 	if plan.next.IsZero() {
 		return // fired its last slot (a past one-off)
 	}
 	next := &item{e: e, slot: plan.next, due: plan.next.Add(jitter(e.Entry, plan.next))}
 	l.items[e.Name] = next
+	l.s.cfg.Metrics.scheduled(e.Name, next.due)
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
 }
@@ -485,14 +490,17 @@ func (l *loop) collectDue(now time.Time) {
 			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
 		} else {
 			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: it.due})
+			l.s.cfg.Metrics.queued(e.Name, it.due)
 		}
 		next := e.Schedule.Next(it.slot)
 		if next.IsZero() {
 			heap.Pop(&l.heap)
 			delete(l.items, e.Name)
+			l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 			continue
 		}
 		it.slot, it.due = next, next.Add(jitter(e.Entry, next))
+		l.s.cfg.Metrics.scheduled(e.Name, it.due)
 		heap.Fix(&l.heap, 0)
 	}
 }
@@ -515,7 +523,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	var failed []pendingFire
 	for i, p := range batch {
 		r := l.results[i]
-		p.e.countFire(m, r)
+		p.e.countFire(m, r, p.manual, now, err)
 		if s.cfg.Observer != nil {
 			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual)
 		}
@@ -613,11 +621,16 @@ func (l *loop) compiled(e *entry) *publisher.Task {
 	return e.task
 }
 
-func (e *entry) countFire(m *Metrics, r publisher.Result) {
-	if e.fires[r] == nil {
-		e.fires[r] = m.Fires.WithLabelValues(e.Name, r.String())
+func (e *entry) countFire(m *Metrics, r publisher.Result, manual bool, now time.Time, err error) {
+	i, label := int(r), r.String()
+	if manual && r == publisher.ResultOK {
+		i, label = len(e.fires)-1, ResultManual
 	}
-	e.fires[r].Inc()
+	if e.fires[i] == nil {
+		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)
+	}
+	e.fires[i].Inc()
+	m.published(e.Name, label, manual, now, err)
 }
 
 func (l *loop) state(name string) *store.EntryState {

@@ -3,87 +3,199 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/publisher"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"gopkg.in/yaml.v3"
 )
 
-// runStatus prints the leader and every entry's state, read from etcd, so
-// it works from anywhere that reaches etcd.
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", stderr)
-	ef := etcdFlags{Prefix: keys.DefaultPrefix}
-	ef.register(fs)
-	config := fs.String("config", "", "schedule file, to show schedules and next run times")
-	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "Celery broker URL, to show each entry's recent runs (kept in Redis)")
-	brokerMaster := fs.String("broker-master-name", "", "Redis Sentinel master name")
-	brokerPassFile := fs.String("broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
-	redisPrefix := fs.String("redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
-	asJSON := fs.Bool("json", false, "print JSON, as GET /status")
-	if err := parseFlags(fs, args); err != nil {
-		return exitCode(err)
+// statusOptions are the flags of `beatd status`.
+type statusOptions struct {
+	etcd    etcdFlags
+	broker  statusBroker
+	config  string
+	output  string
+	asJSON  bool
+	timeout time.Duration
+}
+
+func (o *statusOptions) register(fs *pflag.FlagSet) {
+	o.etcd.register(fs)
+	o.broker.register(fs)
+	fs.StringVar(&o.config, "config", "", "schedule file for schedules and next run times (default: the config the leader published to etcd)")
+	fs.StringVarP(&o.output, "output", "o", "", "output format: json, yaml or wide (default: a table)")
+	fs.BoolVar(&o.asJSON, "json", false, "same as -o json")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "deadline for the whole command, etcd and the leader's HTTP included")
+	_ = fs.MarkHidden("json")
+}
+
+// statusCommand is `beatd status`.
+func statusCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+	o := &statusOptions{etcd: etcdFlags{Prefix: keys.DefaultPrefix}}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "show the leader and every entry's state, from etcd",
+		Long: `Show who leads and every entry's state: paused, last run, last result and error,
+next run. It reads etcd (and the leader's HTTP /status for the last results),
+so it works from anywhere that reaches etcd, without the schedule file.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.asJSON {
+				o.output = "json"
+			}
+			switch o.output {
+			case "", "wide", "json", "yaml":
+			default:
+				return usageError{c, fmt.Errorf("--output %q: want json, yaml or wide", o.output)}
+			}
+			return codeErr(o.run(ctx, stdout, stderr))
+		},
 	}
+	fs := newFlagSet("status", stderr)
+	o.register(fs)
+	commandFlags(cmd, fs)
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"json", "yaml", "wide"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	var cfg *schedule.Config
-	if *config != "" {
+	if o.config != "" {
 		var err error
-		if cfg, err = schedule.LoadFile(*config); err != nil {
+		if cfg, err = schedule.LoadFile(o.config); err != nil {
 			fmt.Fprintln(stderr, err)
-			return 1
+			return exitFail
 		}
 	}
-	cli, err := ef.client()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	cli, err := o.etcd.client()
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", err)
-		return 1
+		return exitFail
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var hist historyReader
-	if pass, err := secret(*brokerPassFile, "BEATD_BROKER_PASSWORD"); err != nil {
-		fmt.Fprintln(stderr, "beatd status:", err)
-		return 1
-	} else if rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, MasterName: *brokerMaster, Password: pass}); err != nil {
-		fmt.Fprintln(stderr, "beatd status: no run history:", err)
-	} else {
-		defer rdb.Close()
-		cluster := keys.Cluster(ef.prefix())
-		hist = publisher.New(rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(*redisPrefix, cluster)})
+	prefix := o.etcd.prefix()
+	var hdr catalog.Header
+	var notes []string
+	if cfg == nil {
+		cfg, hdr, err = catalog.Load(ctx, cli, prefix)
+		switch {
+		case errors.Is(err, catalog.ErrNone):
+			notes = append(notes, "no leader has published its config to etcd yet: schedules and next runs unknown (pass --config)")
+		case err != nil:
+			if ctx.Err() != nil {
+				fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read the leader's config", o.timeout, err))
+				return exitFail
+			}
+			notes = append(notes, err.Error())
+		}
+	} else if hdr, err = catalog.ReadHeader(ctx, cli, prefix); err != nil && !errors.Is(err, catalog.ErrNone) {
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read the leader's config", o.timeout, err))
+		return exitFail
 	}
-	st, err := buildStatus(ctx, cli, ef.prefix(), cfg, hist, time.Now())
+	hist, closeHist, err := o.broker.history(keys.Cluster(prefix))
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd status:", err)
-		return 1
+		notes = append(notes, "recent runs unavailable: "+err.Error())
+	}
+	defer closeHist()
+	st, err := statusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now())
+	if err != nil {
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read status", o.timeout, err))
+		return exitFail
 	}
 	if st.HistoryError != "" {
-		fmt.Fprintf(stderr, "beatd status: recent runs unavailable (%s): %s\n", publisher.Redacted(*broker), st.HistoryError)
+		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", publisher.Redacted(o.broker.url), st.HistoryError))
 	}
-	if *asJSON {
+	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID && !st.LeaderUnresponsive {
+		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL); err != nil {
+			notes = append(notes, "last results unavailable: "+err.Error())
+		}
+	}
+	switch o.output {
+	case "json":
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)
-		return 0
+	case "yaml":
+		// Through JSON, so the field names are the JSON ones.
+		b, _ := json.Marshal(st)
+		var v any
+		_ = json.Unmarshal(b, &v)
+		enc := yaml.NewEncoder(stdout)
+		enc.SetIndent(2)
+		_ = enc.Encode(v)
+		_ = enc.Close()
+	default:
+		printStatus(stdout, st, o.output == "wide")
 	}
-	if st.LeaderID == "" {
-		fmt.Fprintln(stdout, "leader: none")
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "note:", n)
+	}
+	return 0
+}
+
+// printStatus writes the status table; wide adds the task, schedule, run
+// count and full error.
+func printStatus(w io.Writer, st api.Status, wide bool) {
+	switch {
+	case st.LeaderID == "":
+		fmt.Fprintln(w, "leader: none")
+	case st.LeaderUnresponsive:
+		fmt.Fprintf(w, "leader: %s (fencing token %d) NOT RESPONDING: its lease was not renewed, it expires in %ds\n", st.LeaderID, st.FencingToken, st.LeaderLeaseSeconds)
+	default:
+		fmt.Fprintf(w, "leader: %s (fencing token %d)\n", st.LeaderID, st.FencingToken)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "ENTRY\tTASK\tSCHEDULE\tPAUSED\tRUNS\tLAST SLOT\tLAST RUN\tRESULT\tNEXT\tLAST ERROR")
 	} else {
-		fmt.Fprintf(stdout, "leader: %s (fencing token %d)\n", st.LeaderID, st.FencingToken)
+		fmt.Fprintln(tw, "ENTRY\tPAUSED\tLAST RUN\tRESULT\tNEXT\tLAST ERROR")
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENTRY\tPAUSED\tRUNS\tLAST SLOT\tLAST RUN\tNEXT")
 	for _, e := range st.Entries {
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\t%s\t%s\n", e.Name, e.Paused, e.TotalRunCount, fmtTime(e.LastSlot), fmtTime(e.LastRunAt), fmtTime(e.NextRunAt))
+		errText := dash(e.LastError)
+		if e.LastErrorAt != nil {
+			errText = e.LastErrorAt.Format(time.RFC3339) + " " + e.LastError
+		}
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\n", e.Name, dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
+				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), fmtTime(e.NextRunAt), oneLine(errText, 0))
+		} else {
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\n", e.Name, e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), fmtTime(e.NextRunAt), oneLine(errText, 60))
+		}
 	}
 	_ = tw.Flush()
-	return 0
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table cell on one line, cut to max runes (0: no cut).
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); max > 0 && len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
 }
 
 func fmtTime(t *time.Time) string {
@@ -93,56 +205,181 @@ func fmtTime(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// runAdmin returns the trigger, pause or resume command: it queues the
-// request in etcd and waits until the leader has acted on it.
-func runAdmin(op store.Op) func(context.Context, []string, io.Writer, io.Writer) int {
-	return func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-		fs := newFlagSet(string(op), stderr)
-		ef := etcdFlags{Prefix: keys.DefaultPrefix}
-		ef.register(fs)
-		wait := fs.Duration("wait", 10*time.Second, "how long to wait for the leader to act (0: do not wait)")
-		asJSON := fs.Bool("json", false, "print the outcome as JSON")
-		fs.Usage = func() { fmt.Fprintf(stderr, "usage: beatd %s [flags] NAME\n", op); fs.PrintDefaults() }
-		// Allow flags after the name, as people type them.
-		var name string
-		if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-			name, args = args[0], args[1:]
-		}
-		if err := parseFlags(fs, args); err != nil {
-			return exitCode(err)
-		}
-		if name == "" && fs.NArg() == 1 {
-			name = fs.Arg(0)
-		}
-		if name == "" {
-			fs.Usage()
-			return 2
-		}
-		cli, err := ef.client()
-		if err != nil {
-			fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
-			return 1
-		}
-		defer cli.Close()
-		r, err := store.New(cli, ef.prefix()).PutRequest(ctx, op, name, time.Now())
-		if err != nil {
-			fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
-			return 1
-		}
-		outcome := "queued"
-		if *wait > 0 {
-			if err := waitConsumed(ctx, cli, r.Key, *wait); err != nil {
-				fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running?)\n", op, name, *wait)
-				return 1
+// mergeLeaderResults adds each entry's last result and error, which only
+// the leader knows, from its GET /status. It is the one place the CLI
+// reads them, so it can be re-pointed when they are stored elsewhere.
+func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("leader at %s: %w", statusURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("leader at %s: %s", statusURL, resp.Status)
+	}
+	var ls api.Status
+	if err := json.NewDecoder(resp.Body).Decode(&ls); err != nil {
+		return fmt.Errorf("leader at %s: %w", statusURL, err)
+	}
+	mergeResults(st, ls.Entries)
+	return nil
+}
+
+// mergeResults copies the last outcome fields of from into st's entries,
+// and the leader's next run, which is the oldest slot it has not yet
+// published when one is overdue.
+func mergeResults(st *api.Status, from []api.EntryStatus) {
+	byName := make(map[string]*api.EntryStatus, len(from))
+	for i := range from {
+		byName[from[i].Name] = &from[i]
+	}
+	for i := range st.Entries {
+		e := &st.Entries[i]
+		if r := byName[e.Name]; r != nil {
+			e.LastResult, e.LastError, e.LastErrorAt, e.LastSuccessAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastSuccessAt
+			if r.NextRunAt != nil && e.NextRunAt != nil {
+				e.NextRunAt = r.NextRunAt
 			}
-			outcome = "done"
 		}
-		if *asJSON {
-			_ = json.NewEncoder(stdout).Encode(map[string]string{"op": string(op), "entry": name, "request": r.ID, "outcome": outcome})
-		} else {
-			fmt.Fprintf(stdout, "%s %s: %s\n", op, name, outcome)
+	}
+}
+
+// adminOptions are the flags of trigger, pause and resume.
+type adminOptions struct {
+	etcd    etcdFlags
+	wait    time.Duration
+	timeout time.Duration
+	asJSON  bool
+	noCheck bool
+}
+
+func (o *adminOptions) register(fs *pflag.FlagSet) {
+	o.etcd.register(fs)
+	fs.DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for the leader to act (0: do not wait)")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "deadline for checking the entry and queueing the request in etcd")
+	fs.BoolVar(&o.asJSON, "json", false, "print the outcome as JSON")
+	fs.BoolVar(&o.noCheck, "no-check", false, "queue the request without checking the entry exists in the leader's config")
+}
+
+// adminCommand is trigger, pause or resume: it checks the entry against
+// the config the leader published, queues the request in etcd and waits
+// until the leader has acted on it.
+func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr io.Writer) *cobra.Command {
+	o := &adminOptions{etcd: etcdFlags{Prefix: keys.DefaultPrefix}}
+	cmd := &cobra.Command{
+		Use:   string(op) + " ENTRY",
+		Short: short,
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) > 0 || applyEnv(c.Flags()) != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return o.entryNames(ctx), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			return codeErr(o.run(ctx, op, args[0], stdout, stderr))
+		},
+	}
+	fs := newFlagSet(string(op), stderr)
+	o.register(fs)
+	commandFlags(cmd, fs)
+	return cmd
+}
+
+// entryNames completes entry names from the leader's published config.
+func (o *adminOptions) entryNames(ctx context.Context) []cobra.Completion {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cli, err := o.etcd.client()
+	if err != nil {
+		return nil
+	}
+	defer cli.Close()
+	cfg, _, err := catalog.Load(ctx, cli, o.etcd.prefix())
+	if err != nil {
+		return nil
+	}
+	out := make([]cobra.Completion, 0, len(cfg.Entries))
+	for _, e := range cfg.Entries {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
+	cli, err := o.etcd.client()
+	if err != nil {
+		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
+		return exitFail
+	}
+	defer cli.Close()
+	tctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if !o.noCheck {
+		if err := checkEntry(tctx, cli, o.etcd.prefix(), name); err != nil {
+			if tctx.Err() != nil {
+				err = o.etcd.failure("check the entry", o.timeout, err)
+			}
+			fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, err)
+			return exitFail
 		}
-		return 0
+	}
+	r, err := store.New(cli, o.etcd.prefix()).PutRequest(tctx, op, name, time.Now())
+	if err != nil {
+		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.failure("queue the request", o.timeout, err))
+		return exitFail
+	}
+	outcome := "queued"
+	if o.wait > 0 {
+		if err := waitConsumed(ctx, cli, r.Key, o.wait); err != nil {
+			fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running? etcd at %s)\n", op, name, o.wait, o.etcd.endpointList())
+			return exitFail
+		}
+		outcome = "done"
+	}
+	if o.asJSON {
+		_ = json.NewEncoder(stdout).Encode(map[string]string{"op": string(op), "entry": name, "request": r.ID, "outcome": outcome})
+	} else {
+		fmt.Fprintf(stdout, "%s %s: %s\n", op, name, outcome)
+	}
+	return 0
+}
+
+// errUnknownEntry is an admin request for an entry the leader does not run.
+var errUnknownEntry = errors.New("no such entry")
+
+// checkEntry fails unless name is an entry of the config the leader
+// published. Before any leader published one, the entry's state in etcd
+// is proof enough that a leader has run it.
+func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) error {
+	cfg, h, err := catalog.Load(ctx, cli, prefix)
+	switch {
+	case err == nil:
+		if cfg.Entry(name) == nil {
+			return fmt.Errorf("%w: %q is not in the leader's config (%s, %d entries, published by %s at %s)",
+				errUnknownEntry, name, h.File, len(cfg.Entries), h.LeaderID, h.PublishedAt.Format(time.RFC3339))
+		}
+		return nil
+	case errors.Is(err, catalog.ErrNone):
+		resp, gerr := cli.Get(ctx, prefix+"entries/"+name, clientv3.WithCountOnly())
+		if gerr != nil {
+			return gerr
+		}
+		if resp.Count == 0 {
+			return fmt.Errorf("%w: %q: no leader has published its config under prefix %s and etcd holds no state for it (is --prefix right? --no-check queues anyway)", errUnknownEntry, name, prefix)
+		}
+		return nil
+	default:
+		if ctx.Err() == nil {
+			return fmt.Errorf("%w (--no-check queues the request without checking)", err)
+		}
+		return err
 	}
 }
 
@@ -168,4 +405,30 @@ func waitConsumed(ctx context.Context, cli *clientv3.Client, key string, timeout
 		return ctx.Err()
 	}
 	return os.ErrDeadlineExceeded
+}
+
+// statusBroker is how `beatd status` reaches the broker, where each
+// entry's recent runs are kept.
+type statusBroker struct {
+	url, master, passFile, redisPrefix string
+}
+
+func (b *statusBroker) register(fs *pflag.FlagSet) {
+	fs.StringVar(&b.url, "broker", "redis://127.0.0.1:6379/0", "Celery broker URL, for each entry's recent runs (kept in Redis)")
+	fs.StringVar(&b.master, "broker-master-name", "", "Redis Sentinel master name")
+	fs.StringVar(&b.passFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
+	fs.StringVar(&b.redisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
+}
+
+// history opens the run history of cluster; close releases it.
+func (b *statusBroker) history(cluster string) (historyReader, func(), error) {
+	pass, err := secret(b.passFile, "BEATD_BROKER_PASSWORD")
+	if err != nil {
+		return nil, func() {}, err
+	}
+	rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return publisher.New(rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
 }

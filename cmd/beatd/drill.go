@@ -12,21 +12,22 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
+	"github.com/spf13/cobra"
 )
 
-// runDrill is `beatd drill local` and `beatd drill audit`.
-func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "local" && args[0] != "audit") {
-		fmt.Fprintln(stderr, "usage: beatd drill local [flags]   run a failover drill on loopback\n       beatd drill audit [flags]   audit what a drill on your own cluster enqueued")
-		return 2
+// drillCommand is `beatd drill local` and `beatd drill audit`.
+func drillCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "failover drills with an exactly-once audit (local, audit)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE:  func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
-	if args[0] == "local" {
-		return drillLocal(ctx, args[1:], stdout, stderr)
-	}
-	return drillAudit(ctx, args[1:], stdout, stderr)
+	cmd.AddCommand(drillLocalCommand(ctx, stdout, stderr), drillAuditCommand(ctx, stdout, stderr))
+	return cmd
 }
 
-func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	fs := newFlagSet("drill local", stderr)
 	replicas := fs.Int("replicas", 3, "beatd replicas")
 	duration := fs.Duration("duration", 5*time.Minute, "how long faults are injected")
@@ -36,25 +37,31 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
-	if err := parseFlags(fs, args); err != nil {
-		return exitCode(err)
+	cmd := &cobra.Command{
+		Use:   "local",
+		Short: "run a failover drill on loopback: replicas, etcd, Redis and faults",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(*cobra.Command, []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				fmt.Fprintln(stderr, "beatd drill:", err)
+				return exitError(exitFail)
+			}
+			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
+			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
+				Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
+			if err != nil {
+				fmt.Fprintln(stderr, "beatd drill:", err)
+				return exitError(exitFail)
+			}
+			return codeErr(finishDrill(rep, *report, stdout, stderr))
+		},
 	}
-	bin, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(stderr, "beatd drill:", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
-	rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
-	if err != nil {
-		fmt.Fprintln(stderr, "beatd drill:", err)
-		return 1
-	}
-	return finishDrill(rep, *report, stdout, stderr)
+	commandFlags(cmd, fs)
+	return cmd
 }
 
-func drillAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	fs := newFlagSet("drill audit", stderr)
 	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
@@ -62,42 +69,48 @@ func drillAudit(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	from := fs.String("from", "", "audit slots from this RFC 3339 time (required)")
 	to := fs.String("to", "", "audit slots up to this RFC 3339 time (default: now minus 5s)")
 	report := fs.String("report", "", "write the JSON report to this file")
-	if err := parseFlags(fs, args); err != nil {
-		return exitCode(err)
+	timeout := fs.Duration("timeout", defaultTimeout, "deadline for reading the queue from the broker")
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "audit what a drill on your own cluster enqueued",
+		Args:  usageArgs(cobra.NoArgs),
 	}
-	if *config == "" || *from == "" {
-		fmt.Fprintln(stderr, "beatd drill audit: --config and --from are required")
-		return 2
-	}
-	cfg, err := schedule.LoadFile(*config)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fromT, err := time.Parse(time.RFC3339Nano, *from)
-	if err != nil {
-		fmt.Fprintf(stderr, "beatd drill audit: --from %q is not RFC 3339\n", *from)
-		return 2
-	}
-	toT := time.Now().Add(-5 * time.Second)
-	if *to != "" {
-		if toT, err = time.Parse(time.RFC3339Nano, *to); err != nil {
-			fmt.Fprintf(stderr, "beatd drill audit: --to %q is not RFC 3339\n", *to)
-			return 2
+	cmd.RunE = func(c *cobra.Command, _ []string) error {
+		if *config == "" || *from == "" {
+			return usageError{c, fmt.Errorf("--config and --from are required")}
 		}
+		cfg, err := schedule.LoadFile(*config)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError(exitFail)
+		}
+		fromT, err := time.Parse(time.RFC3339Nano, *from)
+		if err != nil {
+			return usageError{c, fmt.Errorf("--from %q is not RFC 3339", *from)}
+		}
+		toT := time.Now().Add(-5 * time.Second)
+		if *to != "" {
+			if toT, err = time.Parse(time.RFC3339Nano, *to); err != nil {
+				return usageError{c, fmt.Errorf("--to %q is not RFC 3339", *to)}
+			}
+		}
+		rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
+		if err != nil {
+			fmt.Fprintln(stderr, "beatd drill audit:", err)
+			return exitError(exitFail)
+		}
+		defer rdb.Close()
+		tctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		msgs, err := chaos.ReadQueue(tctx, rdb, *queue)
+		if err != nil {
+			fmt.Fprintf(stderr, "beatd drill audit: broker at %s (within %s): %v\n", publisher.Redacted(*broker), *timeout, err)
+			return exitError(exitFail)
+		}
+		return codeErr(finishDrill(chaos.Audit(cfg, msgs, fromT, toT), *report, stdout, stderr))
 	}
-	rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
-	if err != nil {
-		fmt.Fprintln(stderr, "beatd drill audit:", err)
-		return 1
-	}
-	defer rdb.Close()
-	msgs, err := chaos.ReadQueue(ctx, rdb, *queue)
-	if err != nil {
-		fmt.Fprintln(stderr, "beatd drill audit:", err)
-		return 1
-	}
-	return finishDrill(chaos.Audit(cfg, msgs, fromT, toT), *report, stdout, stderr)
+	commandFlags(cmd, fs)
+	return cmd
 }
 
 func finishDrill(rep *chaos.Report, reportPath string, stdout, stderr io.Writer) int {

@@ -4,13 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"github.com/beatd/beatd/internal/keys"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -26,7 +26,7 @@ type etcdFlags struct {
 	PasswordFile string
 }
 
-func (f *etcdFlags) register(fs *flag.FlagSet) {
+func (f *etcdFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Endpoints, "etcd-endpoints", f.Endpoints, "comma-separated etcd client URLs; empty runs an embedded single-node etcd (run) or uses http://127.0.0.1:2379 (other commands)")
 	fs.StringVar(&f.Prefix, "prefix", f.Prefix, "key prefix of this beatd cluster in etcd")
 	fs.StringVar(&f.CACert, "etcd-cacert", "", "CA bundle to verify etcd's TLS certificate")

@@ -1,17 +1,21 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
-// newFlagSet returns a FlagSet that reports errors instead of exiting.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("beatd "+name, flag.ContinueOnError)
+// newFlagSet returns a GNU-style FlagSet that reports errors instead of
+// exiting. Commands add it to their cobra command, which parses it.
+func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("beatd "+name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = false
 	return fs
 }
 
@@ -23,15 +27,19 @@ func envName(flagName string) string {
 
 // parseFlags parses args, then fills every flag not given on the command
 // line from its BEATD_* environment variable. Flags win over env.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+func parseFlags(fs *pflag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return applyEnv(fs)
+}
+
+// applyEnv sets every flag not given on the command line from its BEATD_*
+// variable, if set.
+func applyEnv(fs *pflag.FlagSet) error {
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || err != nil || noEnv[f.Name] {
 			return
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {
@@ -41,4 +49,44 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	return err
+}
+
+// noEnv are flags no variable sets: cobra's own.
+var noEnv = map[string]bool{"help": true, "version": true}
+
+// secretEnv are variables that hold secrets, read only from the
+// environment (or a file flag), never from a flag value.
+var secretEnv = map[string]string{
+	"etcd-password-file":   "BEATD_ETCD_PASSWORD",
+	"broker-password-file": "BEATD_BROKER_PASSWORD",
+	"admin-token-file":     "BEATD_ADMIN_TOKEN",
+}
+
+// envHelp lists the variables that set fs's flags, for a command's help.
+func envHelp(fs *pflag.FlagSet) string {
+	type row struct{ env, what string }
+	var rows []row
+	fs.VisitAll(func(f *pflag.Flag) {
+		if noEnv[f.Name] || f.Hidden {
+			return
+		}
+		rows = append(rows, row{envName(f.Name), "--" + f.Name})
+		if s, ok := secretEnv[f.Name]; ok {
+			rows = append(rows, row{s, "the secret itself, when --" + f.Name + " is not given"})
+		}
+	})
+	if len(rows) == 0 {
+		return ""
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].env < rows[j].env })
+	w := 0
+	for _, r := range rows {
+		w = max(w, len(r.env))
+	}
+	var b strings.Builder
+	b.WriteString("\nEnvironment (a flag on the command line wins):\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "  %-*s  %s\n", w, r.env, r.what)
+	}
+	return b.String()
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/logbridge"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -34,17 +35,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// serve runs the daemon until ctx ends, then stops it gracefully.
+func (m *Main) serve(ctx context.Context) int {
 	setGCPercent()
-	m := NewMain(stdout, stderr)
-	if err := m.ParseFlags(ctx, args); err != nil {
-		return exitCode(err)
-	}
+	// go-redis and gRPC log through process-wide loggers: the process's
+	// one daemon sets them, before any client exists.
+	log := m.newLogger().With("id", m.ID)
+	logbridge.SetRedisLogger(log)
+	logbridge.SetGRPCLogger(log)
 	if err := m.Run(ctx); err != nil {
-		fmt.Fprintln(stderr, "beatd:", err)
+		log.Error("beatd failed to start", "errors", strings.Split(err.Error(), "\n"))
 		_ = m.Close()
 		return 1
 	}
@@ -64,11 +68,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	signal.Notify(force, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-force
-		fmt.Fprintln(stderr, "beatd: second signal, exiting now")
+		log.Warn("second signal, exiting now")
 		os.Exit(1)
 	}()
 	if err := m.Close(); err != nil {
-		fmt.Fprintln(stderr, "beatd:", err)
+		log.Error("stop", "err", err)
 		return 1
 	}
 	return 0
@@ -100,6 +104,9 @@ type Main struct {
 	EtcdCompact    time.Duration
 	EtcdQuota      int64
 	EtcdRetention  string
+	AdvertiseURL   string
+
+	metricsPerEntryLimit int
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -126,6 +133,8 @@ type Main struct {
 	configSum  [32]byte // of the config last loaded or tried; guarded by reloadMu
 	reloadMu   sync.Mutex
 	closeOnce  sync.Once
+	ops        opsState
+	runCtx     context.Context
 }
 
 // NewMain returns a Main with the defaults.
@@ -137,13 +146,25 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
 		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
-		stdout: stdout, stderr: stderr,
+		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
 }
 
 // ParseFlags reads flags, then BEATD_* environment variables for flags not
 // given.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
+	fs := m.flags()
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return m.checkFlags()
+}
+
+// flags registers run's flags on a new FlagSet.
+func (m *Main) flags() *pflag.FlagSet {
 	fs := newFlagSet("run", m.stderr)
 	fs.StringVar(&m.ConfigPath, "config", m.ConfigPath, "schedule file; reloaded on SIGHUP and on change")
 	m.Etcd.register(fs)
@@ -168,16 +189,19 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.EtcdCompact, "etcd-compact", 0, "with --etcd-endpoints: the leader compacts etcd's history to this age (cluster-wide: off by default; the embedded etcd compacts itself)")
 	fs.Int64Var(&m.EtcdQuota, "etcd-quota-backend-bytes", m.EtcdQuota, "the embedded etcd's backend quota")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(m.stderr, "beatd run: unexpected argument %q\n", fs.Arg(0))
-		return errors.New("usage")
-	}
+	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
+	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
+	return fs
+}
+
+// checkFlags validates the parsed flags.
+func (m *Main) checkFlags() error {
 	if m.LogFormat != "json" && m.LogFormat != "text" {
-		fmt.Fprintf(m.stderr, "beatd run: --log-format must be json or text\n")
-		return errors.New("usage")
+		return fmt.Errorf("--log-format must be json or text, not %q", m.LogFormat)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level must be debug, info, warn or error, not %q", m.LogLevel)
 	}
 	return nil
 }
@@ -215,12 +239,12 @@ func (m *Main) Run(ctx context.Context) error {
 		etcdc = make(chan started, 1)
 		go func() {
 			srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"),
-				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd",
+				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd", Logger: m.log,
 				QuotaBackendBytes: m.EtcdQuota, CompactionRetention: m.EtcdRetention})
 			etcdc <- started{srv, err}
 		}()
 	}
-	cfg, err := loadConfig(m.ConfigPath)
+	cfg, err := m.loadConfig()
 	if etcdc != nil {
 		s := <-etcdc
 		if s.err != nil {
@@ -260,6 +284,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
+	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: m.pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
@@ -268,6 +293,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.configAccepted(cfg)
 	m.elector, err = election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
 	if err != nil {
 		return err
@@ -282,7 +308,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log})),
 		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
+	m.cancel, m.runCtx = cancel, runCtx
+	m.startOps(runCtx)
 	m.wg.Add(5)
 	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
@@ -344,7 +371,9 @@ func (m *Main) lead(ctx context.Context) {
 		if m.EtcdCompact > 0 && m.embedded == nil {
 			compacting.Go(func() { store.Compact(schedCtx, m.etcd, m.EtcdCompact, m.log) })
 		}
+		stopCatalog := m.publishCatalog(l)
 		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
+		stopCatalog()
 		stop()
 		cancel()
 		compacting.Wait()
@@ -373,6 +402,7 @@ func (m *Main) Close() error {
 			cancel()
 		}
 		m.wg.Wait()
+		m.ops.wg.Wait()
 		if m.rdb != nil {
 			err = errors.Join(err, m.rdb.Close())
 		}
@@ -396,7 +426,7 @@ func (m *Main) Reload() {
 	// Remember what was tried, good or bad, so the watcher reloads when the
 	// file changes again (including back to the running version).
 	m.configSum = fileSum(m.ConfigPath)
-	cfg, err := loadConfig(m.ConfigPath)
+	cfg, err := m.loadConfig()
 	if err == nil {
 		err = m.sched.Reload(cfg)
 	}
@@ -409,11 +439,7 @@ func (m *Main) Reload() {
 	m.metrics.Reloads.WithLabelValues("ok").Inc()
 	m.metrics.ReloadOK.Set(1)
 	m.log.Info("config reloaded", "config", m.ConfigPath, "entries", len(cfg.Entries))
-}
-
-// loadConfig loads and validates the config.
-func loadConfig(path string) (*schedule.Config, error) {
-	return schedule.LoadFile(path)
+	m.configAccepted(cfg)
 }
 
 // defaultGCPercent is beatd's GOGC unless the environment sets one. The
@@ -507,9 +533,10 @@ func (m *Main) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Status implements api.Backend, from etcd, so standbys serve it too.
+// Status implements api.Backend, from etcd, so standbys serve it too. It
+// answers within a second even when etcd does not, from what it last knew.
 func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := buildStatus(ctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.pub, time.Now())
+	st, err := m.cachedStatus(ctx)
 	st.ID = m.ID
 	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
 	return st, err

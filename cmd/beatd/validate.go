@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,54 +10,83 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/schedule"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: beatd validate FILE") }
-	if err := fs.Parse(args); err != nil {
-		return exitCode(err)
+// validateCommand is `beatd validate FILE`.
+func validateCommand(stdout, stderr io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "check a schedules.yaml; exit 1 with FILE:LINE:COL errors",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(_ *cobra.Command, args []string) error {
+			cfg, err := schedule.LoadFile(args[0])
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitError(exitFail)
+			}
+			fmt.Fprintf(stdout, "%s: ok, %d entries\n", args[0], len(cfg.Entries))
+			if len(cfg.Entries) == 0 {
+				fmt.Fprintf(stderr, "warning: %s: no entries: beatd would run and publish nothing\n", args[0])
+			}
+			return nil
+		},
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	cfg, err := schedule.LoadFile(fs.Arg(0))
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: ok, %d entries\n", fs.Arg(0), len(cfg.Entries))
-	return 0
 }
 
+// exitCode maps a flag parsing error to an exit code.
 func exitCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
-	return 2
+	return exitUsage
 }
 
-func runNext(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("next", stderr)
-	config := fs.String("config", "schedules.yaml", "schedule file")
-	entry := fs.String("entry", "", "only this entry")
-	from := fs.String("from", "", "RFC 3339 instant to start after (default now)")
-	count := fs.Int("count", 5, "fire times per entry")
-	asJSON := fs.Bool("json", false, "one JSON object per line: {\"entry\", \"at\"}")
-	if err := parseFlags(fs, args); err != nil {
-		return exitCode(err)
+// nextOptions are the flags of `beatd next`.
+type nextOptions struct {
+	config, entry, from string
+	count               int
+	asJSON              bool
+}
+
+func (o *nextOptions) register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.config, "config", "schedules.yaml", "schedule file")
+	fs.StringVar(&o.entry, "entry", "", "only this entry")
+	fs.StringVar(&o.from, "from", "", "RFC 3339 instant to start after (default now)")
+	fs.IntVar(&o.count, "count", 5, "fire times per entry")
+	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}")
+}
+
+// nextCommand is `beatd next`.
+func nextCommand(stdout, stderr io.Writer) *cobra.Command {
+	o := &nextOptions{}
+	cmd := &cobra.Command{
+		Use:   "next",
+		Short: "print the next fire times of each entry",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(c *cobra.Command, _ []string) error {
+			return codeErr(o.run(c, stdout, stderr))
+		},
 	}
+	fs := newFlagSet("next", stderr)
+	o.register(fs)
+	commandFlags(cmd, fs)
+	return cmd
+}
+
+func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
+	config, entry, from, count, asJSON := &o.config, &o.entry, &o.from, &o.count, &o.asJSON
 	if *count < 1 {
-		fmt.Fprintln(stderr, "beatd next: --count must be at least 1")
-		return 2
+		fmt.Fprintf(stderr, "beatd next: --count must be at least 1\nRun '%s --help' for usage.\n", c.CommandPath())
+		return exitUsage
 	}
 	start := time.Now()
 	if *from != "" {
 		t, err := time.Parse(time.RFC3339Nano, *from)
 		if err != nil {
-			fmt.Fprintf(stderr, "beatd next: --from %q is not RFC 3339 (e.g. 2026-11-30T10:00:00Z)\n", *from)
-			return 2
+			fmt.Fprintf(stderr, "beatd next: --from %q is not RFC 3339 (e.g. 2026-11-30T10:00:00Z)\nRun '%s --help' for usage.\n", *from, c.CommandPath())
+			return exitUsage
 		}
 		start = t
 	}
@@ -120,14 +147,29 @@ func runNext(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// humanDuration rounds a wait for people: "in 3h25m", "in 42s".
+// humanDuration writes a wait for people, always the same way: its two
+// largest units, rounded down to the second ("2d 3h", "19h 30m", "5m 3s",
+// "42s").
 func humanDuration(d time.Duration) string {
-	switch {
-	case d >= 48*time.Hour:
-		return strconv.Itoa(int(d.Hours()/24)) + "d"
-	case d >= time.Hour:
-		return d.Round(time.Minute).String()
-	default:
-		return d.Round(time.Second).String()
+	if d < 0 {
+		return "-" + humanDuration(-d)
 	}
+	s := int64(d / time.Second)
+	units := []struct {
+		secs int64
+		name string
+	}{{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}}
+	for i, u := range units {
+		if s < u.secs && u.secs > 1 {
+			continue
+		}
+		out := strconv.FormatInt(s/u.secs, 10) + u.name
+		if i+1 < len(units) {
+			if rest := s % u.secs / units[i+1].secs; rest > 0 {
+				out += " " + strconv.FormatInt(rest, 10) + units[i+1].name
+			}
+		}
+		return out
+	}
+	return "0s"
 }

@@ -5,12 +5,13 @@ package embedetcd
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/logbridge"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -30,6 +31,8 @@ type Config struct {
 	// CompactionRetention is the periodic auto-compaction's retention
 	// (default DefaultCompactionRetention).
 	CompactionRetention string
+	// Logger receives etcd's own log, errors only; nil: JSON on stderr.
+	Logger *slog.Logger
 }
 
 // Defaults that keep the embedded etcd's disk and memory flat while beatd
@@ -67,8 +70,7 @@ func Start(cfg Config) (*Server, error) {
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
 	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{zapcore.NewCore(
-		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)}))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{logbridge.ZapCore(cfg.Logger, "etcd", zapcore.ErrorLevel)}))
 	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.ClientPort)}
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.PeerPort)}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/beatd/beatd/internal/keys"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/catalog"
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/schedule"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// opsState is what the daemon keeps for operators: the config to publish
+// to the catalog, the last status it could read, and its dependency
+// health.
+type opsState struct {
+	candidate []byte // the file loadConfig parsed last; guarded by Main.reloadMu
+	running   atomic.Pointer[loadedConfig]
+	kick      chan struct{} // a new config to publish to the catalog
+	wg        sync.WaitGroup
+
+	statusMu     sync.Mutex
+	lastStatus   *api.Status // the last status read from etcd
+	lastStatusAt time.Time
+	lastReadErr  error         // of the last read from etcd; nil once one succeeds
+	refreshing   chan struct{} // closed when the refresh in flight ends
+	dependencyUp *prometheus.GaugeVec
+}
+
+// loadedConfig is the running config's file and size. The file is kept
+// only until it is first compressed for the catalog.
+type loadedConfig struct {
+	data    []byte
+	entries int
+	once    sync.Once
+	payload catalog.Payload
+}
+
+func (lc *loadedConfig) prepared() catalog.Payload {
+	lc.once.Do(func() {
+		lc.payload = catalog.Prepare(lc.data)
+		lc.data = nil
+	})
+	return lc.payload
+}
+
+// loadConfig reads and validates the config, keeping the bytes so that,
+// once the scheduler accepts the config, the leader can publish them.
+func (m *Main) loadConfig() (*schedule.Config, error) {
+	data, err := os.ReadFile(m.ConfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: read config: %w", err)
+	}
+	cfg, err := schedule.Parse(m.ConfigPath, data)
+	if err != nil {
+		return nil, err
+	}
+	m.ops.candidate = data
+	return cfg, nil
+}
+
+// configAccepted records that cfg, last loaded, now runs: the leader
+// publishes it to the catalog once.
+func (m *Main) configAccepted(cfg *schedule.Config) {
+	m.ops.running.Store(&loadedConfig{data: m.ops.candidate, entries: len(cfg.Entries)})
+	m.ops.candidate = nil
+	if len(cfg.Entries) == 0 {
+		m.log.Warn("the config has no entries: nothing will be published", "config", m.ConfigPath)
+	}
+	select {
+	case m.ops.kick <- struct{}{}:
+	default:
+	}
+}
+
+// startOps starts the operator goroutines; they stop when ctx ends and
+// Close waits for them.
+func (m *Main) startOps(ctx context.Context) {
+	m.ops.dependencyUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_dependency_up",
+		Help: "1 if the dependency answered this replica's last probe (every 5s), else 0."}, []string{"dependency"})
+	m.registry.MustRegister(m.ops.dependencyUp, buildInfo())
+	m.ops.wg.Add(1)
+	go func() {
+		defer m.ops.wg.Done()
+		m.monitor(ctx)
+	}()
+}
+
+// buildInfo is beatd_build_info: constant 1, labelled with the version.
+func buildInfo() prometheus.Collector {
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_build_info", Help: "Always 1; the labels say which beatd runs.",
+		ConstLabels: prometheus.Labels{"version": versionString(), "revision": revision, "goversion": runtime.Version()}})
+	g.Set(1)
+	return g
+}
+
+// probeEvery is how often the monitor probes etcd and the broker, and
+// reminder how often it repeats a warning while one stays down.
+const (
+	probeEvery = 5 * time.Second
+	reminder   = 30 * time.Second
+)
+
+// monitor probes etcd and the broker and logs while either is down: at
+// once, then every reminder, then once when it is back. A degraded
+// replica is never silent.
+func (m *Main) monitor(ctx context.Context) {
+	type dep struct {
+		name, where string
+		probe       func(context.Context) error
+		downSince   time.Time
+		lastLog     time.Time
+	}
+	deps := []*dep{
+		{name: "etcd", where: m.Etcd.Endpoints, probe: func(ctx context.Context) error {
+			_, err := m.etcd.Get(ctx, m.Etcd.prefix()+"leader/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err
+		}},
+		{name: "broker", where: publisher.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }},
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, d := range deps {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := d.probe(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			now := time.Now()
+			switch {
+			case err != nil:
+				m.ops.dependencyUp.WithLabelValues(d.name).Set(0)
+				if d.downSince.IsZero() {
+					d.downSince = now
+				}
+				if d.lastLog.IsZero() || now.Sub(d.lastLog) >= reminder {
+					d.lastLog = now
+					m.log.Error(d.name+" unreachable", "at", d.where, "err", err,
+						"down_for", now.Sub(d.downSince).Round(time.Second).String(), "leader", m.token.Load() != 0)
+				}
+			default:
+				m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
+				if !d.downSince.IsZero() {
+					m.log.Info(d.name+" reachable again", "at", d.where, "was_down_for", now.Sub(d.downSince).Round(time.Second).String())
+				}
+				d.downSince, d.lastLog = time.Time{}, time.Time{}
+			}
+		}
+		t.Reset(probeEvery)
+	}
+}
+
+// publishCatalog publishes the running config to etcd for term l: once
+// at the start of the term and once per reload, retrying failures. The
+// returned func stops it and waits.
+func (m *Main) publishCatalog(l *election.Leadership) (stop func()) {
+	ctx, cancel := context.WithCancel(l.Context())
+	done := make(chan struct{})
+	select { // a reload before this term is published below anyway
+	case <-m.ops.kick:
+	default:
+	}
+	go func() {
+		defer close(done)
+		pending, backoff := true, time.Second
+		for {
+			var retry <-chan time.Time
+			if pending {
+				err := m.publishCatalogOnce(ctx, l)
+				switch {
+				case err == nil:
+					pending, backoff = false, time.Second
+				case errors.Is(err, catalog.ErrNotLeader) || ctx.Err() != nil:
+					return
+				default:
+					m.log.Warn("publishing the config to etcd failed; retrying", "err", err, "backoff", backoff.String())
+					retry = time.After(backoff)
+					backoff = min(2*backoff, time.Minute)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.ops.kick:
+				pending = true
+			case <-retry:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (m *Main) publishCatalogOnce(ctx context.Context, l *election.Leadership) error {
+	lc := m.ops.running.Load()
+	if lc == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
+		PublishedAt: time.Now().UTC(), StatusURL: m.statusURL()}
+	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), catalog.Guard{Key: l.Key, Token: l.Token}, h, lc.prepared()); err != nil {
+		return err
+	}
+	m.log.Debug("config published to etcd", "entries", lc.entries, "token", l.Token)
+	return nil
+}
+
+// statusURL is where other hosts reach this replica's GET /status.
+func (m *Main) statusURL() string {
+	if m.AdvertiseURL != "" {
+		return m.AdvertiseURL + "/status"
+	}
+	host, port, err := net.SplitHostPort(m.httpLn.Addr().String())
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return ""
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/status"
+}
+
+// statusBudget is how long GET /status waits for etcd before answering
+// from the last status it read, flagged stale.
+const statusBudget = 500 * time.Millisecond
+
+// cachedStatus answers from etcd if etcd answers within statusBudget,
+// else from the last status read, marked stale with its age. The read
+// goes on in the background and refreshes the cache when it ends.
+func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
+	o := &m.ops
+	o.statusMu.Lock()
+	wait := o.refreshing
+	if wait == nil {
+		wait = make(chan struct{})
+		o.refreshing = wait
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			rctx, cancel := context.WithTimeout(m.runCtx, 10*time.Second)
+			st, err := statusFromEtcd(rctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.pub, time.Now())
+			cancel()
+			o.statusMu.Lock()
+			o.lastReadErr = err
+			if err == nil {
+				o.lastStatus, o.lastStatusAt = &st, time.Now()
+			} else {
+				m.metrics.EtcdErrors.Inc()
+			}
+			o.refreshing = nil
+			o.statusMu.Unlock()
+			close(wait)
+		}()
+	}
+	o.statusMu.Unlock()
+	budget := statusBudget
+	t := time.NewTimer(budget)
+	defer t.Stop()
+	select {
+	case <-wait:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	o.statusMu.Lock()
+	defer o.statusMu.Unlock()
+	var st api.Status
+	if o.lastStatus != nil {
+		st = *o.lastStatus
+		st.Entries = append([]api.EntryStatus(nil), st.Entries...)
+	} else {
+		// Nothing read yet: what the config says, with no state.
+		st = statusFromConfig(m.sched.Config(), time.Now())
+	}
+	switch {
+	case !isClosed(wait):
+		st.Error = fmt.Sprintf("etcd at %s did not answer within %s; this is what the replica last knew", m.Etcd.Endpoints, budget)
+	case o.lastReadErr != nil:
+		st.Error = fmt.Sprintf("etcd at %s: %v; this is what the replica last knew", m.Etcd.Endpoints, o.lastReadErr)
+	}
+	if st.Error != "" {
+		st.Stale = true
+		if o.lastStatus != nil {
+			st.StaleSeconds = roundSeconds(time.Since(o.lastStatusAt))
+		}
+	}
+	m.addLocalResults(&st)
+	return st, nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func roundSeconds(d time.Duration) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(d.Seconds(), 'f', 1, 64), 64)
+	return v
+}
+
+// addLocalResults adds each entry's last result and error, as this
+// replica's loop remembers them (only a leader, or a replica that led,
+// has any).
+func (m *Main) addLocalResults(st *api.Status) {
+	results := m.metrics.Results()
+	for i := range st.Entries {
+		e := &st.Entries[i]
+		r, ok := results[e.Name]
+		if !ok {
+			continue
+		}
+		e.LastResult, e.LastError = r.LastResult, r.LastError
+		e.LastErrorAt, e.LastSuccessAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
+		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
+			e.NextRunAt = timePtr(r.NextFireAt)
+		}
+	}
+}
+
+// statusFromEtcd is buildStatus plus the leader key's lease: a leader
+// that stopped renewing it shows as unresponsive before it expires.
+func statusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, hist historyReader, now time.Time) (api.Status, error) {
+	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now)
+	if err != nil || st.LeaderID == "" {
+		return st, err
+	}
+	resp, err := cli.Get(ctx, keys.Leaders(prefix), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return st, fmt.Errorf("leader lease: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != st.FencingToken {
+		return st, nil // changed meanwhile; the next read shows the new one
+	}
+	if lease := resp.Kvs[0].Lease; lease != 0 {
+		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+		if err != nil {
+			return st, fmt.Errorf("leader lease: %w", err)
+		}
+		st.LeaderLeaseSeconds = max(ttl.TTL, 0)
+		st.LeaderUnresponsive = leaseLapsing(ttl.TTL, ttl.GrantedTTL)
+	}
+	return st, nil
+}
+
+// leaseLapsing says a lease with remaining seconds left of granted was not
+// renewed on time. The leader renews every granted/3, so a live lease
+// keeps about 2/3 of its TTL or more; etcd truncates the remainder to
+// whole seconds, hence one second of slack. With a TTL under 3s the
+// slack leaves nothing to detect: such a leader just expires.
+func leaseLapsing(remaining, granted int64) bool {
+	return remaining < granted*2/3-1
+}
+
+// statusFromConfig is the status the config alone gives: entries and next
+// run times, no state.
+func statusFromConfig(cfg *schedule.Config, now time.Time) api.Status {
+	var st api.Status
+	if cfg == nil {
+		return st
+	}
+	for _, e := range cfg.Entries {
+		es := api.EntryStatus{Name: e.Name, Task: e.Task, Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled}
+		if e.Enabled {
+			es.NextRunAt = timePtr(e.Schedule.Next(now))
+		}
+		st.Entries = append(st.Entries, es)
+	}
+	return st
+}

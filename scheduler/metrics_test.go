@@ -1,0 +1,248 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// series returns the value of the series name{labels} in reg, and whether
+// it exists.
+func series(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			if len(got) != len(labels) {
+				continue
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			return value(m), true
+		}
+	}
+	return 0, false
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return 0
+}
+
+func count(t *testing.T, reg prometheus.Gatherer, name string) int {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// TestMetricsStartAtZero: every labelled series exists from the start, so
+// rate() and absent() alerts work before the first event.
+func TestMetricsStartAtZero(t *testing.T) {
+	h := newHarness(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 1m}\n", t0)
+	for _, e := range []string{"a", "b"} {
+		for _, r := range []string{"ok", "duplicate", "stale", "error", "manual"} {
+			if v, ok := series(t, h.reg, "beatd_fires_total", map[string]string{"entry": e, "result": r}); !ok || v != 0 {
+				t.Errorf("beatd_fires_total{entry=%q,result=%q} = %v, %v; want 0, present", e, r, v, ok)
+			}
+		}
+		for _, r := range missedReasons {
+			if _, ok := series(t, h.reg, "beatd_missed_slots_total", map[string]string{"entry": e, "reason": r}); !ok {
+				t.Errorf("beatd_missed_slots_total{entry=%q,reason=%q} missing", e, r)
+			}
+		}
+		if v, ok := series(t, h.reg, "beatd_entry_last_success_timestamp_seconds", map[string]string{"entry": e}); !ok || v != 0 {
+			t.Errorf("last success of %s = %v, %v", e, v, ok)
+		}
+	}
+	for _, r := range []string{"ok", "error"} {
+		if _, ok := series(t, h.reg, "beatd_config_reloads_total", map[string]string{"result": r}); !ok {
+			t.Errorf("beatd_config_reloads_total{result=%q} missing", r)
+		}
+	}
+	if v, ok := series(t, h.reg, "beatd_pending_slots", nil); !ok || v != 0 {
+		t.Errorf("beatd_pending_slots = %v, %v", v, ok)
+	}
+	// A standby exports no next fire times: it does not schedule.
+	if _, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil); ok {
+		t.Error("next fire exported before leading")
+	}
+}
+
+// TestMetricsTimestamps: next fire, last success, manual triggers and a
+// broker outage as the leader's metrics show them.
+func TestMetricsTimestamps(t *testing.T) {
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h.start(7)
+	h.settle()
+	next := func() float64 {
+		v, _ := series(t, h.reg, "beatd_entry_next_fire_timestamp_seconds", map[string]string{"entry": "e"})
+		return v
+	}
+	oldest := func() float64 {
+		v, _ := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil)
+		return v
+	}
+	if want := float64(t0.Add(10 * time.Second).Unix()); next() != want || oldest() != want {
+		t.Fatalf("next fire %v, oldest %v; want %v", next(), oldest(), want)
+	}
+	h.clock.Advance(10 * time.Second)
+	h.waitPublished(1)
+	h.settle()
+	if want := float64(t0.Add(20 * time.Second).Unix()); next() != want {
+		t.Errorf("next fire after a fire %v, want %v", next(), want)
+	}
+	if v, _ := series(t, h.reg, "beatd_entry_last_success_timestamp_seconds", map[string]string{"entry": "e"}); v != float64(t0.Add(11*time.Second).Unix()) {
+		t.Errorf("last success %v, want the publish time %v", v, t0.Add(11*time.Second).Unix())
+	}
+
+	h.store.request(store.OpTrigger, "e")
+	h.waitPublished(2)
+	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "manual")); v != 1 {
+		t.Errorf("manual fires %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "ok")); v != 1 {
+		t.Errorf("ok fires %v, want 1 (the trigger counts as manual)", v)
+	}
+	if r := h.sched.cfg.Metrics.Results()["e"]; r.LastResult != "manual" {
+		t.Errorf("last result %+v", r)
+	}
+
+	// The broker fails: the slot due at 20s stays pending and overdue.
+	h.disp.setErr(errors.New("connection refused"))
+	h.clock.Advance(10 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(h.sched.cfg.Metrics.PendingSlots) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < 3; i++ {
+		h.clock.Advance(10 * time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := testutil.ToFloat64(h.sched.cfg.Metrics.PendingSlots); v < 1 {
+		t.Errorf("beatd_pending_slots = %v during the outage", v)
+	}
+	if want := float64(t0.Add(20 * time.Second).Unix()); next() != want || oldest() != want {
+		t.Errorf("during the outage next fire %v, oldest %v; want the stuck slot %v", next(), oldest(), want)
+	}
+	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "error")); v < 1 {
+		t.Errorf("error fires %v", v)
+	}
+	if r := h.sched.cfg.Metrics.Results()["e"]; r.LastResult != "error" || r.LastError != "connection refused" {
+		t.Errorf("last result during the outage %+v", r)
+	}
+	h.disp.setErr(nil)
+	h.clock.Advance(5 * time.Second)
+	h.waitPublished(6)
+	h.settle()
+	if next() < float64(h.clock.Now().Unix()) {
+		t.Errorf("next fire %v still in the past after recovery (now %v)", next(), h.clock.Now().Unix())
+	}
+}
+
+// TestMetricsPerEntryLimit: past the limit, no per-entry series; the
+// aggregates stay.
+func TestMetricsPerEntryLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.PerEntryLimit = 2
+	h := &harness{t: t, clock: NewFakeClock(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
+	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
+		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sched = s
+	h.start(7)
+	h.settle()
+	h.clock.Advance(10 * time.Second)
+	h.waitPublished(3)
+	h.settle()
+	if v, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "", "result": "ok"}); !ok || v != 3 {
+		t.Errorf("aggregate ok fires = %v, %v; want 3", v, ok)
+	}
+	if n := count(t, reg, "beatd_fires_total"); n != len(fireResults) {
+		t.Errorf("%d fires_total series past the limit, want one per result", n)
+	}
+	for _, name := range []string{"beatd_entry_next_fire_timestamp_seconds", "beatd_entry_last_success_timestamp_seconds"} {
+		if n := count(t, reg, name); n != 0 {
+			t.Errorf("%d %s series past the limit", n, name)
+		}
+	}
+	if v, ok := series(t, reg, "beatd_oldest_next_fire_timestamp_seconds", nil); !ok || v != float64(t0.Add(20*time.Second).Unix()) {
+		t.Errorf("oldest next fire = %v, %v", v, ok)
+	}
+	if v, _ := series(t, reg, "beatd_per_entry_metrics", nil); v != 0 {
+		t.Errorf("beatd_per_entry_metrics = %v", v)
+	}
+	// Back under the limit: per-entry series again, the aggregate gone.
+	if err := s.Reload(mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "", "result": "ok"}); ok {
+		t.Error("aggregate series kept after going under the limit")
+	}
+	if _, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "a", "result": "error"}); !ok {
+		t.Error("per-entry series not created under the limit")
+	}
+}
+
+// fenceDown is a dispatcher whose broker refuses the fence: the term
+// cannot start.
+type fenceDown struct{ *fakeDispatcher }
+
+func (fenceDown) RaiseFence(context.Context, int64) error { return errors.New("connection refused") }
+
+// TestOverdueWhileTheTermCannotStart: a leader stuck raising the fence
+// still exports its earliest slot, which then becomes overdue.
+func TestOverdueWhileTheTermCannotStart(t *testing.T) {
+	h := newHarness(t, "entries:\n  fast: {task: t, every: 10s}\n  slow: {task: t, every: 1h}\n  off: {task: t, every: 1s, enabled: false}\n", t0.Add(time.Second))
+	h.sched.cfg.Dispatcher = fenceDown{h.disp}
+	h.start(7)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil)
+		if ok && v == float64(t0.Add(10*time.Second).Unix()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("oldest next fire = %v, %v; want the fast entry's first slot", v, ok)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.cancel()
+	<-h.done
+	h.done <- nil
+	if _, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil); ok {
+		t.Error("next fire still exported after the term")
+	}
+}
