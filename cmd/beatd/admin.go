@@ -367,11 +367,11 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 		}
 		return nil
 	case errors.Is(err, catalog.ErrNone):
-		resp, gerr := cli.Get(ctx, prefix+"entries/"+name, clientv3.WithCountOnly())
+		st, gerr := store.New(cli, prefix).Get(ctx, name)
 		if gerr != nil {
 			return gerr
 		}
-		if resp.Count == 0 {
+		if st.LastSlot.IsZero() && st.Since.IsZero() && !st.Paused {
 			return fmt.Errorf("%w: %q: no leader has published its config under prefix %s and etcd holds no state for it (is --prefix right? --no-check queues anyway)", errUnknownEntry, name, prefix)
 		}
 		return nil

@@ -134,7 +134,7 @@ func (m *Main) monitor(ctx context.Context) {
 	}
 	deps := []*dep{
 		{name: "etcd", where: m.Etcd.Endpoints, probe: func(ctx context.Context) error {
-			_, err := m.etcd.Get(ctx, m.Etcd.prefix()+"leader/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
 		{name: "broker", where: publisher.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }},
