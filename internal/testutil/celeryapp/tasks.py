@@ -8,8 +8,14 @@ import os
 from celery import Celery
 
 _port = os.environ.get("REDIS_PORT", "6379")
-app = Celery("beatd_e2e", broker="redis://127.0.0.1:%s/0" % _port,
+# BROKER_URL selects another broker (the AMQP tests: RabbitMQ); results stay
+# in Redis either way.
+app = Celery("beatd_e2e", broker=os.environ.get("BROKER_URL") or "redis://127.0.0.1:%s/0" % _port,
              backend="redis://127.0.0.1:%s/1" % _port)
+if os.environ.get("QUEUE_MAX_PRIORITY"):
+    # A worker whose queues are declared with x-max-priority, as Celery's
+    # task_queue_max_priority does; beatd is told so in schedules.yaml.
+    app.conf.task_queue_max_priority = int(os.environ["QUEUE_MAX_PRIORITY"])
 app.conf.worker_hijack_root_logger = False
 app.conf.result_expires = 3600
 
