@@ -9,6 +9,7 @@ c custom_headers "add.apply_async((5, 5), headers={'x-tenant': 'acme', 'x-n': 7,
 c expires_seconds "add.apply_async((1, 1), expires=120)"
 c priority "add.apply_async((1, 1), priority=5)"
 c queue "add.apply_async((1, 1), queue='reports')"
+c queue_celery "add.apply_async((1, 1), queue='celery')"
 c limits "add.apply_async((1, 1), time_limit=30, soft_time_limit=20.5, ignore_result=True)"
 c send_task_by_name "app.send_task('remote.only.task', args=[1], kwargs={'a': [1, 2, {'b': None}]})"
 c exchange_routing_key "add.apply_async((1, 1), exchange='mail', routing_key='mail.send')"
