@@ -739,3 +739,10 @@ func tableOf(m *schedule.Map) (amqp.Table, error) {
 	}
 	return t, nil
 }
+
+// AMQPWindow states, for `beatd run --help` and the README, what an AMQP
+// broker leaves of the exactly-once guarantee.
+const AMQPWindow = "With RabbitMQ a slot can still be enqueued twice in one window: a leader killed or deposed after the broker " +
+	"confirmed some of a batch's messages and before that batch's journal record (beatd.journal.<cluster>) was confirmed; " +
+	"the next leader re-sends those slots with the same task ids and counts each in beatd_amqp_resends_total. " +
+	"A deposed leader can never publish after a new leader has fenced (exclusive lock queue beatd.fence.<cluster> + etcd check)."

@@ -97,6 +97,7 @@ type Main struct {
 	embedded       *embedetcd.Server
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
+	brokerPing     func(context.Context) error
 	store          *store.Store
 	elector        *election.Elector
 	sched          *scheduler.Scheduler
@@ -135,7 +136,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
-	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://")
+	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, or RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://. "+publisher.AMQPWindow)
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
@@ -223,7 +224,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
+	m.registry = prometheus.NewRegistry()
+	var pub scheduler.Dispatcher
+	if publisher.IsAMQPURL(m.Broker) {
+		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+			Verify: publisher.LeaderCheck(m.etcd, prefix), Config: func() *schedule.Config { return m.sched.Config() },
+			Registerer: m.registry, Logger: m.log})
+		if err != nil {
+			return err
+		}
+		pub, m.brokerPing = a, a.Ping
+	} else if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
 		return err
 	}
 	redisPrefix := m.RedisPrefix
@@ -237,9 +248,11 @@ func (m *Main) Run(ctx context.Context) error {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
-	pub := publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisPrefix, DedupTTL: dedup})
+	if pub == nil {
+		pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisPrefix, DedupTTL: dedup})
+		m.brokerPing = func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }
+	}
 
-	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
 	host, _ := os.Hostname()
@@ -461,7 +474,7 @@ func (m *Main) Ready(ctx context.Context) error {
 		m.metrics.EtcdErrors.Inc()
 		return fmt.Errorf("etcd unreachable: %w", err)
 	}
-	if err := m.rdb.Ping(ctx).Err(); err != nil {
+	if err := m.brokerPing(ctx); err != nil {
 		m.metrics.RedisErrors.Inc()
 		return fmt.Errorf("broker unreachable: %w", err)
 	}
