@@ -115,6 +115,20 @@ type TaskResult struct {
 	Result json.RawMessage `json:"result"`
 }
 
+// Result returns the result backend's state for id, if it has one.
+func (w *CeleryWorker) Result(tb testing.TB, id string) (TaskResult, bool) {
+	tb.Helper()
+	raw, err := w.results.Get(context.Background(), "celery-task-meta-"+id).Bytes()
+	if err != nil {
+		return TaskResult{}, false
+	}
+	var r TaskResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		tb.Fatal(err)
+	}
+	return r, true
+}
+
 // WaitResult waits for the result backend to hold a final state for id.
 func (w *CeleryWorker) WaitResult(tb testing.TB, id string, timeout time.Duration) TaskResult {
 	tb.Helper()
