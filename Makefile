@@ -1,7 +1,7 @@
 GO ?= go
 BIN ?= bin/beatd
 
-.PHONY: build test bench fuzz vectors demo
+.PHONY: build test bench fuzz vectors demo drill-amqp
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -27,3 +27,9 @@ vectors:
 # about 30 seconds (installs redis-server and python3-celery if missing).
 demo:
 	deploy/demo/demo.sh
+
+# The failover drill on RabbitMQ (minutes): every fault kind at least twice,
+# audited by draining the queue. BEATD_DRILL_SEED and BEATD_DRILL_DURATION
+# (default 60s) tune it.
+drill-amqp:
+	BEATD_DRILL_AMQP=1 $(GO) test -race -count=1 -run '^TestDrillAMQP$$' -timeout 30m -v ./chaos

@@ -68,6 +68,12 @@ type Report struct {
 	Handovers map[string]Stats `json:"handover_by_fault,omitempty"`
 	FireLag   Stats            `json:"fire_lag"`
 	OK        bool             `json:"ok"`
+	// RabbitMQ drills only: duplicates explained by a logged re-send (the
+	// documented window), the re-sends logged, and messages enqueued after
+	// a newer term's (publishes from a fenced term).
+	DuplicatesInWindow []SlotRef `json:"duplicates_in_window,omitempty"`
+	Resends            int       `json:"amqp_resends,omitempty"`
+	FencedPublishes    int       `json:"fenced_publishes,omitempty"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -283,6 +289,11 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 	show("duplicate", r.Duplicates)
 	show("missed", r.Missed)
+	if len(r.DuplicatesInWindow) > 0 || r.Resends > 0 || r.FencedPublishes > 0 {
+		fmt.Fprintf(w, "  amqp: duplicates in the documented window %d, re-sends logged %d, publishes from a fenced term %d\n",
+			len(r.DuplicatesInWindow), r.Resends, r.FencedPublishes)
+		show("duplicate (re-send, counted)", r.DuplicatesInWindow)
+	}
 }
 
 // writeStats prints per-fault-kind duration stats, sorted by kind.

@@ -31,7 +31,8 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	replicas := fs.Int("replicas", 3, "beatd replicas")
 	duration := fs.Duration("duration", 5*time.Minute, "how long faults are injected")
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000, "seed for fault kinds and times")
-	faults := fs.String("faults", strings.Join(chaos.AllFaults, ","), "fault kinds to inject")
+	faults := fs.String("faults", "", "fault kinds to inject (default: all of the broker's: "+strings.Join(chaos.AllFaults, ",")+"; with amqp "+chaos.FaultRabbitRestart+" in place of "+chaos.FaultRedisRestart+")")
+	broker := fs.String("broker", chaos.BrokerRedis, "the drill's broker: redis or amqp (a rabbitmq-server)")
 	ttl := fs.Duration("lease-ttl", 2*time.Second, "the replicas' lease TTL")
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
@@ -44,9 +45,13 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "beatd drill:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
+	var kinds []string
+	if *faults != "" {
+		kinds = strings.Split(*faults, ",")
+	}
+	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s of faults: %s\n", *seed, *replicas, *broker, *duration, *faults)
 	rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
+		Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker})
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd drill:", err)
 		return 1
