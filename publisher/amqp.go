@@ -77,9 +77,11 @@ type AMQPOptions struct {
 // remains: a leader killed (or deposed) after the broker accepted some of
 // a batch's messages and before that batch's done record was confirmed; its
 // slots are re-sent by the next leader with the same task ids, and every
-// such re-send is counted. Nothing else is sent twice, provided the
-// scheduler records each batch in etcd before the next batch and the
-// journal keeps the last journalMaxLength records.
+// such re-send is counted. The same holds within a term for a message
+// sent and not confirmed (the broker failed or restarted): publishing it
+// again is counted as a re-send. Nothing else is sent twice, provided the
+// scheduler's etcd state trails the broker by fewer than journalMaxLength/2
+// batches (the scheduler's per-batch state write keeps it at one).
 type AMQP struct {
 	urls     []AMQPURL
 	opts     AMQPOptions
@@ -133,7 +135,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		lockName: "beatd.fence." + opts.Cluster, journal: "beatd.journal." + opts.Cluster,
 		released: map[int64]bool{},
 		resends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_amqp_resends_total",
-			Help: "Slots re-published that an older term may already have put in a queue (killed between the broker's confirm and its journal record)."},
+			Help: "Slots published again that may already be in a queue: sent before without a confirm, by an older term stopped before its journal record or before a broker failure."},
 			[]string{"entry"})}
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(a.resends); err != nil {
@@ -471,7 +473,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 			delete(a.unsure, string(f.ID[:]))
 			a.resends.WithLabelValues(f.Task.Name).Inc()
 			// chaos audits duplicates against this message: keep it "resend".
-			a.log.Warn("resend", "why", "this slot may already be in a queue: an older term was stopped before its journal record",
+			a.log.Warn("resend", "why", "this slot may already be in a queue: it was sent before and not confirmed (by an older term stopped before its journal record, or before the broker failed)",
 				"entry", f.Task.Name, "slot", f.Slot.UTC().Format(time.RFC3339Nano), "task_id", string(f.ID[:]),
 				"token", token, "older_token", u)
 		}
@@ -489,6 +491,11 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 			errs = append(errs, fmt.Errorf("publisher: entry %q: the broker did not confirm the message (nack or connection lost)", fires[i].Task.Name))
 		default:
 			results[i] = ResultOK
+		}
+		if results[i] != ResultOK && !fires[i].Manual {
+			// Sent but not confirmed: RabbitMQ may have enqueued it before
+			// it failed or restarted. Publishing it again is a re-send.
+			a.unsure[string(fires[i].ID[:])] = token
 		}
 	}
 	// A basic.return reaches the returns channel before the confirm of
@@ -743,7 +750,8 @@ func tableOf(m *schedule.Map) (amqp.Table, error) {
 
 // AMQPWindow states, for `beatd run --help` and the README, what an AMQP
 // broker leaves of the exactly-once guarantee.
-const AMQPWindow = "With RabbitMQ a slot can still be enqueued twice in one window: a leader killed or deposed after the broker " +
-	"confirmed some of a batch's messages and before that batch's journal record (beatd.journal.<cluster>) was confirmed; " +
-	"the next leader re-sends those slots with the same task ids and counts each in beatd_amqp_resends_total. " +
+const AMQPWindow = "With RabbitMQ a slot can still be enqueued twice in one window: a leader killed or deposed after RabbitMQ " +
+	"took some of a batch's messages and before that batch's journal record (beatd.journal.<cluster>) was confirmed, or " +
+	"RabbitMQ failing after it stored a message and before it confirmed it; the slot is re-sent with the same task id " +
+	"and counted in beatd_amqp_resends_total (and logged as resend). " +
 	"A deposed leader can never publish after a new leader has fenced (exclusive lock queue beatd.fence.<cluster> + etcd check)."
