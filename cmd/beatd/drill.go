@@ -12,6 +12,7 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // runDrill is `beatd drill local` and `beatd drill audit`.
@@ -61,7 +62,7 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func drillAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("drill audit", stderr)
-	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue")
+	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
 	config := fs.String("config", "", "the drill schedule (required)")
 	from := fs.String("from", "", "audit slots from this RFC 3339 time (required)")
@@ -91,6 +92,18 @@ func drillAudit(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 2
 		}
 	}
+	if publisher.IsAMQPURL(*broker) {
+		msgs, err := drainAMQP(*broker, *queue)
+		if err != nil {
+			fmt.Fprintln(stderr, "beatd drill audit:", err)
+			return 1
+		}
+		rep := chaos.Audit(cfg, msgs, fromT, toT)
+		if rep.FencedPublishes = len(chaos.FencedPublishes(msgs)); rep.FencedPublishes > 0 {
+			rep.OK = false
+		}
+		return finishDrill(rep, *report, stdout, stderr)
+	}
 	rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd drill audit:", err)
@@ -118,4 +131,25 @@ func finishDrill(rep *chaos.Report, reportPath string, stdout, stderr io.Writer)
 		return 1
 	}
 	return 0
+}
+
+// drainAMQP takes every message out of queue on the RabbitMQ at rawURL, in
+// queue order.
+func drainAMQP(rawURL, queue string) ([]chaos.Message, error) {
+	urls, err := publisher.ParseAMQPURLs(rawURL, os.Getenv("BEATD_BROKER_PASSWORD"))
+	if err != nil {
+		return nil, err
+	}
+	u := urls[0]
+	uri := amqp.URI{Scheme: "amqp", Host: u.Host, Port: u.Port, Username: u.User, Password: u.Password, Vhost: u.VHost}
+	cfg := amqp.Config{Dial: amqp.DefaultDial(u.ConnectTimeout), Vhost: u.VHost, TLSClientConfig: u.TLS}
+	if u.TLS != nil {
+		uri.Scheme = "amqps"
+	}
+	conn, err := amqp.DialConfig(uri.String(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("RabbitMQ %s: %w", u, err)
+	}
+	defer conn.Close()
+	return chaos.ReadQueueAMQP(conn, queue)
 }
