@@ -412,7 +412,19 @@ func (a *AMQP) Publish(ctx context.Context, token int64, fires []Fire, results [
 	return errors.Join(errs...)
 }
 
+// batchBudget bounds one chunk's publishes and confirm waits once it has
+// begun.
+const batchBudget = 15 * time.Second
+
 func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, results []Result) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Once begun, a batch is finished even if the term's context ends
+	// (SIGTERM finishes the publish in flight): abandoning the confirm
+	// waits would turn messages RabbitMQ already took into re-sends.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchBudget)
+	defer cancel()
 	now := a.opts.Now()
 	cfg := schedule.AMQPConfig{}
 	if a.opts.Config != nil {
