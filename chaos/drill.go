@@ -204,9 +204,10 @@ func (d *drill) setup() error {
 		}
 		broker := "redis://" + r.RedisProxy.Addr() + "/0"
 		if d.cfg.Broker == BrokerAMQP {
-			// Heartbeats every second: a paused leader's connection, and
-			// so its fence lock, is dropped about 2 s after it stopped.
-			broker = "amqp://guest:guest@" + r.RedisProxy.Addr() + "//?heartbeat=1"
+			// The default heartbeat (2 s), as in production: RabbitMQ drops
+			// a paused leader's connection, and so its fence lock, a few
+			// seconds after it stopped; the new leader waits for that.
+			broker = "amqp://guest:guest@" + r.RedisProxy.Addr() + "//"
 		}
 		if r.HTTPPort, err = FreePort(); err != nil {
 			return err
