@@ -105,6 +105,11 @@ func TestAMQPFenceStaleLeaderCannotPublish(t *testing.T) {
 	if err := a.Publish(ctx, 1, firesOf(tasks, slot), res); err != nil {
 		t.Fatal(err)
 	}
+	// B connects while A leads: the lock is A's, and etcd does not
+	// know term 2 yet.
+	if err := b.RaiseFence(ctx, 2); !errors.Is(err, ErrStale) {
+		t.Fatalf("B fenced before its election: %v", err)
+	}
 	// A pauses; etcd elects B.
 	proxy.Blackhole(true)
 	term.current.Store(2)
