@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sort"
 	"strconv"
@@ -89,6 +90,11 @@ type AMQP struct {
 	lockName string
 	journal  string
 	resends  *prometheus.CounterVec
+	// allTerms is the re-send count of every term so far, carried from
+	// journal record to journal record, so it survives the replica that
+	// re-sent; the leader serves it.
+	allTerms *prometheus.GaugeVec
+	cum      map[string]int64
 
 	mu       sync.Mutex // one publish, fence or release at a time
 	conn     *amqp.Connection
@@ -136,10 +142,16 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		released: map[int64]bool{},
 		resends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_amqp_resends_total",
 			Help: "Slots published again that may already be in a queue: sent before without a confirm, by an older term stopped before its journal record or before a broker failure."},
-			[]string{"entry"})}
+			[]string{"entry"}),
+		allTerms: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_amqp_resends_all_terms",
+			Help: "Re-sends by every term so far (beatd_amqp_resends_total of all replicas, dead ones included), as recorded in the journal; current on the leader."},
+			[]string{"entry"}),
+		cum: map[string]int64{}}
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(a.resends); err != nil {
-			return nil, fmt.Errorf("publisher: register AMQP metrics: %w", err)
+		for _, c := range []prometheus.Collector{a.resends, a.allTerms} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("publisher: register AMQP metrics: %w", err)
+			}
 		}
 	}
 	return a, nil
@@ -294,6 +306,10 @@ type journalRecord struct {
 	Seq   uint64   `json:"seq"`
 	Kind  string   `json:"kind"` // "intent" or "done"
 	IDs   []string `json:"ids"`
+	// Resends is the re-send count of every term so far, by entry,
+	// including the re-sends of this batch (in its intent record, which
+	// is confirmed before they go out).
+	Resends map[string]int64 `json:"resends,omitempty"`
 }
 
 func (a *AMQP) journalArgs() amqp.Table {
@@ -319,6 +335,8 @@ func (a *AMQP) readJournal(token int64) error {
 	intents := map[key][]string{}
 	dones := map[key]bool{}
 	done := map[string]bool{}
+	var latest key
+	var cum map[string]int64
 	for i := 0; i < 2*journalMaxLength; i++ {
 		m, ok, err := ch.Get(a.journal, false)
 		if err != nil {
@@ -332,6 +350,9 @@ func (a *AMQP) readJournal(token int64) error {
 			continue
 		}
 		k := key{r.Token, r.Seq}
+		if k.token > latest.token || k.token == latest.token && k.seq >= latest.seq {
+			latest, cum = k, r.Resends
+		}
 		if r.Kind == "done" {
 			dones[k] = true
 			for _, id := range r.IDs {
@@ -353,6 +374,12 @@ func (a *AMQP) readJournal(token int64) error {
 		}
 	}
 	a.done, a.unsure, a.journalFor = done, unsure, token
+	a.cum = map[string]int64{}
+	a.allTerms.Reset()
+	for e, n := range cum {
+		a.cum[e] = n
+		a.allTerms.WithLabelValues(e).Set(float64(n))
+	}
 	if len(unsure) > 0 {
 		a.log.Warn("an older term was stopped between publishing and its journal record; its slots will be re-sent if due, and counted",
 			"token", token, "slots", len(unsure))
@@ -461,11 +488,28 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 	}
 	a.seq++
 	seq := a.seq
+	// Count this batch's re-sends into the all-terms total before they go
+	// out: the intent record carries it.
+	cum, cloned := a.cum, false
+	for _, i := range todo {
+		if _, ok := a.unsure[string(fires[i].ID[:])]; ok {
+			if !cloned {
+				cum, cloned = maps.Clone(a.cum), true
+			}
+			cum[fires[i].Task.Name]++
+		}
+	}
 	if len(ids) > 0 {
-		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "intent", IDs: ids}); err != nil {
+		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "intent", IDs: ids, Resends: cum}); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
+	for e, n := range cum {
+		if a.cum[e] != n {
+			a.allTerms.WithLabelValues(e).Set(float64(n))
+		}
+	}
+	a.cum = cum
 	confirms := make([]*amqp.DeferredConfirmation, len(fires))
 	for _, i := range todo {
 		f := &fires[i]
@@ -536,7 +580,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 		}
 	}
 	if len(published) > 0 && a.ch != nil && !a.ch.IsClosed() {
-		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "done", IDs: published}); err != nil {
+		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "done", IDs: published, Resends: a.cum}); err != nil {
 			// The messages are confirmed: they count. A later leader sees
 			// the intent without a done record and counts its re-sends.
 			a.log.Warn("journal done record not written", "err", err)
@@ -765,5 +809,5 @@ func tableOf(m *schedule.Map) (amqp.Table, error) {
 const AMQPWindow = "With RabbitMQ a slot can still be enqueued twice in one window: a leader killed or deposed after RabbitMQ " +
 	"took some of a batch's messages and before that batch's journal record (beatd.journal.<cluster>) was confirmed, or " +
 	"RabbitMQ failing after it stored a message and before it confirmed it; the slot is re-sent with the same task id " +
-	"and counted in beatd_amqp_resends_total (and logged as resend). " +
+	"and counted in beatd_amqp_resends_total (and logged as resend; beatd_amqp_resends_all_terms on the leader sums every term). " +
 	"A deposed leader can never publish after a new leader has fenced (exclusive lock queue beatd.fence.<cluster> + etcd check)."

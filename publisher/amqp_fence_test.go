@@ -247,6 +247,20 @@ func TestAMQPJournal(t *testing.T) {
 	if n, _ := promtest.GatherAndCount(reg, "beatd_amqp_resends_total"); n != 1 {
 		t.Fatalf("%d resend series, want 1", n)
 	}
+	if n := promtest.ToFloat64(b.allTerms.WithLabelValues("e2")); n != 1 {
+		t.Fatalf("resends of all terms {e2} = %v on term 2, want 1", n)
+	}
+	// Term 3, on another replica, inherits the count from the journal
+	// although it re-sends nothing.
+	end()
+	c, _, end3 := newTerm(3)
+	defer end3()
+	if n := promtest.ToFloat64(c.allTerms.WithLabelValues("e2")); n != 1 {
+		t.Fatalf("resends of all terms {e2} = %v on term 3, want 1", n)
+	}
+	if n := promtest.ToFloat64(c.Resends().WithLabelValues("e2")); n != 0 {
+		t.Fatalf("term 3 re-sent: %v", n)
+	}
 	_, ids := drainQueue(t, conn, queue)
 	seen := map[string]int{}
 	for _, id := range ids {
