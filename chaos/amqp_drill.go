@@ -1,7 +1,11 @@
 package chaos
 
 import (
+	"bufio"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -98,4 +102,38 @@ func explainResends(rep *Report, resent map[string]int) {
 		rep.Resends += n
 	}
 	rep.OK = len(rep.Duplicates) == 0 && len(rep.Missed) == 0 && rep.FencedPublishes == 0
+}
+
+// extraCopies is how many messages beyond one per slot the duplicates hold.
+func extraCopies(dups []SlotRef) int {
+	n := 0
+	for _, d := range dups {
+		n += d.Count - 1
+	}
+	return n
+}
+
+// scrapeSum adds up every series of metric on the replica's /metrics; 0
+// when it has none, -1 when the scrape fails.
+func scrapeSum(port int, metric string) float64 {
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }

@@ -74,6 +74,9 @@ type Report struct {
 	DuplicatesInWindow []SlotRef `json:"duplicates_in_window,omitempty"`
 	Resends            int       `json:"amqp_resends,omitempty"`
 	FencedPublishes    int       `json:"fenced_publishes,omitempty"`
+	// ResendsAllTerms is the final leader's beatd_amqp_resends_all_terms
+	// (summed over entries): it must cover every extra copy.
+	ResendsAllTerms float64 `json:"amqp_resends_all_terms,omitempty"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -290,8 +293,8 @@ func (r *Report) WriteSummary(w io.Writer) {
 	show("duplicate", r.Duplicates)
 	show("missed", r.Missed)
 	if len(r.DuplicatesInWindow) > 0 || r.Resends > 0 || r.FencedPublishes > 0 {
-		fmt.Fprintf(w, "  amqp: duplicates in the documented window %d, re-sends logged %d, publishes from a fenced term %d\n",
-			len(r.DuplicatesInWindow), r.Resends, r.FencedPublishes)
+		fmt.Fprintf(w, "  amqp: duplicates in the documented window %d, re-sends logged %d (all terms, on the leader: %.0f), publishes from a fenced term %d\n",
+			len(r.DuplicatesInWindow), r.Resends, r.ResendsAllTerms, r.FencedPublishes)
 		show("duplicate (re-send, counted)", r.DuplicatesInWindow)
 	}
 }

@@ -329,6 +329,12 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	to := time.Now().Add(-2 * time.Second)
+	allTerms := -1.0
+	if d.cfg.Broker == BrokerAMQP {
+		if lead, _, err := d.leader(ctx, 30*time.Second); err == nil {
+			allTerms = scrapeSum(lead.HTTPPort, "beatd_amqp_resends_all_terms")
+		}
+	}
 	d.logf("stopping replicas (SIGTERM)")
 	for _, r := range d.replicas {
 		r.Signal(syscall.SIGTERM)
@@ -353,6 +359,11 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	if d.cfg.Broker == BrokerAMQP {
 		rep.FencedPublishes = len(FencedPublishes(msgs))
 		explainResends(rep, logs.resent)
+		rep.ResendsAllTerms = allTerms
+		if extra := extraCopies(rep.DuplicatesInWindow); allTerms >= 0 && float64(extra) > allTerms {
+			// A re-send that the leader's all-terms count misses.
+			rep.OK = false
+		}
 	}
 	return rep, nil
 }
