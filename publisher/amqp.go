@@ -194,7 +194,9 @@ func (a *AMQP) release(token int64) {
 
 func (a *AMQP) closeLocked() {
 	if a.conn != nil {
-		_ = a.conn.Close()
+		// Bounded: a broker that does not answer (a partition) drops the
+		// connection on its own after missed heartbeats.
+		_ = a.conn.CloseDeadline(time.Now().Add(2 * time.Second))
 	}
 	a.conn, a.ch, a.fenced = nil, nil, 0
 }
