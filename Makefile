@@ -1,7 +1,7 @@
 GO ?= go
 BIN ?= bin/beatd
 
-.PHONY: build test bench fuzz vectors demo soak bench-celery
+.PHONY: build test bench fuzz vectors demo soak bench-celery drill-amqp
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -54,3 +54,9 @@ bench-celery:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
 	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchCelery$$' ./internal/soak -args -bench-celery -beatd $(CURDIR)/$(BIN) \
 		-bench-duration $(BENCH_DURATION) -out $(abspath $(BENCH_OUT)) $(BENCH_ARGS)
+
+# The failover drill on RabbitMQ (minutes): every fault kind at least twice,
+# audited by draining the queue. BEATD_DRILL_SEED and BEATD_DRILL_DURATION
+# (default 60s) tune it.
+drill-amqp:
+	BEATD_DRILL_AMQP=1 $(GO) test -race -count=1 -run '^TestDrillAMQP$$' -timeout 30m -v ./chaos

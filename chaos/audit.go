@@ -68,6 +68,15 @@ type Report struct {
 	Handovers map[string]Stats `json:"handover_by_fault,omitempty"`
 	FireLag   Stats            `json:"fire_lag"`
 	OK        bool             `json:"ok"`
+	// RabbitMQ drills only: duplicates explained by a logged re-send (the
+	// documented window), the re-sends logged, and messages enqueued after
+	// a newer term's (publishes from a fenced term).
+	DuplicatesInWindow []SlotRef `json:"duplicates_in_window,omitempty"`
+	Resends            int       `json:"amqp_resends,omitempty"`
+	FencedPublishes    int       `json:"fenced_publishes,omitempty"`
+	// ResendsAllTerms is the final leader's beatd_amqp_resends_all_terms
+	// (summed over entries): it must cover every extra copy.
+	ResendsAllTerms float64 `json:"amqp_resends_all_terms,omitempty"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -283,6 +292,11 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 	show("duplicate", r.Duplicates)
 	show("missed", r.Missed)
+	if len(r.DuplicatesInWindow) > 0 || r.Resends > 0 || r.FencedPublishes > 0 {
+		fmt.Fprintf(w, "  amqp: duplicates in the documented window %d, re-sends logged %d (all terms, on the leader: %.0f), publishes from a fenced term %d\n",
+			len(r.DuplicatesInWindow), r.Resends, r.ResendsAllTerms, r.FencedPublishes)
+		show("duplicate (re-send, counted)", r.DuplicatesInWindow)
+	}
 }
 
 // writeStats prints per-fault-kind duration stats, sorted by kind.

@@ -61,6 +61,9 @@ type LocalConfig struct {
 	MinEach int
 	Dir     string    // work directory; a temporary one when empty
 	Log     io.Writer // progress
+	// Broker is BrokerRedis (the default) or BrokerAMQP: a rabbitmq-server
+	// in place of redis-server, audited by draining its queue.
+	Broker string
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -95,6 +98,7 @@ type drill struct {
 	dir      string
 	etcd     *EtcdCluster
 	redis    *RedisServer
+	rabbit   *Rabbit
 	replicas []*Replica
 	cli      *clientv3.Client
 	rng      *rand.Rand
@@ -113,12 +117,21 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 2 * time.Second
 	}
+	known := AllFaults
+	switch cfg.Broker {
+	case "", BrokerRedis:
+		cfg.Broker = BrokerRedis
+	case BrokerAMQP:
+		known = AMQPFaults
+	default:
+		return nil, fmt.Errorf("chaos: unknown broker %q (redis or amqp)", cfg.Broker)
+	}
 	if len(cfg.Faults) == 0 {
-		cfg.Faults = AllFaults
+		cfg.Faults = known
 	}
 	for _, f := range cfg.Faults {
-		if !contains(AllFaults, f) {
-			return nil, fmt.Errorf("chaos: unknown fault %q (known: %s)", f, strings.Join(AllFaults, ","))
+		if !contains(known, f) {
+			return nil, fmt.Errorf("chaos: unknown fault %q for %s (known: %s)", f, cfg.Broker, strings.Join(known, ","))
 		}
 	}
 	if cfg.Log == nil {
@@ -157,8 +170,17 @@ func (d *drill) setup() error {
 	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
 		return err
 	}
-	if d.redis, err = StartRedis(d.dir); err != nil {
-		return err
+	brokerAddr := ""
+	if d.cfg.Broker == BrokerAMQP {
+		if d.rabbit, err = StartRabbit(filepath.Join(d.dir, "rabbit")); err != nil {
+			return err
+		}
+		brokerAddr = fmt.Sprintf("127.0.0.1:%d", d.rabbit.Port)
+	} else {
+		if d.redis, err = StartRedis(d.dir); err != nil {
+			return err
+		}
+		brokerAddr = d.redis.Addr()
 	}
 	if d.cli, err = clientv3.New(clientv3.Config{Endpoints: d.etcd.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
 		return err
@@ -178,22 +200,29 @@ func (d *drill) setup() error {
 			r.EtcdProxies = append(r.EtcdProxies, p)
 			eps = append(eps, "http://"+p.Addr())
 		}
-		if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
+		if r.RedisProxy, err = NewProxy(brokerAddr); err != nil {
 			return err
+		}
+		broker := "redis://" + r.RedisProxy.Addr() + "/0"
+		if d.cfg.Broker == BrokerAMQP {
+			// The default heartbeat (2 s), as in production: RabbitMQ drops
+			// a paused leader's connection, and so its fence lock, a few
+			// seconds after it stopped; the new leader waits for that.
+			broker = "amqp://guest:guest@" + r.RedisProxy.Addr() + "//"
 		}
 		if r.HTTPPort, err = FreePort(); err != nil {
 			return err
 		}
 		r.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
-			"--broker", "redis://" + r.RedisProxy.Addr() + "/0", "--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
+			"--broker", broker, "--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
 			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
 		if err := r.Start(d.cfg.Binary); err != nil {
 			return err
 		}
 		d.replicas = append(d.replicas, r)
 	}
-	d.logf("cluster up: etcd %v, redis %s, %d replicas, lease TTL %s, work dir %s",
-		d.etcd.Endpoints(), d.redis.Addr(), len(d.replicas), d.cfg.LeaseTTL, d.dir)
+	d.logf("cluster up: etcd %v, %s %s, %d replicas, lease TTL %s, work dir %s",
+		d.etcd.Endpoints(), d.cfg.Broker, brokerAddr, len(d.replicas), d.cfg.LeaseTTL, d.dir)
 	return nil
 }
 
@@ -212,6 +241,9 @@ func (d *drill) shutdown() {
 	}
 	if d.redis != nil {
 		d.redis.Kill()
+	}
+	if d.rabbit != nil {
+		d.rabbit.Close()
 	}
 	if d.etcd != nil {
 		d.etcd.Stop()
@@ -298,6 +330,12 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	to := time.Now().Add(-2 * time.Second)
+	allTerms := -1.0
+	if d.cfg.Broker == BrokerAMQP {
+		if lead, _, err := d.leader(ctx, 30*time.Second); err == nil {
+			allTerms = scrapeSum(lead.HTTPPort, "beatd_amqp_resends_all_terms")
+		}
+	}
 	d.logf("stopping replicas (SIGTERM)")
 	for _, r := range d.replicas {
 		r.Signal(syscall.SIGTERM)
@@ -307,9 +345,7 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 			r.Kill()
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
-	defer rdb.Close()
-	msgs, err := ReadQueue(ctx, rdb, "drill")
+	msgs, err := d.readQueue(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +357,31 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	rep := AuditWithTerms(cfg, msgs, from, to, logs.terms)
 	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
 	logs.report(rep, faults)
+	if d.cfg.Broker == BrokerAMQP {
+		rep.FencedPublishes = len(FencedPublishes(msgs))
+		explainResends(rep, logs.resent)
+		rep.ResendsAllTerms = allTerms
+		if extra := extraCopies(rep.DuplicatesInWindow); allTerms >= 0 && float64(extra) > allTerms {
+			// A re-send that the leader's all-terms count misses.
+			rep.OK = false
+		}
+	}
 	return rep, nil
+}
+
+// readQueue drains the drill queue of whichever broker runs.
+func (d *drill) readQueue(ctx context.Context) ([]Message, error) {
+	if d.rabbit != nil {
+		conn, err := d.rabbit.Dial()
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		return ReadQueueAMQP(conn, "drill")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	defer rdb.Close()
+	return ReadQueue(ctx, rdb, "drill")
 }
 
 // inject applies one fault and holds it, then restores.
@@ -391,11 +451,19 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			return f, err
 		}
 		err = d.redis.Start()
+	case FaultRabbitRestart:
+		f.Target = "rabbitmq"
+		d.rabbit.Kill()
+		f.Held = time.Duration(300+d.rng.IntN(1500)) * time.Millisecond
+		if err := d.sleep(ctx, f.Held); err != nil {
+			return f, err
+		}
+		err = d.rabbit.Start()
 	case FaultPartition:
 		proxies := lead.EtcdProxies
 		what := "etcd"
 		if d.rng.IntN(2) == 1 {
-			proxies, what = []*Proxy{lead.RedisProxy}, "redis"
+			proxies, what = []*Proxy{lead.RedisProxy}, d.cfg.Broker
 		}
 		f.Target = lead.ID + "->" + what
 		for _, p := range proxies {
@@ -421,6 +489,8 @@ type logLine struct {
 	Token int64     `json:"token"`
 	Lag   string    `json:"lag"`
 	Fires int       `json:"fires"`
+	Entry string    `json:"entry"`
+	Slot  string    `json:"slot"`
 }
 
 // replicaLogs is what only the replicas saw.
@@ -428,11 +498,12 @@ type replicaLogs struct {
 	fires, elections []logLine
 	terms            []Term
 	stale            int
+	resent           map[string]int // entry + "\x00" + slot -> re-sends logged (AMQP)
 }
 
 // readLogs parses every replica's JSON log.
 func (d *drill) readLogs() *replicaLogs {
-	out := &replicaLogs{}
+	out := &replicaLogs{resent: map[string]int{}}
 	for _, r := range d.replicas {
 		f, err := os.Open(r.LogPath)
 		if err != nil {
@@ -448,6 +519,8 @@ func (d *drill) readLogs() *replicaLogs {
 			switch l.Msg {
 			case "fired":
 				out.fires = append(out.fires, l)
+			case resendLog:
+				out.resent[l.Entry+"\x00"+l.Slot]++
 			case "stale publish refused":
 				out.stale += l.Fires
 			case "elected leader":

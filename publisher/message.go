@@ -55,6 +55,27 @@ type Task struct {
 	parts         []part
 	idPrefix      []byte // "<cluster>/<entry>/" for the UUIDv5 name
 	expires       schedule.Expiry
+	amqp          amqpParts
+}
+
+// header is one Celery message header: its JSON for the Redis envelope and
+// its value for an AMQP table, or a value filled per fire.
+type header struct {
+	key   string
+	value []byte // JSON
+	val   any    // nil, bool, int64, float64, string, []any, *schedule.Map
+	fill  fillKind
+}
+
+// amqpParts are the pieces of the message that the AMQP transport sends
+// apart: the body, the headers and the routing (amqp.go).
+type amqpParts struct {
+	body                 []byte
+	headers              []header
+	queue                string // the queue declared, as Celery declares it
+	exchange, bindingKey string // its exchange (direct) and binding
+	pubExchange, pubKey  string // where the message is published
+	priority             *int   // nil: no priority property
 }
 
 // reservedHeaders may not be overridden by an entry's headers: they carry
@@ -125,47 +146,53 @@ func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, err
 	b.json(base64.StdEncoding.EncodeToString(body))
 	b.static(`, "content-encoding": "utf-8", "content-type": "application/json", "headers": {`)
 
-	headers := []struct {
-		key   string
-		value []byte
-		fill  fillKind
-	}{
-		{"lang", []byte(`"py"`), 0},
-		{"task", appendJSON(nil, e.Task), 0},
-		{"id", nil, fillID},
-		{"shadow", []byte("null"), 0},
-		{"eta", []byte("null"), 0},
-		{"expires", nil, fillExpires},
-		{"group", []byte("null"), 0},
-		{"group_index", []byte("null"), 0},
-		{"retries", []byte("0"), 0},
-		{"timelimit", appendJSON(nil, []any{o.TimeLimit, o.SoftTimeLimit}), 0},
-		{"root_id", nil, fillID},
-		{"parent_id", []byte("null"), 0},
-		{"argsrepr", appendJSON(nil, argsRepr(args)), 0},
-		{"kwargsrepr", appendJSON(nil, saferepr(kwargs, maxReprLen)), 0},
-		{"origin", appendJSON(nil, origin), 0},
-		{"ignore_result", appendJSON(nil, o.IgnoreResult), 0},
-		{"replaced_task_nesting", []byte("0"), 0},
-		{"stamped_headers", []byte("null"), 0},
-		{"stamps", []byte("{}"), 0},
+	kwrepr := saferepr(kwargs, maxReprLen)
+	arepr := argsRepr(args)
+	headers := []header{
+		{"lang", []byte(`"py"`), "py", 0},
+		{"task", appendJSON(nil, e.Task), e.Task, 0},
+		{"id", nil, nil, fillID},
+		{"shadow", []byte("null"), nil, 0},
+		{"eta", []byte("null"), nil, 0},
+		{"expires", nil, nil, fillExpires},
+		{"group", []byte("null"), nil, 0},
+		{"group_index", []byte("null"), nil, 0},
+		{"retries", []byte("0"), int64(0), 0},
+		{"timelimit", appendJSON(nil, []any{o.TimeLimit, o.SoftTimeLimit}), []any{o.TimeLimit, o.SoftTimeLimit}, 0},
+		{"root_id", nil, nil, fillID},
+		{"parent_id", []byte("null"), nil, 0},
+		{"argsrepr", appendJSON(nil, arepr), arepr, 0},
+		{"kwargsrepr", appendJSON(nil, kwrepr), kwrepr, 0},
+		{"origin", appendJSON(nil, origin), origin, 0},
+		{"ignore_result", appendJSON(nil, o.IgnoreResult), o.IgnoreResult, 0},
+		{"replaced_task_nesting", []byte("0"), int64(0), 0},
+		{"stamped_headers", []byte("null"), nil, 0},
+		{"stamps", []byte("{}"), &schedule.Map{}, 0},
 	}
 	// Extra headers are merged over Celery's, as headers2.update(headers).
 	for i := 0; i < o.Headers.Len(); i++ {
-		k, v := o.Headers.Keys[i], appendJSON(nil, o.Headers.Values[i])
+		k, val := o.Headers.Keys[i], o.Headers.Values[i]
+		v := appendJSON(nil, val)
 		replaced := false
 		for j := range headers {
 			if headers[j].key == k {
-				headers[j].value, replaced = v, true
+				headers[j].value, headers[j].val, replaced = v, val, true
 			}
 		}
 		if !replaced {
-			headers = append(headers, struct {
-				key   string
-				value []byte
-				fill  fillKind
-			}{k, v, 0})
+			headers = append(headers, header{k, v, val, 0})
 		}
+	}
+	// A queue Celery creates on demand is bound to a direct exchange of
+	// its own name with its name as routing key, whatever exchange the
+	// message is sent to (amqp.go may override it from the config).
+	t.amqp = amqpParts{body: body, headers: headers, queue: queue, exchange: queue, bindingKey: queue,
+		pubExchange: deliveryExchange, pubKey: deliveryKey, priority: o.Priority}
+	if o.Priority == nil && !o.QueueSet {
+		// Celery drops a None priority when it routes to the default
+		// queue, and Kombu then sends 0; with an explicit queue it keeps
+		// None and py-amqp sends no priority property.
+		t.amqp.priority = new(int)
 	}
 	for i, h := range headers {
 		if i > 0 {

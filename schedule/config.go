@@ -40,6 +40,8 @@ type Config struct {
 	File     string
 	Timezone *time.Location
 	Entries  []*Entry // sorted by name
+	// AMQP says how the workers declare their queues, for an amqp:// broker.
+	AMQP AMQPConfig
 }
 
 // Entry returns the entry called name, or nil.
@@ -75,6 +77,7 @@ type Entry struct {
 // Options are the Celery send options beatd understands.
 type Options struct {
 	Queue         string
+	QueueSet      bool // options.queue was given: Celery then sends no priority property unless one is set
 	Exchange      string
 	RoutingKey    string
 	Priority      *int
@@ -164,7 +167,7 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 // The schema lives here: the keys each mapping accepts. A new field is
 // added to these lists and decoded in (*decoder).entry.
 var (
-	topKeys     = []string{"timezone", "defaults", "entries"}
+	topKeys     = []string{"timezone", "defaults", "entries", "amqp"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
 	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter"}
@@ -268,6 +271,9 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 		}
 	}
 	h.Write([]byte(cfg.Timezone.String()))
+	if f, ok := top["amqp"]; ok {
+		cfg.AMQP = d.amqp(f.val)
+	}
 	def := &defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true}
 	if f, ok := top["defaults"]; ok {
 		hashNode(h, f.val)
@@ -650,6 +656,7 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) Options
 		}
 	}
 	str("queue", &o.Queue)
+	_, o.QueueSet = get("queue")
 	str("exchange", &o.Exchange)
 	str("routing_key", &o.RoutingKey)
 	if f, ok := get("priority"); ok {

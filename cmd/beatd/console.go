@@ -31,6 +31,9 @@ func (m *Main) newConsole() (*console.Server, error) {
 type brokerRuns struct{ pub *publisher.Publisher }
 
 func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]store.Run, error) {
+	if b.pub == nil {
+		return nil, nil // a broker without a run history (RabbitMQ)
+	}
 	h, err := b.pub.Histories(ctx, names)
 	if err != nil {
 		return nil, err

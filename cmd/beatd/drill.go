@@ -12,6 +12,7 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
 
@@ -32,7 +33,8 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	replicas := fs.Int("replicas", 3, "beatd replicas")
 	duration := fs.Duration("duration", 5*time.Minute, "how long faults are injected")
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000, "seed for fault kinds and times")
-	faults := fs.String("faults", strings.Join(chaos.AllFaults, ","), "fault kinds to inject")
+	faults := fs.String("faults", "", "fault kinds to inject (default: all of the broker's: "+strings.Join(chaos.AllFaults, ",")+"; with amqp "+chaos.FaultRabbitRestart+" in place of "+chaos.FaultRedisRestart+")")
+	broker := fs.String("broker", chaos.BrokerRedis, "the drill's broker: redis or amqp (a rabbitmq-server)")
 	ttl := fs.Duration("lease-ttl", 2*time.Second, "the replicas' lease TTL")
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
@@ -47,9 +49,13 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)
 			}
-			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
+			var kinds []string
+			if *faults != "" {
+				kinds = strings.Split(*faults, ",")
+			}
+			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s of faults: %s\n", *seed, *replicas, *broker, *duration, *faults)
 			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-				Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
+				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker})
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)
@@ -63,7 +69,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 
 func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	fs := newFlagSet("drill audit", stderr)
-	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue")
+	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
 	config := fs.String("config", "", "the drill schedule (required)")
 	from := fs.String("from", "", "audit slots from this RFC 3339 time (required)")
@@ -93,6 +99,18 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 			if toT, err = time.Parse(time.RFC3339Nano, *to); err != nil {
 				return usageError{c, fmt.Errorf("--to %q is not RFC 3339", *to)}
 			}
+		}
+		if publisher.IsAMQPURL(*broker) {
+			msgs, err := drainAMQP(*broker, *queue)
+			if err != nil {
+				fmt.Fprintln(stderr, "beatd drill audit:", err)
+				return exitError(exitFail)
+			}
+			rep := chaos.Audit(cfg, msgs, fromT, toT)
+			if rep.FencedPublishes = len(chaos.FencedPublishes(msgs)); rep.FencedPublishes > 0 {
+				rep.OK = false
+			}
+			return codeErr(finishDrill(rep, *report, stdout, stderr))
 		}
 		rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
 		if err != nil {
@@ -126,4 +144,25 @@ func finishDrill(rep *chaos.Report, reportPath string, stdout, stderr io.Writer)
 		return 1
 	}
 	return 0
+}
+
+// drainAMQP takes every message out of queue on the RabbitMQ at rawURL, in
+// queue order.
+func drainAMQP(rawURL, queue string) ([]chaos.Message, error) {
+	urls, err := publisher.ParseAMQPURLs(rawURL, os.Getenv("BEATD_BROKER_PASSWORD"))
+	if err != nil {
+		return nil, err
+	}
+	u := urls[0]
+	uri := amqp.URI{Scheme: "amqp", Host: u.Host, Port: u.Port, Username: u.User, Password: u.Password, Vhost: u.VHost}
+	cfg := amqp.Config{Dial: amqp.DefaultDial(u.ConnectTimeout), Vhost: u.VHost, TLSClientConfig: u.TLS}
+	if u.TLS != nil {
+		uri.Scheme = "amqps"
+	}
+	conn, err := amqp.DialConfig(uri.String(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("RabbitMQ %s: %w", u, err)
+	}
+	defer conn.Close()
+	return chaos.ReadQueueAMQP(conn, queue)
 }

@@ -269,7 +269,7 @@ func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
 		go func() {
 			defer o.wg.Done()
 			rctx, cancel := context.WithTimeout(m.runCtx, 10*time.Second)
-			st, err := statusFromEtcd(rctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.pub, time.Now())
+			st, err := statusFromEtcd(rctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.history(), time.Now())
 			cancel()
 			o.statusMu.Lock()
 			o.lastReadErr = err

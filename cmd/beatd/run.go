@@ -114,6 +114,7 @@ type Main struct {
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
 	pub            *publisher.Publisher
+	brokerPing     func(context.Context) error
 	store          *store.Store
 	elector        *election.Elector
 	sched          *scheduler.Scheduler
@@ -171,7 +172,7 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
-	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://")
+	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, or RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://. "+publisher.AMQPWindow)
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
@@ -269,7 +270,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
+	m.registry = prometheus.NewRegistry()
+	var pub scheduler.Dispatcher
+	if publisher.IsAMQPURL(m.Broker) {
+		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+			Verify: publisher.LeaderCheck(m.etcd, prefix), Config: func() *schedule.Config { return m.sched.Config() },
+			Registerer: m.registry, Logger: m.log})
+		if err != nil {
+			return err
+		}
+		pub, m.brokerPing = a, a.Ping
+	} else if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
 		return err
 	}
 	dedup := m.DedupTTL
@@ -279,17 +290,20 @@ func (m *Main) Run(ctx context.Context) error {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
-	m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, History: noneIfZero(m.RunHistory)})
+	if pub == nil {
+		m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, History: noneIfZero(m.RunHistory)})
+		pub = m.pub
+		m.brokerPing = func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }
+	}
 
-	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
-	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: m.pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
+	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: dedup, FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: dedup, PersistEachBatch: publisher.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
 	if err != nil {
 		return err
 	}
@@ -518,7 +532,7 @@ func (m *Main) Ready(ctx context.Context) error {
 		m.metrics.EtcdErrors.Inc()
 		return fmt.Errorf("etcd unreachable: %w", err)
 	}
-	if err := m.rdb.Ping(ctx).Err(); err != nil {
+	if err := m.brokerPing(ctx); err != nil {
 		m.metrics.RedisErrors.Inc()
 		return fmt.Errorf("broker unreachable: %w", err)
 	}
@@ -619,6 +633,15 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		}
 	}
 	return out, nil
+}
+
+// history is the run history for status, or nil with a broker that keeps
+// none (RabbitMQ).
+func (m *Main) history() historyReader {
+	if m.pub == nil {
+		return nil
+	}
+	return m.pub
 }
 
 // noneIfZero maps a flag's "0 turns it off" to the options' "negative

@@ -37,6 +37,22 @@ func AppDir() string {
 // test ends. It waits until the worker is consuming.
 func MustStartCeleryWorker(tb testing.TB, r *Redis, queues string) *CeleryWorker {
 	tb.Helper()
+	return startCeleryWorker(tb, r, queues)
+}
+
+// MustStartCeleryWorkerAMQP starts a worker consuming queues from the
+// RabbitMQ at brokerURL (results go to r, database 1), with env added to
+// its environment (e.g. QUEUE_MAX_PRIORITY=10).
+func MustStartCeleryWorkerAMQP(tb testing.TB, r *Redis, brokerURL, queues string, env ...string) *CeleryWorker {
+	tb.Helper()
+	if out, err := exec.Command(CeleryPython, "-c", "import celery, amqp").CombinedOutput(); err != nil {
+		tb.Fatalf("Debian's python3-celery and python3-amqp are needed: apt-get install -y python3-celery python3-amqp (%v: %s)", err, out)
+	}
+	return startCeleryWorker(tb, r, queues, append([]string{"BROKER_URL=" + brokerURL}, env...)...)
+}
+
+func startCeleryWorker(tb testing.TB, r *Redis, queues string, env ...string) *CeleryWorker {
+	tb.Helper()
 	if out, err := exec.Command(CeleryPython, "-c", "import celery, redis").CombinedOutput(); err != nil {
 		tb.Fatalf("Debian's python3-celery and python3-redis are needed: apt-get install -y python3-celery python3-redis (%v: %s)", err, out)
 	}
@@ -49,7 +65,7 @@ func MustStartCeleryWorker(tb testing.TB, r *Redis, queues string) *CeleryWorker
 		"-Q", queues, "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip",
 		"-n", "e2e@%h")
 	cmd.Dir = AppDir()
-	cmd.Env = append(os.Environ(), "REDIS_PORT="+strconv.Itoa(r.Port), "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(append(os.Environ(), "REDIS_PORT="+strconv.Itoa(r.Port), "PYTHONDONTWRITEBYTECODE=1"), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -97,6 +113,20 @@ func containsReady(log []byte) bool {
 type TaskResult struct {
 	Status string          `json:"status"`
 	Result json.RawMessage `json:"result"`
+}
+
+// Result returns the result backend's state for id, if it has one.
+func (w *CeleryWorker) Result(tb testing.TB, id string) (TaskResult, bool) {
+	tb.Helper()
+	raw, err := w.results.Get(context.Background(), "celery-task-meta-"+id).Bytes()
+	if err != nil {
+		return TaskResult{}, false
+	}
+	var r TaskResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		tb.Fatal(err)
+	}
+	return r, true
 }
 
 // WaitResult waits for the result backend to hold a final state for id.

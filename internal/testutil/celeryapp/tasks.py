@@ -8,8 +8,19 @@ import os
 from celery import Celery
 
 _port = os.environ.get("REDIS_PORT", "6379")
-app = Celery("beatd_e2e", broker="redis://127.0.0.1:%s/0" % _port,
+# BROKER_URL selects another broker (the AMQP tests: RabbitMQ); results stay
+# in Redis either way.
+app = Celery("beatd_e2e", broker=os.environ.get("BROKER_URL") or "redis://127.0.0.1:%s/0" % _port,
              backend="redis://127.0.0.1:%s/1" % _port)
+if os.environ.get("PRIORITY_QUEUE"):
+    # A second queue declared with x-max-priority, as a worker's
+    # task_queues would; beatd is told so in schedules.yaml (amqp.queues).
+    from kombu import Exchange, Queue
+    _pq = os.environ["PRIORITY_QUEUE"]
+    app.conf.task_queues = [
+        Queue("celery", Exchange("celery"), routing_key="celery"),
+        Queue(_pq, Exchange(_pq), routing_key=_pq, queue_arguments={"x-max-priority": 10}),
+    ]
 app.conf.worker_hijack_root_logger = False
 app.conf.result_expires = 3600
 

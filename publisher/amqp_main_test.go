@@ -1,0 +1,63 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/beatd/beatd/chaos"
+)
+
+// One rabbitmq-server for the package, started by the first AMQP test
+// (it takes seconds) and stopped by TestMain.
+var (
+	rabbitOnce sync.Once
+	rabbit     *chaos.Rabbit
+	rabbitErr  error
+	rabbitDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rabbit != nil {
+		rabbit.Close()
+	}
+	if rabbitDir != "" {
+		os.RemoveAll(rabbitDir)
+	}
+	os.Exit(code)
+}
+
+func sharedRabbit(t *testing.T) *chaos.Rabbit {
+	t.Helper()
+	rabbitOnce.Do(func() {
+		rabbitDir, rabbitErr = os.MkdirTemp("", "beatd-rabbit-")
+		if rabbitErr == nil {
+			rabbit, rabbitErr = chaos.StartRabbit(rabbitDir)
+		}
+	})
+	if rabbitErr != nil {
+		t.Fatal(rabbitErr)
+	}
+	return rabbit
+}
+
+// vhostSeq gives each test a fresh, empty virtual host would be ideal, but
+// vhosts need rabbitmqctl; tests use unique queue names instead.
+var nameSeq atomic.Int64
+
+func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, nameSeq.Add(1)) }
+
+// termCheck is a leadership check standing in for etcd in the broker-side
+// unit tests: the current term is whatever current holds.
+type termCheck struct{ current atomic.Int64 }
+
+func (c *termCheck) verify(_ context.Context, token int64) error {
+	if cur := c.current.Load(); cur != token {
+		return fmt.Errorf("%w: current term %d, not %d", ErrStale, cur, token)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package publisher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/schedule"
+)
+
+// TestAMQPUnroutableIsAnError: a message the broker cannot route is
+// returned (mandatory) and is an error naming the entry, as is an
+// exchange that does not exist and a queue the workers declared otherwise;
+// the other fires of the batch are published.
+func TestAMQPUnroutableIsAnError(t *testing.T) {
+	rb := sharedRabbit(t)
+	conn := testutil.DialRabbit(t, rb)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exch, okq, lazy := uniq("unbound"), uniq("okq"), uniq("lazy")
+	if err := ch.ExchangeDeclare(exch, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The workers declared this queue lazy; beatd's config does not say so.
+	if _, err := ch.QueueDeclare(lazy, true, false, false, false, map[string]any{"x-queue-mode": "lazy"}); err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	cfg, err := schedule.Parse("unroutable.yaml", []byte(`entries:
+  lost:    {task: tasks.add, every: 1m, options: {exchange: `+exch+`, routing_key: nowhere}}
+  noexch:  {task: tasks.add, every: 1m, options: {exchange: `+uniq("missing")+`, routing_key: x}}
+  mismatch: {task: tasks.add, every: 1m, options: {queue: `+lazy+`}}
+  fine:    {task: tasks.add, every: 1m, options: {queue: `+okq+`}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var term termCheck
+	term.current.Store(1)
+	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: uniq("unroutable"), Verify: term.verify,
+		Config: func() *schedule.Config { return cfg }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := a.RaiseFence(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var fires []Fire
+	for _, e := range cfg.Entries {
+		task, err := Compile(e, "u", "beatd@test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fires = append(fires, Fire{Task: task, Slot: time.Unix(60, 0)})
+	}
+	res := make([]Result, len(fires))
+	err = a.Publish(ctx, 1, fires, res)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for i, e := range cfg.Entries {
+		want := ResultError
+		if e.Name == "fine" {
+			want = ResultOK
+		} else if !strings.Contains(err.Error(), `entry "`+e.Name+`"`) {
+			t.Errorf("the error does not name %s: %v", e.Name, err)
+		}
+		if res[i] != want {
+			t.Errorf("%s: %v, want %v", e.Name, res[i], want)
+		}
+	}
+	for _, frag := range []string{"NO_ROUTE", "does not exist", "PRECONDITION_FAILED"} {
+		if !strings.Contains(err.Error(), frag) {
+			t.Errorf("error lacks %q: %v", frag, err)
+		}
+	}
+	// The publisher keeps working after those errors.
+	for i, e := range cfg.Entries {
+		if e.Name == "fine" {
+			res = make([]Result, 1)
+			if err := a.Publish(ctx, 1, []Fire{{Task: fires[i].Task, Slot: time.Unix(180, 0)}}, res); err != nil || res[0] != ResultOK {
+				t.Fatalf("after errors: %v %v", res, err)
+			}
+		}
+	}
+}
