@@ -74,3 +74,37 @@ func TestParseRunRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedPushLeavesNoDedupKey: a fire whose queue key holds another
+// type fails alone, keeps no dedup key (so its retry is not taken for a
+// duplicate), and the rest of the batch goes out.
+func TestFailedPushLeavesNoDedupKey(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	client := rs.Client()
+	ctx := context.Background()
+	p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"})
+	good := compileTest(t, "    {task: tasks.add, every: 1s}")
+	bad := compileTest(t, "    {task: tasks.add, every: 1s, options: {queue: poisoned}}")
+	if err := client.Set(ctx, bad.QueueKey, "not a list", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	// Both compile as entry "e": distinct slots keep their ids apart.
+	fires := []Fire{{Task: bad, Slot: slot}, {Task: good, Slot: slot.Add(time.Second)}}
+	res := make([]Result, 2)
+	err := p.Publish(ctx, 1, fires, res)
+	if err == nil || res[0] != ResultError || res[1] != ResultOK {
+		t.Fatalf("publish = %v %v, want the poisoned fire alone to fail", res, err)
+	}
+	if client.Exists(ctx, p.DedupKey(fires[0].ID)).Val() != 0 {
+		t.Fatal("a fire that was not pushed kept its dedup key: its retry would be taken for a duplicate")
+	}
+	// Fixed, the retry pushes it.
+	client.Del(ctx, bad.QueueKey)
+	if err := p.Publish(ctx, 1, fires[:1], res[:1]); err != nil || res[0] != ResultOK {
+		t.Fatalf("retry after the fix: %v %v", res[0], err)
+	}
+	if n := client.LLen(ctx, bad.QueueKey).Val(); n != 1 {
+		t.Fatalf("poisoned queue holds %d messages after the retry, want 1", n)
+	}
+}

@@ -58,10 +58,18 @@ var ErrStale = errors.New("publisher: stale fencing token")
 // Redis and in the client is paid once per batch, not per fire, and so is
 // the binding.
 //
+// A fire whose LPUSH fails (the queue key holds another type) gets its
+// dedup key back out and the result -2: it stays pending, is retried, and
+// does not hold up the rest of the batch. A script aborted half-way would
+// leave the dedup key of a message never pushed, and the retry would then
+// count it a duplicate: a lost slot. Binding and history are best effort
+// for the same reason: they must not lose the message.
+//
 // KEYS: fence, counts, then per fire: dedup, queue, history; then the
 // distinct bindings. ARGV: token, ttl ms, history length, number of
 // fires, then per fire: message, run record, entry; then the bindings'
-// members. Returns one result per fire: 1 pushed, 0 duplicate, -1 stale.
+// members. Returns one result per fire: 1 pushed, 0 duplicate, -1 stale,
+// -2 failed.
 var publishScript = redis.NewScript(`
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
@@ -73,20 +81,26 @@ if token < fence then
 end
 if token > fence then redis.call('SET', KEYS[1], ARGV[1]) end
 for b = 3 + 3 * n, #KEYS do
-  redis.call('SADD', KEYS[b], ARGV[2 + b])
+  redis.pcall('SADD', KEYS[b], ARGV[2 + b])
 end
 local keep = tonumber(ARGV[3])
 for i = 1, n do
   local k, a = 3 * i, 2 + 3 * i
   if redis.call('SET', KEYS[k], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    redis.call('LPUSH', KEYS[k + 1], ARGV[a])
-    if keep > 0 then
-      if redis.call('LPUSH', KEYS[k + 2], ARGV[a + 1]) > 2 * keep then
-        redis.call('LTRIM', KEYS[k + 2], 0, keep - 1)
+    local pushed = redis.pcall('LPUSH', KEYS[k + 1], ARGV[a])
+    if type(pushed) == 'table' and pushed.err then
+      redis.call('DEL', KEYS[k])
+      out[i] = -2
+    else
+      if keep > 0 then
+        local len = redis.pcall('LPUSH', KEYS[k + 2], ARGV[a + 1])
+        if type(len) == 'number' and len > 2 * keep then
+          redis.pcall('LTRIM', KEYS[k + 2], 0, keep - 1)
+        end
+        redis.pcall('HINCRBY', KEYS[2], ARGV[a + 2], 1)
       end
-      redis.call('HINCRBY', KEYS[2], ARGV[a + 2], 1)
+      out[i] = 1
     end
-    out[i] = 1
   else
     out[i] = 0
   end
@@ -285,6 +299,11 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 				results[i] = ResultOK
 			case vals[i-lo] == 0:
 				results[i] = ResultDuplicate
+			case vals[i-lo] == -2:
+				results[i] = ResultError
+				if first == nil {
+					first = fmt.Errorf("entry %q: LPUSH to %s failed (does the key hold another type?)", fires[i].Task.Name, fires[i].Task.QueueKey)
+				}
 			default:
 				results[i] = ResultStale
 			}

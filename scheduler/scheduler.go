@@ -364,6 +364,12 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 				return l.finish()
 			case <-timer.C():
 			}
+			// Slots that came due meanwhile join the retry, up to a
+			// batch: one fire that keeps failing (a queue key of the
+			// wrong type) then delays the others by the backoff instead
+			// of stopping them, and a broker that is down leaves at most
+			// a batch pending, not every slot of the outage.
+			l.collectDue(s.cfg.Clock.Now())
 			continue
 		}
 		now := s.cfg.Clock.Now()

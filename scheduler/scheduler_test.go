@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ type fakeDispatcher struct {
 	seen      map[string]bool
 	fence     int64
 	Err       error // returned by Publish while set
+	failEntry string // its fires fail (ResultError) while set
 }
 
 func newFakeDispatcher() *fakeDispatcher {
@@ -46,9 +48,14 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 	if d.Err != nil {
 		return d.Err
 	}
+	var failed error
 	for i := range fires {
 		f := &fires[i]
 		f.ID = f.Task.SlotID(f.Slot)
+		if f.Task.Name == d.failEntry {
+			results[i], failed = publisher.ResultError, fmt.Errorf("entry %q: WRONGTYPE", f.Task.Name)
+			continue
+		}
 		if token < d.fence {
 			results[i] = publisher.ResultStale
 			continue
@@ -70,7 +77,7 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 			return publisher.ErrStale
 		}
 	}
-	return nil
+	return failed
 }
 
 func (d *fakeDispatcher) list() []string {
@@ -721,5 +728,42 @@ func TestShutdownWithRefusedWrites(t *testing.T) {
 	// finishBudget plus scheduling slack under -race on 2 cores.
 	if took := time.Since(start); took > finishBudget+2*time.Second {
 		t.Errorf("stopping took %v with etcd hanging", took)
+	}
+}
+
+// TestOneFailingEntryDoesNotStopTheOthers: an entry whose publish keeps
+// failing (its queue key holds another type) stays pending and retried,
+// while every other entry keeps firing, late by at most the backoff.
+func TestOneFailingEntryDoesNotStopTheOthers(t *testing.T) {
+	h := newHarness(t, "entries:\n  bad: {task: t, every: 10s}\n  good: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h.disp.mu.Lock()
+	h.disp.failEntry = "bad"
+	h.disp.mu.Unlock()
+	h.start(7)
+	h.settle()
+	for i := 1; i <= 4; i++ {
+		h.clock.Set(t0.Add(time.Duration(i) * 10 * time.Second))
+		deadline := time.Now().Add(5 * time.Second)
+		for len(h.disp.list()) < i && time.Now().Before(deadline) {
+			h.clock.Advance(time.Second) // past the retry backoff (at most 2.4s)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	want := slots("good", "2026-11-30T10:00:10Z", "2026-11-30T10:00:20Z", "2026-11-30T10:00:30Z", "2026-11-30T10:00:40Z")
+	got := h.disp.list()
+	if len(got) < 4 || strings.Join(got[:4], ",") != strings.Join(want, ",") {
+		t.Fatalf("published %v, want the good entry's slots %v", got, want)
+	}
+	// The failing entry's first slot is still owed: fixed, it goes out.
+	h.disp.mu.Lock()
+	h.disp.failEntry = ""
+	h.disp.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(h.disp.list(), "bad 2026-11-30T10:00:10Z") && time.Now().Before(deadline) {
+		h.clock.Advance(time.Second)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !slices.Contains(h.disp.list(), "bad 2026-11-30T10:00:10Z") {
+		t.Fatalf("the failing entry's slot was dropped: %v", h.disp.list())
 	}
 }
