@@ -1,6 +1,9 @@
 package scheduler
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -37,13 +40,55 @@ func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
 
 // FakeClock is a manual clock for tests: time moves only on Advance or Set.
 type FakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced whenever a timer is armed, fired or stopped
 }
 
 // NewFakeClock returns a clock stopped at now.
-func NewFakeClock(now time.Time) *FakeClock { return &FakeClock{now: now} }
+func NewFakeClock(now time.Time) *FakeClock {
+	return &FakeClock{now: now, changed: make(chan struct{})}
+}
+
+// BlockUntil waits until at least n timers are armed. A goroutine that
+// arms a timer and waits on it is idle until the clock moves, so tests
+// wait for that instead of sleeping and hoping.
+func (f *FakeClock) BlockUntil(ctx context.Context, n int) error {
+	for {
+		f.mu.Lock()
+		armed := 0
+		for _, t := range f.timers {
+			if t.active {
+				armed++
+			}
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		if armed >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("scheduler: %d of %d timers armed: %w", armed, n, ctx.Err())
+		}
+	}
+}
+
+// Changed is closed at the next change to the timers (armed, fired or
+// stopped).
+func (f *FakeClock) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+// notifyLocked wakes BlockUntil.
+func (f *FakeClock) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
 
 // Now returns the fake time.
 func (f *FakeClock) Now() time.Time {
@@ -60,6 +105,7 @@ func (f *FakeClock) NewTimer(d time.Duration) Timer {
 	t := &fakeTimer{clock: f, c: make(chan time.Time, 1), at: f.now.Add(d), active: true}
 	f.timers = append(f.timers, t)
 	f.fireLocked()
+	f.notifyLocked()
 	return t
 }
 
@@ -72,6 +118,7 @@ func (f *FakeClock) Set(t time.Time) {
 	defer f.mu.Unlock()
 	f.now = t
 	f.fireLocked()
+	f.notifyLocked()
 }
 
 // NextDeadline returns the earliest active timer deadline, if any.
@@ -122,6 +169,7 @@ func (t *fakeTimer) Stop() bool {
 	defer t.clock.mu.Unlock()
 	was := t.active
 	t.active = false
+	t.clock.notifyLocked()
 	return was
 }
 
@@ -131,7 +179,13 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	t.at = t.clock.now.Add(d)
 	if !t.active {
 		t.active = true
-		t.clock.timers = append(t.clock.timers, t)
+		// A stopped timer stays in the list until the next firing
+		// prunes it: add it back only if it is gone, or it would count
+		// twice.
+		if !slices.Contains(t.clock.timers, t) {
+			t.clock.timers = append(t.clock.timers, t)
+		}
 	}
 	t.clock.fireLocked()
+	t.clock.notifyLocked()
 }

@@ -24,7 +24,7 @@ type Metrics struct {
 	// StateUnpersistedAge is the age of the oldest state change not yet
 	// written to etcd.
 	StateUnpersistedAge prometheus.Gauge
-	PendingSlots  prometheus.Gauge
+	PendingSlots        prometheus.Gauge
 
 	// PerEntryLimit: with more entries than this, the entry label is
 	// left empty and per-entry gauges are not exported, so 100k entries do

@@ -99,6 +99,9 @@ type Scheduler struct {
 	publishErr atomic.Pointer[error]
 	// persist is the current term's persister, nil between terms.
 	persist atomic.Pointer[persister]
+	// applied is the config the running loop has applied; it trails
+	// entries until the loop picks up a Reload.
+	applied atomic.Pointer[entrySet]
 }
 
 // entry is a config entry compiled for publishing.
@@ -302,6 +305,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		now = term.Elected
 	}
 	l.set = s.entries.Load()
+	s.applied.Store(l.set)
 	// Removed entries are marked, or deleted after their grace, in the
 	// table itself: the persister's first write stores that.
 	table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
@@ -340,7 +344,10 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	}
 	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
 
+	// The timer is armed only where the loop waits on it: an armed timer
+	// then means an idle loop, which tests rely on.
 	timer := s.cfg.Clock.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
 	for {
 		l.reportDue()
@@ -377,9 +384,11 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		if len(l.pending) > 0 {
 			continue
 		}
+		// Measured from the clock as the timer is armed: time that passed
+		// since now was read must not push the deadline back.
 		wait := time.Hour
 		if len(l.heap) > 0 {
-			wait = max(l.heap[0].due.Sub(now), 0)
+			wait = max(l.heap[0].due.Sub(s.cfg.Clock.Now()), 0)
 		}
 		timer.Reset(wait)
 		select {
@@ -656,6 +665,7 @@ func (l *loop) applyReload(now time.Time) {
 	}
 	old, oldItems := l.set, l.items
 	l.set = set
+	defer l.s.applied.Store(set)
 	l.items = make(map[string]*item, len(set.byName))
 	l.heap = l.heap[:0]
 	for name, e := range set.byName {

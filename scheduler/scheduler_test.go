@@ -24,7 +24,7 @@ type fakeDispatcher struct {
 	published []string // "entry slot" or "entry manual"
 	seen      map[string]bool
 	fence     int64
-	Err       error // returned by Publish while set
+	Err       error  // returned by Publish while set
 	failEntry string // its fires fail (ResultError) while set
 }
 
@@ -260,22 +260,29 @@ func (h *harness) waitPublished(n int) []string {
 	return nil
 }
 
-// settle waits until the loop is blocked on its timer (a timer is armed at
-// a deadline after the fake now) and nothing more is published.
+// settle waits until the loop and the persister are idle: the loop has
+// applied the latest config, and each has armed its timer, which the loop
+// does only once nothing is due or pending.
 func (h *harness) settle() {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if at, ok := h.clock.NextDeadline(); ok && at.After(h.clock.Now()) {
-			before := len(h.disp.list())
-			time.Sleep(5 * time.Millisecond)
-			if len(h.disp.list()) == before {
-				return
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		changed := h.clock.Changed()
+		if h.sched.applied.Load() == h.sched.entries.Load() {
+			break
 		}
-		time.Sleep(time.Millisecond)
+		// A reload is not applied yet: the loop stops and re-arms its
+		// timer once it is.
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			h.t.Fatal("loop did not apply the reload")
+		}
 	}
-	h.t.Fatal("loop did not settle")
+	if err := h.clock.BlockUntil(ctx, 2); err != nil {
+		h.t.Fatalf("loop did not settle: %v", err)
+	}
 }
 
 func slots(name string, times ...string) []string {
@@ -382,7 +389,7 @@ func TestBrokerDownKeepsSlotsPending(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ { // outage spans two more slots; backoff timers fire
 		h.clock.Advance(10 * time.Second)
-		time.Sleep(10 * time.Millisecond)
+		h.settle()
 	}
 	if st := h.store.get("e"); st != nil && !st.LastSlot.IsZero() {
 		t.Fatalf("state advanced without a publish: %+v", st)
@@ -424,7 +431,10 @@ func TestRefusedWriteEndsTerm(t *testing.T) {
 	h.store.mu.Lock()
 	h.store.token = 8 // a new term began in etcd
 	h.store.mu.Unlock()
+	// The next state write (the baseline, or the slot's state) is refused,
+	// whichever timer fires first.
 	h.clock.Advance(10 * time.Second)
+	h.clock.Advance(time.Second) // a state interval: the next write
 	select {
 	case err := <-h.done:
 		if !errors.Is(err, ErrTermEnded) {
