@@ -137,7 +137,7 @@ func (m *Main) monitor(ctx context.Context) {
 			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
-		{name: "broker", where: publisher.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }},
+		{name: "broker", where: publisher.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.brokerPing(ctx) }},
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
