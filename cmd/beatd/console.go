@@ -21,7 +21,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 	return console.New(console.Config{
 		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     publisher.Redacted(m.Broker),
-		PingBroker: func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() },
+		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
 		Term:       m.token.Load, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
 	})
 }
