@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -78,6 +79,12 @@ type Options struct {
 	DedupTTL time.Duration
 	// Now reads the clock; a relative expiry counts from it.
 	Now func() time.Time
+	// MinReplicas makes every publish wait (WAIT) until that many replicas
+	// hold it; a shortfall leaves the batch's fires pending (replicas.go).
+	// ReplicasAuto waits for one whenever the master has one. 0: no wait.
+	MinReplicas        int
+	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
+	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
 }
 
 // DefaultDedupTTL is the dedup key lifetime unless a longer catch-up window
@@ -92,6 +99,7 @@ type Publisher struct {
 	ttlArg   string
 	now      func() time.Time
 	bufs     sync.Pool
+	repl     *replication
 }
 
 // New returns a Publisher on rdb.
@@ -109,6 +117,7 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		ttlArg:   strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
 		now:      opts.Now,
 		bufs:     sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
+		repl:     newReplication(opts),
 	}
 }
 
@@ -125,6 +134,11 @@ func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
 	}
 	if v > token {
 		return fmt.Errorf("%w: fence is %d, token %d", ErrStale, v, token)
+	}
+	// A fence lost in a failover would let a deposed leader publish again.
+	if err := p.repl.sync(ctx, p.rdb, strconv.FormatInt(token, 10)); err != nil {
+		p.repl.failed()
+		return fmt.Errorf("publisher: raise fence: %w", err)
 	}
 	return nil
 }
@@ -167,6 +181,7 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []Fire, resu
 		err = p.run(ctx, token, fires, buf, ends, results)
 	}
 	if err != nil {
+		p.repl.failed()
 		return fmt.Errorf("publisher: publish %d fires: %w", len(fires), err)
 	}
 	for _, r := range results {
@@ -181,6 +196,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 	pipe := p.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(fires))
 	tok := strconv.FormatInt(token, 10)
+	want := p.repl.target(ctx, p.rdb)
 	start := 0
 	for i := range fires {
 		t := fires[i].Task
@@ -190,6 +206,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 			[]string{p.fenceKey, p.DedupKey(fires[i].ID), t.BindingKey, t.QueueKey},
 			tok, p.ttlArg, t.BindingMember, msg)
 	}
+	wait := p.repl.queue(ctx, pipe, want, tok)
 	_, err := pipe.Exec(ctx)
 	var first error
 	for i, c := range cmds {
@@ -207,6 +224,9 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 		default:
 			results[i] = ResultStale
 		}
+	}
+	if werr := p.repl.check(wait, want, results); werr != nil && first == nil {
+		first = werr
 	}
 	if first != nil {
 		return first

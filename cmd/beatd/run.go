@@ -83,6 +83,8 @@ type Main struct {
 	BrokerMaster   string
 	BrokerPassFile string
 	KombuPrefix    string
+	MinReplicas    int
+	MinReplicasTO  time.Duration
 	RedisPrefix    string
 	DedupTTL       time.Duration
 	ID             string
@@ -122,6 +124,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: "/beatd/default/"},
+		MinReplicas: minReplicasUnset, MinReplicasTO: publisher.DefaultReplicasTimeout,
 		stdout: stdout, stderr: stderr,
 	}
 }
@@ -139,6 +142,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
+	fs.IntVar(&m.MinReplicas, "broker-min-replicas", m.MinReplicas, "replicas that must hold each publish (WAIT) before it counts as done; default 1 for sentinel:// when the master has a replica, else 0")
+	fs.DurationVar(&m.MinReplicasTO, "broker-min-replicas-timeout", m.MinReplicasTO, "how long each publish waits for --broker-min-replicas; on a shortfall the slots stay pending and are retried")
 	fs.StringVar(&m.RedisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
 	fs.DurationVar(&m.DedupTTL, "dedup-ttl", 0, "lifetime of a slot's dedup key (default max(7 days, the longest catchup_window))")
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
@@ -218,12 +223,17 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
+	if err := probeEtcd(ctx, m.log, m.etcd, m.Etcd.Endpoints, prefix); err != nil {
+		return err
+	}
 
 	brokerPass, err := secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return err
 	}
-	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
+	minReplicas := brokerMinReplicas(m.MinReplicas, m.Broker)
+	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass,
+		ReadTimeout: max(3*time.Second, m.MinReplicasTO+2*time.Second)}); err != nil {
 		return err
 	}
 	redisPrefix := m.RedisPrefix
@@ -237,11 +247,17 @@ func (m *Main) Run(ctx context.Context) error {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
-	pub := publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisPrefix, DedupTTL: dedup})
+	shortfalls := newShortfallCounter()
+	pub := publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisPrefix, DedupTTL: dedup,
+		MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
+	if err := probeBroker(ctx, m.log, pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
+		return err
+	}
 
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
+	m.registry.MustRegister(shortfalls)
 	host, _ := os.Hostname()
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix}, cfg)

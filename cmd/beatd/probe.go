@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/schedule"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Start-up probes: a setup that can never work (a wrong CA, a wrong
+// password, an ACL user or etcd role without the permissions beatd needs,
+// a Redis Cluster) fails `beatd run` at once with an error naming the
+// server, instead of at the first fire or the first term. A server that
+// is merely unreachable is logged and retried later, as at run time.
+
+// probeBudget bounds each start-up probe.
+const probeBudget = 10 * time.Second
+
+// minReplicasUnset is --broker-min-replicas' default: ReplicasAuto for a
+// Sentinel broker, else 0.
+const minReplicasUnset = -2
+
+// brokerMinReplicas resolves --broker-min-replicas for broker.
+func brokerMinReplicas(flag int, broker string) int {
+	if flag != minReplicasUnset {
+		return flag
+	}
+	if strings.HasPrefix(strings.TrimSpace(broker), "sentinel://") {
+		return publisher.ReplicasAuto
+	}
+	return 0
+}
+
+// newShortfallCounter counts publish batches left pending because too few
+// replicas acknowledged them.
+func newShortfallCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_replica_shortfalls_total",
+		Help: "Publish batches (or fence raises) that fewer than --broker-min-replicas replicas acknowledged within the timeout; their fires stay pending."})
+}
+
+// probeTasks compiles one entry per distinct queue and exchange, the keys
+// the broker user must be allowed to write.
+func probeTasks(cfg *schedule.Config, cluster, kombuPrefix string) []*publisher.Task {
+	var out []*publisher.Task
+	seen := map[string]bool{}
+	for _, e := range cfg.Entries {
+		o := e.Options
+		prio := -1
+		if o.Priority != nil {
+			prio = *o.Priority
+		}
+		k := fmt.Sprintf("%s\x00%s\x00%d", o.Queue, o.Exchange, prio)
+		if seen[k] || len(out) >= 100 {
+			continue
+		}
+		seen[k] = true
+		if t, err := publisher.Compile(e, cluster, "beatd@probe", kombuPrefix); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// probeBroker runs the publisher's start-up check. The error names the
+// broker with its password redacted.
+func probeBroker(ctx context.Context, log *slog.Logger, pub *publisher.Publisher, broker string, tasks []*publisher.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	defer cancel()
+	err := pub.Check(ctx, tasks...)
+	if err == nil {
+		log.Info("broker check passed", "broker", publisher.Redacted(broker), "min_replicas", pub.MinReplicas(ctx))
+		return nil
+	}
+	if publisher.IsUnreachable(err) {
+		log.Warn("broker unreachable at start-up; publishing retries until it answers",
+			"broker", publisher.Redacted(broker), "err", err)
+		return nil
+	}
+	return fmt.Errorf("broker %s: start-up check failed: %w", publisher.Redacted(broker), err)
+}
+
+// probeEtcd reads the cluster's prefix and makes a guarded write on it
+// whose guard can never hold, so nothing is written: etcd checks the
+// permissions of every operation in a transaction, run or not. A role
+// without readwrite on the prefix fails here.
+func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, endpoints, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	defer cancel()
+	err := func() error {
+		if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+			return fmt.Errorf("read %s*: %w", prefix, err)
+		}
+		probe := prefix + "probe"
+		_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(probe), "=", -1)).
+			Then(clientv3.OpPut(probe, "")).Else(clientv3.OpGet(probe)).Commit()
+		if err != nil {
+			return fmt.Errorf("guarded write on %s: %w", prefix, err)
+		}
+		return nil
+	}()
+	if err == nil {
+		return nil
+	}
+	if etcdFatal(err) {
+		return fmt.Errorf("etcd %s: start-up check failed: %w (the user or client certificate needs a role with readwrite on the prefix %s: see the README)",
+			endpoints, err, prefix)
+	}
+	log.Warn("etcd unreachable at start-up; retrying", "etcd", endpoints, "err", err)
+	return nil
+}
+
+// etcdFatal reports whether err is a refusal that retrying cannot fix.
+func etcdFatal(err error) bool {
+	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthNotEnabled, rpctypes.ErrUserNotFound} {
+		if errors.Is(err, e) || strings.Contains(err.Error(), e.Error()) {
+			return true
+		}
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
+}
