@@ -192,7 +192,7 @@ func WaitOnlineReplicas(addr string, n int, timeout time.Duration) error {
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	var last string
-	for time.Now().Before(deadline) {
+	for first := true; first || time.Now().Before(deadline); first = false {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		info, err := c.Info(ctx, "replication").Result()
 		cancel()
@@ -202,7 +202,9 @@ func WaitOnlineReplicas(addr string, n int, timeout time.Duration) error {
 				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if timeout > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	return fmt.Errorf("%s has fewer than %d online replicas after %s:\n%s", addr, n, timeout, last)
 }
