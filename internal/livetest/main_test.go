@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 	if shared.etcd != nil {
 		shared.etcd.Stop()
 	}
+	if tlsRedisShared.proc != nil {
+		tlsRedisShared.proc.Kill()
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -230,6 +233,24 @@ func (p *proc) get(path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// waitFired waits until beatd has logged n fires; it fails at once if
+// beatd exits.
+func (p *proc) waitFired(n int, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for p.fired() < n {
+		select {
+		case <-p.exited:
+			p.t.Fatalf("beatd exited %d after %d of %d fires", p.code, p.fired(), n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("beatd fired %d times in %s, want %d", p.fired(), timeout, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // fired counts the "fired" log lines so far.

@@ -69,7 +69,7 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	args := append([]string{"--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", prefix,
 		"--broker", topo.URL(db), "--broker-master-name", topo.MasterName, "--lease-ttl", "2s", "--id", "s1"}, extra...)
 	p := startBeatd(t, nil, args...)
-	waitFor(t, 30*time.Second, "the first 20 fires", func() bool { return p.fired() >= 20 })
+	p.waitFired(20, 30*time.Second)
 	var res scenarioResult
 	for _, f := range faults {
 		before := p.fired()
@@ -80,7 +80,7 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 		}
 		res.failovers = append(res.failovers, fmt.Sprintf("%s to %s in %s", f.name, m.Addr(), time.Since(start).Round(100*time.Millisecond)))
 		// beatd follows the new master: new fires reach it.
-		waitFor(t, 30*time.Second, "20 fires after "+f.name, func() bool { return p.fired() >= before+20 })
+		p.waitFired(before+20, 30*time.Second)
 	}
 	_, metrics := p.get("/metrics")
 	for _, l := range strings.Split(metrics, "\n") {
