@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/beatd/beatd/publisher"
@@ -91,7 +95,18 @@ func probeBroker(ctx context.Context, log *slog.Logger, pub *publisher.Publisher
 // whose guard can never hold, so nothing is written: etcd checks the
 // permissions of every operation in a transaction, run or not. A role
 // without readwrite on the prefix fails here.
-func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, endpoints, prefix string) error {
+func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *etcdFlags) error {
+	prefix, endpoints := f.prefix(), f.Endpoints
+	// gRPC retries a failed TLS handshake until the deadline and reports
+	// only that; a handshake of our own tells a refused certificate from a
+	// server that is down, at once.
+	if tc, err := f.tlsConfig(); err == nil && tc != nil {
+		for _, ep := range f.endpoints() {
+			if err := tlsHandshake(ep, tc); err != nil {
+				return fmt.Errorf("etcd %s: start-up check failed: TLS handshake with %s: %w", endpoints, ep, err)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, probeBudget)
 	defer cancel()
 	err := func() error {
@@ -106,12 +121,14 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, endp
 		}
 		return nil
 	}()
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if etcdFatal(err) {
+	case errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()):
 		return fmt.Errorf("etcd %s: start-up check failed: %w (the user or client certificate needs a role with readwrite on the prefix %s: see the README)",
 			endpoints, err, prefix)
+	case etcdFatal(err):
+		return fmt.Errorf("etcd %s: start-up check failed: %w", endpoints, err)
 	}
 	log.Warn("etcd unreachable at start-up; retrying", "etcd", endpoints, "err", err)
 	return nil
@@ -127,4 +144,36 @@ func etcdFatal(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
+}
+
+// tlsHandshake connects to endpoint with tc and returns a TLS error that
+// says the server or this client's certificate is refused; nil if the
+// handshake succeeds or the server cannot be reached at all (that may
+// heal).
+func tlsHandshake(endpoint string, tc *tls.Config) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	tc = tc.Clone()
+	tc.ServerName = u.Hostname()
+	tc.NextProtos = []string{"h2"}
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", u.Host, tc)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		return err
+	}
+	defer conn.Close()
+	// With TLS 1.3 the server judges the client's certificate after the
+	// client's handshake is done, and says so in an alert on first read.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
+		return err
+	}
+	return nil
 }

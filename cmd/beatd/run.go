@@ -223,7 +223,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
-	if err := probeEtcd(ctx, m.log, m.etcd, m.Etcd.Endpoints, prefix); err != nil {
+	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
 		return err
 	}
 

@@ -128,6 +128,11 @@ func (e *SecureEtcd) EnableAuth(ctx context.Context, rootPassword string) error 
 // of the same name with readwrite on every key under prefix, as the README's
 // etcdctl commands do.
 func (e *SecureEtcd) AddUser(ctx context.Context, user, password, prefix string) error {
+	return e.AddUserPerm(ctx, user, password, prefix, clientv3.PermissionType(clientv3.PermReadWrite))
+}
+
+// AddUserPerm is AddUser with the role's permission on prefix.
+func (e *SecureEtcd) AddUserPerm(ctx context.Context, user, password, prefix string, perm clientv3.PermissionType) error {
 	cli, err := e.Client("", "")
 	if err != nil {
 		return err
@@ -136,7 +141,7 @@ func (e *SecureEtcd) AddUser(ctx context.Context, user, password, prefix string)
 	if _, err := cli.RoleAdd(ctx, user); err != nil {
 		return fmt.Errorf("role add %s: %w", user, err)
 	}
-	if _, err := cli.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+	if _, err := cli.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), perm); err != nil {
 		return fmt.Errorf("grant %s on %s: %w", user, prefix, err)
 	}
 	if password == "" {
