@@ -49,8 +49,17 @@ func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(c.Nodes[0].Port), "cluster", "info").CombinedOutput()
-		if err == nil && containsLine(string(out), "cluster_state:ok") {
+		// Every node must agree, not just the one that ran the create.
+		ok, out := true, []byte(nil)
+		for _, n := range c.Nodes {
+			var err error
+			out, err = exec.Command("redis-cli", "-p", strconv.Itoa(n.Port), "cluster", "info").CombinedOutput()
+			if err != nil || !containsLine(string(out), "cluster_state:ok") {
+				ok = false
+				break
+			}
+		}
+		if ok {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
