@@ -228,10 +228,13 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 	if werr := p.repl.check(wait, want, results); werr != nil && first == nil {
 		first = werr
 	}
-	if first != nil {
-		return first
+	// Exec's error says why when the connection itself failed (a refused
+	// AUTH leaves every reply empty, and its command's error reads only
+	// "unexpected type=<nil>"); otherwise it is the first command's.
+	if err != nil {
+		return err
 	}
-	return err
+	return first
 }
 
 func isNoScript(err error) bool {
