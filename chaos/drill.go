@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/schedule"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -30,10 +29,19 @@ const (
 	FaultEtcdQuorum   = "etcd-quorum"   // stop 2 of 3 members, then restore them
 	FaultRedisRestart = "redis-restart" // kill redis-server, restart it
 	FaultPartition    = "partition"     // blackhole the leader's traffic to etcd or Redis
+	// FaultRedisFailover fails the Redis master over to its replica, by
+	// SENTINEL FAILOVER or by kill -9 of the master (then restarted as a
+	// replica). Only with LocalConfig.Sentinel.
+	FaultRedisFailover = "redis-failover"
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRedisRestart, FaultPartition}
+
+// SentinelFaults lists every fault kind of a drill with Sentinel. There,
+// redis-restart restarts the replica and partition cuts only etcd (beatd
+// reaches Redis through Sentinel, not through a proxy).
+var SentinelFaults = append(append([]string{}, AllFaults...), FaultRedisFailover)
 
 // Fault is one injected fault.
 type Fault struct {
@@ -60,6 +68,10 @@ type LocalConfig struct {
 	MinEach int
 	Dir     string    // work directory; a temporary one when empty
 	Log     io.Writer // progress
+	// Sentinel runs Redis as a master, a replica and three sentinels, and
+	// beatd with a sentinel:// broker (and its default
+	// --broker-min-replicas), instead of one redis-server behind proxies.
+	Sentinel bool
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -94,6 +106,7 @@ type drill struct {
 	dir      string
 	etcd     *EtcdCluster
 	redis    *RedisServer
+	sentinel *SentinelTopology
 	replicas []*Replica
 	cli      *clientv3.Client
 	rng      *rand.Rand
@@ -114,10 +127,16 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	}
 	if len(cfg.Faults) == 0 {
 		cfg.Faults = AllFaults
+		if cfg.Sentinel {
+			cfg.Faults = SentinelFaults
+		}
 	}
 	for _, f := range cfg.Faults {
-		if !contains(AllFaults, f) {
-			return nil, fmt.Errorf("chaos: unknown fault %q (known: %s)", f, strings.Join(AllFaults, ","))
+		if !contains(SentinelFaults, f) {
+			return nil, fmt.Errorf("chaos: unknown fault %q (known: %s)", f, strings.Join(SentinelFaults, ","))
+		}
+		if f == FaultRedisFailover && !cfg.Sentinel {
+			return nil, fmt.Errorf("chaos: fault %q needs a drill with Sentinel", f)
 		}
 	}
 	if cfg.Log == nil {
@@ -156,8 +175,17 @@ func (d *drill) setup() error {
 	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
 		return err
 	}
-	if d.redis, err = StartRedis(d.dir); err != nil {
-		return err
+	redisAddr := ""
+	if d.cfg.Sentinel {
+		if d.sentinel, err = StartSentinelTopology(filepath.Join(d.dir, "sentinel")); err != nil {
+			return err
+		}
+		redisAddr = d.sentinel.URL(0)
+	} else {
+		if d.redis, err = StartRedis(d.dir); err != nil {
+			return err
+		}
+		redisAddr = d.redis.Addr()
 	}
 	if d.cli, err = clientv3.New(clientv3.Config{Endpoints: d.etcd.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}); err != nil {
 		return err
@@ -177,22 +205,26 @@ func (d *drill) setup() error {
 			r.EtcdProxies = append(r.EtcdProxies, p)
 			eps = append(eps, "http://"+p.Addr())
 		}
-		if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
-			return err
+		broker := []string{"--broker", d.sentinelBroker(), "--broker-master-name", d.masterName()}
+		if !d.cfg.Sentinel {
+			if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
+				return err
+			}
+			broker = []string{"--broker", "redis://" + r.RedisProxy.Addr() + "/0"}
 		}
 		if r.HTTPPort, err = FreePort(); err != nil {
 			return err
 		}
-		r.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
-			"--broker", "redis://" + r.RedisProxy.Addr() + "/0", "--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
-			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
+		r.Args = append([]string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
+			"--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
+			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, broker...)
 		if err := r.Start(d.cfg.Binary); err != nil {
 			return err
 		}
 		d.replicas = append(d.replicas, r)
 	}
 	d.logf("cluster up: etcd %v, redis %s, %d replicas, lease TTL %s, work dir %s",
-		d.etcd.Endpoints(), d.redis.Addr(), len(d.replicas), d.cfg.LeaseTTL, d.dir)
+		d.etcd.Endpoints(), redisAddr, len(d.replicas), d.cfg.LeaseTTL, d.dir)
 	return nil
 }
 
@@ -211,6 +243,9 @@ func (d *drill) shutdown() {
 	}
 	if d.redis != nil {
 		d.redis.Kill()
+	}
+	if d.sentinel != nil {
+		d.sentinel.Stop()
 	}
 	if d.etcd != nil {
 		d.etcd.Stop()
@@ -306,7 +341,10 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 			r.Kill()
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	rdb, err := d.auditClient(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
 	msgs, err := ReadQueue(ctx, rdb, "drill")
 	if err != nil {
@@ -383,6 +421,10 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			err = d.etcd.WaitHealthy(30 * time.Second)
 		}
 	case FaultRedisRestart:
+		if d.sentinel != nil {
+			err = d.restartSentinelReplica(ctx, &f)
+			break
+		}
 		f.Target = "redis"
 		d.redis.Kill()
 		f.Held = time.Duration(300+d.rng.IntN(1500)) * time.Millisecond
@@ -390,10 +432,12 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			return f, err
 		}
 		err = d.redis.Start()
+	case FaultRedisFailover:
+		err = d.redisFailover(&f)
 	case FaultPartition:
 		proxies := lead.EtcdProxies
 		what := "etcd"
-		if d.rng.IntN(2) == 1 {
+		if d.rng.IntN(2) == 1 && lead.RedisProxy != nil {
 			proxies, what = []*Proxy{lead.RedisProxy}, "redis"
 		}
 		f.Target = lead.ID + "->" + what

@@ -36,8 +36,12 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
+	sentinel := fs.Bool("sentinel", false, "run Redis as a master, a replica and 3 sentinels; adds the redis-failover fault")
 	if err := parseFlags(fs, args); err != nil {
 		return exitCode(err)
+	}
+	if *sentinel && *faults == strings.Join(chaos.AllFaults, ",") {
+		*faults = strings.Join(chaos.SentinelFaults, ",")
 	}
 	bin, err := os.Executable()
 	if err != nil {
@@ -46,7 +50,7 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
 	rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
+		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Sentinel: *sentinel})
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd drill:", err)
 		return 1

@@ -68,6 +68,9 @@ func TestMain(m *testing.M) {
 	if tlsRedisShared.proc != nil {
 		tlsRedisShared.proc.Kill()
 	}
+	if mtlsRedisShared.proc != nil {
+		mtlsRedisShared.proc.Kill()
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

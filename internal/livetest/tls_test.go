@@ -3,6 +3,7 @@ package livetest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,40 +18,63 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var tlsRedisShared struct {
+// sharedRedis is a redis-server started once for the package.
+type sharedRedis struct {
 	once sync.Once
 	proc *testutil.RedisProc
 	err  error
 }
 
+var tlsRedisShared, mtlsRedisShared sharedRedis
+
 // tlsRedis is the package's redis-server that only speaks TLS (port 0,
 // tls-port), with certificates from certs(); client certificates are
 // optional.
 func tlsRedis(t *testing.T) *testutil.RedisProc {
+	return startTLSRedis(t, &tlsRedisShared, "optional")
+}
+
+// mtlsRedis is like tlsRedis but requires a client certificate.
+func mtlsRedis(t *testing.T) *testutil.RedisProc {
+	return startTLSRedis(t, &mtlsRedisShared, "yes")
+}
+
+func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *testutil.RedisProc {
 	t.Helper()
 	c := certs(t)
-	tlsRedisShared.once.Do(func() {
+	sh.once.Do(func() {
 		port, err := testutil.FreePortNoTB()
 		if err != nil {
-			tlsRedisShared.err = err
+			sh.err = err
 			return
 		}
-		d := filepath.Join(shared.dir, "redis-tls")
+		d := filepath.Join(shared.dir, "redis-tls-"+authClients)
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			tlsRedisShared.err = err
+			sh.err = err
 			return
 		}
-		p := &testutil.RedisProc{Bin: "redis-server", Port: port, Dir: d, TLS: c.ClientTLS(), Args: []string{
+		probe := c.ClientTLS()
+		if authClients == "yes" {
+			cert, key, err := c.Issue("redis-probe", "probe", false)
+			if err == nil {
+				probe, err = c.ClientTLSWithCert(cert, key)
+			}
+			if err != nil {
+				sh.err = err
+				return
+			}
+		}
+		p := &testutil.RedisProc{Bin: "redis-server", Port: port, Dir: d, TLS: probe, Args: []string{
 			"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--tls-cert-file", c.ServerCert, "--tls-key-file", c.ServerKey, "--tls-ca-cert-file", c.CA,
-			"--tls-auth-clients", "optional"}}
-		tlsRedisShared.err = p.Start()
-		tlsRedisShared.proc = p
+			"--tls-auth-clients", authClients}}
+		sh.err = p.Start()
+		sh.proc = p
 	})
-	if tlsRedisShared.err != nil {
-		t.Fatal(tlsRedisShared.err)
+	if sh.err != nil {
+		t.Fatal(sh.err)
 	}
-	return tlsRedisShared.proc
+	return sh.proc
 }
 
 // readmeACL is the README's ACL SETUSER line for beatd's user, with the
@@ -135,12 +159,32 @@ func TestTLSAndACL(t *testing.T) {
 			p.stop()
 		}
 	})
+	mtls := mtlsRedis(t)
+	mtlsAdmin := redis.NewClient(&redis.Options{Addr: mtls.Addr(), TLSConfig: mtlsTLS(t, c)})
+	defer mtlsAdmin.Close()
+	if err := mtlsAdmin.Do(ctx, append([]any{"ACL", "SETUSER", "beatd", "reset"}, least...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mtlsBroker := func(extra ...string) string {
+		q := url.Values{"ssl_cert_reqs": {"required"}, "ssl_ca_certs": {c.CA}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			q.Set(extra[i], extra[i+1])
+		}
+		return fmt.Sprintf("rediss://beatd@%s/0?%s", mtls.Addr(), q.Encode())
+	}
+	t.Run("publishes with a client certificate where one is required", func(t *testing.T) {
+		env, args := run(t, mtlsBroker("ssl_certfile", clientCert, "ssl_keyfile", clientKey), "/beatd/mtls/")
+		p := startBeatd(t, env, args...)
+		p.waitFired(2, 30*time.Second)
+		p.stop()
+	})
 	for _, tc := range []struct {
 		name     string
 		broker   string
 		password string
 		want     []string
 	}{
+		{"no client certificate where one is required", mtlsBroker(), pw, []string{"tls: certificate required"}},
 		{"wrong CA", broker("beatd", c.WrongCA), pw, []string{"x509: certificate signed by unknown authority"}},
 		{"user without EVALSHA", broker("noevalsha", c.CA), pw, []string{"EVALSHA", "NOPERM"}},
 		{"wrong password", broker("beatd", c.CA), "not-the-password", []string{"WRONGPASS"}},
@@ -171,4 +215,17 @@ func firstLine(out, prefix string) string {
 		}
 	}
 	return ""
+}
+
+func mtlsTLS(t *testing.T, c *testutil.Certs) *tls.Config {
+	t.Helper()
+	cert, key, err := c.Issue("redis-admin", "admin", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.ClientTLSWithCert(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
 }

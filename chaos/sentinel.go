@@ -1,4 +1,4 @@
-package testutil
+package chaos
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func StartSentinelTopology(dir string) (*SentinelTopology, error) {
 		}
 	}()
 	for i := 0; i < 2; i++ {
-		port, err := FreePortNoTB()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +57,7 @@ func StartSentinelTopology(dir string) (*SentinelTopology, error) {
 		return nil, err
 	}
 	for i := 0; i < 3; i++ {
-		port, err := FreePortNoTB()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
