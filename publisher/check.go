@@ -49,6 +49,10 @@ return 0
 // command the publish script and the WAIT step run is allowed on their keys.
 func (p *Publisher) Check(ctx context.Context, tasks ...*Task) error {
 	if err := p.rdb.Ping(ctx).Err(); err != nil {
+		if errors.Is(err, redis.Nil) {
+			// Sentinels answered, without an address for the master name.
+			return fmt.Errorf("ping: the sentinels know no master of that name (--broker-master-name): %w", err)
+		}
 		return fmt.Errorf("ping: %w", err)
 	}
 	// A least-privilege user may not run INFO; then the probes below find
@@ -99,6 +103,9 @@ func checkErr(what string, err error) error {
 // (refused, reset, timed out), which may heal, as opposed to a refusal
 // that will not (TLS, authentication, permissions).
 func IsUnreachable(err error) bool {
+	if errors.Is(err, redis.Nil) {
+		return false // a sentinel answered: it has no such master
+	}
 	var ne net.Error
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.EOF) || errors.Is(err, context.DeadlineExceeded) ||

@@ -266,3 +266,18 @@ func compileTick(t *testing.T, queue string) *publisher.Task {
 	}
 	return task
 }
+
+// TestSentinelWrongMasterName: sentinels that know no master of the
+// configured name fail beatd at start-up, not at the first fire.
+func TestSentinelWrongMasterName(t *testing.T) {
+	topo := sentinelTopology(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	cfg := writeFile(t, t.TempDir(), "schedules.yaml", sentinelSchedule("sentinel-q"))
+	out := failsAtStart(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","),
+		"--broker", topo.URL(5), "--broker-master-name", "nosuchmaster")
+	line := firstLine(out, "beatd:")
+	t.Log(line)
+	if !strings.Contains(line, "know no master of that name") || !strings.Contains(line, "broker sentinel://") {
+		t.Fatalf("start-up error %q does not name the broker and the master name", line)
+	}
+}
