@@ -45,8 +45,9 @@ type replication struct {
 	syncKey    string
 	shortfalls prometheus.Counter
 
-	auto      atomic.Int32 // ReplicasAuto's current target
-	checkedAt atomic.Int64 // when auto was last counted, unix ns; 0 forces a count
+	auto      atomic.Int32          // ReplicasAuto's current target
+	checkedAt atomic.Int64          // when auto was last counted, unix ns; 0 forces a count
+	lastErr   atomic.Pointer[error] // the last WAIT's failure; nil once one succeeds
 }
 
 func newReplication(opts Options) *replication {
@@ -126,12 +127,20 @@ func (r *replication) queue(ctx context.Context, pipe redis.Pipeliner, want int,
 // enough replicas; it returns why.
 func (r *replication) check(wait *redis.IntCmd, want int, results []Result) error {
 	if wait == nil {
+		r.lastErr.Store(nil) // nothing to wait for (auto mode without replicas)
 		return nil
 	}
 	got, err := wait.Result()
 	if err == nil && int(got) >= want {
+		r.lastErr.Store(nil)
 		return nil
 	}
+	werr := r.fail(got, want, err, results)
+	r.lastErr.Store(&werr)
+	return werr
+}
+
+func (r *replication) fail(got int64, want int, err error, results []Result) error {
 	demoted := 0
 	for i, res := range results {
 		if res == ResultOK || res == ResultDuplicate {
@@ -167,3 +176,23 @@ func (r *replication) sync(ctx context.Context, rdb redis.UniversalClient, token
 // MinReplicas is the number of replicas each publish batch currently waits
 // for (0: none).
 func (p *Publisher) MinReplicas(ctx context.Context) int { return p.repl.target(ctx, p.rdb) }
+
+// OnlineReplicas counts the master's online replicas (INFO replication).
+func (p *Publisher) OnlineReplicas(ctx context.Context) (int, error) {
+	info, err := p.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, fmt.Errorf("publisher: INFO replication: %w", err)
+	}
+	return onlineReplicas(info), nil
+}
+
+// ReplicationError is the last publish or fence raise that too few
+// replicas acknowledged (or whose WAIT failed), nil once one succeeds.
+// Readiness reports it: a leader stuck raising the fence has published
+// nothing to fail yet.
+func (p *Publisher) ReplicationError() error {
+	if e := p.repl.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}

@@ -80,7 +80,14 @@ func probeBroker(ctx context.Context, log *slog.Logger, pub *publisher.Publisher
 	defer cancel()
 	err := pub.Check(ctx, tasks...)
 	if err == nil {
-		log.Info("broker check passed", "broker", publisher.Redacted(broker), "min_replicas", pub.MinReplicas(ctx))
+		want := pub.MinReplicas(ctx)
+		log.Info("broker check passed", "broker", publisher.Redacted(broker), "min_replicas", want)
+		// An explicit --broker-min-replicas above what the master has
+		// stalls every publish until replicas join: say so now.
+		if n, cerr := pub.OnlineReplicas(ctx); cerr == nil && n < want {
+			log.Warn("the broker master has fewer online replicas than --broker-min-replicas; publishes stay pending until enough replicas follow it",
+				"broker", publisher.Redacted(broker), "online_replicas", n, "min_replicas", want)
+		}
 		return nil
 	}
 	if publisher.IsUnreachable(err) {

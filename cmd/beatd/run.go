@@ -99,6 +99,7 @@ type Main struct {
 	embedded       *embedetcd.Server
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
+	pub            *publisher.Publisher
 	store          *store.Store
 	elector        *election.Elector
 	sched          *scheduler.Scheduler
@@ -253,6 +254,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := probeBroker(ctx, m.log, pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 		return err
 	}
+	m.pub = pub
 
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -483,6 +485,9 @@ func (m *Main) Ready(ctx context.Context) error {
 	}
 	if m.token.Load() != 0 {
 		if err := m.sched.PublishError(); err != nil {
+			return fmt.Errorf("leader cannot publish: %w", err)
+		}
+		if err := m.pub.ReplicationError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
 		}
 	}
