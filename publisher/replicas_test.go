@@ -52,6 +52,15 @@ func TestMinReplicas(t *testing.T) {
 			}
 			newMaster := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 			defer newMaster.Close()
+			// Without WAIT nothing says the replica has it yet: wait, so the
+			// only write the failover can lose is the next one.
+			deadline := time.Now().Add(10 * time.Second)
+			for newMaster.LLen(ctx, "celery").Val() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the replica never received the first publish")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			if err := newMaster.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 				t.Fatal(err)
 			}

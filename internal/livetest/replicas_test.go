@@ -79,7 +79,9 @@ func TestMinReplicasWhileReplicaDown(t *testing.T) {
 	if elected.IsZero() {
 		t.Fatal("no election in the log")
 	}
-	if first.Sub(elected) > time.Second {
+	// The first slot is the first whole second after the term began (the
+	// log line comes a moment before the term's clock reading).
+	if first.Sub(elected) > 1500*time.Millisecond {
 		t.Fatalf("first published slot %s is more than a second after the election at %s: slots lost while waiting", first, elected)
 	}
 	t.Logf("%d slots published once a replica followed, from %s (elected %s)",
