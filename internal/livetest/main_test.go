@@ -3,7 +3,6 @@ package livetest
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/redis/go-redis/v9"
 )
 
 // beatdBin is the binary under test, built once.
@@ -291,28 +289,4 @@ func writeFile(t *testing.T, dir, name, content string) string {
 type slotKey struct {
 	Entry string
 	Slot  string
-}
-
-// queueSlots reads every message of queue on rdb and counts each (entry,
-// slot) by its beat_entry and beat_slot headers.
-func queueSlots(t *testing.T, rdb redis.UniversalClient, queue string) map[slotKey]int {
-	t.Helper()
-	msgs, err := rdb.LRange(context.Background(), queue, 0, -1).Result()
-	if err != nil {
-		t.Fatalf("read queue %s: %v", queue, err)
-	}
-	out := map[slotKey]int{}
-	for _, m := range msgs {
-		var msg struct {
-			Headers struct {
-				Entry string `json:"beat_entry"`
-				Slot  string `json:"beat_slot"`
-			} `json:"headers"`
-		}
-		if err := json.Unmarshal([]byte(m), &msg); err != nil {
-			t.Fatalf("message is not JSON: %v: %.200s", err, m)
-		}
-		out[slotKey{msg.Headers.Entry, msg.Headers.Slot}]++
-	}
-	return out
 }
