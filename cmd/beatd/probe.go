@@ -33,14 +33,16 @@ const probeBudget = 10 * time.Second
 const minReplicasUnset = -2
 
 // brokerMinReplicas resolves --broker-min-replicas for broker.
-func brokerMinReplicas(flag int, broker string) int {
-	if flag != minReplicasUnset {
-		return flag
+func brokerMinReplicas(flag int, broker string) (int, error) {
+	switch {
+	case flag == minReplicasUnset && strings.HasPrefix(strings.TrimSpace(broker), "sentinel://"):
+		return publisher.ReplicasAuto, nil
+	case flag == minReplicasUnset:
+		return 0, nil
+	case flag < 0:
+		return 0, fmt.Errorf("--broker-min-replicas %d: want 0 or more", flag)
 	}
-	if strings.HasPrefix(strings.TrimSpace(broker), "sentinel://") {
-		return publisher.ReplicasAuto
-	}
-	return 0
+	return flag, nil
 }
 
 // newShortfallCounter counts publish batches left pending because too few

@@ -232,7 +232,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	minReplicas := brokerMinReplicas(m.MinReplicas, m.Broker)
+	minReplicas, err := brokerMinReplicas(m.MinReplicas, m.Broker)
+	if err != nil {
+		return err
+	}
 	if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass,
 		ReadTimeout: max(3*time.Second, m.MinReplicasTO+2*time.Second)}); err != nil {
 		return err
