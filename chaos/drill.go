@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/schedule"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -31,10 +30,19 @@ const (
 	FaultEtcdQuorum   = "etcd-quorum"   // stop 2 of 3 members, then restore them
 	FaultRedisRestart = "redis-restart" // kill redis-server, restart it
 	FaultPartition    = "partition"     // blackhole the leader's traffic to etcd or Redis
+	// FaultRedisFailover fails the Redis master over to its replica, by
+	// SENTINEL FAILOVER or by kill -9 of the master (then restarted as a
+	// replica). Only with LocalConfig.Sentinel.
+	FaultRedisFailover = "redis-failover"
 )
 
 // AllFaults lists every fault kind.
 var AllFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRedisRestart, FaultPartition}
+
+// SentinelFaults lists every fault kind of a drill with Sentinel. There,
+// redis-restart restarts the replica and partition cuts only etcd (beatd
+// reaches Redis through Sentinel, not through a proxy).
+var SentinelFaults = append(append([]string{}, AllFaults...), FaultRedisFailover)
 
 // Fault is one injected fault.
 type Fault struct {
@@ -64,6 +72,10 @@ type LocalConfig struct {
 	// Broker is BrokerRedis (the default) or BrokerAMQP: a rabbitmq-server
 	// in place of redis-server, audited by draining its queue.
 	Broker string
+	// Sentinel runs Redis as a master, a replica and three sentinels, and
+	// beatd with a sentinel:// broker (and its default
+	// --broker-min-replicas), instead of one redis-server behind proxies.
+	Sentinel bool
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -99,6 +111,7 @@ type drill struct {
 	etcd     *EtcdCluster
 	redis    *RedisServer
 	rabbit   *Rabbit
+	sentinel *SentinelTopology
 	replicas []*Replica
 	cli      *clientv3.Client
 	rng      *rand.Rand
@@ -128,10 +141,19 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	}
 	if len(cfg.Faults) == 0 {
 		cfg.Faults = known
+		if cfg.Sentinel {
+			cfg.Faults = SentinelFaults
+		}
+	}
+	if cfg.Sentinel {
+		known = SentinelFaults
 	}
 	for _, f := range cfg.Faults {
 		if !contains(known, f) {
 			return nil, fmt.Errorf("chaos: unknown fault %q for %s (known: %s)", f, cfg.Broker, strings.Join(known, ","))
+		}
+		if f == FaultRedisFailover && !cfg.Sentinel {
+			return nil, fmt.Errorf("chaos: fault %q needs a drill with Sentinel", f)
 		}
 	}
 	if cfg.Log == nil {
@@ -171,12 +193,18 @@ func (d *drill) setup() error {
 		return err
 	}
 	brokerAddr := ""
-	if d.cfg.Broker == BrokerAMQP {
+	switch {
+	case d.cfg.Broker == BrokerAMQP:
 		if d.rabbit, err = StartRabbit(filepath.Join(d.dir, "rabbit")); err != nil {
 			return err
 		}
 		brokerAddr = fmt.Sprintf("127.0.0.1:%d", d.rabbit.Port)
-	} else {
+	case d.cfg.Sentinel:
+		if d.sentinel, err = StartSentinelTopology(filepath.Join(d.dir, "sentinel")); err != nil {
+			return err
+		}
+		brokerAddr = d.sentinel.URL(0)
+	default:
 		if d.redis, err = StartRedis(d.dir); err != nil {
 			return err
 		}
@@ -200,22 +228,29 @@ func (d *drill) setup() error {
 			r.EtcdProxies = append(r.EtcdProxies, p)
 			eps = append(eps, "http://"+p.Addr())
 		}
-		if r.RedisProxy, err = NewProxy(brokerAddr); err != nil {
-			return err
-		}
-		broker := "redis://" + r.RedisProxy.Addr() + "/0"
-		if d.cfg.Broker == BrokerAMQP {
-			// The default heartbeat (2 s), as in production: RabbitMQ drops
-			// a paused leader's connection, and so its fence lock, a few
-			// seconds after it stopped; the new leader waits for that.
-			broker = "amqp://guest:guest@" + r.RedisProxy.Addr() + "//"
+		var broker []string
+		switch {
+		case d.cfg.Sentinel:
+			broker = []string{"--broker", d.sentinelBroker(), "--broker-master-name", d.masterName()}
+		default:
+			if r.RedisProxy, err = NewProxy(brokerAddr); err != nil {
+				return err
+			}
+			broker = []string{"--broker", "redis://" + r.RedisProxy.Addr() + "/0"}
+			if d.cfg.Broker == BrokerAMQP {
+				// The default heartbeat (2 s), as in production: RabbitMQ
+				// drops a paused leader's connection, and so its fence
+				// lock, a few seconds after it stopped; the new leader
+				// waits for that.
+				broker = []string{"--broker", "amqp://guest:guest@" + r.RedisProxy.Addr() + "//"}
+			}
 		}
 		if r.HTTPPort, err = FreePort(); err != nil {
 			return err
 		}
-		r.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
-			"--broker", broker, "--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
-			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
+		r.Args = append([]string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
+			"--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
+			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, broker...)
 		if err := r.Start(d.cfg.Binary); err != nil {
 			return err
 		}
@@ -244,6 +279,9 @@ func (d *drill) shutdown() {
 	}
 	if d.rabbit != nil {
 		d.rabbit.Close()
+	}
+	if d.sentinel != nil {
+		d.sentinel.Stop()
 	}
 	if d.etcd != nil {
 		d.etcd.Stop()
@@ -379,7 +417,10 @@ func (d *drill) readQueue(ctx context.Context) ([]Message, error) {
 		defer conn.Close()
 		return ReadQueueAMQP(conn, "drill")
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	rdb, err := d.auditClient(ctx) // with Sentinel, the final master
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
 	return ReadQueue(ctx, rdb, "drill")
 }
@@ -444,6 +485,10 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			err = d.etcd.WaitHealthy(30 * time.Second)
 		}
 	case FaultRedisRestart:
+		if d.sentinel != nil {
+			err = d.restartSentinelReplica(ctx, &f)
+			break
+		}
 		f.Target = "redis"
 		d.redis.Kill()
 		f.Held = time.Duration(300+d.rng.IntN(1500)) * time.Millisecond
@@ -459,10 +504,12 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			return f, err
 		}
 		err = d.rabbit.Start()
+	case FaultRedisFailover:
+		err = d.redisFailover(&f)
 	case FaultPartition:
 		proxies := lead.EtcdProxies
 		what := "etcd"
-		if d.rng.IntN(2) == 1 {
+		if d.rng.IntN(2) == 1 && lead.RedisProxy != nil {
 			proxies, what = []*Proxy{lead.RedisProxy}, d.cfg.Broker
 		}
 		f.Target = lead.ID + "->" + what

@@ -121,3 +121,40 @@ func TestAudit(t *testing.T) {
 		t.Fatal("a gap with no takeover passed")
 	}
 }
+
+// TestDrillSentinel is the drill with Redis behind Sentinel and the
+// redis-failover fault (SENTINEL FAILOVER and kill -9 of the master), with
+// every other fault kind. It takes minutes, so it runs only with
+// BEATD_DRILL_SENTINEL=1 (or: beatd drill local --sentinel).
+func TestDrillSentinel(t *testing.T) {
+	if os.Getenv("BEATD_DRILL_SENTINEL") == "" {
+		t.Skip("set BEATD_DRILL_SENTINEL=1 to run the Sentinel drill")
+	}
+	bin := filepath.Join(t.TempDir(), "beatd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/beatd").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	var log strings.Builder
+	seed := time.Now().UnixNano() % 1000
+	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	rep, err := RunLocal(context.Background(), LocalConfig{Binary: bin, Replicas: 3, Duration: 60 * time.Second,
+		Seed: seed, MinEach: 2, Dir: t.TempDir(), Log: &log, Sentinel: true})
+	if err != nil {
+		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
+	}
+	var sum strings.Builder
+	rep.WriteSummary(&sum)
+	t.Logf("seed %d\n%s%s", seed, log.String(), sum.String())
+	counts := map[string]int{}
+	for _, f := range rep.Faults {
+		counts[f.Kind]++
+	}
+	if counts[FaultRedisFailover] < 2 {
+		t.Errorf("redis-failover injected %d times, want at least 2", counts[FaultRedisFailover])
+	}
+	if !rep.OK {
+		t.Fatalf("drill failed (seed %d): %d duplicates, %d missed", seed, len(rep.Duplicates), len(rep.Missed))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,6 +29,9 @@ type BrokerConfig struct {
 	// ssl_* query parameters).
 	CAFile, CertFile, KeyFile string
 	InsecureSkipVerify        bool
+	// ReadTimeout, when set, replaces go-redis's 3 s: a publish pipeline
+	// ending in WAIT must be allowed more than WAIT's timeout.
+	ReadTimeout time.Duration
 }
 
 // Redacted returns the URL with any password replaced, safe to log.
@@ -71,6 +75,9 @@ func NewClient(cfg BrokerConfig) (redis.UniversalClient, error) {
 	}
 	if cfg.Password != "" {
 		opts.Password = cfg.Password
+	}
+	if cfg.ReadTimeout > 0 {
+		opts.ReadTimeout = cfg.ReadTimeout
 	}
 	if u.Scheme == "rediss" {
 		if opts.TLSConfig, err = tlsConfig(cfg, tlsFromQuery, opts.TLSConfig); err != nil {
@@ -172,6 +179,9 @@ func newSentinel(raw string, cfg BrokerConfig) (redis.UniversalClient, error) {
 	}
 	if cfg.Password != "" {
 		opts.Password = cfg.Password
+	}
+	if cfg.ReadTimeout > 0 {
+		opts.ReadTimeout = cfg.ReadTimeout
 	}
 	if cfg.CAFile != "" || cfg.CertFile != "" {
 		tc, err := tlsConfig(cfg, BrokerConfig{}, nil)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -137,6 +138,12 @@ type Options struct {
 	// History is how many runs each entry keeps in Redis for status
 	// (default DefaultHistory; negative keeps none).
 	History int
+	// MinReplicas makes every publish wait (WAIT) until that many replicas
+	// hold it; a shortfall leaves the batch's fires pending (replicas.go).
+	// ReplicasAuto waits for one whenever the master has one. 0: no wait.
+	MinReplicas        int
+	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
+	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
 }
 
 // DefaultHistory is the runs each entry keeps.
@@ -156,6 +163,7 @@ type Publisher struct {
 	keep     int
 	now      func() time.Time
 	bufs     sync.Pool
+	repl     *replication
 }
 
 // New returns a Publisher on rdb.
@@ -179,6 +187,7 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		keep:     opts.History,
 		now:      opts.Now,
 		bufs:     sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
+		repl:     newReplication(opts),
 	}
 }
 
@@ -195,6 +204,11 @@ func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
 	}
 	if v > token {
 		return fmt.Errorf("%w: fence is %d, token %d", ErrStale, v, token)
+	}
+	// A fence lost in a failover would let a deposed leader publish again.
+	if err := p.repl.sync(ctx, p.rdb, strconv.FormatInt(token, 10)); err != nil {
+		p.repl.failed()
+		return fmt.Errorf("publisher: raise fence: %w", err)
 	}
 	return nil
 }
@@ -241,6 +255,7 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []Fire, resu
 		err = p.run(ctx, token, fires, buf, ends, results)
 	}
 	if err != nil {
+		p.repl.failed()
 		return fmt.Errorf("publisher: publish %d fires: %w", len(fires), err)
 	}
 	for _, r := range results {
@@ -257,6 +272,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 	cmds := make([]*redis.Cmd, ncalls)
 	tok := strconv.FormatInt(token, 10)
 	counts := p.countsKey()
+	want := p.repl.target(ctx, p.rdb)
 	start := 0
 	type binding struct{ key, member string }
 	for c := range ncalls {
@@ -283,6 +299,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 		}
 		cmds[c] = publishScript.EvalSha(ctx, pipe, keys, args...)
 	}
+	wait := p.repl.queue(ctx, pipe, want, tok)
 	_, err := pipe.Exec(ctx)
 	var first error
 	for c, cmd := range cmds {
@@ -312,10 +329,16 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []Fire, buf []by
 			first = cerr
 		}
 	}
-	if first != nil {
-		return first
+	if werr := p.repl.check(wait, want, results); werr != nil && first == nil {
+		first = werr
 	}
-	return err
+	// Exec's error says why when the connection itself failed (a refused
+	// AUTH leaves every reply empty, and its command's error reads only
+	// "unexpected type=<nil>"); otherwise it is the first command's.
+	if err != nil {
+		return err
+	}
+	return first
 }
 
 func isNoScript(err error) bool {

@@ -39,6 +39,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
+	sentinel := fs.Bool("sentinel", false, "run Redis as a master, a replica and 3 sentinels; adds the redis-failover fault")
 	cmd := &cobra.Command{
 		Use:   "local",
 		Short: "run a failover drill on loopback: replicas, etcd, Redis and faults",
@@ -53,9 +54,13 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 			if *faults != "" {
 				kinds = strings.Split(*faults, ",")
 			}
+			if *sentinel && *broker != chaos.BrokerRedis {
+				fmt.Fprintln(stderr, "beatd drill: --sentinel runs Redis: it needs --broker redis")
+				return exitError(exitUsage)
+			}
 			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s of faults: %s\n", *seed, *replicas, *broker, *duration, *faults)
 			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker})
+				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker, Sentinel: *sentinel})
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)

@@ -59,28 +59,11 @@ func (f *etcdFlags) client() (*clientv3.Client, error) {
 	}
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
-	if f.CACert != "" || f.Cert != "" || f.Key != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if f.CACert != "" {
-			pem, err := os.ReadFile(f.CACert)
-			if err != nil {
-				return nil, fmt.Errorf("etcd CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("etcd CA %s: no certificates", f.CACert)
-			}
-			tc.RootCAs = pool
-		}
-		if f.Cert != "" || f.Key != "" {
-			pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-			if err != nil {
-				return nil, fmt.Errorf("etcd client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
-		}
-		cfg.TLS = tc
+	tc, err := f.tlsConfig()
+	if err != nil {
+		return nil, err
 	}
+	cfg.TLS = tc
 	if f.Username != "" {
 		pw, err := secret(f.PasswordFile, "BEATD_ETCD_PASSWORD")
 		if err != nil {
@@ -93,7 +76,34 @@ func (f *etcdFlags) client() (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
+		return nil, fmt.Errorf("etcd %s: %w", strings.Join(eps, ","), err)
 	}
 	return cli, nil
+}
+
+// tlsConfig is the client TLS configuration, nil without TLS flags.
+func (f *etcdFlags) tlsConfig() (*tls.Config, error) {
+	if f.CACert == "" && f.Cert == "" && f.Key == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.CACert != "" {
+		pem, err := os.ReadFile(f.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("etcd CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd CA %s: no certificates", f.CACert)
+		}
+		tc.RootCAs = pool
+	}
+	if f.Cert != "" || f.Key != "" {
+		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }

@@ -90,6 +90,8 @@ type Main struct {
 	BrokerMaster   string
 	BrokerPassFile string
 	KombuPrefix    string
+	MinReplicas    int
+	MinReplicasTO  time.Duration
 	RedisPrefix    string
 	DedupTTL       time.Duration
 	ID             string
@@ -147,6 +149,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
 		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
+		MinReplicas: minReplicasUnset, MinReplicasTO: publisher.DefaultReplicasTimeout,
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
 }
@@ -176,6 +179,8 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
+	fs.IntVar(&m.MinReplicas, "broker-min-replicas", m.MinReplicas, "replicas that must hold each publish (WAIT) before it counts as done; default 1 for sentinel:// when the master has a replica, else 0")
+	fs.DurationVar(&m.MinReplicasTO, "broker-min-replicas-timeout", m.MinReplicasTO, "how long each publish waits for --broker-min-replicas; on a shortfall the slots stay pending and are retried")
 	fs.StringVar(&m.RedisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
 	fs.DurationVar(&m.DedupTTL, "dedup-ttl", 0, "lifetime of a slot's dedup key (default max(7 days, the longest catchup_window))")
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
@@ -265,6 +270,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
+	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
+		return err
+	}
 
 	brokerPass, err := secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
@@ -272,6 +280,10 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.registry = prometheus.NewRegistry()
 	var pub scheduler.Dispatcher
+	minReplicas, err := brokerMinReplicas(m.MinReplicas, m.Broker)
+	if err != nil {
+		return err
+	}
 	if publisher.IsAMQPURL(m.Broker) {
 		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
 			Verify: publisher.LeaderCheck(m.etcd, prefix), Config: func() *schedule.Config { return m.sched.Config() },
@@ -280,7 +292,8 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 		pub, m.brokerPing = a, a.Ping
-	} else if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass}); err != nil {
+	} else if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass,
+		ReadTimeout: max(3*time.Second, m.MinReplicasTO+2*time.Second)}); err != nil {
 		return err
 	}
 	dedup := m.DedupTTL
@@ -290,8 +303,13 @@ func (m *Main) Run(ctx context.Context) error {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
+	shortfalls := newShortfallCounter()
 	if pub == nil {
-		m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, History: noneIfZero(m.RunHistory)})
+		m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
+			History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
+		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
+			return err
+		}
 		pub = m.pub
 		m.brokerPing = func(ctx context.Context) error { return m.rdb.Ping(ctx).Err() }
 	}
@@ -299,6 +317,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.metrics = scheduler.NewMetrics(m.registry)
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
+	m.registry.MustRegister(shortfalls)
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
@@ -542,6 +561,11 @@ func (m *Main) Ready(ctx context.Context) error {
 		}
 		if err := m.sched.PersistError(); err != nil {
 			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
+		}
+		if m.pub != nil {
+			if err := m.pub.ReplicationError(); err != nil {
+				return fmt.Errorf("leader cannot publish: %w", err)
+			}
 		}
 	}
 	return nil

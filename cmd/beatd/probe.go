@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/schedule"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Start-up probes: a setup that can never work (a wrong CA, a wrong
+// password, an ACL user or etcd role without the permissions beatd needs,
+// a Redis Cluster) fails `beatd run` at once with an error naming the
+// server, instead of at the first fire or the first term. A server that
+// is merely unreachable is logged and retried later, as at run time.
+
+// probeBudget bounds each start-up probe.
+const probeBudget = 10 * time.Second
+
+// minReplicasUnset is --broker-min-replicas' default: ReplicasAuto for a
+// Sentinel broker, else 0.
+const minReplicasUnset = -2
+
+// brokerMinReplicas resolves --broker-min-replicas for broker.
+func brokerMinReplicas(flag int, broker string) (int, error) {
+	switch {
+	case flag == minReplicasUnset && strings.HasPrefix(strings.TrimSpace(broker), "sentinel://"):
+		return publisher.ReplicasAuto, nil
+	case flag == minReplicasUnset:
+		return 0, nil
+	case flag < 0:
+		return 0, fmt.Errorf("--broker-min-replicas %d: want 0 or more", flag)
+	}
+	return flag, nil
+}
+
+// newShortfallCounter counts publish batches left pending because too few
+// replicas acknowledged them.
+func newShortfallCounter() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_replica_shortfalls_total",
+		Help: "Publish batches (or fence raises) that fewer than --broker-min-replicas replicas acknowledged within the timeout; their fires stay pending."})
+}
+
+// probeTasks compiles one entry per distinct queue and exchange, the keys
+// the broker user must be allowed to write.
+func probeTasks(cfg *schedule.Config, cluster, kombuPrefix string) []*publisher.Task {
+	var out []*publisher.Task
+	seen := map[string]bool{}
+	for _, e := range cfg.Entries {
+		o := e.Options
+		prio := -1
+		if o.Priority != nil {
+			prio = *o.Priority
+		}
+		k := fmt.Sprintf("%s\x00%s\x00%d", o.Queue, o.Exchange, prio)
+		if seen[k] || len(out) >= 100 {
+			continue
+		}
+		seen[k] = true
+		if t, err := publisher.Compile(e, cluster, "beatd@probe", kombuPrefix); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// probeBroker runs the publisher's start-up check. The error names the
+// broker with its password redacted.
+func probeBroker(ctx context.Context, log *slog.Logger, pub *publisher.Publisher, broker string, tasks []*publisher.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	defer cancel()
+	err := pub.Check(ctx, tasks...)
+	if err == nil {
+		want := pub.MinReplicas(ctx)
+		log.Info("broker check passed", "broker", publisher.Redacted(broker), "min_replicas", want)
+		// An explicit --broker-min-replicas above what the master has
+		// stalls every publish until replicas join: say so now.
+		if n, cerr := pub.OnlineReplicas(ctx); cerr == nil && n < want {
+			log.Warn("the broker master has fewer online replicas than --broker-min-replicas; publishes stay pending until enough replicas follow it",
+				"broker", publisher.Redacted(broker), "online_replicas", n, "min_replicas", want)
+		}
+		return nil
+	}
+	if publisher.IsUnreachable(err) {
+		log.Warn("broker unreachable at start-up; publishing retries until it answers",
+			"broker", publisher.Redacted(broker), "err", err)
+		return nil
+	}
+	return fmt.Errorf("broker %s: start-up check failed: %w", publisher.Redacted(broker), err)
+}
+
+// probeEtcd reads the cluster's prefix and makes a guarded write on it
+// whose guard can never hold, so nothing is written: etcd checks the
+// permissions of every operation in a transaction, run or not. A role
+// without readwrite on the prefix fails here.
+func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *etcdFlags) error {
+	prefix, endpoints := f.prefix(), f.Endpoints
+	// gRPC retries a failed TLS handshake until the deadline and reports
+	// only that; a handshake of our own tells a refused certificate from a
+	// server that is down, at once.
+	if tc, err := f.tlsConfig(); err == nil && tc != nil {
+		for _, ep := range f.endpoints() {
+			if err := tlsHandshake(ep, tc); err != nil {
+				return fmt.Errorf("etcd %s: start-up check failed: TLS handshake with %s: %w", endpoints, ep, err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	defer cancel()
+	err := func() error {
+		if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+			return fmt.Errorf("read %s*: %w", prefix, err)
+		}
+		probe := prefix + "probe"
+		_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(probe), "=", -1)).
+			Then(clientv3.OpPut(probe, "")).Else(clientv3.OpGet(probe)).Commit()
+		if err != nil {
+			return fmt.Errorf("guarded write on %s: %w", prefix, err)
+		}
+		return nil
+	}()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()):
+		return fmt.Errorf("etcd %s: start-up check failed: %w (the user or client certificate needs a role with readwrite on the prefix %s: see the README)",
+			endpoints, err, prefix)
+	case etcdFatal(err):
+		return fmt.Errorf("etcd %s: start-up check failed: %w", endpoints, err)
+	}
+	log.Warn("etcd unreachable at start-up; retrying", "etcd", endpoints, "err", err)
+	return nil
+}
+
+// etcdFatal reports whether err is a refusal that retrying cannot fix.
+func etcdFatal(err error) bool {
+	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthNotEnabled, rpctypes.ErrUserNotFound} {
+		if errors.Is(err, e) || strings.Contains(err.Error(), e.Error()) {
+			return true
+		}
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
+}
+
+// tlsHandshake connects to endpoint with tc and returns a TLS error that
+// says the server or this client's certificate is refused; nil if the
+// handshake succeeds or the server cannot be reached at all (that may
+// heal).
+func tlsHandshake(endpoint string, tc *tls.Config) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	tc = tc.Clone()
+	tc.ServerName = u.Hostname()
+	tc.NextProtos = []string{"h2"}
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", u.Host, tc)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		return err
+	}
+	defer conn.Close()
+	// With TLS 1.3 the server judges the client's certificate after the
+	// client's handshake is done, and says so in an alert on first read.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package livetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/internal/testutil"
+)
+
+// beatdBin is the binary under test, built once.
+var beatdBin string
+
+// shared holds the slow servers, started on first use and stopped when
+// the package's tests end: one Sentinel topology, one TLS PKI, one
+// secure etcd.
+var shared struct {
+	dir string
+
+	sentinelOnce sync.Once
+	sentinel     *testutil.SentinelTopology
+	sentinelErr  error
+
+	certsOnce sync.Once
+	certs     *testutil.Certs
+	certsErr  error
+
+	etcdOnce sync.Once
+	etcd     *testutil.SecureEtcd
+	etcdErr  error
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "beatd-livetest")
+	if err != nil {
+		panic(err)
+	}
+	shared.dir = dir
+	beatdBin = filepath.Join(dir, "beatd")
+	_, file, _, _ := runtime.Caller(0)
+	build := exec.Command("go", "build", "-o", beatdBin, "./cmd/beatd")
+	build.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build beatd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if shared.sentinel != nil {
+		shared.sentinel.Stop()
+	}
+	if shared.etcd != nil {
+		shared.etcd.Stop()
+	}
+	if tlsRedisShared.proc != nil {
+		tlsRedisShared.proc.Kill()
+	}
+	if mtlsRedisShared.proc != nil {
+		mtlsRedisShared.proc.Kill()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func sentinelTopology(t *testing.T) *testutil.SentinelTopology {
+	t.Helper()
+	shared.sentinelOnce.Do(func() {
+		d := filepath.Join(shared.dir, "sentinel")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			shared.sentinelErr = err
+			return
+		}
+		shared.sentinel, shared.sentinelErr = testutil.StartSentinelTopology(d)
+	})
+	if shared.sentinelErr != nil {
+		t.Fatal(shared.sentinelErr)
+	}
+	return shared.sentinel
+}
+
+func certs(t *testing.T) *testutil.Certs {
+	t.Helper()
+	shared.certsOnce.Do(func() {
+		d := filepath.Join(shared.dir, "pki")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			shared.certsErr = err
+			return
+		}
+		shared.certs, shared.certsErr = testutil.WriteCerts(d)
+	})
+	if shared.certsErr != nil {
+		t.Fatal(shared.certsErr)
+	}
+	return shared.certs
+}
+
+// etcdRootPassword is the secure etcd's root password.
+const etcdRootPassword = "root-pw-Zq81"
+
+// secureEtcd is the package's etcd with mTLS and auth enabled, and users
+// made by the README's commands (AddUser).
+func secureEtcd(t *testing.T) *testutil.SecureEtcd {
+	t.Helper()
+	c := certs(t)
+	shared.etcdOnce.Do(func() {
+		d := filepath.Join(shared.dir, "etcd")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			shared.etcdErr = err
+			return
+		}
+		e, err := testutil.StartSecureEtcd(d, c)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err = e.EnableAuth(ctx, etcdRootPassword)
+			cancel()
+			if err != nil {
+				e.Stop()
+			}
+		}
+		shared.etcd, shared.etcdErr = e, err
+	})
+	if shared.etcdErr != nil {
+		t.Fatal(shared.etcdErr)
+	}
+	return shared.etcd
+}
+
+// proc is one beatd process.
+type proc struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	out      *syncBuffer
+	httpPort int
+	exited   chan struct{}
+	code     int
+}
+
+// syncBuffer collects a process's output; every line is kept.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startBeatd runs the binary with args plus --http and --id, and env.
+func startBeatd(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, out: &syncBuffer{}, httpPort: testutil.FreePort(t), exited: make(chan struct{})}
+	args = append([]string{"run", "--http", "127.0.0.1:" + strconv.Itoa(p.httpPort), "--log-format", "json"}, args...)
+	p.cmd = exec.Command(beatdBin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("--- beatd output ---\n%s", tail(p.out.String(), 60))
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM (a graceful stop persists what was published) and
+// waits for the exit.
+func (p *proc) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// failsAtStart runs beatd and expects it to exit 1 on its own, before it
+// ever fires; it returns the output.
+func failsAtStart(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	p := startBeatd(t, env, args...)
+	select {
+	case <-p.exited:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("beatd did not fail at start-up:\n%s", tail(p.out.String(), 30))
+	}
+	out := p.out.String()
+	if p.code != 1 {
+		t.Fatalf("beatd exited %d, want 1:\n%s", p.code, out)
+	}
+	if strings.Contains(out, `"msg":"fired"`) {
+		t.Fatalf("beatd fired before failing:\n%s", out)
+	}
+	return out
+}
+
+func (p *proc) get(path string) (int, string) {
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.httpPort) + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitFired waits until beatd has logged n fires; it fails at once if
+// beatd exits.
+func (p *proc) waitFired(n int, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for p.fired() < n {
+		select {
+		case <-p.exited:
+			p.t.Fatalf("beatd exited %d after %d of %d fires", p.code, p.fired(), n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("beatd fired %d times in %s, want %d", p.fired(), timeout, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fired counts the "fired" log lines so far.
+func (p *proc) fired() int { return strings.Count(p.out.String(), `"msg":"fired"`) }
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// slotKey is one (entry, slot) as a message's headers name it.
+type slotKey struct {
+	Entry string
+	Slot  string
+}

@@ -1,0 +1,131 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestMinReplicas shows, on a real master and replica, what a failover
+// does to a publish the replica never received, with and without WAIT.
+// The replica is detached with REPLICAOF NO ONE, the first step of every
+// promotion (Sentinel sends exactly that); the master still accepts
+// writes, as a master does until Sentinel reconfigures it.
+func TestMinReplicas(t *testing.T) {
+	task := compileTest(t, "    {task: tasks.add, every: 1s, args: [1, 2]}")
+	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		minReplicas int
+		wantFirst   Result // the publish while the replica is detached
+		wantOnNew   int64  // messages for the slot on the promoted replica after the retry loop
+	}{
+		// Without WAIT the master acknowledges, the caller records the slot
+		// as done and never publishes it again: the promoted replica has no
+		// message. This is the silent miss.
+		{"without WAIT the slot is lost", 0, ResultOK, 0},
+		// With WAIT the shortfall leaves the slot pending; the retry after
+		// the failover publishes it on the new master.
+		{"with WAIT 1 the slot stays pending", 1, ResultError, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			master := testutil.MustStartRedis(t)
+			replica := testutil.MustStartReplica(t, master.Addr())
+			shortfalls := prometheus.NewCounter(prometheus.CounterOpts{Name: "shortfalls"})
+			opts := Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", MinReplicas: tc.minReplicas,
+				MinReplicasTimeout: 300 * time.Millisecond, ReplicaShortfalls: shortfalls}
+			p := New(master.Client(), opts)
+			if err := p.RaiseFence(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+			// While the replica follows, a publish counts.
+			res := make([]Result, 1)
+			if err := p.Publish(ctx, 10, []Fire{{Task: task, Slot: slot.Add(-time.Second)}}, res); err != nil || res[0] != ResultOK {
+				t.Fatalf("publish with the replica attached: %v %v", res, err)
+			}
+			newMaster := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+			defer newMaster.Close()
+			// Without WAIT nothing says the replica has it yet: wait, so the
+			// only write the failover can lose is the next one.
+			deadline := time.Now().Add(10 * time.Second)
+			for newMaster.LLen(ctx, "celery").Val() != 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("the replica never received the first publish")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := newMaster.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			err := p.Publish(ctx, 10, []Fire{{Task: task, Slot: slot}}, res)
+			if res[0] != tc.wantFirst {
+				t.Fatalf("publish to the abandoned master: %v, want %v (err %v)", res[0], tc.wantFirst, err)
+			}
+			if tc.minReplicas > 0 {
+				if !errors.Is(err, ErrReplicaShortfall) {
+					t.Fatalf("err = %v, want ErrReplicaShortfall", err)
+				}
+				if got := promtest.ToFloat64(shortfalls); got != 1 {
+					t.Fatalf("shortfalls = %v, want 1", got)
+				}
+				// Retrying on the old master finds the dedup key (a duplicate)
+				// but still no replica: still pending, not done.
+				if err := p.Publish(ctx, 10, []Fire{{Task: task, Slot: slot}}, res); res[0] != ResultError || !errors.Is(err, ErrReplicaShortfall) {
+					t.Fatalf("retry on the old master: %v %v", res[0], err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			// The failover completes: beatd's client now reaches the
+			// promoted replica. A pending slot is published there.
+			onNew := New(newMaster, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"})
+			if res[0] != ResultOK && res[0] != ResultDuplicate {
+				if err := onNew.Publish(ctx, 10, []Fire{{Task: task, Slot: slot}}, res); err != nil || res[0] != ResultOK {
+					t.Fatalf("retry on the new master: %v %v", res[0], err)
+				}
+			}
+			id := task.SlotID(slot)
+			if got := newMaster.Exists(ctx, onNew.DedupKey(id)).Val(); got != tc.wantOnNew {
+				t.Fatalf("slot on the new master: %d dedup keys, want %d", got, tc.wantOnNew)
+			}
+			if got := newMaster.LLen(ctx, "celery").Val(); got != 1+tc.wantOnNew {
+				t.Fatalf("new master's queue: %d messages, want %d", got, 1+tc.wantOnNew)
+			}
+		})
+	}
+}
+
+// TestMinReplicasAuto: the Sentinel default waits for one replica while
+// the master has one online, and for none once it has none.
+func TestMinReplicasAuto(t *testing.T) {
+	ctx := context.Background()
+	master := testutil.MustStartRedis(t)
+	replica := testutil.MustStartReplica(t, master.Addr())
+	p := New(master.Client(), Options{KeyPrefix: "beatd:{test}:", MinReplicas: ReplicasAuto, MinReplicasTimeout: 300 * time.Millisecond})
+	if err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.MinReplicas(ctx); got != 1 {
+		t.Fatalf("with a replica online: waits for %d, want 1", got)
+	}
+	replica.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.MinReplicas(ctx) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("auto still waits for a replica after the only one died")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	task := compileTest(t, "    {task: tasks.add, every: 1s}")
+	res := make([]Result, 1)
+	if err := p.Publish(ctx, 1, []Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); err != nil || res[0] != ResultOK {
+		t.Fatalf("publish with no replica in auto mode: %v %v", res, err)
+	}
+}
