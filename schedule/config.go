@@ -67,6 +67,7 @@ type Entry struct {
 	Jitter        time.Duration
 	StartAt       time.Time
 	Line, Column  int
+	relative      bool // every's grid is clock-aligned (read while decoding)
 	// Fingerprint changes whenever anything that shapes the entry's slots
 	// or messages changes, in the entry or in the defaults it inherits.
 	Fingerprint [32]byte
@@ -167,7 +168,7 @@ var (
 	topKeys     = []string{"timezone", "defaults", "entries"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
 	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
-		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter"}
+		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
@@ -435,6 +436,12 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if v, ok := f["start_at"]; ok {
 		e.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
 	}
+	if v, ok := f["relative"]; ok {
+		e.relative, _ = d.boolean(v.val, "relative")
+		if _, every := f["every"]; !every {
+			d.errorf(v.key, "entry %q: relative applies only to every", name)
+		}
+	}
 	if v, ok := f["args"]; ok {
 		if n := deref(v.val); n.Kind == yaml.SequenceNode {
 			if val, ok := d.value(n); ok {
@@ -515,6 +522,7 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 			d.errorf(n, "%v", err)
 			return nil
 		}
+		ev.Relative = e.relative
 		return ev // start_at is the anchor, not a floor
 	case "at":
 		t, ok := d.timestamp(n, "at", e.Location)
@@ -763,9 +771,9 @@ func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duratio
 		dur = time.Duration(secs * float64(time.Second))
 	case "!!str":
 		var err error
-		dur, err = time.ParseDuration(n.Value)
+		dur, err = ParseDuration(n.Value)
 		if err != nil {
-			d.errorf(n, "%s: %q is not a duration (try 30s, 5m or 1h)", what, n.Value)
+			d.errorf(n, "%s: %q is not a duration (try 30s, 5m, 1h, 1d or 1w)", what, n.Value)
 			return 0, false
 		}
 	default:

@@ -414,6 +414,20 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		}
 		l.baseline = append(l.baseline, base)
 	}
+	// An interval without start_at or relative runs on a grid anchored
+	// where its schedule began: Since, from etcd, so every replica agrees
+	// (state written before Since existed keeps its last slot's phase).
+	since := now
+	if st != nil && !st.Since.IsZero() {
+		since = st.Since
+	} else if st != nil && !st.LastSlot.IsZero() {
+		since = st.LastSlot
+	}
+	if a := schedule.Anchor(e.Schedule, since); a != e.Schedule {
+		anchored := *e.Entry
+		anchored.Schedule = a
+		e.Entry = &anchored
+	}
 	var next *item
 	if catchUp && !last.IsZero() {
 		next = l.catchUp(e, st, last, now)
@@ -645,6 +659,7 @@ func (l *loop) applyReload(now time.Time) {
 		prev, had := old.byName[name]
 		it, scheduled := oldItems[name]
 		if had && scheduled && prev.Fingerprint == e.Fingerprint {
+			e.Entry = prev.Entry // the same entry, with the grid startEntry anchored
 			it.e = e
 			l.items[name] = it
 			l.heap = append(l.heap, it)
@@ -726,6 +741,9 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
 			st.Since = l.s.cfg.Clock.Now()
+			if ev, ok := e.Schedule.(*schedule.Every); ok {
+				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
+			}
 			l.persist.complete(r, snapshot(st))
 			l.s.log.Info("resumed", "entry", e.Name)
 		default:

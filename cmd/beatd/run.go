@@ -516,7 +516,13 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			es.RecentRuns = append(es.RecentRuns, st.Recent...)
 		}
 		if e != nil && e.Enabled && !es.Paused {
-			es.NextRunAt = timePtr(e.Schedule.Next(now))
+			since := now // an interval not yet scheduled would be anchored now
+			if st != nil && !st.Since.IsZero() {
+				since = st.Since
+			} else if st != nil && !st.LastSlot.IsZero() {
+				since = st.LastSlot
+			}
+			es.NextRunAt = timePtr(schedule.Anchor(e.Schedule, since).Next(now))
 		}
 		out.Entries = append(out.Entries, es)
 		seen[name] = true

@@ -84,8 +84,12 @@ func runNext(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	for _, e := range entries {
 		t := start
+		// An interval without start_at or relative is shown as if it were
+		// first scheduled at --from: its grid is anchored when beatd first
+		// schedules it.
+		sch := schedule.Anchor(e.Schedule, start)
 		for i := 0; i < *count; i++ {
-			t = e.Schedule.Next(t)
+			t = sch.Next(t)
 			if t.IsZero() {
 				if !*asJSON && i == 0 {
 					fmt.Fprintf(tw, "%s\t%s\t%v\tnever\t\n", e.Name, e.Task, e.Schedule)
