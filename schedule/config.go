@@ -168,8 +168,8 @@ var (
 	topKeys     = []string{"timezone", "defaults", "entries"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
 	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
-		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative"}
-	scheduleKeys = []string{"crontab", "cron", "every", "at"}
+		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar"}
+	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
 	crontabKeys = []string{"minute", "hour", "day_of_week", "day_of_month", "month_of_year"}
@@ -478,11 +478,11 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	})
 	switch len(kinds) {
 	case 0:
-		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every or at", name)
+		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every, at or solar", name)
 	case 1:
 		e.Schedule = d.schedule(kinds[0], e)
 	default:
-		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every or at",
+		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every, at or solar",
 			name, kinds[0].key.Value, kinds[1].key.Value)
 		for _, k := range kinds {
 			d.schedule(k, e) // report problems inside each value as well
@@ -524,6 +524,8 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 		}
 		ev.Relative = e.relative
 		return ev // start_at is the anchor, not a floor
+	case "solar":
+		s = d.solar(n)
 	case "at":
 		t, ok := d.timestamp(n, "at", e.Location)
 		if !ok {

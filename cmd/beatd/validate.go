@@ -30,6 +30,7 @@ func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok, %d entries\n", fs.Arg(0), len(cfg.Entries))
+	printSolarNotes(stdout, cfg, time.Now())
 	return 0
 }
 
@@ -68,6 +69,7 @@ func runNext(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	printSolarNotes(stderr, cfg, start)
 	entries := cfg.Entries
 	if *entry != "" {
 		e := cfg.Entry(*entry)
