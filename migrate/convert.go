@@ -99,9 +99,17 @@ func Convert(src *Source, opt Options) (*Result, error) {
 		if st, ok := c.state(); ok {
 			res.States = append(res.States, st)
 		}
+		if e.OneOff && e.Sched.Type != "clocked" {
+			continue // converted to a one-off `at`, warned: nothing to compare
+		}
+		// Both sides chain from the last send, else from now; an entry
+		// that starts later starts there.
 		from := opt.Now.Truncate(time.Second)
 		if !e.LastRunAt.IsZero() {
 			from = e.LastRunAt
+		}
+		if e.Start.After(from) {
+			from = e.Start
 		}
 		ez := zone
 		if e.Zone != "" {
@@ -239,7 +247,7 @@ func (c *conv) schedule(add func(string, ...any)) error {
 		case !e.LastRunAt.IsZero() && !e.LastRunAt.Before(e.Start):
 			c.anchor = e.LastRunAt.UTC()
 			add("start_at: %s", quote(c.anchor.Format(time.RFC3339Nano)))
-			c.note("start_at is celery beat's last send: beatd's first send comes one interval after it")
+			c.note("start_at is the last send: beatd's first send comes one interval after it")
 		case !e.Start.IsZero():
 			c.anchor = e.Start.UTC()
 			add("start_at: %s", quote(c.anchor.Format(time.RFC3339Nano)))
@@ -370,19 +378,24 @@ func latestSlot(s schedule.Schedule, t time.Time) time.Time {
 	return time.Time{}
 }
 
-// formatSeconds writes an interval the way people read it.
+// formatSeconds writes an interval the way people read it: 30s, 5m,
+// 1h30m, 2d, 1w; fractions of a second as Go writes them (500ms).
 func formatSeconds(secs float64) string {
-	if secs == math.Trunc(secs) {
-		n := int64(secs)
-		switch {
-		case n%(7*86400) == 0:
-			return fmt.Sprintf("%dw", n/(7*86400))
-		case n%86400 == 0:
-			return fmt.Sprintf("%dd", n/86400)
-		}
-		return time.Duration(n * int64(time.Second)).String()
+	if secs != math.Trunc(secs) || secs < 1 {
+		return time.Duration(secs * float64(time.Second)).String()
 	}
-	return time.Duration(secs * float64(time.Second)).String()
+	n := int64(secs)
+	var b strings.Builder
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{7 * 86400, "w"}, {86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}} {
+		if n >= u.size {
+			fmt.Fprintf(&b, "%d%s", n/u.size, u.name)
+			n %= u.size
+		}
+	}
+	return b.String()
 }
 
 // commentOut keeps an entry that could not be converted visible in the

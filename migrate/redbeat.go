@@ -147,28 +147,22 @@ func field(raw json.RawMessage) string {
 // redbeatTime decodes RedBeat's {"__type__": "datetime", "year": ...,
 // "timezone": NAME or offset seconds} (no timezone: UTC).
 func redbeatTime(raw json.RawMessage) (time.Time, error) {
-	var d struct {
-		Type                           string          `json:"__type__"`
-		Year, Month, Day, Hour, Minute int             `json:"-"`
-		Zone                           json.RawMessage `json:"timezone"`
+	var p struct {
+		Type        string          `json:"__type__"`
+		Year        int             `json:"year"`
+		Month       int             `json:"month"`
+		Day         int             `json:"day"`
+		Hour        int             `json:"hour"`
+		Minute      int             `json:"minute"`
+		Second      int             `json:"second"`
+		Microsecond int             `json:"microsecond"`
+		Zone        json.RawMessage `json:"timezone"`
 	}
-	if err := json.Unmarshal(raw, &d); err != nil || d.Type != "datetime" {
+	if err := json.Unmarshal(raw, &p); err != nil || p.Type != "datetime" {
 		return time.Time{}, fmt.Errorf("%s is not a RedBeat datetime", raw)
 	}
-	var p struct {
-		Year        int `json:"year"`
-		Month       int `json:"month"`
-		Day         int `json:"day"`
-		Hour        int `json:"hour"`
-		Minute      int `json:"minute"`
-		Second      int `json:"second"`
-		Microsecond int `json:"microsecond"`
-	}
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return time.Time{}, err
-	}
 	loc := time.UTC
-	if len(d.Zone) > 0 && string(d.Zone) != "null" {
+	if d := p; len(d.Zone) > 0 && string(d.Zone) != "null" {
 		if name := str(d.Zone); name != "" {
 			l, err := time.LoadLocation(name)
 			if err != nil {

@@ -18,7 +18,7 @@ type ImportedState struct {
 
 // Import writes each entry's last slot so the first leader catches up from
 // it by the entry's policy instead of starting fresh. It refuses entries
-// that beatd has already fired (their state has a last slot or a run),
+// that beatd has already fired (their state has a publish),
 // returning their names, unless force. It is meant for a cutover, before
 // any beatd leads: writes are not fenced, but each is a transaction on the
 // key's revision, so a concurrent write is never lost silently (the entry
@@ -38,7 +38,9 @@ func (s *Store) Import(ctx context.Context, states []ImportedState, force bool) 
 			if err != nil {
 				return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
 			}
-			if (!old.LastSlot.IsZero() || old.TotalRunCount > 0) && !force {
+			// A previous import leaves LastRunAt zero: importing again
+			// is fine until beatd has published the entry.
+			if (!old.LastRunAt.IsZero() || old.TotalRunCount > 0) && !force {
 				refused = append(refused, in.Name)
 				continue
 			}
