@@ -137,7 +137,7 @@ func TestDjangoImport(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"cleanup":        "2026-11-30T09:45:00.123Z", // the interval's anchor (dumpdata keeps milliseconds)
-		"morning report": "2026-11-27T12:30:00Z",        // 07:30 in New York
+		"morning report": "2026-11-27T12:30:00Z",     // 07:30 in New York
 		"quarter-hourly": "2026-11-30T09:45:00Z",
 	} {
 		if got := states[name].LastSlot.UTC().Format(time.RFC3339Nano); got != want {
