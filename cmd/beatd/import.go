@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/migrate"
 	"github.com/beatd/beatd/store"
 )
@@ -25,6 +27,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	python := fs.String("python", defaultPython(), "Python with Celery (and ephem for solar entries), for --check")
 	helper := fs.String("helper", "", "path of contrib/celery_dump.py (default: found next to the binary or in ./contrib)")
 	redbeatPrefix := fs.String("redbeat-prefix", "redbeat:", "RedBeat's key prefix (REDBEAT_KEY_PREFIX)")
+	dataDir := fs.String("data-dir", "", "with --state and no --etcd-endpoints: the data dir of beatd's embedded etcd (as given to beatd run), started here while the state is written")
 	var ef etcdFlags
 	ef.register(fs)
 	fs.Usage = func() {
@@ -64,11 +67,26 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !*state {
 		return 0
 	}
-	return importState(ctx, res, &ef, *force, stderr)
+	return importState(ctx, res, &ef, *dataDir, *force, stderr)
 }
 
 // importState writes the last slots into etcd.
-func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, force bool, stderr io.Writer) int {
+func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, dataDir string, force bool, stderr io.Writer) int {
+	if len(ef.endpoints()) == 0 && dataDir != "" {
+		// beatd run's embedded etcd keeps its data here: start it on free
+		// ports just for the import (beatd run must not be running).
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			fmt.Fprintln(stderr, "beatd import: data dir:", err)
+			return 1
+		}
+		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dataDir, "etcd"), Name: "beatd"})
+		if err != nil {
+			fmt.Fprintln(stderr, "beatd import: embedded etcd (is beatd run still running on this data dir?):", err)
+			return 1
+		}
+		defer srv.Close()
+		ef.Endpoints = strings.Join(srv.Endpoints, ",")
+	}
 	cli, err := ef.client()
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd import:", err)
