@@ -311,4 +311,3 @@ func stderrOf(err error) []byte {
 	}
 	return nil
 }
-
