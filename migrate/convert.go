@@ -334,13 +334,32 @@ func (c *conv) options() (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("option %s: %w", o.Key, err)
 		}
+		// An option beatd rejects (a priority of 12, a zero expires)
+		// is dropped, not the whole entry.
+		probe := "entries:\n  x: {task: t, every: 1s, options: {" + o.Key + ": " + s + "}}\n"
+		if _, err := schedule.Parse("option", []byte(probe)); err != nil {
+			dropped = append(dropped, o.Key+"="+v+" ("+optionError(err)+")")
+			continue
+		}
 		parts = append(parts, o.Key+": "+s)
 	}
 	if len(dropped) > 0 {
 		c.warn("options beatd does not send, dropped: %s", strings.Join(dropped, ", "))
-		c.note("not imported: options %s (no beatd equivalent)", strings.Join(dropped, ", "))
+		c.note("not imported: options %s", strings.Join(dropped, ", "))
 	}
 	return strings.Join(parts, ", "), nil
+}
+
+// optionError is a validation message without its position in the probe.
+func optionError(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, "option:") {
+		msg = msg[i+2:]
+		if j := strings.Index(msg, ": "); j >= 0 {
+			msg = msg[j+2:]
+		}
+	}
+	return msg
 }
 
 // state returns the entry's last send in beatd's terms.

@@ -183,3 +183,25 @@ func TestFormatSeconds(t *testing.T) {
 		}
 	}
 }
+
+// An option beatd rejects is dropped with a warning; the entry stays.
+func TestBadOptionDroppedNotEntry(t *testing.T) {
+	src, err := Parse("o.json", []byte(`{"source": "celery", "timezone": "UTC", "enable_utc": true, "entries": [
+ {"name": "p", "task": "t", "schedule": {"type": "interval", "seconds": 60, "relative": false}, "args": [], "kwargs": {}, "options": {"priority": 12, "expires": 0, "queue": "q", "link": "x"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Convert(src, Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.Config.Entry("p"); e == nil || e.Options.Queue != "q" || e.Options.Priority != nil {
+		t.Fatalf("entry p = %+v", e)
+	}
+	w := strings.Join(res.Warnings, "\n")
+	for _, want := range []string{"priority=12 (options.priority must be between 0 and 9, got 12)", "expires=0", `link="x"`} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q: %s", want, w)
+		}
+	}
+}

@@ -158,3 +158,12 @@ func TestSolarGaps(t *testing.T) {
 		t.Errorf("Berlin sunrise gaps = %v", g)
 	}
 }
+
+func BenchmarkNextSolar(b *testing.B) {
+	s, _ := NewSolar("sunrise", 52.52, 13.40)
+	t := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		t = s.Next(t)
+	}
+}

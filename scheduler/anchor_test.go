@@ -74,3 +74,17 @@ func TestIntervalRelativeAndStartAt(t *testing.T) {
 		t.Fatalf("published %v, want %v", got, want)
 	}
 }
+
+// A solar entry fires at its event, a whole-second slot.
+func TestSolarEntryFires(t *testing.T) {
+	h := newHarness(t, "entries:\n  rise: {task: t, solar: {event: sunrise, lat: 52.52, lon: 13.40}}\n", t0)
+	want := h.sched.Config().Entry("rise").Schedule.Next(t0)
+	h.start(7)
+	h.settle()
+	h.clock.Advance(want.Sub(t0))
+	h.settle()
+	got := h.waitPublished(1)
+	if exp := "rise " + want.UTC().Format(time.RFC3339); strings.Join(got, ",") != exp {
+		t.Fatalf("published %v, want %s", got, exp)
+	}
+}

@@ -54,3 +54,25 @@ func TestImportCommand(t *testing.T) {
 		t.Fatalf("import --check on a differing entry = %d:\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// validate and next say when a solar event skips days near the poles.
+func TestSolarPolarNotes(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(cfg, []byte("entries:\n  rise: {task: t, solar: {event: sunrise, lat: 78.22, lon: 15.65}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"next", "--config", cfg, "--from", "2026-11-30T12:00:00Z", "--count", "1", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("next = %d: %s", code, errb.String())
+	}
+	if want := `{"entry":"rise","at":"2027-02-16T10:20:43+00:00"}`; strings.TrimSpace(out.String()) != want {
+		t.Errorf("next = %s, want %s", out.String(), want)
+	}
+	if want := `note: entry "rise": no sunrise at 78.22, 15.65 between 2026-11-30 and 2027-02-16 (polar day or night); beatd fires at 2027-02-16T10:20:43+00:00`; !strings.Contains(errb.String(), want) {
+		t.Errorf("next's notes lack %q:\n%s", want, errb.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"validate", cfg}, &out, &errb); code != 0 || !strings.Contains(out.String(), `note: entry "rise": no sunrise at 78.22, 15.65 between`) {
+		t.Errorf("validate = %d:\n%s", code, out.String())
+	}
+}
