@@ -71,6 +71,11 @@ func NewSolar(event string, lat, lon float64) (*Solar, error) {
 	if math.IsNaN(lat) || lat < -90 || lat > 90 {
 		return nil, fmt.Errorf("solar: latitude %v is not between -90 and 90", lat)
 	}
+	if math.Abs(lat) > 89.9 {
+		// Hour angles degenerate at a pole: ephem (and so Celery) finds
+		// no event there either.
+		return nil, fmt.Errorf("solar: latitude %v is within 0.1 degrees of a pole, where rising and setting are undefined", lat)
+	}
 	if math.IsNaN(lon) || lon < -180 || lon > 180 {
 		return nil, fmt.Errorf("solar: longitude %v is not between -180 and 180", lon)
 	}
@@ -97,7 +102,9 @@ func (s *Solar) Next(t time.Time) time.Time {
 	for from < limit {
 		jd, ok, resume := s.find(from)
 		if !ok {
-			from = resume
+			// Always move on, even if the search ended behind where it
+			// began (it can, right at a pole).
+			from = max(resume, from+1.0/24)
 			continue
 		}
 		slot := fromJulianDay(jd)
@@ -119,9 +126,13 @@ func (s *Solar) find(jd float64) (event float64, ok bool, resume float64) {
 	if s.ev.kind == transitEvent {
 		x = s.transit(jd)
 	} else {
-		x, circumpolar = s.riseSet(jd)
+		var converged bool
+		x, circumpolar, converged = s.riseSet(jd)
 		if circumpolar {
 			return 0, false, x + 1.0/1440
+		}
+		if !converged || x <= jd {
+			return 0, false, jd + 0.5 // look again half a day on
 		}
 	}
 	// The iteration's last digits depend on where it started. Refine from
@@ -144,7 +155,7 @@ const newtonPrecision = 0.1 / 86400
 // newtonPrecision. The first step always goes forward. When the target
 // altitude is out of reach the target hour angle is the antitransit (the
 // Sun stays up) or the transit (it stays down), and circumpolar is set.
-func (s *Solar) riseSet(jd float64) (x float64, circumpolar bool) {
+func (s *Solar) riseSet(jd float64) (x float64, circumpolar, converged bool) {
 	first := true
 	var absTarget float64
 	for i := 0; i < 100; i++ {
@@ -171,12 +182,11 @@ func (s *Solar) riseSet(jd float64) (x float64, circumpolar bool) {
 			bump = plusMinusPi(diff) / (2 * math.Pi)
 		}
 		if math.Abs(bump) < newtonPrecision {
-			return jd, !reach
+			return jd, !reach, true
 		}
 		jd += bump
-		_ = reach
 	}
-	return jd, false
+	return jd, false, false
 }
 
 // refineRiseSet runs the same iteration without the forward first step,

@@ -112,7 +112,7 @@ func TestNewSolarErrors(t *testing.T) {
 	for _, tt := range []struct {
 		event    string
 		lat, lon float64
-	}{{"moonrise", 0, 0}, {"sunrise", 91, 0}, {"sunrise", 0, -181}, {"sunrise", math.NaN(), 0}} {
+	}{{"moonrise", 0, 0}, {"sunrise", 91, 0}, {"sunrise", 0, -181}, {"sunrise", math.NaN(), 0}, {"sunrise", 90, 0}, {"sunset", -89.95, 0}} {
 		if _, err := NewSolar(tt.event, tt.lat, tt.lon); err == nil {
 			t.Errorf("NewSolar(%q, %v, %v): want an error", tt.event, tt.lat, tt.lon)
 		}
@@ -166,4 +166,29 @@ func BenchmarkNextSolar(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		t = s.Next(t)
 	}
+}
+
+// FuzzSolarNext: any event, place and instant gives a slot strictly after
+// the instant (or none), on a whole second, and Next of it moves on.
+func FuzzSolarNext(f *testing.F) {
+	f.Add(uint8(3), 52.52, 13.40, int64(1764500000))
+	f.Add(uint8(8), 89.9, -179.9, int64(1790000000))
+	f.Add(uint8(4), -90.0, 180.0, int64(1700000000))
+	f.Fuzz(func(t *testing.T, ev uint8, lat, lon float64, unix int64) {
+		s, err := NewSolar(SolarEvents[int(ev)%len(SolarEvents)], lat, lon)
+		if err != nil {
+			return
+		}
+		from := time.Unix(unix%(4e9), 0)
+		next := s.Next(from)
+		if next.IsZero() {
+			return
+		}
+		if !next.After(from) || next.Nanosecond() != 0 {
+			t.Fatalf("%v: Next(%s) = %s", s, from, next)
+		}
+		if after := s.Next(next); !after.IsZero() && !after.After(next) {
+			t.Fatalf("%v: Next(%s) = %s", s, next, after)
+		}
+	})
 }
