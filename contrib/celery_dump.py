@@ -142,7 +142,21 @@ def dump(args):
                 state[name] = {"last_run_at": iso(entry.last_run_at),
                                "total_run_count": int(entry.total_run_count or 0)}
             out["state_tz"] = str(db.get("tz")) if db.get("tz") else None
-    for name, entry in (conf.beat_schedule or {}).items():
+    schedule = dict(conf.beat_schedule or {})
+    # celery beat adds this entry itself (Scheduler.install_default_entries)
+    # when results expire and the backend cannot expire them on its own.
+    try:
+        if conf.result_expires and not app.backend.supports_autoexpire and "celery.backend_cleanup" not in schedule:
+            from celery.schedules import crontab
+            schedule["celery.backend_cleanup"] = {"task": "celery.backend_cleanup",
+                                                  "schedule": crontab("0", "4", "*"),
+                                                  "options": {"expires": 12 * 3600}}
+    except Exception as exc:  # a backend that cannot be set up here
+        out.setdefault("notes", []).append(f"could not tell whether celery beat adds celery.backend_cleanup: {exc}")
+    unknown_state = sorted(set(state) - set(schedule))
+    if unknown_state:
+        out["state_only"] = unknown_state
+    for name, entry in schedule.items():
         problems = []
         sched = maybe_schedule(entry.get("schedule"), entry.get("relative", False), app=app)
         rec = {"name": name, "task": entry.get("task"), "schedule": dump_schedule(sched),

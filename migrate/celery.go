@@ -8,10 +8,12 @@ import (
 
 // celeryDump is what contrib/celery_dump.py writes.
 type celeryDump struct {
-	Source    string  `json:"source"`
-	App       string  `json:"app"`
-	Timezone  *string `json:"timezone"`
-	EnableUTC bool    `json:"enable_utc"`
+	Source    string   `json:"source"`
+	App       string   `json:"app"`
+	Timezone  *string  `json:"timezone"`
+	EnableUTC bool     `json:"enable_utc"`
+	Notes     []string `json:"notes"`
+	StateOnly []string `json:"state_only"`
 	Entries   []struct {
 		Name     string `json:"name"`
 		Task     string `json:"task"`
@@ -52,6 +54,10 @@ func parseCeleryDump(origin string, data []byte) (*Source, error) {
 	}
 	if d.App != "" {
 		src.Notes = append(src.Notes, "Celery app "+d.App)
+	}
+	src.Notes = append(src.Notes, d.Notes...)
+	for _, n := range d.StateOnly {
+		src.Warnings = append(src.Warnings, fmt.Sprintf("entry %q is in celery beat's schedule file but not in the app's schedule: not imported", n))
 	}
 	for _, e := range d.Entries {
 		s := e.Schedule

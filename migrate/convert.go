@@ -52,7 +52,7 @@ func Convert(src *Source, opt Options) (*Result, error) {
 	if opt.Now.IsZero() {
 		opt.Now = time.Now()
 	}
-	res := &Result{}
+	res := &Result{Warnings: append([]string(nil), src.Warnings...)}
 	zone := src.Timezone
 	if zone == "" {
 		zone = "UTC"

@@ -205,3 +205,19 @@ func TestBadOptionDroppedNotEntry(t *testing.T) {
 		}
 	}
 }
+
+// An entry celery beat has state for but the app no longer schedules is
+// named, not dropped silently.
+func TestStateOnlyEntryWarned(t *testing.T) {
+	src, err := Parse("d.json", []byte(`{"source": "celery", "timezone": "UTC", "enable_utc": true, "state_only": ["old-report"], "entries": []}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Convert(src, Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, `entry "old-report" is in celery beat's schedule file but not in the app's schedule`) {
+		t.Errorf("warnings: %s", w)
+	}
+}

@@ -11,8 +11,9 @@ type Source struct {
 	Origin   string // file or URL it came from
 	Timezone string // the app's timezone; "" when unknown
 	// Notes are source-wide remarks for the YAML header.
-	Notes   []string
-	Entries []*Entry
+	Notes    []string
+	Warnings []string // source-wide, naming entries
+	Entries  []*Entry
 }
 
 // Entry is one periodic task as the source describes it.
