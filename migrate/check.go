@@ -155,14 +155,14 @@ func compareTimes(c Check, beatd, celery []time.Time, documented map[int64]strin
 				i++
 				continue
 			}
-			out = append(out, Difference{Entry: c.Name, Beatd: beatd[i], Documented: explain(c, beatd[i], documented)})
+			out = append(out, Difference{Entry: c.Name, Beatd: beatd[i], Documented: explain(c, beatd[i], documented, true)})
 			i++
 		default:
 			if !end.IsZero() && celery[j].After(end) {
 				j++
 				continue
 			}
-			out = append(out, Difference{Entry: c.Name, Celery: celery[j], Documented: explain(c, celery[j], documented)})
+			out = append(out, Difference{Entry: c.Name, Celery: celery[j], Documented: explain(c, celery[j], documented, false)})
 			j++
 		}
 	}
@@ -172,21 +172,27 @@ func compareTimes(c Check, beatd, celery []time.Time, documented map[int64]strin
 	return out
 }
 
-// explain names the documented deviation behind a difference, if any.
-func explain(c Check, t time.Time, documented map[int64]string) string {
+// explain names the documented deviation behind a difference, if any:
+// what the helper flagged (a wall time in a DST gap, which Celery reads an
+// hour late), or Celery 5.2.6's month skip (west of UTC, a restricted
+// day_of_month or month_of_year spec skips days beatd fires on).
+func explain(c Check, t time.Time, documented map[int64]string, beatdOnly bool) string {
 	if why, ok := documented[t.Unix()]; ok {
 		return why
 	}
-	if c.Sched.Type == "crontab" {
-		// A DST gap moves Celery's time by the shift; 5.2.6's month skip
-		// drops restricted days west of UTC.
-		for at, why := range documented {
-			if d := t.Unix() - at; d > -4*3600 && d < 4*3600 {
-				return why
-			}
+	if c.Sched.Type != "crontab" {
+		return ""
+	}
+	for at, why := range documented {
+		if d := t.Unix() - at; d > -4*3600 && d < 4*3600 {
+			return why // beatd's side of a DST-gap difference
 		}
-		if c.Sched.DayOfMonth != "*" || c.Sched.MonthOfYear != "*" {
-			return "celery_5_2_6_month_skip"
+	}
+	if beatdOnly && (c.Sched.DayOfMonth != "*" || c.Sched.MonthOfYear != "*") {
+		if loc, err := time.LoadLocation(c.Zone); err == nil {
+			if _, off := t.In(loc).Zone(); off < 0 {
+				return "celery_5_2_6_month_skip"
+			}
 		}
 	}
 	return ""

@@ -224,3 +224,33 @@ func TestStateOnlyEntryWarned(t *testing.T) {
 		t.Errorf("warnings: %s", w)
 	}
 }
+
+// Celery 5.2.6's crontab bugs that beatd does not copy show up in --check
+// as documented deviations, not as failures: a wall time in a DST gap, and
+// the month skip west of UTC.
+func TestCheckDocumentedDeviations(t *testing.T) {
+	src, err := Parse("ny.json", []byte(`{"source": "celery", "timezone": "America/New_York", "enable_utc": true, "entries": [
+ {"name": "month-end", "task": "t", "schedule": {"type": "crontab", "minute": "0", "hour": "23", "day_of_week": "*", "day_of_month": "28-31", "month_of_year": "*"}, "args": [], "kwargs": {}, "options": {}},
+ {"name": "dst", "task": "t", "schedule": {"type": "crontab", "minute": "30", "hour": "2", "day_of_week": "*", "day_of_month": "*", "month_of_year": "*"}, "args": [], "kwargs": {}, "options": {}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Convert(src, Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := Compare(context.Background(), helper, res.Checks, 150, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, d := range diffs {
+		if d.Documented == "" {
+			t.Errorf("undocumented difference: %s", d)
+		}
+		seen[d.Entry+"/"+d.Documented]++
+	}
+	if seen["dst/dst_gap"] == 0 || seen["month-end/celery_5_2_6_month_skip"] == 0 {
+		t.Errorf("deviations seen: %v", seen)
+	}
+}
