@@ -86,19 +86,19 @@ defaults:
   options: {queue: drill}
   catchup_window: 10m
 entries:
-  every-all-1: {task: drill.tick, every: 1s, catchup: all, args: [1]}
-  every-all-2: {task: drill.tick, every: 1s, catchup: all, args: [2]}
-  every-all-3: {task: drill.tick, every: 1s, catchup: all, args: [3]}
-  every-all-4: {task: drill.tick, every: 1s, catchup: all, args: [4]}
-  every-all-5: {task: drill.tick, every: 1s, catchup: all, args: [5]}
-  every-all-6: {task: drill.tick, every: 1s, catchup: all, args: [6], options: {priority: 9}}
-  every-once-1: {task: drill.tick, every: 1s, catchup: once, args: [7]}
-  every-once-2: {task: drill.tick, every: 1s, catchup: once, args: [8]}
-  every-once-3: {task: drill.tick, every: 1s, catchup: once, args: [9], options: {priority: 5}}
-  every-skip-1: {task: drill.tick, every: 1s, catchup: skip, args: [10]}
-  every-skip-2: {task: drill.tick, every: 1s, catchup: skip, args: [11]}
-  every-2s-all: {task: drill.tick, every: 2s, catchup: all, args: [12]}
-  every-3s-once: {task: drill.tick, every: 3s, catchup: once, args: [13]}
+  every-all-1: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [1]}
+  every-all-2: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [2]}
+  every-all-3: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [3]}
+  every-all-4: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [4]}
+  every-all-5: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [5]}
+  every-all-6: {task: drill.tick, every: 1s, relative: true, catchup: all, args: [6], options: {priority: 9}}
+  every-once-1: {task: drill.tick, every: 1s, relative: true, catchup: once, args: [7]}
+  every-once-2: {task: drill.tick, every: 1s, relative: true, catchup: once, args: [8]}
+  every-once-3: {task: drill.tick, every: 1s, relative: true, catchup: once, args: [9], options: {priority: 5}}
+  every-skip-1: {task: drill.tick, every: 1s, relative: true, catchup: skip, args: [10]}
+  every-skip-2: {task: drill.tick, every: 1s, relative: true, catchup: skip, args: [11]}
+  every-2s-all: {task: drill.tick, every: 2s, relative: true, catchup: all, args: [12]}
+  every-3s-once: {task: drill.tick, every: 3s, relative: true, catchup: once, args: [13]}
   cron-seconds: {task: drill.tick, cron: "*/5 * * * * *", catchup: all, args: [14]}
   crontab-minute-all: {task: drill.tick, crontab: {minute: "*"}, catchup: all, args: [15]}
   crontab-minute-once: {task: drill.tick, crontab: {minute: "*"}, catchup: once, args: [16]}

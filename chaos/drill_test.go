@@ -60,9 +60,9 @@ func TestDrillShort(t *testing.T) {
 func TestAudit(t *testing.T) {
 	t.Parallel()
 	cfg, err := schedule.Parse("a.yaml", []byte(`entries:
-  all: {task: t, every: 1s, catchup: all}
-  once: {task: t, every: 1s, catchup: once}
-  skip: {task: t, every: 1s, catchup: skip}
+  all: {task: t, every: 1s, relative: true, catchup: all}
+  once: {task: t, every: 1s, relative: true, catchup: once}
+  skip: {task: t, every: 1s, relative: true, catchup: skip}
 `))
 	if err != nil {
 		t.Fatal(err)

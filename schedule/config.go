@@ -69,6 +69,7 @@ type Entry struct {
 	Jitter        time.Duration
 	StartAt       time.Time
 	Line, Column  int
+	relative      bool // every's grid is clock-aligned (read while decoding)
 	// Fingerprint changes whenever anything that shapes the entry's slots
 	// or messages changes, in the entry or in the defaults it inherits.
 	Fingerprint [32]byte
@@ -170,8 +171,8 @@ var (
 	topKeys     = []string{"timezone", "defaults", "entries", "amqp"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
 	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
-		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter"}
-	scheduleKeys = []string{"crontab", "cron", "every", "at"}
+		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar"}
+	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
 	crontabKeys = []string{"minute", "hour", "day_of_week", "day_of_month", "month_of_year"}
@@ -441,6 +442,12 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if v, ok := f["start_at"]; ok {
 		e.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
 	}
+	if v, ok := f["relative"]; ok {
+		e.relative, _ = d.boolean(v.val, "relative")
+		if _, every := f["every"]; !every {
+			d.errorf(v.key, "entry %q: relative applies only to every", name)
+		}
+	}
 	if v, ok := f["args"]; ok {
 		if n := deref(v.val); n.Kind == yaml.SequenceNode {
 			if val, ok := d.value(n); ok {
@@ -477,11 +484,11 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	})
 	switch len(kinds) {
 	case 0:
-		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every or at", name)
+		d.errorf(key, "entry %q: needs exactly one of crontab, cron, every, at or solar", name)
 	case 1:
 		e.Schedule = d.schedule(kinds[0], e)
 	default:
-		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every or at",
+		d.errorf(kinds[1].key, "entry %q: %s and %s both given; use exactly one of crontab, cron, every, at or solar",
 			name, kinds[0].key.Value, kinds[1].key.Value)
 		for _, k := range kinds {
 			d.schedule(k, e) // report problems inside each value as well
@@ -521,7 +528,10 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 			d.errorf(n, "%v", err)
 			return nil
 		}
+		ev.Relative = e.relative
 		return ev // start_at is the anchor, not a floor
+	case "solar":
+		s = d.solar(n)
 	case "at":
 		t, ok := d.timestamp(n, "at", e.Location)
 		if !ok {
@@ -770,9 +780,9 @@ func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duratio
 		dur = time.Duration(secs * float64(time.Second))
 	case "!!str":
 		var err error
-		dur, err = time.ParseDuration(n.Value)
+		dur, err = ParseDuration(n.Value)
 		if err != nil {
-			d.errorf(n, "%s: %q is not a duration (try 30s, 5m or 1h)", what, n.Value)
+			d.errorf(n, "%s: %q is not a duration (try 30s, 5m, 1h, 1d or 1w)", what, n.Value)
 			return 0, false
 		}
 	default:

@@ -13,7 +13,7 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Entries) != 7 {
+	if len(cfg.Entries) != 9 {
 		t.Fatalf("got %d entries", len(cfg.Entries))
 	}
 	nr := cfg.Entry("nightly-report")

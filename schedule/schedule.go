@@ -22,9 +22,17 @@ var (
 // Every fires at Anchor + k·Interval for every integer k. Slots never drift
 // with dispatch time, so every replica computes the same ones. Celery's
 // interval schedule instead restarts from the send time, which drifts.
+//
+// A config entry without start_at and without relative leaves Anchor zero
+// and the scheduler anchors it with AnchoredAt at the instant the entry was
+// first scheduled (persisted in etcd), as Celery counts from an entry's
+// first appearance. Relative entries keep the epoch grid, aligned to the
+// clock.
 type Every struct {
 	Interval time.Duration
 	Anchor   time.Time // zero means the Unix epoch
+	Relative bool      // clock-aligned: never re-anchored
+	anchored bool      // Anchor was set by AnchoredAt, not by start_at
 }
 
 // NewEvery returns an interval schedule; interval must be positive.
@@ -68,6 +76,9 @@ func (e *Every) slotsIn(after, through time.Time) (count int64, last time.Time) 
 }
 
 func (e *Every) String() string {
+	if e.Relative {
+		return "every " + e.Interval.String() + " (relative)"
+	}
 	if e.Anchor.IsZero() {
 		return "every " + e.Interval.String()
 	}

@@ -103,7 +103,7 @@ func BenchmarkBurst1000(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString("entries:\n")
 	for i := 0; i < 1000; i++ {
-		fmt.Fprintf(&sb, "  e%04d: {task: tasks.add, every: 1s, args: [%d, 1]}\n", i, i)
+		fmt.Fprintf(&sb, "  e%04d: {task: tasks.add, every: 1s, args: [%d, 1], relative: true}\n", i, i)
 	}
 	seconds := max(b.N, 5)
 	b.ResetTimer()
@@ -152,7 +152,7 @@ func BenchmarkThroughput(b *testing.B) {
 	sb.WriteString("entries:\n")
 	for i := 0; i < entries; i++ {
 		name := fmt.Sprintf("e%04d", i)
-		fmt.Fprintf(&sb, "  %s: {task: tasks.add, every: 1s, args: [%d, 1], catchup: all, max_catchup: %d}\n", name, i, backlog+10)
+		fmt.Fprintf(&sb, "  %s: {task: tasks.add, every: 1s, args: [%d, 1], catchup: all, max_catchup: %d, relative: true}\n", name, i, backlog+10)
 		states.Set(store.EntryState{Name: name, LastSlot: last})
 	}
 	if err := env.store.Save(context.Background(), store.Guard{Key: env.key, Token: env.token}, states, nil); err != nil {

@@ -476,6 +476,20 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		st.Since = now
 		l.baseline = append(l.baseline, *st)
 	}
+	// An interval without start_at or relative runs on a grid anchored
+	// where its schedule began: Since, from etcd, so every replica agrees
+	// (state written before Since existed keeps its last slot's phase).
+	since := now
+	if st != nil && !st.Since.IsZero() {
+		since = st.Since
+	} else if st != nil && !st.LastSlot.IsZero() {
+		since = st.LastSlot
+	}
+	if a := schedule.Anchor(e.Schedule, since); a != e.Schedule {
+		anchored := *e.Entry
+		anchored.Schedule = a
+		e.Entry = &anchored
+	}
 	plan := planCatchup(e.Entry, st, now)
 	m := l.s.cfg.Metrics
 	for _, d := range plan.dropped {
@@ -554,6 +568,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 				if p.slot.After(st.LastSlot) {
 					st.LastSlot = p.slot
 				}
+				st.Imported = false
 				l.dirty[p.e.Name] = true
 			}
 			if logFires {
@@ -672,6 +687,7 @@ func (l *loop) applyReload(now time.Time) {
 		prev, had := old.byName[name]
 		it, scheduled := oldItems[name]
 		if had && scheduled && prev.Fingerprint == e.Fingerprint {
+			e.Entry = prev.Entry // the same entry, with the grid startEntry anchored
 			it.e = e
 			l.items[name] = it
 			l.heap = append(l.heap, it)
@@ -736,6 +752,9 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
 			st.Since = l.s.cfg.Clock.Now()
+			if ev, ok := e.Schedule.(*schedule.Every); ok {
+				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
+			}
 			l.persist.complete(r, st)
 			l.s.log.Info("resumed", "entry", e.Name)
 		default:

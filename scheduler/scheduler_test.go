@@ -294,7 +294,7 @@ func slots(name string, times ...string) []string {
 }
 
 func TestFiresOnSlots(t *testing.T) {
-	h := newHarness(t, "entries:\n  tick: {task: t, every: 10s}\n  cron: {task: t, cron: '*/30 * * * * *'}\n", t0.Add(3*time.Second))
+	h := newHarness(t, "entries:\n  tick: {task: t, every: 10s, relative: true}\n  cron: {task: t, cron: '*/30 * * * * *'}\n", t0.Add(3*time.Second))
 	h.start(7)
 	h.settle()
 	if got := h.disp.list(); len(got) != 0 {
@@ -375,7 +375,7 @@ func TestStartAtBackfill(t *testing.T) {
 }
 
 func TestBrokerDownKeepsSlotsPending(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0)
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0)
 	h.disp.setErr(errors.New("connection refused"))
 	h.start(7)
 	h.settle()
@@ -407,7 +407,7 @@ func TestBrokerDownKeepsSlotsPending(t *testing.T) {
 }
 
 func TestStaleEndsTerm(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0)
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0)
 	h.disp.fence = 9 // a newer leader raised the fence
 	h.start(7)
 	select {
@@ -425,7 +425,7 @@ func TestStaleEndsTerm(t *testing.T) {
 }
 
 func TestRefusedWriteEndsTerm(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0)
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0)
 	h.start(7)
 	h.settle()
 	h.store.mu.Lock()
@@ -447,14 +447,14 @@ func TestRefusedWriteEndsTerm(t *testing.T) {
 }
 
 func TestReload(t *testing.T) {
-	h := newHarness(t, "entries:\n  same: {task: t, every: 10s}\n  changed: {task: t, every: 10s}\n  gone: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  same: {task: t, every: 10s, relative: true}\n  changed: {task: t, every: 10s, relative: true}\n  gone: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.start(7)
 	h.settle()
 	// At 10:00:09 the config changes: "changed" becomes hourly. It must not
 	// fire now (django-celery-beat fires on every edit), "same" keeps its
 	// 10:00:10 slot, "gone" stops, "new" starts at its next slot.
 	h.clock.Set(t0.Add(9 * time.Second))
-	if err := h.sched.Reload(mustConfig(t, "entries:\n  same: {task: t, every: 10s}\n  changed: {task: t, every: 1h}\n  new: {task: t, every: 10s}\n")); err != nil {
+	if err := h.sched.Reload(mustConfig(t, "entries:\n  same: {task: t, every: 10s, relative: true}\n  changed: {task: t, every: 1h, relative: true}\n  new: {task: t, every: 10s, relative: true}\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -496,7 +496,7 @@ func TestJitterDeterministic(t *testing.T) {
 }
 
 func TestAdminRequests(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.start(7)
 	h.settle()
 	h.store.request(store.OpTrigger, "e")
@@ -574,8 +574,8 @@ func TestManyDueAtOnceAreBatched(t *testing.T) {
 // owes it (the drill found this). And after a config change, B owes
 // nothing from before the change.
 func TestTakeoverBeforeFirstFire(t *testing.T) {
-	const before = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 1h, catchup: all}\n"
-	const after = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 10s, catchup: all}\n"
+	const before = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 1h, catchup: all, relative: true}\n"
+	const after = "entries:\n  m: {task: t, cron: '* * * * *', catchup: once}\n  c: {task: t, every: 10s, catchup: all, relative: true}\n"
 	a := newHarness(t, before, t0.Add(30*time.Second))
 	a.start(7)
 	a.settle()
@@ -621,7 +621,7 @@ func TestTakeoverBeforeFirstFire(t *testing.T) {
 // but before the loop finished starting is a regular slot, even under
 // catchup: skip (the long drill found it dropped).
 func TestSlotDuringStartupIsNotMissed(t *testing.T) {
-	h := newHarness(t, "entries:\n  s: {task: t, every: 1s, catchup: skip}\n", t0.Add(30*time.Millisecond))
+	h := newHarness(t, "entries:\n  s: {task: t, every: 1s, catchup: skip, relative: true}\n", t0.Add(30*time.Millisecond))
 	h.store.states["s"] = &store.EntryState{Name: "s", LastSlot: t0.Add(-2 * time.Second)}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.done = make(chan error, 1)

@@ -30,6 +30,9 @@ type EntryState struct {
 	Since     time.Time
 	Paused    bool
 	RemovedAt time.Time // set when the entry left the config
+	// Imported says LastSlot came from another scheduler (beatd import
+	// --state), not from a beatd publish; the first fire clears it.
+	Imported bool
 }
 
 // CatchupFrom is the instant after which missed slots are owed.
@@ -230,6 +233,7 @@ const (
 	flagSince   = 1 << 1
 	flagRemoved = 1 << 2
 	flagPaused  = 1 << 3
+	flagImport  = 1 << 4
 )
 
 // appendBucket encodes bucket b into dst.
@@ -258,6 +262,9 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 		}
 		if st.Paused {
 			f |= flagPaused
+		}
+		if st.Imported {
+			f |= flagImport
 		}
 		dst = append(dst, f)
 		for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
@@ -349,6 +356,7 @@ func eachRecord(b []byte, f func(EntryState)) error {
 		flags := b[0]
 		b = b[1:]
 		st.Paused = flags&flagPaused != 0
+		st.Imported = flags&flagImport != 0
 		for _, x := range []struct {
 			flag byte
 			dst  *time.Time

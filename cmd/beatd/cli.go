@@ -92,6 +92,13 @@ leader through etcd; only the leader publishes, each (entry, slot) exactly once.
 		adminCommand(ctx, store.OpTrigger, "ask the leader to publish an entry now", stdout, stderr),
 		adminCommand(ctx, store.OpPause, "pause an entry (survives failover)", stdout, stderr),
 		adminCommand(ctx, store.OpResume, "resume a paused entry", stdout, stderr),
+		&cobra.Command{
+			Use:   "import [flags] SRC",
+			Short: "convert a celery beat, django-celery-beat or RedBeat schedule (and its state)",
+			// import parses its own flags (beatd import --help lists them).
+			DisableFlagParsing: true,
+			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runImport(ctx, args, stdout, stderr)) },
+		},
 		drillCommand(ctx, stdout, stderr),
 		&cobra.Command{
 			Use: "version", Short: "print the version", Args: usageArgs(cobra.NoArgs),

@@ -633,7 +633,8 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		if e != nil {
 			es.Task, es.Schedule, es.Enabled = e.Task, fmt.Sprint(e.Schedule), e.Enabled
 		}
-		if st := states[name]; st != nil {
+		st := states[name]
+		if st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
 		}
 		if h, ok := runs[name]; ok {
@@ -641,7 +642,13 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			es.RecentRuns = append(es.RecentRuns, h.Runs...)
 		}
 		if e != nil && e.Enabled && !es.Paused {
-			es.NextRunAt = timePtr(e.Schedule.Next(now))
+			since := now // an interval not yet scheduled would be anchored now
+			if st != nil && !st.Since.IsZero() {
+				since = st.Since
+			} else if st != nil && !st.LastSlot.IsZero() {
+				since = st.LastSlot
+			}
+			es.NextRunAt = timePtr(schedule.Anchor(e.Schedule, since).Next(now))
 		}
 		out.Entries = append(out.Entries, es)
 		seen[name] = true

@@ -27,6 +27,7 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 				return exitError(exitFail)
 			}
 			fmt.Fprintf(stdout, "%s: ok, %d entries\n", args[0], len(cfg.Entries))
+			printSolarNotes(stdout, cfg, time.Now())
 			if len(cfg.Entries) == 0 {
 				fmt.Fprintf(stderr, "warning: %s: no entries: beatd would run and publish nothing\n", args[0])
 			}
@@ -95,6 +96,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	printSolarNotes(stderr, cfg, start)
 	entries := cfg.Entries
 	if *entry != "" {
 		e := cfg.Entry(*entry)
@@ -111,8 +113,12 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 	}
 	for _, e := range entries {
 		t := start
+		// An interval without start_at or relative is shown as if it were
+		// first scheduled at --from: its grid is anchored when beatd first
+		// schedules it.
+		sch := schedule.Anchor(e.Schedule, start)
 		for i := 0; i < *count; i++ {
-			t = e.Schedule.Next(t)
+			t = sch.Next(t)
 			if t.IsZero() {
 				if !*asJSON && i == 0 {
 					fmt.Fprintf(tw, "%s\t%s\t%v\tnever\t\n", e.Name, e.Task, e.Schedule)

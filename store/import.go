@@ -1,0 +1,69 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ImportedState is what another scheduler (celery beat) last sent for an
+// entry: the nominal slot beatd continues after.
+type ImportedState struct {
+	Name     string
+	LastSlot time.Time
+}
+
+// Import writes each entry's last slot so the first leader catches up from
+// it by the entry's policy instead of starting fresh. It refuses entries
+// that beatd has already fired (a last slot not itself imported),
+// returning their names, unless force. It is meant for a cutover, before
+// any beatd leads: writes are not fenced, but each is a transaction on the
+// bucket's revision, so a concurrent write is never lost silently (the
+// entry is refused).
+func (s *Store) Import(ctx context.Context, states []ImportedState, force bool) (refused []string, err error) {
+	for _, in := range states {
+		b := BucketOf(in.Name)
+		key := s.bucketKey(b)
+		resp, err := s.cli.Get(ctx, key)
+		if err != nil {
+			return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
+		}
+		t := NewTable()
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			rev = resp.Kvs[0].ModRevision
+			if err := t.loadBucket(resp.Kvs[0].Value); err != nil {
+				return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
+			}
+		}
+		st, _ := t.Get(in.Name)
+		if st.Name == "" {
+			// Not in a bucket: an entry fired by a beatd before packed
+			// state still has its per-entry key.
+			old, err := s.Get(ctx, in.Name)
+			if err != nil {
+				return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
+			}
+			st = *old
+		}
+		if !st.LastSlot.IsZero() && !st.Imported && !force {
+			refused = append(refused, in.Name)
+			continue
+		}
+		// Since is left zero: the baseline of an earlier start must not
+		// hide the slots after the imported one.
+		t.Set(EntryState{Name: in.Name, LastSlot: in.LastSlot.UTC(), Paused: st.Paused, Imported: true})
+		enc := t.appendBucket(nil, b)
+		txn, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(enc))).Commit()
+		if err != nil {
+			return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
+		}
+		if !txn.Succeeded {
+			refused = append(refused, in.Name) // written meanwhile: look again
+		}
+	}
+	return refused, nil
+}
