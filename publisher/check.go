@@ -128,11 +128,6 @@ func (p *Publisher) aclUses(tasks []*Task) [][]string {
 		{"set", p.fenceKey, "1"},
 		{"set", dedup, "1", "NX", "PX", "1"},
 		{"del", dedup},
-		{"lpush", history, "x"},
-		{"ltrim", history, "0", "1"},
-		{"lrange", history, "0", "1"},
-		{"hincrby", counts, "probe", "1"},
-		{"hmget", counts, "probe"},
 	}
 	seen := map[string]bool{}
 	for _, t := range tasks {
@@ -144,6 +139,14 @@ func (p *Publisher) aclUses(tasks []*Task) [][]string {
 				[]string{"lpush", t.QueueKey, "x"})
 		}
 	}
+	// The run history, after the queues: a missing LPUSH is named for
+	// the queue, where it matters most.
+	uses = append(uses,
+		[]string{"lpush", history, "x"},
+		[]string{"ltrim", history, "0", "1"},
+		[]string{"lrange", history, "0", "1"},
+		[]string{"hincrby", counts, "probe", "1"},
+		[]string{"hmget", counts, "probe"})
 	if p.repl.want != 0 {
 		uses = append(uses, []string{"set", p.repl.syncKey, "1"}, []string{"wait", "0", "0"})
 	}
