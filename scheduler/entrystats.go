@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"github.com/beatd/beatd/schedule"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -118,12 +119,18 @@ func (m *Metrics) termStarted(ctx context.Context, set *entrySet, term Term, now
 	if !term.Elected.IsZero() && term.Elected.Before(now) {
 		from = term.Elected
 	}
+	// The definitions as the term starts: the loop anchors its entries'
+	// schedules (replacing entry.Entry) while this goroutine runs.
+	defs := make([]*schedule.Entry, 0, len(set.byName))
+	for _, e := range set.byName {
+		defs = append(defs, e.Entry)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		earliest, i := int64(0), 0
-		for _, e := range set.byName {
+		for _, e := range defs {
 			if i++; i%1024 == 0 && (ctx.Err() != nil || s.reported.Load()) {
 				return
 			}

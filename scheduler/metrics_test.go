@@ -68,7 +68,7 @@ func count(t *testing.T, reg prometheus.Gatherer, name string) int {
 // TestMetricsStartAtZero: every labelled series exists from the start, so
 // rate() and absent() alerts work before the first event.
 func TestMetricsStartAtZero(t *testing.T) {
-	h := newHarness(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 1m}\n", t0)
+	h := newHarness(t, "entries:\n  a: {task: t, every: 10s, relative: true}\n  b: {task: t, every: 1m, relative: true}\n", t0)
 	for _, e := range []string{"a", "b"} {
 		for _, r := range []string{"ok", "duplicate", "stale", "error", "manual"} {
 			if v, ok := series(t, h.reg, "beatd_fires_total", map[string]string{"entry": e, "result": r}); !ok || v != 0 {
@@ -101,7 +101,7 @@ func TestMetricsStartAtZero(t *testing.T) {
 // TestMetricsTimestamps: next fire, last success, manual triggers and a
 // broker outage as the leader's metrics show them.
 func TestMetricsTimestamps(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.start(7)
 	h.settle()
 	next := func() float64 {
@@ -177,7 +177,7 @@ func TestMetricsPerEntryLimit(t *testing.T) {
 	m.PerEntryLimit = 2
 	h := &harness{t: t, clock: NewFakeClock(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
 	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
-		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s}\n"))
+		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s, relative: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestMetricsPerEntryLimit(t *testing.T) {
 		t.Errorf("beatd_per_entry_metrics = %v", v)
 	}
 	// Back under the limit: per-entry series again, the aggregate gone.
-	if err := s.Reload(mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n")); err != nil {
+	if err := s.Reload(mustConfig(t, "entries:\n  a: {task: t, every: 10s, relative: true}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "", "result": "ok"}); ok {
@@ -225,7 +225,7 @@ func (fenceDown) RaiseFence(context.Context, int64) error { return errors.New("c
 // TestOverdueWhileTheTermCannotStart: a leader stuck raising the fence
 // still exports its earliest slot, which then becomes overdue.
 func TestOverdueWhileTheTermCannotStart(t *testing.T) {
-	h := newHarness(t, "entries:\n  fast: {task: t, every: 10s}\n  slow: {task: t, every: 1h}\n  off: {task: t, every: 1s, enabled: false}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  fast: {task: t, every: 10s, relative: true}\n  slow: {task: t, every: 1h, relative: true}\n  off: {task: t, every: 1s, enabled: false}\n", t0.Add(time.Second))
 	h.sched.cfg.Dispatcher = fenceDown{h.disp}
 	h.start(7)
 	deadline := time.Now().Add(5 * time.Second)

@@ -21,7 +21,7 @@ type observed struct {
 // with its slot, result, lag and whether it was manual, so the console's
 // timeline counts exactly what was published.
 func TestObserverSeesEveryFire(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	var mu sync.Mutex
 	var got []observed
 	h.sched.cfg.Observer = func(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {

@@ -655,7 +655,7 @@ func TestEtcdRefusingWritesDoesNotStopFiring(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := "entries:\n"
 			for i := range 50 {
-				yaml += fmt.Sprintf("  e%02d: {task: t, every: 10s}\n", i)
+				yaml += fmt.Sprintf("  e%02d: {task: t, every: 10s, relative: true}\n", i)
 			}
 			h := newHarness(t, yaml, t0.Add(time.Second))
 			h.start(7)
@@ -721,7 +721,7 @@ func TestEtcdRefusingWritesDoesNotStopFiring(t *testing.T) {
 // TestShutdownWithRefusedWrites stops a leader whose etcd refuses writes:
 // it must return within the shutdown budget, not wait for etcd.
 func TestShutdownWithRefusedWrites(t *testing.T) {
-	h := newHarness(t, "entries:\n  e: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.start(7)
 	h.settle()
 	h.store.setFailing(nil, true)
@@ -745,7 +745,7 @@ func TestShutdownWithRefusedWrites(t *testing.T) {
 // failing (its queue key holds another type) stays pending and retried,
 // while every other entry keeps firing, late by at most the backoff.
 func TestOneFailingEntryDoesNotStopTheOthers(t *testing.T) {
-	h := newHarness(t, "entries:\n  bad: {task: t, every: 10s}\n  good: {task: t, every: 10s}\n", t0.Add(time.Second))
+	h := newHarness(t, "entries:\n  bad: {task: t, every: 10s, relative: true}\n  good: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.disp.mu.Lock()
 	h.disp.failEntry = "bad"
 	h.disp.mu.Unlock()
