@@ -80,8 +80,9 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 	tick := time.NewTicker(cfg.Every)
 	defer tick.Stop()
 	warned := false
+	var w written
 	for {
-		err := refresh(ctx, cfg, key, ttl, &lease, &r)
+		err := refresh(ctx, cfg, key, ttl, &lease, &r, &w)
 		if err != nil && ctx.Err() == nil && !warned {
 			log.Warn("replica registration failed; retrying", "err", err)
 			warned = true
@@ -96,9 +97,22 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 	}
 }
 
+// written is what the registration last wrote, and when.
+type written struct {
+	body  string // the registration without its Updated time
+	at    time.Time
+	lease clientv3.LeaseID
+}
+
+// quietPut is the longest the registration goes unwritten while nothing
+// in it changes: readers call a registration older than 10 s stale. Every
+// put is a raft write, so an unchanged one is not repeated at every
+// refresh.
+const quietPut = 5 * time.Second
+
 // refresh renews the lease (granting a new one if it is gone) and writes
-// the replica's current health.
-func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lease *clientv3.LeaseID, r *Replica) error {
+// the replica's current health when it changed, or quietPut has passed.
+func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lease *clientv3.LeaseID, r *Replica, w *written) error {
 	r.Health = "ok"
 	if cfg.Health != nil {
 		hctx, cancel := context.WithTimeout(ctx, cfg.Every)
@@ -130,10 +144,18 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 		}
 		*lease = g.ID
 	}
+	updated := r.Updated
+	r.Updated = time.Time{}
+	body, _ := json.Marshal(r)
+	r.Updated = updated
+	if string(body) == w.body && *lease == w.lease && updated.Sub(w.at) < quietPut {
+		return nil
+	}
 	b, _ := json.Marshal(r)
 	if _, err := cfg.Client.Put(octx, key, string(b), clientv3.WithLease(*lease)); err != nil {
 		return fmt.Errorf("election: register %s: %w", r.ID, err)
 	}
+	*w = written{body: string(body), at: updated, lease: *lease}
 	return nil
 }
 
