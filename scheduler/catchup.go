@@ -28,6 +28,12 @@ type drop struct {
 // elected. It is pure: the loop applies the plan. A missed slot whose
 // jittered due time is still ahead is not missed yet: it is the next slot.
 func planCatchup(e *schedule.Entry, st *store.EntryState, now time.Time) catchupPlan {
+	return planCatchupWith(e, e.Schedule, st, now)
+}
+
+// planCatchupWith is planCatchup on sched, e's schedule as the loop runs
+// it (an interval anchored where it began).
+func planCatchupWith(e *schedule.Entry, sched schedule.Schedule, st *store.EntryState, now time.Time) catchupPlan {
 	var last time.Time
 	if st != nil {
 		last = st.CatchupFrom()
@@ -37,13 +43,13 @@ func planCatchup(e *schedule.Entry, st *store.EntryState, now time.Time) catchup
 	}
 	var p catchupPlan
 	if last.IsZero() || !last.Before(now) {
-		p.next = e.Schedule.Next(now)
+		p.next = sched.Next(now)
 		return p
 	}
 	windowStart := now.Add(-e.CatchupWindow)
 	from := last
 	if from.Before(windowStart) {
-		if old := schedule.Missed(e.Schedule, last, windowStart, 0); old.Count > 0 {
+		if old := schedule.Missed(sched, last, windowStart, 0); old.Count > 0 {
 			p.dropped = append(p.dropped, drop{ReasonWindow, old.Count})
 		}
 		from = windowStart
@@ -52,7 +58,7 @@ func planCatchup(e *schedule.Entry, st *store.EntryState, now time.Time) catchup
 	if e.Catchup == schedule.CatchupAll {
 		limit = e.MaxCatchup
 	}
-	missed := schedule.Missed(e.Schedule, from, now, limit)
+	missed := schedule.Missed(sched, from, now, limit)
 	slots := missed.Slots
 	for len(slots) > 0 {
 		s := slots[len(slots)-1]
@@ -65,7 +71,7 @@ func planCatchup(e *schedule.Entry, st *store.EntryState, now time.Time) catchup
 		missed.Count--
 	}
 	if p.next.IsZero() {
-		p.next = e.Schedule.Next(now)
+		p.next = sched.Next(now)
 	}
 	if missed.Count <= 0 {
 		return p

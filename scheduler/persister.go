@@ -67,10 +67,16 @@ const failLogEvery = time.Minute
 const dedupMargin = time.Hour
 
 func newPersister(s StateStore, g store.Guard, t *store.Table, c Config) *persister {
-	return &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
+	p := &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
 		interval: c.StateInterval, dedupTTL: c.DedupTTL,
 		errc: make(chan struct{}), kick: make(chan struct{}, 1), written: make(chan struct{}),
 		pending: map[string]pendingState{}, inFlight: map[string]bool{}}
+	if t.Dirty() > 0 {
+		// Changed before it was handed over (pruning, first baselines):
+		// unwritten, and a flush must wait for it.
+		p.tableSince, p.gen = c.Clock.Now(), 1
+	}
+	return p
 }
 
 func (p *persister) failed() error {
@@ -235,6 +241,8 @@ func (p *persister) write(ctx context.Context) error {
 		// No size hint: after a start with 100k baselines, the steady
 		// state is a few entries an interval.
 		p.pending = map[string]pendingState{}
+	} else {
+		pending = nil // the loop keeps adding to the map it still holds
 	}
 	p.reqs, p.since = nil, time.Time{}
 	p.mu.Unlock()

@@ -109,6 +109,10 @@ type entry struct {
 	*schedule.Entry
 	task  *publisher.Task       // compiled on first fire, by the loop
 	fires [5]prometheus.Counter // by publisher.Result, then manual; created lazily
+	// sched is the schedule the loop runs: the entry's, with an interval
+	// anchored where it began (startEntry). Loop-owned; the definition
+	// itself is never changed, so other goroutines read it freely.
+	sched schedule.Schedule
 }
 
 type entrySet struct {
@@ -311,6 +315,18 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
 
+	l.items = make(map[string]*item, len(l.set.byName))
+	for name, e := range l.set.byName {
+		l.startEntry(e, l.states[name], now, true)
+	}
+	heap.Init(&l.heap)
+	// The first baselines (every entry of a first start) go straight
+	// into the table, not through the persister's change map.
+	for _, st := range l.baseline {
+		table.Set(st)
+	}
+	l.baseline = nil
+
 	// The persister owns the table from here; the loop keeps its own view
 	// in l.states and hands it changes.
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -325,12 +341,6 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		s.persist.CompareAndSwap(l.persist, nil)
 	}()
 
-	l.items = make(map[string]*item, len(l.set.byName))
-	for name, e := range l.set.byName {
-		l.startEntry(e, l.states[name], now, true)
-	}
-	heap.Init(&l.heap)
-	l.flushBaseline()
 	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
 	if err != nil {
 		m.EtcdErrors.Inc()
@@ -485,12 +495,8 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	} else if st != nil && !st.LastSlot.IsZero() {
 		since = st.LastSlot
 	}
-	if a := schedule.Anchor(e.Schedule, since); a != e.Schedule {
-		anchored := *e.Entry
-		anchored.Schedule = a
-		e.Entry = &anchored
-	}
-	plan := planCatchup(e.Entry, st, now)
+	e.sched = schedule.Anchor(e.Schedule, since)
+	plan := planCatchupWith(e.Entry, e.sched, st, now)
 	m := l.s.cfg.Metrics
 	for _, d := range plan.dropped {
 		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
@@ -521,7 +527,7 @@ func (l *loop) collectDue(now time.Time) {
 			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: it.due})
 			l.s.cfg.Metrics.queued(e.Name, it.due)
 		}
-		next := e.Schedule.Next(it.slot)
+		next := e.sched.Next(it.slot)
 		if next.IsZero() {
 			heap.Pop(&l.heap)
 			delete(l.items, e.Name)
@@ -687,7 +693,7 @@ func (l *loop) applyReload(now time.Time) {
 		prev, had := old.byName[name]
 		it, scheduled := oldItems[name]
 		if had && scheduled && prev.Fingerprint == e.Fingerprint {
-			e.Entry = prev.Entry // the same entry, with the grid startEntry anchored
+			e.sched = prev.sched // the same entry, on the grid startEntry anchored
 			it.e = e
 			l.items[name] = it
 			l.heap = append(l.heap, it)
@@ -752,7 +758,7 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
 			st.Since = l.s.cfg.Clock.Now()
-			if ev, ok := e.Schedule.(*schedule.Every); ok {
+			if ev, ok := e.sched.(*schedule.Every); ok {
 				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
 			}
 			l.persist.complete(r, st)
