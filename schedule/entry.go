@@ -132,3 +132,10 @@ func pointers(root *yaml.Node) map[pos]string {
 func escapePointer(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
+
+// DefaultsHash identifies c's timezone and defaults (c may be nil): entries
+// parsed by ParseEntry depend on nothing else of c.
+func (c *Config) DefaultsHash() [32]byte {
+	_, d := c.locationAndDefaults()
+	return d.hash
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +98,7 @@ type Main struct {
 	EtcdCompact    time.Duration
 	EtcdQuota      int64
 	EtcdRetention  string
+	Sources        sourceFlags
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -112,6 +114,8 @@ type Main struct {
 	httpSrv        *http.Server
 	httpLn         net.Listener
 	adminToken     string
+	merger         *sources.Merger
+	entries        *sources.Entries
 
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -162,6 +166,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.EtcdCompact, "etcd-compact", 0, "with --etcd-endpoints: the leader compacts etcd's history to this age (cluster-wide: off by default; the embedded etcd compacts itself)")
 	fs.Int64Var(&m.EtcdQuota, "etcd-quota-backend-bytes", m.EtcdQuota, "the embedded etcd's backend quota")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
+	m.Sources.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -234,6 +239,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
+	if cfg, err = m.startSources(ctx, cfg); err != nil {
+		return err
+	}
 
 	brokerPass, err := secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
@@ -253,6 +261,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.merger.Collectors()...)
 	m.metrics = scheduler.NewMetrics(m.registry)
 	host, _ := os.Hostname()
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: m.pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
@@ -269,11 +278,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	m.httpSrv = &http.Server{Handler: api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log}),
+	m.httpSrv = &http.Server{Handler: api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
+		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken}),
 		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
 	m.wg.Add(3)
+	m.syncSources(runCtx)
 	go func() {
 		defer m.wg.Done()
 		if err := m.httpSrv.Serve(m.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -385,7 +396,7 @@ func (m *Main) Reload() {
 	m.configSum = fileSum(m.ConfigPath)
 	cfg, err := loadConfig(m.ConfigPath)
 	if err == nil {
-		err = m.sched.Reload(cfg)
+		err = m.merger.SetFile(cfg)
 	}
 	if err != nil {
 		m.metrics.Reloads.WithLabelValues("error").Inc()
@@ -483,6 +494,9 @@ func (m *Main) Ready(ctx context.Context) error {
 		m.metrics.RedisErrors.Inc()
 		return fmt.Errorf("broker unreachable: %w", err)
 	}
+	if err := m.merger.Err(); err != nil {
+		return err
+	}
 	if m.token.Load() != 0 {
 		if err := m.sched.PublishError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
@@ -498,6 +512,7 @@ func (m *Main) Ready(ctx context.Context) error {
 func (m *Main) Status(ctx context.Context) (api.Status, error) {
 	st, err := buildStatus(ctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.pub, time.Now())
 	st.ID = m.ID
+	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
 	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
 	return st, err
 }
@@ -553,7 +568,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	add := func(name string, e *schedule.Entry) {
 		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
 		if e != nil {
-			es.Task, es.Schedule, es.Enabled = e.Task, fmt.Sprint(e.Schedule), e.Enabled
+			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
 		}
 		if st := states[name]; st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
