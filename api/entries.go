@@ -125,6 +125,10 @@ func registerEntries(mux *http.ServeMux, c Config) {
 			ifMatch[name] = rev
 		}
 		rev, err := b.PutEntries(r.Context(), []EntryDoc{{Name: name, Spec: spec}}, ifMatch)
+		var de DocErrors
+		if errors.As(err, &de) && len(de[name]) > 0 {
+			err = de[name] // pointers into the body, which is the one entry
+		}
 		if err != nil {
 			c.backendError(w, err, "")
 			return

@@ -82,7 +82,7 @@ type Config struct {
 	// entry that fails it is left out like an invalid one.
 	Validate func(*schedule.Entry) error
 	Priority []string
-	Logger *slog.Logger
+	Logger   *slog.Logger
 	// Registry, when set, gets the merger's metrics (else see Collectors).
 	Registry prometheus.Registerer
 }

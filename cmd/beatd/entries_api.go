@@ -184,9 +184,6 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 		out = append(out, sources.Doc{Name: d.Name, Data: d.Spec})
 	}
 	if len(bad) > 0 {
-		if len(docs) == 1 {
-			return 0, bad[docs[0].Name]
-		}
 		return 0, bad
 	}
 	return a.entries.Put(ctx, out, ifMatch)

@@ -37,6 +37,7 @@ func commands() []command {
 		{"trigger", "ask the leader to publish an entry now", runAdmin(store.OpTrigger)},
 		{"pause", "pause an entry (survives failover)", runAdmin(store.OpPause)},
 		{"resume", "resume a paused entry", runAdmin(store.OpResume)},
+		{"entries", "list, get, apply and delete entries through the HTTP entries API", runEntries},
 		{"drill", "failover drills with an exactly-once audit (local, audit)", runDrill},
 		{"version", "print the version", runVersion},
 	}
