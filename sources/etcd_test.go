@@ -18,6 +18,7 @@ import (
 var (
 	etcdDir  string
 	etcdStop = func() {}
+	pgStop   = func() {}
 	etcdOnce struct {
 		sync.Once
 		eps []string
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	etcdDir = dir
 	code := m.Run()
 	etcdStop()
+	pgStop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

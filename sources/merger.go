@@ -95,6 +95,7 @@ type Merger struct {
 	mu       sync.Mutex
 	file     *schedule.Config
 	docs     map[string]map[string][]byte // source -> name -> entry document
+	rowErrs  map[string]map[string]string // source -> name -> why it has no document
 	parsed   map[string]map[string]parsed // source -> name -> cache
 	errs     map[string]error
 	invalid  map[string]map[string]string
@@ -125,7 +126,7 @@ func New(c Config) *Merger {
 	if len(c.Priority) == 0 {
 		c.Priority = DefaultPriority
 	}
-	m := &Merger{c: c, docs: map[string]map[string][]byte{}, parsed: map[string]map[string]parsed{},
+	m := &Merger{c: c, docs: map[string]map[string][]byte{}, rowErrs: map[string]map[string]string{}, parsed: map[string]map[string]parsed{},
 		errs: map[string]error{}, invalid: map[string]map[string]string{}, conflict: map[string]Conflict{},
 		entriesG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_entries",
 			Help: "Entries each source provides to the running config (after conflicts and invalid ones)."}, []string{"source"}),
@@ -181,17 +182,24 @@ func (m *Merger) SetFile(cfg *schedule.Config) error {
 // the schema of a schedules.yaml entry) and applies the merge. It also
 // clears the source's error: its read worked.
 func (m *Merger) SetSource(source string, docs map[string][]byte) error {
+	return m.SetSourceRows(source, docs, nil)
+}
+
+// SetSourceRows is SetSource for a source that also has records that
+// could not become documents (name -> why); they are reported as invalid
+// entries.
+func (m *Merger) SetSourceRows(source string, docs map[string][]byte, bad map[string]string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev, hadErr := m.docs[source], m.errs[source]
-	m.docs[source] = docs
+	prev, prevBad, hadErr := m.docs[source], m.rowErrs[source], m.errs[source]
+	m.docs[source], m.rowErrs[source] = docs, bad
 	delete(m.errs, source)
 	if hadErr != nil {
 		m.c.Logger.Info("source recovered", "source", source, "entries", len(docs))
 	}
 	m.upG.WithLabelValues(source).Set(1)
 	if err := m.applyLocked(); err != nil {
-		m.docs[source] = prev
+		m.docs[source], m.rowErrs[source] = prev, prevBad
 		return err
 	}
 	return nil
@@ -299,7 +307,10 @@ func (m *Merger) applyLocked() error {
 		}
 		cache := m.parsed[src]
 		next := make(map[string]parsed, len(m.docs[src]))
-		invalid := map[string]string{}
+		invalid := maps.Clone(m.rowErrs[src])
+		if invalid == nil {
+			invalid = map[string]string{}
+		}
 		for name, doc := range m.docs[src] {
 			p, ok := cache[name]
 			if !ok || p.doc != string(doc) || p.defaults != defaults {
