@@ -159,7 +159,11 @@ func TestDCBKeepsLastGoodSet(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { src.Sync(ctx, m, false, "") })
 	defer func() { cancel(); wg.Wait() }()
-	has := func(name string) bool { mu.Lock(); defer mu.Unlock(); return current != nil && current.Entry(name) != nil }
+	has := func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return current != nil && current.Entry(name) != nil
+	}
 	waitUntil(t, "entry a", func() bool { return has("a") })
 	pg.Stop()
 	waitUntil(t, "the failure to be reported", func() bool { return m.Err() != nil })
