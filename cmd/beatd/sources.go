@@ -18,11 +18,13 @@ type sourceFlags struct {
 	Priority      string
 	ReadTokenFile string
 	DCB           []string // --source django-celery-beat=URL, repeatable
-	WriteBack     bool
 	PollInterval  time.Duration
 
 	readToken string
 	priority  []string
+	dcb       *sources.DCBSource
+	dcbSynced bool
+	dcbMarker string
 }
 
 // sourceList is a repeatable --source NAME=URL flag.
@@ -49,7 +51,6 @@ func (f *sourceFlags) register(fs *flag.FlagSet) {
 		"which source wins a name claimed by several (conflicts are reported)")
 	fs.StringVar(&f.ReadTokenFile, "read-token-file", "", "file holding the bearer token that reading /api/v1/entries needs (else BEATD_READ_TOKEN; none: open)")
 	fs.Var(sourceList{&f.DCB}, "source", "an extra, read-only source of entries: django-celery-beat=postgres://... or django-celery-beat=sqlite:///path")
-	fs.BoolVar(&f.WriteBack, "source-write-back", false, "write last_run_at and total_run_count back to django-celery-beat, and disable one-off tasks after their run")
 	fs.DurationVar(&f.PollInterval, "source-poll-interval", 5*time.Second, "how often django-celery-beat's change marker is polled")
 }
 
@@ -92,6 +93,9 @@ func (m *Main) startSources(ctx context.Context, file *schedule.Config) (*schedu
 	if err := m.merger.SetSource(sources.API, set); err != nil {
 		return nil, err
 	}
+	if err := m.startDCB(ctx); err != nil {
+		return nil, err
+	}
 	return m.merger.Current(), nil
 }
 
@@ -99,6 +103,40 @@ func (m *Main) startSources(ctx context.Context, file *schedule.Config) (*schedu
 // them and ctx stops them.
 func (m *Main) syncSources(ctx context.Context) {
 	m.wg.Go(func() { m.entries.Sync(ctx, m.merger) })
+	if src := m.Sources.dcb; src != nil {
+		m.wg.Go(func() {
+			src.Sync(ctx, m.merger, m.Sources.dcbSynced, m.Sources.dcbMarker)
+			_ = src.Close()
+		})
+	}
+}
+
+// startDCB opens the django-celery-beat source and reads it once, so its
+// entries are in the first config. A database that does not answer does
+// not stop beatd: the failure is reported and the source retried.
+func (m *Main) startDCB(ctx context.Context) error {
+	switch len(m.Sources.DCB) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return fmt.Errorf("--source %s= given %d times; one database is supported", sources.DCB, len(m.Sources.DCB))
+	}
+	src, err := sources.OpenDCB(m.Sources.DCB[0], m.Sources.PollInterval)
+	if err != nil {
+		return err
+	}
+	m.Sources.dcb = src
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	marker, err := src.Poll(pctx, m.merger, nil)
+	if err != nil {
+		m.merger.SetError(sources.DCB, fmt.Errorf("%s: %w", src, err))
+		return nil
+	}
+	m.Sources.dcbSynced, m.Sources.dcbMarker = true, marker
+	m.log.Info("django-celery-beat source read", "url", src.String(), "poll_interval", m.Sources.PollInterval.String())
+	return nil
 }
 
 // entriesAPI is the backend of /api/v1/entries.
