@@ -24,14 +24,16 @@ import (
 // dcb bumps on every change) moves.
 type DCBSource struct {
 	db       *sql.DB
+	sqlite   bool // placeholders are ? rather than $n
 	redacted string
 	interval time.Duration
 	now      func() time.Time
 }
 
 // OpenDCB opens postgres://... (or postgresql://) with pgx, or
-// sqlite:///path with the pure-Go SQLite driver, read-only.
-func OpenDCB(rawURL string, poll time.Duration) (*DCBSource, error) {
+// sqlite:///path with the pure-Go SQLite driver, read-only unless
+// writeBack (see WriteBack).
+func OpenDCB(rawURL string, poll time.Duration, writeBack bool) (*DCBSource, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("django-celery-beat source: bad URL: %w", err)
@@ -42,7 +44,7 @@ func OpenDCB(rawURL string, poll time.Duration) (*DCBSource, error) {
 		q := u.Query()
 		// Read-only on the server side too: beatd never writes there
 		// without --source-write-back.
-		if q.Get("default_transaction_read_only") == "" {
+		if q.Get("default_transaction_read_only") == "" && !writeBack {
 			q.Set("default_transaction_read_only", "on")
 		}
 		u.RawQuery = q.Encode()
@@ -52,7 +54,11 @@ func OpenDCB(rawURL string, poll time.Duration) (*DCBSource, error) {
 		if u.Host != "" {
 			return nil, fmt.Errorf("django-celery-beat source: want sqlite:///absolute/path, got host %q", u.Host)
 		}
-		db, err = sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+		dsn := "file:" + path + "?mode=ro&_pragma=busy_timeout(5000)&_pragma=query_only(1)"
+		if writeBack {
+			dsn = "file:" + path + "?mode=rw&_pragma=busy_timeout(5000)"
+		}
+		db, err = sql.Open("sqlite", dsn)
 	default:
 		return nil, fmt.Errorf("django-celery-beat source: unsupported scheme %q (want postgres:// or sqlite:///path)", u.Scheme)
 	}
@@ -64,7 +70,7 @@ func OpenDCB(rawURL string, poll time.Duration) (*DCBSource, error) {
 	if poll <= 0 {
 		poll = 5 * time.Second
 	}
-	return &DCBSource{db: db, redacted: u.Redacted(), interval: poll, now: time.Now}, nil
+	return &DCBSource{db: db, sqlite: u.Scheme == "sqlite", redacted: u.Redacted(), interval: poll, now: time.Now}, nil
 }
 
 // Close closes the database handle.

@@ -79,7 +79,7 @@ func TestDCBRead(t *testing.T) {
 			djangoDB, url := b.db(t)
 			dj := testutil.MustMigrateDjango(t, djangoDB)
 			dj.ORM(t, dcbRows)
-			src, err := OpenDCB(url, time.Second)
+			src, err := OpenDCB(url, time.Second, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestDCBKeepsLastGoodSet(t *testing.T) {
 	pg := testutil.MustStartPostgres(t) // its own: this test stops it
 	dj := testutil.MustMigrateDjango(t, fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, pg.Port))
 	dj.ORM(t, "iv, _ = IntervalSchedule.objects.get_or_create(every=10, period='seconds')\nPeriodicTask.objects.create(name='a', task='t.a', interval=iv)\n")
-	src, err := OpenDCB(pg.URL("postgres"), 100*time.Millisecond)
+	src, err := OpenDCB(pg.URL("postgres"), 100*time.Millisecond, false)
 	if err != nil {
 		t.Fatal(err)
 	}

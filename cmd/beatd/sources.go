@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/beatd/beatd/publisher"
@@ -18,6 +20,7 @@ type sourceFlags struct {
 	Priority      string
 	ReadTokenFile string
 	DCB           []string // --source django-celery-beat=URL, repeatable
+	WriteBack     bool
 	PollInterval  time.Duration
 
 	readToken string
@@ -51,6 +54,7 @@ func (f *sourceFlags) register(fs *flag.FlagSet) {
 		"which source wins a name claimed by several (conflicts are reported)")
 	fs.StringVar(&f.ReadTokenFile, "read-token-file", "", "file holding the bearer token that reading /api/v1/entries needs (else BEATD_READ_TOKEN; none: open)")
 	fs.Var(sourceList{&f.DCB}, "source", "an extra, read-only source of entries: django-celery-beat=postgres://... or django-celery-beat=sqlite:///path")
+	fs.BoolVar(&f.WriteBack, "source-write-back", false, "the leader writes last_run_at and total_run_count back to django-celery-beat (from the run history, so --run-history > 0) and disables one-off tasks after their run")
 	fs.DurationVar(&f.PollInterval, "source-poll-interval", 5*time.Second, "how often django-celery-beat's change marker is polled")
 }
 
@@ -105,7 +109,14 @@ func (m *Main) syncSources(ctx context.Context) {
 	m.wg.Go(func() { m.entries.Sync(ctx, m.merger) })
 	if src := m.Sources.dcb; src != nil {
 		m.wg.Go(func() {
+			var wb sync.WaitGroup
+			if m.Sources.WriteBack {
+				w := &sources.WriteBack{Source: src, History: m.pub, Merger: m.merger, Logger: m.log,
+					Leading: func() bool { return m.token.Load() != 0 }}
+				wb.Go(func() { w.Run(ctx) })
+			}
 			src.Sync(ctx, m.merger, m.Sources.dcbSynced, m.Sources.dcbMarker)
+			wb.Wait()
 			_ = src.Close()
 		})
 	}
@@ -122,7 +133,10 @@ func (m *Main) startDCB(ctx context.Context) error {
 	default:
 		return fmt.Errorf("--source %s= given %d times; one database is supported", sources.DCB, len(m.Sources.DCB))
 	}
-	src, err := sources.OpenDCB(m.Sources.DCB[0], m.Sources.PollInterval)
+	if m.Sources.WriteBack && m.RunHistory == 0 {
+		return errors.New("--source-write-back needs the run history: --run-history must be above 0")
+	}
+	src, err := sources.OpenDCB(m.Sources.DCB[0], m.Sources.PollInterval, m.Sources.WriteBack)
 	if err != nil {
 		return err
 	}
