@@ -296,7 +296,9 @@ func (m *Merger) applyLocked() error {
 				continue
 			}
 			for _, e := range m.file.Entries {
-				e.Source = File
+				if e.Source != File { // set once, before the config is shared
+					e.Source = File
+				}
 				claims[e.Name] = append(claims[e.Name], File)
 				if _, taken := chosen[e.Name]; !taken {
 					chosen[e.Name] = e

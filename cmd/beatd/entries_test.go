@@ -217,6 +217,19 @@ func TestProcessEntriesAPI(t *testing.T) {
 		t.Errorf(`beatd_source_entries{source="api"} = %v %v, want 1`, v, ok)
 	}
 
+	// The fire log names the source.
+	logb, _ := os.ReadFile(lead.logPath)
+	sourced := false
+	for _, line := range strings.Split(string(logb), "\n") {
+		if strings.Contains(line, `"msg":"fired"`) && strings.Contains(line, `"entry":"dyn"`) && strings.Contains(line, `"source":"api"`) {
+			sourced = true
+			break
+		}
+	}
+	if !sourced {
+		t.Error(`no "fired" log line for dyn with "source":"api"`)
+	}
+
 	// Delete with a stale revision is refused; then deleted, it stops.
 	if r := call(t, "DELETE", url+"dyn", admin, nil, "If-Match", rev1); r.code != 409 {
 		t.Errorf("stale delete: %d", r.code)
