@@ -90,6 +90,8 @@ PeriodicTask.objects.create(name='shared', task='tasks.add', interval=iv, args='
 		}
 	}
 
+	c.checkNoDuplicates()
+
 	// PostgreSQL goes away: entries keep firing, /readyz and metrics say it.
 	pg.Stop()
 	waitFor(t, 10*time.Second, "readyz to report the source", func() bool {

@@ -151,6 +151,13 @@ func TestProcessEntriesAPI(t *testing.T) {
 	if r := call(t, "PUT", url+"dyn", admin, good, "If-None-Match", "*"); r.code != 409 {
 		t.Errorf("second create-only: %d", r.code)
 	}
+	// PUT is idempotent: the same document again changes nothing.
+	// (It is a new revision, though: If-Match needs the latest.)
+	if r := call(t, "PUT", url+"dyn", admin, good); r.code != 200 {
+		t.Errorf("repeated PUT: %d %s", r.code, r.body)
+	} else {
+		rev1 = r.etag
+	}
 
 	// Change with the right revision; a writer holding the old one loses.
 	changed := []byte(`{"task": "tasks.add", "every": "1s", "args": [2, 2]}`)
@@ -278,6 +285,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	if out := cli("entries", "delete", "clia"); !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %s", out)
 	}
+	c.checkNoDuplicates()
 	// A bad file names the field.
 	if err := os.WriteFile(file, []byte("entries:\n  clic: {task: tasks.add, every: 1s, jitter: -5s}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -288,11 +296,42 @@ func TestProcessEntriesAPI(t *testing.T) {
 		t.Errorf("bad apply: %v\n%s", err, out)
 	}
 	gone := time.Now()
-	time.Sleep(2 * time.Second)
+	// The standby, which followed the changes all along, takes over:
+	// clib keeps firing, the deleted clia stays deleted.
+	lead.kill()
+	killed := time.Now()
+	c.leader(lead.id, 10*time.Second)
+	waitFor(t, 10*time.Second, "clib to fire under the new leader", func() bool {
+		for _, f := range c.firesOf("clib") {
+			if f.Slot.After(killed) {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second)
 	for _, f := range c.firesOf("clia") {
 		if f.Slot.After(gone.Add(time.Second)) {
 			t.Errorf("clia fired after its delete: %s", f.Slot)
 		}
+	}
+	c.checkNoDuplicates()
+}
+
+// checkNoDuplicates fails the test if any (entry, slot) was enqueued twice.
+func (c *cluster) checkNoDuplicates() {
+	c.t.Helper()
+	seen := map[string]int{}
+	for _, f := range c.fires("celery") {
+		seen[f.Entry+" "+f.Slot.Format(time.RFC3339Nano)]++
+	}
+	for k, n := range seen {
+		if n > 1 {
+			c.t.Errorf("duplicate: %s enqueued %d times", k, n)
+		}
+	}
+	if len(seen) == 0 {
+		c.t.Error("no messages to check for duplicates")
 	}
 }
 
