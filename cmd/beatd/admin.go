@@ -47,6 +47,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if cfg, err = withRuntimeEntries(ctx, cli, ef.prefix(), cfg); err != nil {
+		fmt.Fprintln(stderr, "beatd status:", err)
+		return 1
+	}
 	var hist historyReader
 	if pass, err := secret(*brokerPassFile, "BEATD_BROKER_PASSWORD"); err != nil {
 		fmt.Fprintln(stderr, "beatd status:", err)

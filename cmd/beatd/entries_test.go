@@ -282,6 +282,12 @@ func TestProcessEntriesAPI(t *testing.T) {
 	if out := cli("entries", "get", "clia", "-o", "yaml"); !strings.Contains(out, "source: api") {
 		t.Errorf("get -o yaml:\n%s", out)
 	}
+	// beatd status reads etcd directly: runtime entries are there too.
+	status, err := exec.Command(beatdBin, "status", "--json", "--etcd-endpoints", strings.Join(c.etcd, ","), "--prefix", c.prefix, "--broker", c.redis.URL(0)).CombinedOutput()
+	if out := string(status); err != nil || !strings.Contains(out, `"name": "clib",
+      "source": "api"`) {
+		t.Errorf("status lacks the runtime entry and its source:\n%s", out)
+	}
 	if out := cli("entries", "delete", "clia"); !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %s", out)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/sources"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // sourceFlags are beatd run's flags about where entries come from besides
@@ -156,4 +157,28 @@ func (m *Main) startDCB(ctx context.Context) error {
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
 	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.prefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: time.Now}
+}
+
+// withRuntimeEntries adds the entries API's entries, read from etcd, to
+// file's config (which may be nil), for commands that read etcd directly.
+func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *schedule.Config) (*schedule.Config, error) {
+	docs, _, err := sources.NewEntries(cli, prefix).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		return file, nil
+	}
+	m := sources.New(sources.Config{Validate: publisher.Validate})
+	if err := m.SetFile(file); err != nil {
+		return nil, err
+	}
+	set := make(map[string][]byte, len(docs))
+	for _, d := range docs {
+		set[d.Name] = d.Data
+	}
+	if err := m.SetSource(sources.API, set); err != nil {
+		return nil, err
+	}
+	return m.Current(), nil
 }
