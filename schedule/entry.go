@@ -3,6 +3,7 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -70,15 +71,17 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 }
 
 // WithEntries returns a copy of c (which may be nil) holding entries
-// instead of c's own, sorted by name, with c's timezone and defaults.
+// instead of c's own, sorted by name (in place, unless they already are),
+// with c's timezone and defaults.
 func (c *Config) WithEntries(entries []*Entry) *Config {
 	out := &Config{Timezone: nil, Entries: entries}
 	out.Timezone, out.defaults = c.locationAndDefaults()
 	if c != nil {
 		out.File = c.File
 	}
-	d := &decoder{}
-	d.finish(out)
+	if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name }) {
+		(&decoder{}).finish(out)
+	}
 	return out
 }
 

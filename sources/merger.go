@@ -287,24 +287,20 @@ func (m *Merger) Source(name string) string {
 // applyLocked merges and applies; m.mu is held.
 func (m *Merger) applyLocked() error {
 	defaults := m.file.DefaultsHash()
-	claims := map[string][]string{} // name -> sources, in priority order
-	chosen := map[string]*schedule.Entry{}
-	perSource := map[string]int{}
+	// Each source's valid entries, sorted by name, in priority order.
+	lists := make([][]*schedule.Entry, 0, len(m.c.Priority))
 	for _, src := range m.c.Priority {
 		if src == File {
 			if m.file == nil {
+				lists = append(lists, nil)
 				continue
 			}
 			for _, e := range m.file.Entries {
 				if e.Source != File { // set once, before the config is shared
 					e.Source = File
 				}
-				claims[e.Name] = append(claims[e.Name], File)
-				if _, taken := chosen[e.Name]; !taken {
-					chosen[e.Name] = e
-					perSource[File]++
-				}
 			}
+			lists = append(lists, m.file.Entries)
 			continue
 		}
 		cache := m.parsed[src]
@@ -313,6 +309,7 @@ func (m *Merger) applyLocked() error {
 		if invalid == nil {
 			invalid = map[string]string{}
 		}
+		valid := make([]*schedule.Entry, 0, len(m.docs[src]))
 		for name, doc := range m.docs[src] {
 			p, ok := cache[name]
 			if !ok || p.doc != string(doc) || p.defaults != defaults {
@@ -332,12 +329,10 @@ func (m *Merger) applyLocked() error {
 				invalid[name] = p.err.Error()
 				continue
 			}
-			claims[name] = append(claims[name], src)
-			if _, taken := chosen[name]; !taken {
-				chosen[name] = p.entry
-				perSource[src]++
-			}
+			valid = append(valid, p.entry)
 		}
+		sort.Slice(valid, func(i, j int) bool { return valid[i].Name < valid[j].Name })
+		lists = append(lists, valid)
 		m.parsed[src] = next
 		for name, msg := range invalid {
 			if old, was := m.invalid[src][name]; !was || old != msg {
@@ -348,9 +343,42 @@ func (m *Merger) applyLocked() error {
 		m.invalid[src] = invalid
 		m.invalidG.WithLabelValues(src).Set(float64(len(invalid)))
 	}
-	entries := make([]*schedule.Entry, 0, len(chosen))
-	for _, e := range chosen {
-		entries = append(entries, e)
+	// Merge the sorted lists: the first source (in priority) with a name
+	// wins it; more than one is a conflict.
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	entries := make([]*schedule.Entry, 0, total)
+	perSource := map[string]int{}
+	conflicts := map[string]Conflict{}
+	heads := make([]int, len(lists))
+	for {
+		name, found := "", false
+		for i, l := range lists {
+			if heads[i] < len(l) && (!found || l[heads[i]].Name < name) {
+				name, found = l[heads[i]].Name, true
+			}
+		}
+		if !found {
+			break
+		}
+		var winner *schedule.Entry
+		var srcs []string
+		for i, l := range lists {
+			if heads[i] < len(l) && l[heads[i]].Name == name {
+				if winner == nil {
+					winner = l[heads[i]]
+				}
+				srcs = append(srcs, m.c.Priority[i])
+				heads[i]++
+			}
+		}
+		entries = append(entries, winner)
+		perSource[winner.Source]++
+		if len(srcs) > 1 {
+			conflicts[name] = Conflict{Name: name, Winner: srcs[0], Sources: srcs}
+		}
 	}
 	merged := m.file.WithEntries(entries)
 	if m.c.Apply != nil {
@@ -361,16 +389,10 @@ func (m *Merger) applyLocked() error {
 	m.logChanges(merged)
 	m.current = merged
 	m.applied = true
-	conflicts := map[string]Conflict{}
-	for name, srcs := range claims {
-		if len(srcs) < 2 {
-			continue
-		}
-		c := Conflict{Name: name, Winner: srcs[0], Sources: srcs}
-		conflicts[name] = c
-		if old, ok := m.conflict[name]; !ok || !slices.Equal(old.Sources, srcs) {
+	for name, c := range conflicts {
+		if old, ok := m.conflict[name]; !ok || !slices.Equal(old.Sources, c.Sources) {
 			m.c.Logger.Warn("entry name claimed by more than one source; the first in --sources-priority wins",
-				"entry", name, "winner", c.Winner, "sources", srcs)
+				"entry", name, "winner", c.Winner, "sources", c.Sources)
 		}
 	}
 	for name := range m.conflict {
@@ -401,18 +423,21 @@ func (m *Merger) logChanges(next *schedule.Config) {
 			m.c.Logger.Info(msg, "entry", e.Name, "source", e.Source, "task", e.Task, "schedule", fmt.Sprint(e.Schedule))
 		}
 	}
-	for _, e := range next.Entries {
-		old := prev.Entry(e.Name)
+	// Both are sorted by name: walk them together.
+	a, b := prev.Entries, next.Entries
+	for len(a) > 0 || len(b) > 0 {
 		switch {
-		case old == nil:
-			log("entry added", e)
-		case old.Fingerprint != e.Fingerprint || old.Source != e.Source:
-			log("entry changed", e)
-		}
-	}
-	for _, e := range prev.Entries {
-		if next.Entry(e.Name) == nil {
-			log("entry removed", e)
+		case len(b) == 0 || len(a) > 0 && a[0].Name < b[0].Name:
+			log("entry removed", a[0])
+			a = a[1:]
+		case len(a) == 0 || b[0].Name < a[0].Name:
+			log("entry added", b[0])
+			b = b[1:]
+		default:
+			if a[0].Fingerprint != b[0].Fingerprint || a[0].Source != b[0].Source {
+				log("entry changed", b[0])
+			}
+			a, b = a[1:], b[1:]
 		}
 	}
 	if n > most {
