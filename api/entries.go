@@ -24,6 +24,10 @@ import (
 const (
 	MaxEntryBody = 64 << 10
 	MaxApplyBody = 8 << 20
+	// MaxApplyEntries is the most entries one apply writes: etcd refuses a
+	// transaction of more operations than its --max-txn-ops (128 unless
+	// raised).
+	MaxApplyEntries = 128
 )
 
 // Entry is one entry as the entries API shows it, from any source.
@@ -153,6 +157,11 @@ func registerEntries(mux *http.ServeMux, c Config) {
 		}
 		if len(set.Entries) == 0 {
 			writeError(w, http.StatusUnprocessableEntity, "/entries", "no entries to apply")
+			return
+		}
+		if len(set.Entries) > MaxApplyEntries {
+			writeError(w, http.StatusUnprocessableEntity, "/entries", fmt.Sprintf(
+				"%d entries: one transaction takes at most %d (etcd's default --max-txn-ops); split the file", len(set.Entries), MaxApplyEntries))
 			return
 		}
 		docs := make([]EntryDoc, 0, len(set.Entries))

@@ -84,3 +84,32 @@ func TestEntriesAuthAndPreconditions(t *testing.T) {
 		})
 	}
 }
+
+func TestEntriesApplyLimits(t *testing.T) {
+	t.Parallel()
+	h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: &fakeEntries{}, AdminToken: "adm"})
+	body := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = `"e` + strconv.Itoa(i) + `": {"task": "t", "every": 1}`
+		}
+		return `{"entries": {` + strings.Join(parts, ",") + `}}`
+	}
+	for _, tt := range []struct {
+		name, body string
+		want       int
+	}{
+		{"at the limit", body(MaxApplyEntries), 200},
+		{"over the limit", body(MaxApplyEntries + 1), 422},
+		{"empty", `{"entries": {}}`, 422},
+		{"not a set", `[1]`, 422},
+	} {
+		req := httptest.NewRequest("POST", "/api/v1/entries", strings.NewReader(tt.body))
+		req.Header.Set("Authorization", "Bearer adm")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tt.want {
+			t.Errorf("%s: %d, want %d: %s", tt.name, rec.Code, tt.want, rec.Body)
+		}
+	}
+}
