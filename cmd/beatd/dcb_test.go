@@ -54,6 +54,13 @@ PeriodicTask.objects.create(name='shared', task='tasks.add', interval=iv, args='
 		t.Errorf("the dcb side of a conflict the file wins fired %d times", n)
 	}
 
+	// A clocked one-off created while beatd runs fires once.
+	dj.ORM(t, `
+from datetime import datetime, timedelta, timezone as tz
+ck = ClockedSchedule.objects.create(clocked_time=datetime.now(tz.utc) + timedelta(seconds=2))
+PeriodicTask.objects.create(name='once', task='tasks.add', clocked=ck, one_off=True)
+`)
+
 	// Edit a row: the new args fire within a poll interval and a period.
 	dj.ORM(t, "t = PeriodicTask.objects.get(name='dcb1'); t.args = '[2, 2]'; t.save()\n")
 	edited := time.Now()
@@ -90,6 +97,10 @@ PeriodicTask.objects.create(name='shared', task='tasks.add', interval=iv, args='
 		}
 	}
 
+	// The clocked one-off fired exactly once.
+	if n := len(c.firesOf("once")); n != 1 {
+		t.Errorf("clocked one-off fired %d times, want 1", n)
+	}
 	c.checkNoDuplicates()
 
 	// PostgreSQL goes away: entries keep firing, /readyz and metrics say it.
