@@ -70,19 +70,26 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 	return e, nil
 }
 
-// WithEntries returns a copy of c (which may be nil) holding entries
-// instead of c's own, sorted by name (in place, unless they already are),
-// with c's timezone and defaults.
+// WithEntries returns a copy of c (which may be nil: the built-in
+// defaults) holding entries instead of c's own, sorted by name (in place,
+// unless they already are). Everything else of c is kept, its timezone
+// and defaults included.
 func (c *Config) WithEntries(entries []*Entry) *Config {
-	out := &Config{Timezone: nil, Entries: entries}
-	out.Timezone, out.defaults = c.locationAndDefaults()
-	if c != nil {
-		out.File = c.File
+	if c == nil {
+		c = builtinDefaults
 	}
+	out := *c
+	if out.defaults == nil {
+		out.defaults = builtinDefaults.defaults
+	}
+	if out.Timezone == nil {
+		out.Timezone = builtinDefaults.Timezone
+	}
+	out.Entries = entries
 	if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name }) {
-		(&decoder{}).finish(out)
+		(&decoder{}).finish(&out)
 	}
-	return out
+	return &out
 }
 
 func (c *Config) locationAndDefaults() (*time.Location, *defaults) {

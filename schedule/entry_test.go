@@ -96,3 +96,25 @@ func TestParseEntryErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestWithEntriesKeepsTheRest(t *testing.T) {
+	t.Parallel()
+	cfg, err := Parse("s.yaml", []byte("timezone: Asia/Tokyo\nentries:\n  b: {task: t, every: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cfg.ParseEntry("a", []byte(`{"task":"t","every":"2s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := cfg.WithEntries([]*Entry{cfg.Entries[0], a})
+	if out.File != "s.yaml" || out.Timezone.String() != "Asia/Tokyo" || out.DefaultsHash() != cfg.DefaultsHash() {
+		t.Errorf("lost the config's fields: %+v", out)
+	}
+	if out.Entries[0].Name != "a" || out.Entry("b") == nil || len(cfg.Entries) != 1 {
+		t.Errorf("entries not sorted, or the original changed: %v", out.Entries)
+	}
+	if bare := (*Config)(nil).WithEntries(nil); bare.Timezone != time.UTC || bare.DefaultsHash() != (*Config)(nil).DefaultsHash() {
+		t.Errorf("nil config: %+v", bare)
+	}
+}

@@ -41,6 +41,9 @@ func (l sourceList) String() string {
 	return strings.Join(*l.dst, ",")
 }
 
+// Type names the value in help (and makes it a pflag.Value too).
+func (l sourceList) Type() string { return "NAME=URL" }
+
 func (l sourceList) Set(v string) error {
 	kind, url, ok := strings.Cut(v, "=")
 	if !ok || kind != sources.DCB || url == "" {
