@@ -3,6 +3,7 @@ package sources
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/schedule"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -35,6 +37,16 @@ func TestMain(m *testing.M) {
 	etcdStop()
 	pgStop()
 	os.RemoveAll(dir)
+	if code == 0 {
+		// Every Sync, WriteBack and database handle stopped with its test.
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+			goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
