@@ -64,6 +64,11 @@ PeriodicTask.objects.create(name='once', task='tasks.add', clocked=ck, one_off=T
 	// Edit a row: the new args fire within a poll interval and a period.
 	dj.ORM(t, "t = PeriodicTask.objects.get(name='dcb1'); t.args = '[2, 2]'; t.save()\n")
 	edited := time.Now()
+	applied := lead.logTime(t, 5*time.Second, `"msg":"entry changed"`, `"entry":"dcb1"`)
+	t.Logf("ORM edit committed to applied on the leader: %s (poll %s)", applied.Sub(edited), poll)
+	if applied.Sub(edited) > poll+time.Second {
+		t.Errorf("the edit applied %s after the commit; want within a poll interval (+1 s)", applied.Sub(edited))
+	}
 	waitFor(t, 10*time.Second, "the edit to fire", func() bool {
 		for _, f := range c.firesOf("dcb1") {
 			if strings.Contains(f.Args, "2") {

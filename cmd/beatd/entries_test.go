@@ -142,6 +142,12 @@ func TestProcessEntriesAPI(t *testing.T) {
 		t.Fatalf("create: %d %s", r.code, r.body)
 	}
 	rev1 := r.etag
+	// The leader applies it within 1 s of the write (its log says when).
+	applied := lead.logTime(t, 5*time.Second, `"msg":"entry added"`, `"entry":"dyn"`)
+	t.Logf("PUT (on the standby) to applied on the leader: %s", applied.Sub(put))
+	if applied.Sub(put) > time.Second {
+		t.Errorf("the leader applied the new entry %s after the PUT", applied.Sub(put))
+	}
 	waitFor(t, 10*time.Second, "dyn to fire", func() bool { return len(c.firesOf("dyn")) > 0 })
 	first := c.firesOf("dyn")[0]
 	t.Logf("PUT to first fire: %s (slot %s after the PUT; every: 1s)", time.Since(put), first.Slot.Sub(put))
@@ -348,6 +354,33 @@ func writeTemp(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// logTime waits for a log line of r holding every part and returns its
+// time.
+func (r *replica) logTime(t *testing.T, timeout time.Duration, parts ...string) time.Time {
+	t.Helper()
+	var at time.Time
+	waitFor(t, timeout, strings.Join(parts, " "), func() bool {
+		b, _ := os.ReadFile(r.logPath)
+	lines:
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, p := range parts {
+				if !strings.Contains(line, p) {
+					continue lines
+				}
+			}
+			var rec struct {
+				Time time.Time `json:"time"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil {
+				at = rec.Time
+				return true
+			}
+		}
+		return false
+	})
+	return at
 }
 
 // metricLabeled reads one sample, given with its labels, from /metrics.
