@@ -294,6 +294,21 @@ func TestProcessEntriesAPI(t *testing.T) {
       "source": "api"`) {
 		t.Errorf("status lacks the runtime entry and its source:\n%s", out)
 	}
+	// A change through the CLI.
+	if err := os.WriteFile(file, []byte("entries:\n  clib: {task: tasks.add, every: 1s, args: [6, 6]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := cli("entries", "apply", "-f", file); !strings.Contains(out, "entry clib applied") {
+		t.Fatalf("apply change: %s", out)
+	}
+	waitFor(t, 5*time.Second, "clib's changed args to fire", func() bool {
+		for _, f := range c.firesOf("clib") {
+			if strings.Contains(f.Args, "6") {
+				return true
+			}
+		}
+		return false
+	})
 	if out := cli("entries", "delete", "clia"); !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %s", out)
 	}
