@@ -63,7 +63,7 @@ func TestDCBRead(t *testing.T) {
 		{"postgres", func(t *testing.T) (string, string) {
 			pg := postgres(t)
 			db := strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name()))
-			testutil.MustCreateDB(t, pg, db)
+			db = testutil.MustCreateDB(t, pg, db)
 			return fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": %q, "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, db, pg.Port), pg.URL(db)
 		}},
 		{"sqlite", func(t *testing.T) (string, string) {

@@ -44,9 +44,9 @@ func TestDCBWriteBack(t *testing.T) {
 			var djangoDB, url string
 			if backend == "postgres" {
 				pg := postgres(t)
-				testutil.MustCreateDB(t, pg, "writeback")
-				djangoDB = fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": "writeback", "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, pg.Port)
-				url = pg.URL("writeback")
+				db := testutil.MustCreateDB(t, pg, "writeback")
+				djangoDB = fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": %q, "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, db, pg.Port)
+				url = pg.URL(db)
 			} else {
 				path := filepath.Join(t.TempDir(), "dcb.sqlite3")
 				djangoDB, url = fmt.Sprintf(`{"ENGINE": "django.db.backends.sqlite3", "NAME": %q}`, path), "sqlite://"+path

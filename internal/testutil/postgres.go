@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -142,11 +143,16 @@ func (p *Postgres) Close() {
 	os.Remove(filepath.Join(os.TempDir(), fmt.Sprintf("beatd-pg-%d.log", p.Port)))
 }
 
-// MustCreateDB creates database name on p.
-func MustCreateDB(tb testing.TB, p *Postgres, name string) {
+// MustCreateDB creates a new database on p named after prefix (unique
+// in this process, so -count=N reruns get fresh ones) and returns its name.
+func MustCreateDB(tb testing.TB, p *Postgres, prefix string) string {
 	tb.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, dbSeq.Add(1))
 	out, err := exec.Command(filepath.Join(PostgresBin, "createdb"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres", name).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("createdb %s: %v\n%s", name, err, out)
 	}
+	return name
 }
+
+var dbSeq atomic.Int64
