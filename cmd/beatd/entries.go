@@ -213,17 +213,12 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string) err
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return fmt.Errorf("%s: want a mapping with an entries key", path)
 	}
-	top := doc.Content[0]
-	var entries *yaml.Node
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		k := top.Content[i]
-		if k.Value != "entries" {
-			return fmt.Errorf("%s:%d:%d: only entries is allowed here (timezone and defaults come from the server's schedules.yaml)", path, k.Line, k.Column)
-		}
-		entries = top.Content[i+1]
+	entries, err := entriesNode(w, path, doc.Content[0])
+	if err != nil {
+		return err
 	}
-	if entries == nil || entries.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: entries must be a mapping from entry name to entry", path)
+	if len(entries.Content) == 0 {
+		return fmt.Errorf("%s: no runtime entries to apply", path)
 	}
 	body, err := nodeJSON(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "entries"}, entries}}, 0)
@@ -241,6 +236,59 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string) err
 		fmt.Fprintf(w, "entry %s applied\n", n)
 	}
 	return nil
+}
+
+// entriesNode reads what apply accepts: a file like schedules.yaml with
+// only entries: (a mapping from name to entry), or what get and list
+// print with -o yaml (an entry view with name and spec, or entries: a
+// list of them; views without a spec, of other sources, are skipped).
+func entriesNode(w io.Writer, path string, top *yaml.Node) (*yaml.Node, error) {
+	field := func(n *yaml.Node, key string) *yaml.Node {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+		return nil
+	}
+	views := func(list []*yaml.Node) (*yaml.Node, error) {
+		out := &yaml.Node{Kind: yaml.MappingNode}
+		for _, v := range list {
+			name, spec := field(v, "name"), field(v, "spec")
+			if v.Kind != yaml.MappingNode || name == nil {
+				return nil, fmt.Errorf("%s:%d:%d: want an entry with name and spec", path, v.Line, v.Column)
+			}
+			if spec == nil {
+				src := "another source"
+				if s := field(v, "source"); s != nil {
+					src = "source " + s.Value
+				}
+				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", name.Value, src)
+				continue
+			}
+			out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name.Value}, spec)
+		}
+		return out, nil
+	}
+	if top.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: want a mapping with an entries key", path)
+	}
+	if field(top, "name") != nil {
+		return views([]*yaml.Node{top})
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if k := top.Content[i]; k.Value != "entries" {
+			return nil, fmt.Errorf("%s:%d:%d: only entries is allowed here (timezone and defaults come from the server's schedules.yaml)", path, k.Line, k.Column)
+		}
+	}
+	entries := field(top, "entries")
+	switch {
+	case entries != nil && entries.Kind == yaml.MappingNode:
+		return entries, nil
+	case entries != nil && entries.Kind == yaml.SequenceNode:
+		return views(entries.Content)
+	}
+	return nil, fmt.Errorf("%s: entries must be a mapping from entry name to entry", path)
 }
 
 // nodeJSON converts YAML to JSON keeping the order of mapping keys (kwargs

@@ -309,6 +309,14 @@ func TestProcessEntriesAPI(t *testing.T) {
 		}
 		return false
 	})
+	// get -o yaml is what apply reads back (kubectl's edit loop).
+	view := cli("entries", "get", "clib", "-o", "yaml")
+	if err := os.WriteFile(file, []byte(view), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := cli("entries", "apply", "-f", file); !strings.Contains(out, "entry clib applied") {
+		t.Errorf("apply of get -o yaml: %s\n%s", out, view)
+	}
 	if out := cli("entries", "delete", "clia"); !strings.Contains(out, "deleted") {
 		t.Errorf("delete: %s", out)
 	}

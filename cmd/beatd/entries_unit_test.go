@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// TestApplyInput checks the forms beatd entries apply reads and the JSON
+// it sends (key order kept).
+func TestApplyInput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want, out, err string
+	}{
+		{name: "entries mapping", in: "entries:\n  a: {task: t, every: 1s, kwargs: {z: 1, a: 2.5, s: '07', n: null, b: true}}\n",
+			want: `{"a":{"task":"t","every":"1s","kwargs":{"z":1,"a":2.5,"s":"07","n":null,"b":true}}}`},
+		{name: "get -o yaml", in: "name: a\nsource: api\nactive: true\nspec:\n  task: t\n  every: 1s\nmod_revision: 5\n",
+			want: `{"a":{"task":"t","every":"1s"}}`},
+		{name: "list -o yaml", in: "entries:\n  - name: f\n    source: file\n  - name: a\n    source: api\n    spec: {task: t, cron: '* * * * *'}\n",
+			want: `{"a":{"task":"t","cron":"* * * * *"}}`, out: "entry f skipped: source file is not written through the API"},
+		{name: "defaults refused", in: "defaults: {catchup: all}\nentries: {}\n", err: "only entries is allowed"},
+		{name: "no entries", in: "entries: 3\n", err: "must be a mapping"},
+		{name: "not a mapping", in: "- 1\n", err: "want a mapping"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var doc yaml.Node
+			if err := yaml.Unmarshal([]byte(tt.in), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			n, err := entriesNode(&out, "f.yaml", doc.Content[0])
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := nodeJSON(n, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("JSON %s\nwant %s", got, tt.want)
+			}
+			if !strings.Contains(out.String(), tt.out) {
+				t.Errorf("output %q, want %q", out.String(), tt.out)
+			}
+		})
+	}
+}
