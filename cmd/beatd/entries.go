@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -380,16 +379,10 @@ func printYAML(w io.Writer, v any) error {
 	return enc.Close()
 }
 
+// blockStyle drops JSON's flow style and quotes; the encoder quotes a
+// string again where YAML would read it as something else ("07", "~").
 func blockStyle(n *yaml.Node) {
-	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
-		n.Style = 0
-	}
-	if n.Kind == yaml.ScalarNode && n.Style == yaml.DoubleQuotedStyle {
-		// Keep quotes only where YAML needs them to stay a string.
-		if _, err := strconv.ParseFloat(n.Value, 64); err != nil && n.Value != "true" && n.Value != "false" && n.Value != "null" && n.Value != "" {
-			n.Style = 0
-		}
-	}
+	n.Style = 0
 	for _, c := range n.Content {
 		blockStyle(c)
 	}

@@ -55,3 +55,26 @@ func TestApplyInput(t *testing.T) {
 		})
 	}
 }
+
+// TestPrintYAMLKeepsValues checks that YAML output reads back as the same
+// JSON values, strings that look like other things included.
+func TestPrintYAMLKeepsValues(t *testing.T) {
+	t.Parallel()
+	in := map[string]any{"s": []any{"07", "~", "true", "null", "1s", "", "2026-01-01T00:00:00Z", "0x1F", "yes", "1e3"}, "n": []any{7, 2.5, true, nil}}
+	var buf bytes.Buffer
+	if err := printYAML(&buf, in); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := yaml.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range in["s"].([]any) {
+		if got := back["s"].([]any)[i]; got != want {
+			t.Errorf("string %q came back as %#v\n%s", want, got, buf.String())
+		}
+	}
+	if strings.Contains(buf.String(), "{") {
+		t.Errorf("flow style left:\n%s", buf.String())
+	}
+}
