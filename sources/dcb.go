@@ -260,15 +260,15 @@ func (r *dcbRow) entry() ([]byte, error) {
 	if r.priority.Valid {
 		e.Options["priority"] = r.priority.Int64
 	}
-	switch {
-	case r.expireSeconds.Valid && r.expireSeconds.Int64 > 0:
-		e.Options["expires"] = r.expireSeconds.Int64
+	switch { // dcb sends expires, else expire_seconds (only one may be set)
 	case r.expires != nil:
 		t, err := toTime(r.expires)
 		if err != nil {
 			return nil, fmt.Errorf("expires: %w", err)
 		}
 		e.Options["expires"] = t.UTC().Format(time.RFC3339Nano)
+	case r.expireSeconds.Valid && r.expireSeconds.Int64 > 0:
+		e.Options["expires"] = r.expireSeconds.Int64
 	}
 	oneOff, err := toBool(r.oneOff)
 	if err != nil {

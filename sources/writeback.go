@@ -20,7 +20,7 @@ type HistoryReader interface {
 // WriteBack copies the runs of django-celery-beat's entries back into its
 // tables (--source-write-back), so the Django admin shows them: it sets
 // last_run_at, adds the new runs to total_run_count, and disables a
-// one-off task once it ran. Only the leader writes. It goes straight to
+// one-off task once it ran (resetting its count, as dcb does). Only the leader writes. It goes straight to
 // the columns, as dcb's own scheduler does, without bumping the change
 // marker.
 type WriteBack struct {
@@ -139,11 +139,13 @@ func (w *WriteBack) write(ctx context.Context, name string, h publisher.History)
 	if w.Source.sqlite {
 		last = h.LastRunAt().UTC().Format("2006-01-02 15:04:05.000000") // as Django stores it
 	}
-	stmt := `UPDATE django_celery_beat_periodictask SET last_run_at = ?, total_run_count = total_run_count + ? WHERE name = ?`
+	stmt, args := `UPDATE django_celery_beat_periodictask SET last_run_at = ?, total_run_count = total_run_count + ? WHERE name = ?`, []any{last, added, name}
 	if once, _ := toBool(oneOff); once {
-		stmt = `UPDATE django_celery_beat_periodictask SET last_run_at = ?, total_run_count = total_run_count + ?, enabled = false WHERE name = ?`
+		// As dcb's own scheduler leaves a one-off after its run: disabled,
+		// its count reset.
+		stmt, args = `UPDATE django_celery_beat_periodictask SET last_run_at = ?, total_run_count = 0, enabled = false WHERE name = ?`, []any{last, name}
 	}
-	_, err = w.Source.db.ExecContext(ctx, q(stmt), last, added, name)
+	_, err = w.Source.db.ExecContext(ctx, q(stmt), args...)
 	return err
 }
 

@@ -91,7 +91,7 @@ PeriodicTask.objects.create(name='one', task='t.one', clocked=ck, one_off=True)
 			if n, err := w.Once(ctx); err != nil || n != 2 {
 				t.Fatalf("write-back: %d, %v", n, err)
 			}
-			want := "one False 1 2026-05-01T12:00:05+00:00\nrep True 3 2026-05-01T12:00:20+00:00"
+			want := "one False 0 2026-05-01T12:00:05+00:00\nrep True 3 2026-05-01T12:00:20+00:00"
 			if got := show(); got != want {
 				t.Errorf("after write-back:\n%s\nwant\n%s", got, want)
 			}
@@ -107,7 +107,7 @@ PeriodicTask.objects.create(name='one', task='t.one', clocked=ck, one_off=True)
 			if _, err := (&WriteBack{Source: rw, History: hist, Merger: m}).Once(ctx); err != nil {
 				t.Fatal(err)
 			}
-			want = "one False 1 2026-05-01T12:00:05+00:00\nrep True 4 2026-05-01T12:00:30+00:00"
+			want = "one False 0 2026-05-01T12:00:05+00:00\nrep True 4 2026-05-01T12:00:30+00:00"
 			if got := show(); got != want {
 				t.Errorf("after restart:\n%s\nwant\n%s", got, want)
 			}
