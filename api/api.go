@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,11 +41,16 @@ type Status struct {
 	Stale        bool    `json:"stale,omitempty"`
 	StaleSeconds float64 `json:"stale_seconds,omitempty"`
 	Error        string  `json:"error,omitempty"`
+	// Sources is each entry source's health; Conflicts the names claimed
+	// by more than one source.
+	Sources   []sources.Health   `json:"sources,omitempty"`
+	Conflicts []sources.Conflict `json:"conflicts,omitempty"`
 }
 
 // EntryStatus is one entry in Status.
 type EntryStatus struct {
 	Name          string      `json:"name"`
+	Source        string      `json:"source,omitempty"`
 	Task          string      `json:"task"`
 	Schedule      string      `json:"schedule"`
 	Enabled       bool        `json:"enabled"`
@@ -86,6 +92,10 @@ type Config struct {
 	// AdminToken guards the admin endpoints; empty disables them (403).
 	AdminToken string
 	Logger     *slog.Logger
+	// Entries serves /api/v1/entries when set; ReadToken, when set, is
+	// required (or the admin token) to read it.
+	Entries   EntriesBackend
+	ReadToken string
 }
 
 // Handler returns the HTTP handler.
@@ -149,6 +159,9 @@ func Handler(c Config) http.Handler {
 			writeJSON(w, http.StatusAccepted, map[string]string{"request": id, "op": op, "entry": name})
 		}
 	})
+	if c.Entries != nil {
+		registerEntries(mux, c)
+	}
 	return mux
 }
 

@@ -42,6 +42,10 @@ type Config struct {
 	Entries  []*Entry // sorted by name
 	// AMQP says how the workers declare their queues, for an amqp:// broker.
 	AMQP AMQPConfig
+
+	// defaults are the file's, kept so entries from other sources (see
+	// ParseEntry) are read exactly as if they were in the file.
+	defaults *defaults
 }
 
 // Entry returns the entry called name, or nil.
@@ -70,6 +74,9 @@ type Entry struct {
 	StartAt       time.Time
 	Line, Column  int
 	relative      bool // every's grid is clock-aligned (read while decoding)
+	// Source names where the entry came from: "" or "file" for
+	// schedules.yaml, "api", "django-celery-beat".
+	Source string
 	// Fingerprint changes whenever anything that shapes the entry's slots
 	// or messages changes, in the entry or in the defaults it inherits.
 	Fingerprint [32]byte
@@ -285,6 +292,7 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 		d.policyFields(df, &def.catchup, &def.catchupWindow, &def.maxCatchup, &def.jitter, &def.enabled)
 	}
 	h.Sum(def.hash[:0])
+	cfg.defaults = def
 	d.seen = map[string]int{}
 	ef, ok := top["entries"]
 	if !ok {

@@ -580,7 +580,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			if logFires {
 				if l.fireLog.allow(now, s.cfg.FireLogLimit, r, p.manual) {
 					s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual)
+						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual, "source", p.e.Source)
 				}
 			}
 			if p.req != nil {

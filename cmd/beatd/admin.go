@@ -109,6 +109,10 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read the leader's config", o.timeout, err))
 		return exitFail
 	}
+	if cfg, err = withRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read runtime entries", o.timeout, err))
+		return exitFail
+	}
 	hist, closeHist, err := o.broker.history(keys.Cluster(prefix))
 	if err != nil {
 		notes = append(notes, "recent runs unavailable: "+err.Error())
@@ -359,6 +363,13 @@ var errUnknownEntry = errors.New("no such entry")
 // is proof enough that a leader has run it.
 func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) error {
 	cfg, h, err := catalog.Load(ctx, cli, prefix)
+	if err == nil {
+		// The catalog is the file; entries of the entries API are the
+		// leader's too.
+		if cfg, err = withRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+			return err
+		}
+	}
 	switch {
 	case err == nil:
 		if cfg.Entry(name) == nil {

@@ -99,6 +99,13 @@ leader through etcd; only the leader publishes, each (entry, slot) exactly once.
 			DisableFlagParsing: true,
 			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runImport(ctx, args, stdout, stderr)) },
 		},
+		&cobra.Command{
+			Use:   "entries list|get NAME|apply -f FILE|delete NAME",
+			Short: "list, get, apply and delete runtime entries through the HTTP entries API",
+			// entries parses its own flags (beatd entries --help lists them).
+			DisableFlagParsing: true,
+			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runEntries(ctx, args, stdout, stderr)) },
+		},
 		drillCommand(ctx, stdout, stderr),
 		&cobra.Command{
 			Use: "version", Short: "print the version", Args: usageArgs(cobra.NoArgs),

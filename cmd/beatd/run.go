@@ -30,6 +30,7 @@ import (
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,6 +110,7 @@ type Main struct {
 	AdvertiseURL   string
 
 	metricsPerEntryLimit int
+	Sources              sourceFlags
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -127,6 +129,8 @@ type Main struct {
 	adminToken     string
 	console        *console.Server
 	timeline       *console.Timeline
+	merger         *sources.Merger
+	entries        *sources.Entries
 
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -197,6 +201,7 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
+	m.Sources.register(fs)
 	return fs
 }
 
@@ -274,6 +279,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
 		return err
 	}
+	if cfg, err = m.startSources(ctx, cfg); err != nil {
+		return err
+	}
 
 	brokerPass, err := secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
@@ -316,6 +324,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.merger.Collectors()...)
 	m.metrics = scheduler.NewMetrics(m.registry)
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	m.registry.MustRegister(shortfalls)
@@ -339,11 +348,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.console, err = m.newConsole(); err != nil {
 		return err
 	}
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log})),
+	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
+		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken})),
 		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.runCtx = cancel, runCtx
 	m.startOps(runCtx)
+	m.syncSources(runCtx)
 	m.wg.Add(5)
 	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
@@ -462,7 +473,7 @@ func (m *Main) Reload() {
 	m.configSum = fileSum(m.ConfigPath)
 	cfg, err := m.loadConfig()
 	if err == nil {
-		err = m.sched.Reload(cfg)
+		err = m.merger.SetFile(cfg)
 	}
 	if err != nil {
 		m.metrics.Reloads.WithLabelValues("error").Inc()
@@ -569,6 +580,9 @@ func (m *Main) Ready(ctx context.Context) error {
 		m.metrics.RedisErrors.Inc()
 		return fmt.Errorf("broker unreachable: %w", err)
 	}
+	if err := m.merger.Err(); err != nil {
+		return err
+	}
 	if m.token.Load() != 0 {
 		if err := m.sched.PublishError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
@@ -590,6 +604,7 @@ func (m *Main) Ready(ctx context.Context) error {
 func (m *Main) Status(ctx context.Context) (api.Status, error) {
 	st, err := m.cachedStatus(ctx)
 	st.ID = m.ID
+	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
 	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
 	return st, err
 }
@@ -645,7 +660,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	add := func(name string, e *schedule.Entry) {
 		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
 		if e != nil {
-			es.Task, es.Schedule, es.Enabled = e.Task, fmt.Sprint(e.Schedule), e.Enabled
+			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
 		}
 		st := states[name]
 		if st != nil {

@@ -1,0 +1,321 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/store"
+)
+
+// Body size limits of the entries API: one entry, and a set applied at
+// once.
+const (
+	MaxEntryBody = 64 << 10
+	MaxApplyBody = 8 << 20
+	// MaxApplyEntries is the most entries one apply writes: etcd refuses a
+	// transaction of more operations than its --max-txn-ops (128 unless
+	// raised).
+	MaxApplyEntries = 128
+)
+
+// Entry is one entry as the entries API shows it, from any source.
+type Entry struct {
+	Name   string `json:"name"`
+	Source string `json:"source"`
+	// Active is false for a runtime entry that is not running: another
+	// source owns the name (see Problem) or it no longer validates.
+	Active   bool        `json:"active"`
+	Problem  string      `json:"problem,omitempty"`
+	Task     string      `json:"task,omitempty"`
+	Schedule string      `json:"schedule,omitempty"`
+	Enabled  bool        `json:"enabled"`
+	Paused   bool        `json:"paused"`
+	NextRuns []time.Time `json:"next_runs"`
+	LastRuns []store.Run `json:"last_runs"`
+	// Spec is the stored document of a runtime entry (source api), and
+	// ModRevision its etcd mod revision, for If-Match.
+	Spec        json.RawMessage `json:"spec,omitempty"`
+	ModRevision int64           `json:"mod_revision,omitempty"`
+}
+
+// EntryDoc is a runtime entry to write.
+type EntryDoc struct {
+	Name string
+	Spec json.RawMessage
+}
+
+// EntriesBackend is what the entries API asks of the daemon. Errors:
+// sources.ErrNotFound (404), sources.ErrPrecondition and ErrFileOwned
+// (409), schedule.FieldErrors or *DocErrors (422).
+type EntriesBackend interface {
+	ListEntries(ctx context.Context) ([]Entry, error)
+	GetEntry(ctx context.Context, name string) (Entry, error)
+	// PutEntries validates and writes docs in one etcd transaction;
+	// ifMatch gives, per name, the mod revision required (0: must not
+	// exist). It returns the revision written.
+	PutEntries(ctx context.Context, docs []EntryDoc, ifMatch map[string]int64) (int64, error)
+	DeleteEntry(ctx context.Context, name string, ifMatch int64) error
+}
+
+// ErrFileOwned: the name is an entry of schedules.yaml, which owns it.
+var ErrFileOwned = errors.New("the entry is defined in schedules.yaml, which owns its names; change it there")
+
+// DocErrors are validation errors of several documents, keyed by entry.
+type DocErrors map[string]schedule.FieldErrors
+
+func (e DocErrors) Error() string {
+	var parts []string
+	for name, fe := range e {
+		parts = append(parts, name+": "+fe.Error())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
+}
+
+// apiError is the body of every error of the entries API.
+type apiError struct {
+	Errors []schedule.FieldError `json:"errors"`
+}
+
+func writeError(w http.ResponseWriter, code int, pointer, msg string) {
+	writeJSON(w, code, apiError{Errors: []schedule.FieldError{{Pointer: pointer, Message: msg}}})
+}
+
+// registerEntries adds /api/v1/entries to mux.
+func registerEntries(mux *http.ServeMux, c Config) {
+	b := c.Entries
+	mux.HandleFunc("GET /api/v1/entries", c.read(func(w http.ResponseWriter, r *http.Request) {
+		list, err := b.ListEntries(r.Context())
+		if err != nil {
+			c.backendError(w, err, "")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"entries": list})
+	}))
+	mux.HandleFunc("GET /api/v1/entries/{name}", c.read(func(w http.ResponseWriter, r *http.Request) {
+		e, err := b.GetEntry(r.Context(), r.PathValue("name"))
+		if err != nil {
+			c.backendError(w, err, "")
+			return
+		}
+		if e.ModRevision > 0 {
+			w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(e.ModRevision, 10)))
+		}
+		writeJSON(w, http.StatusOK, e)
+	}))
+	mux.HandleFunc("PUT /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		spec, ok := readDoc(w, r, MaxEntryBody)
+		if !ok {
+			return
+		}
+		ifMatch := map[string]int64{}
+		if rev, set, err := preconditions(r); err != nil {
+			writeError(w, http.StatusBadRequest, "", err.Error())
+			return
+		} else if set {
+			ifMatch[name] = rev
+		}
+		rev, err := b.PutEntries(r.Context(), []EntryDoc{{Name: name, Spec: spec}}, ifMatch)
+		var de DocErrors
+		if errors.As(err, &de) && len(de[name]) > 0 {
+			err = de[name] // pointers into the body, which is the one entry
+		}
+		if err != nil {
+			c.backendError(w, err, "")
+			return
+		}
+		c.Logger.Info("entry written", "entry", name, "source", sources.API, "revision", rev)
+		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(rev, 10)))
+		writeJSON(w, http.StatusOK, map[string]any{"name": name, "source": sources.API, "mod_revision": rev})
+	}))
+	// POST /api/v1/entries applies a set of entries in one transaction:
+	// {"entries": {"NAME": {...}, ...}}.
+	mux.HandleFunc("POST /api/v1/entries", c.write(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := readDoc(w, r, MaxApplyBody)
+		if !ok {
+			return
+		}
+		var set struct {
+			Entries map[string]json.RawMessage `json:"entries"`
+		}
+		if err := json.Unmarshal(body, &set); err != nil {
+			writeError(w, http.StatusBadRequest, "", "want {\"entries\": {NAME: ENTRY, ...}}: "+err.Error())
+			return
+		}
+		if len(set.Entries) == 0 {
+			writeError(w, http.StatusUnprocessableEntity, "/entries", "no entries to apply")
+			return
+		}
+		if len(set.Entries) > MaxApplyEntries {
+			writeError(w, http.StatusUnprocessableEntity, "/entries", fmt.Sprintf(
+				"%d entries: one transaction takes at most %d (etcd's default --max-txn-ops); split the file", len(set.Entries), MaxApplyEntries))
+			return
+		}
+		docs := make([]EntryDoc, 0, len(set.Entries))
+		for name, spec := range set.Entries {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, spec); err != nil {
+				writeError(w, http.StatusBadRequest, "/entries/"+pointerToken(name), err.Error())
+				return
+			}
+			docs = append(docs, EntryDoc{Name: name, Spec: buf.Bytes()})
+		}
+		sort.Slice(docs, func(i, j int) bool { return docs[i].Name < docs[j].Name })
+		rev, err := b.PutEntries(r.Context(), docs, nil)
+		if err != nil {
+			c.backendError(w, err, "/entries")
+			return
+		}
+		names := make([]string, len(docs))
+		for i, d := range docs {
+			names[i] = d.Name
+		}
+		c.Logger.Info("entries applied", "entries", names, "source", sources.API, "revision", rev)
+		writeJSON(w, http.StatusOK, map[string]any{"applied": names, "mod_revision": rev})
+	}))
+	mux.HandleFunc("DELETE /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		rev, set, err := preconditions(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "", err.Error())
+			return
+		}
+		if !set {
+			rev = 0
+		}
+		if err := b.DeleteEntry(r.Context(), name, rev); err != nil {
+			c.backendError(w, err, "")
+			return
+		}
+		c.Logger.Info("entry deleted", "entry", name, "source", sources.API)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+}
+
+// preconditions reads If-Match (a mod revision) and If-None-Match: *
+// (create only, revision 0).
+func preconditions(r *http.Request) (int64, bool, error) {
+	if v := r.Header.Get("If-None-Match"); v != "" {
+		if strings.TrimSpace(v) != "*" {
+			return 0, false, errors.New("If-None-Match supports only *")
+		}
+		return 0, true, nil
+	}
+	v := strings.TrimSpace(r.Header.Get("If-Match"))
+	if v == "" {
+		return 0, false, nil
+	}
+	v = strings.Trim(strings.TrimPrefix(v, "W/"), `"`)
+	rev, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || rev <= 0 {
+		return 0, false, fmt.Errorf("If-Match must be the entry's mod_revision, got %q", r.Header.Get("If-Match"))
+	}
+	return rev, true, nil
+}
+
+// readDoc reads a size-limited JSON object body and compacts it.
+func readDoc(w http.ResponseWriter, r *http.Request, limit int64) (json.RawMessage, bool) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body larger than %d bytes", limit))
+		return nil, false
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", "read body: "+err.Error())
+		return nil, false
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		writeError(w, http.StatusBadRequest, "", "body is not JSON: "+err.Error())
+		return nil, false
+	}
+	if !bytes.HasPrefix(buf.Bytes(), []byte("{")) {
+		writeError(w, http.StatusUnprocessableEntity, "", "body must be a JSON object")
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+func pointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func (c Config) backendError(w http.ResponseWriter, err error, base string) {
+	var fe schedule.FieldErrors
+	var de DocErrors
+	switch {
+	case errors.As(err, &de):
+		var out []schedule.FieldError
+		names := make([]string, 0, len(de))
+		for n := range de {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			for _, e := range de[n] {
+				out = append(out, schedule.FieldError{Pointer: base + "/" + pointerToken(n) + e.Pointer, Message: e.Message})
+			}
+		}
+		writeJSON(w, http.StatusUnprocessableEntity, apiError{Errors: out})
+	case errors.As(err, &fe):
+		writeJSON(w, http.StatusUnprocessableEntity, apiError{Errors: fe})
+	case errors.Is(err, sources.ErrNotFound):
+		writeError(w, http.StatusNotFound, "", err.Error())
+	case errors.Is(err, sources.ErrPrecondition), errors.Is(err, ErrFileOwned):
+		writeError(w, http.StatusConflict, "", err.Error())
+	default:
+		c.Logger.Error("entries API", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+	}
+}
+
+// bearer reports whether the request carries token, compared in constant
+// time.
+func bearer(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// read guards a read: open unless a read token is set; the admin token
+// reads too.
+func (c Config) read(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.ReadToken != "" && !bearer(r, c.ReadToken) && !bearer(r, c.AdminToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
+			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token (the read or the admin token)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// write guards a write: the admin token, and none configured disables
+// writes.
+func (c Config) write(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.AdminToken == "" {
+			writeError(w, http.StatusForbidden, "", "writes are disabled: set --admin-token-file or BEATD_ADMIN_TOKEN")
+			return
+		}
+		if !bearer(r, c.AdminToken) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
+			writeError(w, http.StatusUnauthorized, "", "missing or wrong admin bearer token")
+			return
+		}
+		h(w, r)
+	}
+}

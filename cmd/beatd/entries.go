@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/schedule"
+	"gopkg.in/yaml.v3"
+)
+
+// runEntries is `beatd entries list|get|apply|delete`: the entries API
+// from the command line, kubectl-style.
+func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	usage := func() int {
+		fmt.Fprintln(stderr, `usage:
+  beatd entries list [-o table|json|yaml]
+  beatd entries get NAME [-o yaml|json]
+  beatd entries apply -f FILE      (entries: {NAME: ENTRY, ...}, one etcd transaction)
+  beatd entries delete NAME
+flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)`)
+		return 2
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		return usage()
+	}
+	verb := args[0]
+	fs := newFlagSet("entries "+verb, stderr)
+	server := fs.String("server", "http://127.0.0.1:8080", "beatd's HTTP address")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
+	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
+	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
+	if err := parseFlags(fs, args[1:]); err != nil { // pflag takes flags among the arguments
+		return exitCode(err)
+	}
+	pos := fs.Args()
+	token, err := secret(*tokenFile, "BEATD_TOKEN")
+	if err != nil {
+		fmt.Fprintln(stderr, "beatd entries:", err)
+		return 1
+	}
+	if token == "" {
+		token = os.Getenv("BEATD_ADMIN_TOKEN")
+	}
+	c := &entriesClient{base: strings.TrimRight(*server, "/") + "/api/v1/entries", token: token}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch {
+	case verb == "list" && len(pos) == 0:
+		err = c.list(ctx, stdout, *output)
+	case verb == "get" && len(pos) == 1:
+		err = c.get(ctx, stdout, pos[0], *output)
+	case verb == "apply" && len(pos) == 0 && *file != "":
+		err = c.apply(ctx, stdout, *file)
+	case verb == "delete" && len(pos) == 1:
+		if err = c.do(ctx, "DELETE", "/"+pos[0], nil, nil); err == nil {
+			fmt.Fprintf(stdout, "entry %s deleted\n", pos[0])
+		}
+	default:
+		return usage()
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "beatd entries "+verb+":", err)
+		return 1
+	}
+	return 0
+}
+
+type entriesClient struct {
+	base, token string
+}
+
+// do sends a request and decodes a JSON answer into out; an error answer
+// becomes an error listing its JSON pointers.
+func (c *entriesClient) do(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Errors []schedule.FieldError `json:"errors"`
+		}
+		if json.Unmarshal(data, &e) != nil || len(e.Errors) == 0 {
+			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
+		}
+		lines := []string{resp.Status}
+		for _, fe := range e.Errors {
+			if fe.Pointer != "" {
+				lines = append(lines, fmt.Sprintf("  %s: %s", fe.Pointer, fe.Message))
+			} else {
+				lines = append(lines, "  "+fe.Message)
+			}
+		}
+		return errors.New(strings.Join(lines, "\n"))
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+func (c *entriesClient) list(ctx context.Context, w io.Writer, output string) error {
+	var resp struct {
+		Entries []api.Entry `json:"entries"`
+	}
+	if err := c.do(ctx, "GET", "", nil, &resp); err != nil {
+		return err
+	}
+	switch output {
+	case "json":
+		return printJSON(w, resp)
+	case "yaml":
+		return printYAML(w, resp)
+	case "", "table":
+	default:
+		return fmt.Errorf("-o must be table, json or yaml")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSOURCE\tTASK\tSCHEDULE\tSTATE\tNEXT RUN")
+	for _, e := range resp.Entries {
+		state := "enabled"
+		switch {
+		case e.Problem != "":
+			state = e.Problem
+		case e.Paused:
+			state = "paused"
+		case !e.Enabled:
+			state = "disabled"
+		}
+		next := "-"
+		if len(e.NextRuns) > 0 {
+			next = e.NextRuns[0].Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Source, e.Task, e.Schedule, state, next)
+	}
+	return tw.Flush()
+}
+
+func (c *entriesClient) get(ctx context.Context, w io.Writer, name, output string) error {
+	var e api.Entry
+	if err := c.do(ctx, "GET", "/"+name, nil, &e); err != nil {
+		return err
+	}
+	switch output {
+	case "json":
+		return printJSON(w, e)
+	case "yaml", "":
+		return printYAML(w, e)
+	}
+	return fmt.Errorf("-o must be yaml or json")
+}
+
+// apply sends a file of entries (a mapping under entries:, as in
+// schedules.yaml) to be written in one transaction.
+func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string) error {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: want a mapping with an entries key", path)
+	}
+	entries, err := entriesNode(w, path, doc.Content[0])
+	if err != nil {
+		return err
+	}
+	if len(entries.Content) == 0 {
+		return fmt.Errorf("%s: no runtime entries to apply", path)
+	}
+	body, err := nodeJSON(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "entries"}, entries}}, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var resp struct {
+		Applied     []string `json:"applied"`
+		ModRevision int64    `json:"mod_revision"`
+	}
+	if err := c.do(ctx, "POST", "", body, &resp); err != nil {
+		return err
+	}
+	for _, n := range resp.Applied {
+		fmt.Fprintf(w, "entry %s applied\n", n)
+	}
+	return nil
+}
+
+// entriesNode reads what apply accepts: a file like schedules.yaml with
+// only entries: (a mapping from name to entry), or what get and list
+// print with -o yaml (an entry view with name and spec, or entries: a
+// list of them; views without a spec, of other sources, are skipped).
+func entriesNode(w io.Writer, path string, top *yaml.Node) (*yaml.Node, error) {
+	field := func(n *yaml.Node, key string) *yaml.Node {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+		return nil
+	}
+	views := func(list []*yaml.Node) (*yaml.Node, error) {
+		out := &yaml.Node{Kind: yaml.MappingNode}
+		for _, v := range list {
+			name, spec := field(v, "name"), field(v, "spec")
+			if v.Kind != yaml.MappingNode || name == nil {
+				return nil, fmt.Errorf("%s:%d:%d: want an entry with name and spec", path, v.Line, v.Column)
+			}
+			if spec == nil {
+				src := "another source"
+				if s := field(v, "source"); s != nil {
+					src = "source " + s.Value
+				}
+				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", name.Value, src)
+				continue
+			}
+			out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name.Value}, spec)
+		}
+		return out, nil
+	}
+	if top.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: want a mapping with an entries key", path)
+	}
+	if field(top, "name") != nil {
+		return views([]*yaml.Node{top})
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if k := top.Content[i]; k.Value != "entries" {
+			return nil, fmt.Errorf("%s:%d:%d: only entries is allowed here (timezone and defaults come from the server's schedules.yaml)", path, k.Line, k.Column)
+		}
+	}
+	entries := field(top, "entries")
+	switch {
+	case entries != nil && entries.Kind == yaml.MappingNode:
+		return entries, nil
+	case entries != nil && entries.Kind == yaml.SequenceNode:
+		return views(entries.Content)
+	}
+	return nil, fmt.Errorf("%s: entries must be a mapping from entry name to entry", path)
+}
+
+// nodeJSON converts YAML to JSON keeping the order of mapping keys (kwargs
+// and headers are sent in the order written).
+func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if depth > 64 {
+		return nil, fmt.Errorf("line %d: nested too deeply", n.Line)
+	}
+	var b bytes.Buffer
+	switch n.Kind {
+	case yaml.MappingNode:
+		b.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k, _ := json.Marshal(n.Content[i].Value)
+			b.Write(k)
+			b.WriteByte(':')
+			v, err := nodeJSON(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(v)
+		}
+		b.WriteByte('}')
+	case yaml.SequenceNode:
+		b.WriteByte('[')
+		for i, c := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			v, err := nodeJSON(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(v)
+		}
+		b.WriteByte(']')
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			b.WriteString("null")
+		case "!!bool", "!!int", "!!float":
+			var v any
+			if err := n.Decode(&v); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			}
+			out, err := json.Marshal(v)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			}
+			b.Write(out)
+		default: // strings and timestamps travel as written
+			out, _ := json.Marshal(n.Value)
+			b.Write(out)
+		}
+	default:
+		return nil, fmt.Errorf("line %d: unsupported YAML", n.Line)
+	}
+	return b.Bytes(), nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printYAML prints v's JSON form as block YAML, keeping key order.
+func printYAML(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
+		return err
+	}
+	blockStyle(&n)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&n); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// blockStyle drops JSON's flow style and quotes; the encoder quotes a
+// string again where YAML would read it as something else ("07", "~").
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/spf13/pflag"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/sources"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// sourceFlags are beatd run's flags about where entries come from besides
+// schedules.yaml.
+type sourceFlags struct {
+	Priority      string
+	ReadTokenFile string
+	DCB           []string // --source django-celery-beat=URL, repeatable
+	WriteBack     bool
+	PollInterval  time.Duration
+
+	readToken string
+	priority  []string
+	dcb       *sources.DCBSource
+	dcbSynced bool
+	dcbMarker string
+}
+
+// sourceList is a repeatable --source NAME=URL flag.
+type sourceList struct{ dst *[]string }
+
+func (l sourceList) String() string {
+	if l.dst == nil {
+		return ""
+	}
+	return strings.Join(*l.dst, ",")
+}
+
+// Type names the value in help (and makes it a pflag.Value too).
+func (l sourceList) Type() string { return "NAME=URL" }
+
+func (l sourceList) Set(v string) error {
+	kind, url, ok := strings.Cut(v, "=")
+	if !ok || kind != sources.DCB || url == "" {
+		return fmt.Errorf("want %s=postgres://... or %s=sqlite:///path", sources.DCB, sources.DCB)
+	}
+	*l.dst = append(*l.dst, url)
+	return nil
+}
+
+func (f *sourceFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Priority, "sources-priority", strings.Join(sources.DefaultPriority, ","),
+		"which source wins a name claimed by several (conflicts are reported)")
+	fs.StringVar(&f.ReadTokenFile, "read-token-file", "", "file holding the bearer token that reading /api/v1/entries needs (else BEATD_READ_TOKEN; none: open)")
+	fs.Var(sourceList{&f.DCB}, "source", "an extra, read-only source of entries: django-celery-beat=postgres://... or django-celery-beat=sqlite:///path")
+	fs.BoolVar(&f.WriteBack, "source-write-back", false, "the leader writes last_run_at and total_run_count back to django-celery-beat (from the run history, so --run-history > 0) and disables one-off tasks after their run")
+	fs.DurationVar(&f.PollInterval, "source-poll-interval", 5*time.Second, "how often django-celery-beat's change marker is polled")
+}
+
+// startSources builds the merger over the file's config and the runtime
+// entries read once from etcd, and returns the merged config to start
+// the scheduler with.
+func (m *Main) startSources(ctx context.Context, file *schedule.Config) (*schedule.Config, error) {
+	var err error
+	if m.Sources.priority, err = sources.ParsePriority(m.Sources.Priority); err != nil {
+		return nil, fmt.Errorf("--sources-priority: %w", err)
+	}
+	if m.Sources.readToken, err = secret(m.Sources.ReadTokenFile, "BEATD_READ_TOKEN"); err != nil {
+		return nil, err
+	}
+	m.merger = sources.New(sources.Config{
+		Apply: func(c *schedule.Config) error {
+			if m.sched == nil {
+				return nil // the first merge starts the scheduler
+			}
+			return m.sched.Reload(c)
+		},
+		Validate: publisher.Validate, Priority: m.Sources.priority, Logger: m.log,
+	})
+	if err := m.merger.SetFile(file); err != nil {
+		return nil, err
+	}
+	m.entries = sources.NewEntries(m.etcd, m.Etcd.prefix())
+	// Runtime entries are in the first config, so a fresh leader does not
+	// start without them; the watch takes over from there.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	docs, _, err := m.entries.List(lctx)
+	if err != nil {
+		return nil, fmt.Errorf("read runtime entries: %w", err)
+	}
+	set := make(map[string][]byte, len(docs))
+	for _, d := range docs {
+		set[d.Name] = d.Data
+	}
+	if err := m.merger.SetSource(sources.API, set); err != nil {
+		return nil, err
+	}
+	if err := m.startDCB(ctx); err != nil {
+		return nil, err
+	}
+	return m.merger.Current(), nil
+}
+
+// syncSources starts the goroutines that follow each source; m.wg owns
+// them and ctx stops them.
+func (m *Main) syncSources(ctx context.Context) {
+	m.wg.Go(func() { m.entries.Sync(ctx, m.merger) })
+	if src := m.Sources.dcb; src != nil {
+		m.wg.Go(func() {
+			var wb sync.WaitGroup
+			if m.Sources.WriteBack {
+				w := &sources.WriteBack{Source: src, History: m.pub, Merger: m.merger, Logger: m.log,
+					Leading: func() bool { return m.token.Load() != 0 }}
+				wb.Go(func() { w.Run(ctx) })
+			}
+			src.Sync(ctx, m.merger, m.Sources.dcbSynced, m.Sources.dcbMarker)
+			wb.Wait()
+			_ = src.Close()
+		})
+	}
+}
+
+// startDCB opens the django-celery-beat source and reads it once, so its
+// entries are in the first config. A database that does not answer does
+// not stop beatd: the failure is reported and the source retried.
+func (m *Main) startDCB(ctx context.Context) error {
+	switch len(m.Sources.DCB) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return fmt.Errorf("--source %s= given %d times; one database is supported", sources.DCB, len(m.Sources.DCB))
+	}
+	if m.Sources.WriteBack && m.RunHistory == 0 {
+		return errors.New("--source-write-back needs the run history: --run-history must be above 0")
+	}
+	src, err := sources.OpenDCB(m.Sources.DCB[0], m.Sources.PollInterval, m.Sources.WriteBack)
+	if err != nil {
+		return err
+	}
+	m.Sources.dcb = src
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	marker, err := src.Poll(pctx, m.merger, nil)
+	if err != nil {
+		m.merger.SetError(sources.DCB, fmt.Errorf("%s: %w", src, err))
+		return nil
+	}
+	m.Sources.dcbSynced, m.Sources.dcbMarker = true, marker
+	m.log.Info("django-celery-beat source read", "url", src.String(), "poll_interval", m.Sources.PollInterval.String())
+	return nil
+}
+
+// entriesAPI is the backend of /api/v1/entries.
+func (m *Main) entriesAPI() *entriesAPI {
+	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.prefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: time.Now}
+}
+
+// withRuntimeEntries adds the entries API's entries, read from etcd, to
+// file's config (which may be nil), for commands that read etcd directly.
+func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *schedule.Config) (*schedule.Config, error) {
+	docs, _, err := sources.NewEntries(cli, prefix).List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(docs) == 0 {
+		return file, nil
+	}
+	m := sources.New(sources.Config{Validate: publisher.Validate})
+	if err := m.SetFile(file); err != nil {
+		return nil, err
+	}
+	set := make(map[string][]byte, len(docs))
+	for _, d := range docs {
+		set[d.Name] = d.Data
+	}
+	if err := m.SetSource(sources.API, set); err != nil {
+		return nil, err
+	}
+	return m.Current(), nil
+}

@@ -1,0 +1,446 @@
+// Package sources merges the places entries come from — schedules.yaml,
+// the entries API (kept in etcd) and django-celery-beat's tables — into
+// the one config the scheduler runs, with each entry's source, reported
+// name conflicts and per-source health.
+package sources
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/beatd/beatd/schedule"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The sources beatd knows.
+const (
+	File = "file"
+	API  = "api"
+	DCB  = "django-celery-beat"
+)
+
+// DefaultPriority is the order in which sources win a name claimed by
+// more than one.
+var DefaultPriority = []string{File, API, DCB}
+
+// ParsePriority reads --sources-priority: a comma-separated permutation of
+// (a subset of) the known sources; those left out follow in the default
+// order.
+func ParsePriority(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(DefaultPriority, p) {
+			return nil, fmt.Errorf("unknown source %q (known: %s)", p, strings.Join(DefaultPriority, ", "))
+		}
+		if slices.Contains(out, p) {
+			return nil, fmt.Errorf("source %q listed twice", p)
+		}
+		out = append(out, p)
+	}
+	for _, p := range DefaultPriority {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Conflict is a name claimed by more than one source.
+type Conflict struct {
+	Name    string   `json:"name"`
+	Winner  string   `json:"winner"`
+	Sources []string `json:"sources"` // in priority order, the winner first
+}
+
+// Health is a source's state as readiness and status report it.
+type Health struct {
+	Source  string `json:"source"`
+	Entries int    `json:"entries"`
+	// Error is why the source's last read failed; its last good set of
+	// entries stays in use meanwhile.
+	Error string `json:"error,omitempty"`
+	// Invalid lists the source's entries that fail validation and are left
+	// out (the others are used).
+	Invalid map[string]string `json:"invalid,omitempty"`
+}
+
+// Config configures a Merger.
+type Config struct {
+	// Apply installs a merged config (the scheduler's Reload).
+	Apply func(*schedule.Config) error
+	// Validate is a further check of each entry (the publisher's); an
+	// entry that fails it is left out like an invalid one.
+	Validate func(*schedule.Entry) error
+	Priority []string
+	Logger   *slog.Logger
+	// Registry, when set, gets the merger's metrics (else see Collectors).
+	Registry prometheus.Registerer
+}
+
+// Merger holds the latest documents of each source and the file's config,
+// and applies their merge whenever one changes.
+type Merger struct {
+	c Config
+
+	mu       sync.Mutex
+	file     *schedule.Config
+	docs     map[string]map[string][]byte // source -> name -> entry document
+	rowErrs  map[string]map[string]string // source -> name -> why it has no document
+	parsed   map[string]map[string]parsed // source -> name -> cache
+	errs     map[string]error
+	invalid  map[string]map[string]string
+	conflict map[string]Conflict
+	current  *schedule.Config
+	applied  bool
+
+	entriesG  *prometheus.GaugeVec
+	upG       *prometheus.GaugeVec
+	invalidG  *prometheus.GaugeVec
+	conflictG prometheus.Gauge
+}
+
+// parsed caches one entry's validation, valid while the document and the
+// file's defaults are the same.
+type parsed struct {
+	doc      string
+	defaults [32]byte
+	entry    *schedule.Entry
+	err      error
+}
+
+// New returns a Merger over file's config (which may be nil until SetFile).
+func New(c Config) *Merger {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Priority) == 0 {
+		c.Priority = DefaultPriority
+	}
+	m := &Merger{c: c, docs: map[string]map[string][]byte{}, rowErrs: map[string]map[string]string{}, parsed: map[string]map[string]parsed{},
+		errs: map[string]error{}, invalid: map[string]map[string]string{}, conflict: map[string]Conflict{},
+		entriesG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_entries",
+			Help: "Entries each source provides to the running config (after conflicts and invalid ones)."}, []string{"source"}),
+		upG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_up",
+			Help: "1 when a source's last read worked, 0 while it fails and its last good set is kept."}, []string{"source"}),
+		invalidG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_invalid_entries",
+			Help: "Entries of a source left out because they fail validation."}, []string{"source"}),
+		conflictG: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_source_conflicts",
+			Help: "Entry names claimed by more than one source (the first in --sources-priority wins)."}),
+	}
+	if c.Registry != nil {
+		c.Registry.MustRegister(m.Collectors()...)
+	}
+	m.c.Logger = c.Logger.With("component", "sources")
+	return m
+}
+
+// Collectors returns the merger's metrics, to register when Config had
+// no Registry.
+func (m *Merger) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.entriesG, m.upG, m.invalidG, m.conflictG}
+}
+
+// File returns the file's config last set.
+func (m *Merger) File() *schedule.Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.file
+}
+
+// Current returns the merged config last applied (nil before the first).
+func (m *Merger) Current() *schedule.Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.current
+}
+
+// SetFile installs a new schedules.yaml config and applies the merge. On
+// error the previous merge stays in force.
+func (m *Merger) SetFile(cfg *schedule.Config) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev := m.file
+	m.file = cfg
+	if err := m.applyLocked(); err != nil {
+		m.file = prev
+		return err
+	}
+	return nil
+}
+
+// SetSource replaces all of a source's entry documents (name -> document in
+// the schema of a schedules.yaml entry) and applies the merge. It also
+// clears the source's error: its read worked.
+func (m *Merger) SetSource(source string, docs map[string][]byte) error {
+	return m.SetSourceRows(source, docs, nil)
+}
+
+// SetSourceRows is SetSource for a source that also has records that
+// could not become documents (name -> why); they are reported as invalid
+// entries.
+func (m *Merger) SetSourceRows(source string, docs map[string][]byte, bad map[string]string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, prevBad, hadErr := m.docs[source], m.rowErrs[source], m.errs[source]
+	m.docs[source], m.rowErrs[source] = docs, bad
+	delete(m.errs, source)
+	if hadErr != nil {
+		m.c.Logger.Info("source recovered", "source", source, "entries", len(docs))
+	}
+	m.upG.WithLabelValues(source).Set(1)
+	if err := m.applyLocked(); err != nil {
+		m.docs[source], m.rowErrs[source] = prev, prevBad
+		return err
+	}
+	return nil
+}
+
+// SetError records that a source failed to read. Its last good set stays
+// in use; readiness, metrics and the log report the failure.
+func (m *Merger) SetError(source string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev := m.errs[source]; prev == nil || prev.Error() != err.Error() {
+		m.c.Logger.Error("source failed; keeping its last good entries", "source", source,
+			"entries", len(m.docs[source]), "err", err)
+	}
+	m.errs[source] = err
+	m.upG.WithLabelValues(source).Set(0)
+}
+
+// Health reports every source seen, in priority order.
+func (m *Merger) Health() []Health {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Health
+	for _, src := range m.c.Priority {
+		h := Health{Source: src}
+		switch {
+		case src == File && m.file != nil:
+			h.Entries = len(m.file.Entries)
+		case src == File:
+			continue
+		default:
+			docs, ok := m.docs[src]
+			if !ok && m.errs[src] == nil {
+				continue
+			}
+			h.Entries = len(docs)
+		}
+		if err := m.errs[src]; err != nil {
+			h.Error = err.Error()
+		}
+		if inv := m.invalid[src]; len(inv) > 0 {
+			h.Invalid = maps.Clone(inv)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// Err is nil when every source's last read worked; else it names each
+// failing source (readiness reports it).
+func (m *Merger) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for _, src := range m.c.Priority {
+		if err := m.errs[src]; err != nil {
+			errs = append(errs, fmt.Errorf("source %s (keeping its last good set of %d entries): %w", src, len(m.docs[src]), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Conflicts returns the names claimed by more than one source, by name.
+func (m *Merger) Conflicts() []Conflict {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := slices.Collect(maps.Values(m.conflict))
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Source returns the source of the running entry name, or "".
+func (m *Merger) Source(name string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.current == nil {
+		return ""
+	}
+	if e := m.current.Entry(name); e != nil {
+		return e.Source
+	}
+	return ""
+}
+
+// applyLocked merges and applies; m.mu is held.
+func (m *Merger) applyLocked() error {
+	defaults := m.file.DefaultsHash()
+	// Each source's valid entries, sorted by name, in priority order.
+	lists := make([][]*schedule.Entry, 0, len(m.c.Priority))
+	for _, src := range m.c.Priority {
+		if src == File {
+			if m.file == nil {
+				lists = append(lists, nil)
+				continue
+			}
+			for _, e := range m.file.Entries {
+				if e.Source != File { // set once, before the config is shared
+					e.Source = File
+				}
+			}
+			lists = append(lists, m.file.Entries)
+			continue
+		}
+		cache := m.parsed[src]
+		next := make(map[string]parsed, len(m.docs[src]))
+		invalid := maps.Clone(m.rowErrs[src])
+		if invalid == nil {
+			invalid = map[string]string{}
+		}
+		valid := make([]*schedule.Entry, 0, len(m.docs[src]))
+		for name, doc := range m.docs[src] {
+			p, ok := cache[name]
+			if !ok || p.doc != string(doc) || p.defaults != defaults {
+				p = parsed{doc: string(doc), defaults: defaults}
+				p.entry, p.err = m.file.ParseEntry(name, doc)
+				if p.err == nil && m.c.Validate != nil {
+					if p.err = m.c.Validate(p.entry); p.err != nil {
+						p.entry = nil
+					}
+				}
+				if p.entry != nil {
+					p.entry.Source = src
+				}
+			}
+			next[name] = p
+			if p.err != nil {
+				invalid[name] = p.err.Error()
+				continue
+			}
+			valid = append(valid, p.entry)
+		}
+		sort.Slice(valid, func(i, j int) bool { return valid[i].Name < valid[j].Name })
+		lists = append(lists, valid)
+		m.parsed[src] = next
+		for name, msg := range invalid {
+			if old, was := m.invalid[src][name]; !was || old != msg {
+				m.c.Logger.Error("invalid entry left out; the source's other entries are used",
+					"source", src, "entry", name, "err", msg)
+			}
+		}
+		m.invalid[src] = invalid
+		m.invalidG.WithLabelValues(src).Set(float64(len(invalid)))
+	}
+	// Merge the sorted lists: the first source (in priority) with a name
+	// wins it; more than one is a conflict.
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	entries := make([]*schedule.Entry, 0, total)
+	perSource := map[string]int{}
+	conflicts := map[string]Conflict{}
+	heads := make([]int, len(lists))
+	for {
+		name, found := "", false
+		for i, l := range lists {
+			if heads[i] < len(l) && (!found || l[heads[i]].Name < name) {
+				name, found = l[heads[i]].Name, true
+			}
+		}
+		if !found {
+			break
+		}
+		var winner *schedule.Entry
+		var srcs []string
+		for i, l := range lists {
+			if heads[i] < len(l) && l[heads[i]].Name == name {
+				if winner == nil {
+					winner = l[heads[i]]
+				}
+				srcs = append(srcs, m.c.Priority[i])
+				heads[i]++
+			}
+		}
+		entries = append(entries, winner)
+		perSource[winner.Source]++
+		if len(srcs) > 1 {
+			conflicts[name] = Conflict{Name: name, Winner: srcs[0], Sources: srcs}
+		}
+	}
+	merged := m.file.WithEntries(entries)
+	if m.c.Apply != nil {
+		if err := m.c.Apply(merged); err != nil {
+			return err
+		}
+	}
+	m.logChanges(merged)
+	m.current = merged
+	m.applied = true
+	for name, c := range conflicts {
+		if old, ok := m.conflict[name]; !ok || !slices.Equal(old.Sources, c.Sources) {
+			m.c.Logger.Warn("entry name claimed by more than one source; the first in --sources-priority wins",
+				"entry", name, "winner", c.Winner, "sources", c.Sources)
+		}
+	}
+	for name := range m.conflict {
+		if _, still := conflicts[name]; !still {
+			m.c.Logger.Info("entry name conflict resolved", "entry", name)
+		}
+	}
+	m.conflict = conflicts
+	m.conflictG.Set(float64(len(conflicts)))
+	for _, src := range m.c.Priority {
+		m.entriesG.WithLabelValues(src).Set(float64(perSource[src]))
+	}
+	return nil
+}
+
+// logChanges logs each entry added, changed or removed by a merge, with
+// its source. A first merge logs only counts.
+func (m *Merger) logChanges(next *schedule.Config) {
+	if !m.applied {
+		return
+	}
+	prev := m.current
+	const most = 100 // a large source change is summarised
+	n := 0
+	log := func(msg string, e *schedule.Entry) {
+		n++
+		if n <= most {
+			m.c.Logger.Info(msg, "entry", e.Name, "source", e.Source, "task", e.Task, "schedule", fmt.Sprint(e.Schedule))
+		}
+	}
+	// Both are sorted by name: walk them together.
+	a, b := prev.Entries, next.Entries
+	for len(a) > 0 || len(b) > 0 {
+		switch {
+		case len(b) == 0 || len(a) > 0 && a[0].Name < b[0].Name:
+			log("entry removed", a[0])
+			a = a[1:]
+		case len(a) == 0 || b[0].Name < a[0].Name:
+			log("entry added", b[0])
+			b = b[1:]
+		default:
+			if a[0].Fingerprint != b[0].Fingerprint || a[0].Source != b[0].Source {
+				log("entry changed", b[0])
+			}
+			a, b = a[1:], b[1:]
+		}
+	}
+	if n > most {
+		m.c.Logger.Info("entries changed", "count", n, "logged", most)
+	}
+}
