@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -212,6 +213,15 @@ func firstLine(out, prefix string) string {
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, prefix) {
 			return l
+		}
+		// beatd run reports a failed start as a log line in its format:
+		// {"msg":"beatd failed to start","errors":[...]}.
+		var rec struct {
+			Msg    string   `json:"msg"`
+			Errors []string `json:"errors"`
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Msg == "beatd failed to start" {
+			return "beatd: " + strings.Join(rec.Errors, "; ")
 		}
 	}
 	return ""
