@@ -23,6 +23,9 @@ type etcdFlags struct {
 	Key          string
 	Username     string
 	PasswordFile string
+	// autoSync refreshes the endpoints from the member list (embedded
+	// cluster mode, where members come and go with the replicas).
+	autoSync time.Duration
 }
 
 func (f *etcdFlags) register(fs *flag.FlagSet) {
@@ -65,6 +68,7 @@ func (f *etcdFlags) client() (*clientv3.Client, error) {
 	}
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	cfg.AutoSyncInterval = f.autoSync
 	if f.CACert != "" || f.Cert != "" || f.Key != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if f.CACert != "" {

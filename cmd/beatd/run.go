@@ -76,6 +76,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type Main struct {
 	ConfigPath     string
 	Etcd           etcdFlags
+	Cluster        clusterFlags
 	DataDir        string
 	EtcdClientPort int
 	EtcdPeerPort   int
@@ -132,6 +133,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := newFlagSet("run", m.stderr)
 	fs.StringVar(&m.ConfigPath, "config", m.ConfigPath, "schedule file; reloaded on SIGHUP and on change")
 	m.Etcd.register(fs)
+	m.Cluster.register(fs)
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
@@ -149,6 +151,10 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (else BEATD_ADMIN_TOKEN); without one the admin endpoints are disabled")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if err := m.checkClusterFlags(); err != nil {
+		fmt.Fprintf(m.stderr, "beatd run: %v\n", err)
+		return errors.New("usage")
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(m.stderr, "beatd run: unexpected argument %q\n", fs.Arg(0))
@@ -186,15 +192,13 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	var etcdc chan started
 	if len(m.Etcd.endpoints()) == 0 {
-		m.log.Warn("no --etcd-endpoints: starting an embedded single-node etcd; this mode has NO high availability",
-			"data_dir", m.DataDir, "client_port", m.EtcdClientPort)
+		m.logEmbedded()
 		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
 		etcdc = make(chan started, 1)
 		go func() {
-			srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"),
-				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd"})
+			srv, err := embedetcd.Start(m.embedConfig())
 			etcdc <- started{srv, err}
 		}()
 	}
@@ -314,7 +318,9 @@ func (m *Main) lead(ctx context.Context) {
 		// first persists what it published, while still leader.
 		schedCtx, cancel := context.WithCancel(l.Context())
 		stop := context.AfterFunc(ctx, cancel)
+		stopAvoid := m.avoidRaftLeader(schedCtx)
 		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
+		stopAvoid()
 		stop()
 		cancel()
 		m.token.Store(0)

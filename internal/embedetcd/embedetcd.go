@@ -1,9 +1,11 @@
-// Package embedetcd runs a single-node etcd inside the beatd process, for
-// setups without an etcd cluster and for fast tests. It has no HA.
+// Package embedetcd runs an etcd member inside the beatd process: a
+// single node on loopback (no HA; for one machine and fast tests), or one
+// member of a cluster that the beatd replicas form among themselves.
 package embedetcd
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -22,6 +24,24 @@ type Config struct {
 	ClientPort int
 	PeerPort   int
 	Name       string
+
+	// Cluster mode: with InitialCluster set ("name=peerURL,..." in etcd's
+	// syntax), the member is one of several that form a cluster, and the
+	// ports above are ignored (cluster.go).
+	InitialCluster     string
+	ClusterToken       string // initial-cluster-token; default DefaultClusterToken
+	AdvertisePeerURL   string // default: this member's URL in InitialCluster
+	AdvertiseClientURL string // required in cluster mode
+	ListenPeerURL      string // default: the advertised scheme and port on 0.0.0.0
+	ListenClientURL    string // default: the advertised scheme and port on 0.0.0.0
+	PeerCertFile       string
+	PeerKeyFile        string
+	PeerTrustedCAFile  string
+	PeerClientCertAuth bool
+	PeerAutoTLS        bool
+	HeartbeatMs        uint // raft heartbeat interval; default etcd's 100
+	ElectionMs         uint // raft election timeout; default etcd's 1000
+	ClusterLog         *slog.Logger
 }
 
 // Server is a running embedded etcd.
@@ -47,6 +67,9 @@ func Start(cfg Config) (*Server, error) {
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.ListenMetricsUrls = nil
+	if err := applyCluster(ec, &cfg); err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
@@ -63,6 +86,9 @@ func Start(cfg Config) (*Server, error) {
 	eps := make([]string, 0, len(e.Clients))
 	for _, l := range e.Clients {
 		eps = append(eps, "http://"+l.Addr().String())
+	}
+	if cfg.clustered() {
+		eps = memberClientURLs(e)
 	}
 	return &Server{etcd: e, Endpoints: eps}, nil
 }
