@@ -418,6 +418,9 @@ func (s *Server) IsRaftLeader() bool {
 // simply runs out. The transfer itself is cheap: the leader hands over to
 // an up-to-date follower without an election.
 func (s *Server) AvoidRaftLeadership(ctx context.Context, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	srv := s.etcd.Server
 	if len(srv.Cluster().Members()) < 2 {
 		return

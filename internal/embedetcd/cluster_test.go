@@ -1,0 +1,191 @@
+package embedetcd
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestClusterBootstrapMoveLeaderRejoin runs three in-process members with
+// peer auto TLS: they bootstrap together; the raft leader hands leadership
+// away on request; a member whose data dir is wiped rejoins by itself
+// under a new member id, and the cluster has three started members again.
+func TestClusterBootstrapMoveLeaderRejoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three etcd members")
+	}
+	const n = 3
+	cfgs := make([]Config, n)
+	var ic []string
+	for i := range cfgs {
+		name := "m" + strconv.Itoa(i)
+		peer := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+		cfgs[i] = Config{Dir: t.TempDir(), Name: name, AdvertisePeerURL: peer, PeerAutoTLS: true,
+			AdvertiseClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+		ic = append(ic, name+"="+peer)
+	}
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(ic, ",")
+		cfgs[i].ListenPeerURL = cfgs[i].AdvertisePeerURL
+		cfgs[i].ListenClientURL = cfgs[i].AdvertiseClientURL
+	}
+	srvs := make([]*Server, n)
+	startAll := func(idx ...int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for _, i := range idx {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srvs[i], errs[i] = Start(cfgs[i])
+			}()
+		}
+		wg.Wait()
+		for _, i := range idx {
+			if errs[i] != nil {
+				t.Fatalf("member %d: %v", i, errs[i])
+			}
+		}
+	}
+	startAll(0, 1, 2)
+	t.Cleanup(func() {
+		for _, s := range srvs {
+			if s != nil {
+				s.Close()
+			}
+		}
+	})
+	if got := srvs[0].Endpoints; len(got) != n {
+		t.Fatalf("client endpoints %v, want every member's", got)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srvs[0].Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The raft leader gives leadership away while asked to.
+	lead := -1
+	for i, s := range srvs {
+		if s.IsRaftLeader() {
+			lead = i
+		}
+	}
+	if lead < 0 {
+		t.Fatal("no raft leader")
+	}
+	actx, acancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); srvs[lead].AvoidRaftLeadership(actx, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for srvs[lead].IsRaftLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("raft leadership did not move")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	acancel()
+	<-done
+
+	// Wipe a member that is not the raft leader and restart it.
+	victim := (lead + 1) % n
+	for srvs[victim].IsRaftLeader() {
+		victim = (victim + 1) % n
+	}
+	before, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID := srvs[victim].etcd.Server.MemberID()
+	srvs[victim].Close()
+	srvs[victim] = nil
+	if err := os.RemoveAll(cfgs[victim].Dir); err != nil {
+		t.Fatal(err)
+	}
+	startAll(victim)
+	newID := srvs[victim].etcd.Server.MemberID()
+	if newID == oldID {
+		t.Fatalf("the wiped member kept its id %s", oldID)
+	}
+	var after *clientv3.MemberListResponse
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		after, err = cli.MemberList(ctx)
+		started := 0
+		if err == nil {
+			for _, m := range after.Members {
+				if len(m.ClientURLs) > 0 {
+					started++
+				}
+			}
+		}
+		if started == n && len(after.Members) == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not back to %d started members: %v %v", n, after, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	vcli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfgs[victim].AdvertiseClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vcli.Close()
+	resp, err := vcli.Get(ctx, "k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("the rejoined member does not serve the data: %v %v", resp, err)
+	}
+	t.Logf("members before %d, after %d; %s replaced by %s", len(before.Members), len(after.Members), oldID, newID)
+}
+
+func TestApplyClusterErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no client URL", Config{Name: "a", InitialCluster: "a=http://h:2380"}, "advertise client URL"},
+		{"not a member", Config{Name: "z", InitialCluster: "a=http://h:2380", AdvertiseClientURL: "http://h:2379"}, "not in the initial cluster"},
+		{"mismatch", Config{Name: "a", InitialCluster: "a=http://h:2380", AdvertisePeerURL: "http://x:2380", AdvertiseClientURL: "http://h:2379"}, "advertise peer URL is"},
+		{"https without TLS", Config{Name: "a", InitialCluster: "a=https://h:2380", AdvertiseClientURL: "http://h:2379"}, "needs peer certificate"},
+		{"TLS on http", Config{Name: "a", InitialCluster: "a=http://h:2380", AdvertiseClientURL: "http://h:2379", PeerAutoTLS: true}, "must be https"},
+		{"bad URL", Config{Name: "a", InitialCluster: "a=http://h:2380", AdvertiseClientURL: "h:2379"}, "not an http(s)://host:port URL"},
+		{"bad list", Config{Name: "a", InitialCluster: "a", AdvertiseClientURL: "http://h:2379"}, "initial cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Dir = t.TempDir()
+			_, err := Start(cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
