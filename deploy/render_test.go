@@ -56,9 +56,9 @@ type rendered struct {
 // far as the manifests use them (not in k8s.io/api): strict decoding still
 // catches a misspelt field.
 type serviceMonitor struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Metadata   metav1ObjectMeta  `json:"metadata"`
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Metadata   metav1ObjectMeta   `json:"metadata"`
 	Spec       serviceMonitorSpec `json:"spec"`
 }
 
