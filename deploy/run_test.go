@@ -1,0 +1,253 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/schedule"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// runSchedule replaces the manifest's example schedule: 1-second entries
+// that catch up every missed slot, so the audit can demand every slot.
+const runSchedule = `defaults:
+  options: {queue: deploytest}
+  catchup: all
+  catchup_window: 10m
+entries:
+  a: {task: t.a, every: 1s}
+  b: {task: t.b, every: 1s, args: [1]}
+`
+
+// embeddedCluster is the embedded StatefulSet's three pods on loopback.
+type embeddedCluster struct {
+	t      *testing.T
+	r      *rendered
+	pods   []*pod
+	cli    *clientv3.Client
+	prefix string
+	ttl    time.Duration
+}
+
+func startEmbedded(t *testing.T, broker string) *embeddedCluster {
+	t.Helper()
+	r := render(t, "embedded")
+	c := container(t, r)
+	var cports []int32
+	for _, p := range c.Ports {
+		cports = append(cports, p.ContainerPort)
+	}
+	n := int(*r.sts.Spec.Replicas)
+	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n, cports)
+	base := t.TempDir()
+	ec := &embeddedCluster{t: t, r: r}
+	for i := 0; i < n; i++ {
+		ec.pods = append(ec.pods, buildPod(t, r, pn, i, podOptions{schedule: runSchedule, broker: broker, base: base}))
+	}
+	ttl, err := time.ParseDuration(ec.pods[0].envValue("BEATD_LEASE_TTL"))
+	if err != nil {
+		t.Fatalf("BEATD_LEASE_TTL: %v", err)
+	}
+	ec.ttl, ec.prefix = ttl, ec.pods[0].envValue("BEATD_PREFIX")
+	t.Cleanup(func() {
+		for _, p := range ec.pods {
+			p.kill()
+		}
+		if t.Failed() {
+			for _, p := range ec.pods {
+				b, _ := os.ReadFile(p.log)
+				lines := strings.Split(string(b), "\n")
+				if len(lines) > 30 {
+					lines = lines[len(lines)-30:]
+				}
+				t.Logf("--- %s log tail ---\n%s", p.name, strings.Join(lines, "\n"))
+			}
+		}
+	})
+	for _, p := range ec.pods {
+		p.start(t)
+	}
+	ec.cli = etcdClient(t, ec.pods)
+	return ec
+}
+
+// leader waits for a leader other than not, with a token above minToken,
+// and returns its pod.
+func (ec *embeddedCluster) leader(not string, minToken int64, timeout time.Duration) (*pod, election.Leader) {
+	ec.t.Helper()
+	var l election.Leader
+	waitFor(ec.t, timeout, "a beatd leader other than "+not, func() bool {
+		var err error
+		l, err = observe(ec.cli, ec.prefix)
+		return err == nil && l.ID != not && l.Token > minToken
+	})
+	for _, p := range ec.pods {
+		if p.name == l.ID {
+			return p, l
+		}
+	}
+	ec.t.Fatalf("leader %q is no pod", l.ID)
+	return nil, l
+}
+
+// healthyMembers waits until the cluster has n started members that all
+// answer a status request, and returns their ids.
+func (ec *embeddedCluster) healthyMembers(n int, timeout time.Duration) map[string]uint64 {
+	ec.t.Helper()
+	ids := map[string]uint64{}
+	waitFor(ec.t, timeout, fmt.Sprintf("%d healthy etcd members", n), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		ml, err := ec.cli.MemberList(ctx)
+		if err != nil || len(ml.Members) != n {
+			return false
+		}
+		clear(ids)
+		for _, m := range ml.Members {
+			if len(m.ClientURLs) == 0 {
+				return false
+			}
+			if _, err := ec.cli.Status(ctx, m.ClientURLs[0]); err != nil {
+				return false
+			}
+			ids[m.Name] = m.ID
+		}
+		return true
+	})
+	return ids
+}
+
+// TestEmbeddedStatefulSetAsProcesses runs the embedded StatefulSet's
+// container exactly as the manifest describes it (pod names substituted,
+// DNS names mapped to loopback ports) as three processes, and breaks it:
+// a kill -9 of the leader, two of three replicas down, a wiped volume.
+// Every slot must reach Redis exactly once.
+func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three beatd processes")
+	}
+	rs := testutil.MustStartRedis(t)
+	rdb := rs.Client()
+	ec := startEmbedded(t, rs.URL(0))
+	count := func() int {
+		n, err := rdb.LLen(context.Background(), "deploytest").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(n)
+	}
+
+	// Bootstrap: three members, one leader, publishing.
+	lead, l1 := ec.leader("", 0, 60*time.Second)
+	start := time.Now()
+	ids := ec.healthyMembers(3, 30*time.Second)
+	waitFor(t, 10*time.Second, "publishing", func() bool { return count() >= 4 })
+	// The probes' paths answer on each pod's HTTP port.
+	for _, p := range ec.pods {
+		for _, probe := range []string{"/healthz", "/readyz"} {
+			resp, err := http.Get("http://" + p.httpAddr + probe)
+			if err != nil {
+				t.Fatalf("%s %s: %v", p.name, probe, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s %s: %d", p.name, probe, resp.StatusCode)
+			}
+		}
+	}
+	t.Logf("bootstrapped: members %v, leader %s (token %d)", ids, l1.ID, l1.Token)
+
+	// kill -9 of the leader: a new leader within TTL + 2 s.
+	killed := time.Now()
+	lead.kill()
+	lead2, l2 := ec.leader(lead.name, 0, ec.ttl+10*time.Second)
+	failover := time.Since(killed)
+	if failover > ec.ttl+2*time.Second {
+		t.Errorf("kill -9 failover took %s, want within the TTL %s + 2s", failover, ec.ttl)
+	}
+	if l2.Token <= l1.Token {
+		t.Errorf("token %d not above %d", l2.Token, l1.Token)
+	}
+	t.Logf("kill -9 of %s: %s led after %s", lead.name, lead2.name, failover.Round(time.Millisecond))
+	lead.start(t) // it rejoins with its data
+	ec.healthyMembers(3, 30*time.Second)
+
+	// Two of three down: no quorum, nobody publishes. The leader stays up
+	// and must stop by itself within its TTL.
+	var down []*pod
+	for _, p := range ec.pods {
+		if p != lead2 {
+			down = append(down, p)
+		}
+	}
+	killedTwo := time.Now()
+	for _, p := range down {
+		p.kill()
+	}
+	time.Sleep(ec.ttl + time.Second)
+	before := count()
+	time.Sleep(3 * time.Second)
+	if after := count(); after != before {
+		t.Errorf("%d publishes without an etcd quorum", after-before)
+	}
+	restored := time.Now()
+	for _, p := range down {
+		p.start(t)
+	}
+	// The leader stepped down without quorum, so a new term follows.
+	_, l3 := ec.leader("", l2.Token, 60*time.Second)
+	t.Logf("quorum lost for %s; %s led (token %d) %s after the restore", restored.Sub(killedTwo).Round(time.Millisecond),
+		l3.ID, l3.Token, time.Since(restored).Round(time.Millisecond))
+	ec.healthyMembers(3, 30*time.Second)
+
+	// A lost volume: a replica comes back with an empty data dir, rejoins
+	// under a new member id, and the cluster has three healthy members.
+	var victim *pod
+	for _, p := range ec.pods {
+		if p.name != l3.ID {
+			victim = p
+		}
+	}
+	victim.kill()
+	if err := os.RemoveAll(victim.dataDir(ec.r)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(victim.dataDir(ec.r), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim.start(t)
+	after := ec.healthyMembers(3, 60*time.Second)
+	if after[victim.name] == ids[victim.name] || after[victim.name] == 0 {
+		t.Errorf("%s: member id %x before the wipe, %x after: want a new member", victim.name, ids[victim.name], after[victim.name])
+	}
+
+	// Every slot exactly once, across all of it.
+	time.Sleep(3 * time.Second)
+	end := time.Now()
+	for _, p := range ec.pods {
+		if !p.term(30 * time.Second) {
+			t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
+		}
+	}
+	msgs, err := chaos.ReadQueue(context.Background(), rdb, "deploytest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := schedule.Parse("schedules.yaml", []byte(runSchedule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := chaos.Audit(cfg, msgs, start.Add(time.Second), end.Add(-2*time.Second))
+	if len(rep.Duplicates) > 0 || len(rep.Missed) > 0 || rep.ExpectedSlots == 0 {
+		t.Errorf("audit: %d duplicates %v, %d missed %v, %d slots", len(rep.Duplicates), rep.Duplicates, len(rep.Missed), rep.Missed, rep.ExpectedSlots)
+	}
+	t.Logf("%d messages, %d slots audited: 0 duplicates, 0 missed", len(msgs), rep.ExpectedSlots)
+}
