@@ -60,6 +60,8 @@ type LocalConfig struct {
 	MinEach int
 	Dir     string    // work directory; a temporary one when empty
 	Log     io.Writer // progress
+	// Topology is TopologyExternal (the default) or TopologyEmbedded.
+	Topology string
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -99,6 +101,8 @@ type drill struct {
 	rng      *rand.Rand
 	logf     func(format string, args ...any)
 	prefix   string
+	fabric   *Fabric  // embedded topology: the etcd ports' network
+	members  []member // embedded topology: replica i's member
 }
 
 // RunLocal builds a cluster on loopback (a 3-member etcd, redis-server with
@@ -122,6 +126,12 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.Topology == "" {
+		cfg.Topology = TopologyExternal
+	}
+	if cfg.Topology != TopologyExternal && cfg.Topology != TopologyEmbedded {
+		return nil, fmt.Errorf("chaos: unknown topology %q (external or embedded)", cfg.Topology)
 	}
 	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: "/beatd/drill/"}
 	d.logf = func(format string, args ...any) {
@@ -152,6 +162,9 @@ func contains(list []string, s string) bool {
 }
 
 func (d *drill) setup() error {
+	if d.embedded() {
+		return d.setupEmbedded()
+	}
 	var err error
 	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
 		return err
@@ -214,6 +227,9 @@ func (d *drill) shutdown() {
 	}
 	if d.etcd != nil {
 		d.etcd.Stop()
+	}
+	if d.fabric != nil {
+		d.fabric.Close()
 	}
 }
 
@@ -331,6 +347,12 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 	}
 	ttl := d.cfg.LeaseTTL
 	f := Fault{Kind: kind, At: time.Now(), Target: lead.ID, Token: token}
+	if d.embedded() {
+		if handled, err := d.injectEmbedded(ctx, &f, lead); handled {
+			d.logf("fault %-13s target %-16s token %d held %s", kind, f.Target, token, f.Held.Round(time.Millisecond))
+			return f, err
+		}
+	}
 	switch kind {
 	case FaultKill:
 		lead.Kill()

@@ -36,6 +36,7 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
+	topology := fs.String("topology", chaos.TopologyExternal, "external: the replicas share a separate 3-member etcd; embedded: each replica hosts one member of their own etcd cluster")
 	if err := parseFlags(fs, args); err != nil {
 		return exitCode(err)
 	}
@@ -44,9 +45,9 @@ func drillLocal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "beatd drill:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s of faults: %s\n", *seed, *replicas, *duration, *faults)
+	fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s topology, %s of faults: %s\n", *seed, *replicas, *topology, *duration, *faults)
 	rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout})
+		Faults: strings.Split(*faults, ","), LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Topology: *topology})
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd drill:", err)
 		return 1
