@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -63,14 +64,22 @@ func newPodNet(t *testing.T, sts, svc string, n int, containerPorts []int32) *po
 	return pn
 }
 
+// freePort returns a free loopback port below Linux's ephemeral range
+// (32768 and up): the pods bind their ports again after every restart, and
+// a port from the ephemeral range can meanwhile be taken by some outbound
+// connection.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-32000")
+	return 0
 }
 
 // rewrite maps DNS names and listen addresses in s for pod i.
@@ -221,11 +230,7 @@ func buildPod(t *testing.T, r *rendered, pn *podNet, i int, opt podOptions) *pod
 	}
 	if ic := vars["BEATD_ETCD_INITIAL_CLUSTER"]; ic != "" {
 		// In a pod the member binds 0.0.0.0; here only its own loopback port.
-		for _, m := range strings.Split(ic, ",") {
-			if name, u, _ := strings.Cut(m, "="); name == p.name {
-				vars["BEATD_ETCD_LISTEN_PEER_URL"] = u
-			}
-		}
+		vars["BEATD_ETCD_LISTEN_PEER_URL"] = vars["BEATD_ETCD_ADVERTISE_PEER_URL"]
 		vars["BEATD_ETCD_LISTEN_CLIENT_URL"] = vars["BEATD_ETCD_ADVERTISE_CLIENT_URL"]
 		names = append(names, "BEATD_ETCD_LISTEN_PEER_URL", "BEATD_ETCD_LISTEN_CLIENT_URL")
 	}

@@ -542,6 +542,13 @@ func checkEmbedded(t *testing.T, r *rendered, c *corev1.Container, headless *cor
 	if want := fmt.Sprintf("http://$(BEATD_ID).%s:%d", headless.Name, ports["etcd-client"]); adv != want {
 		t.Errorf("advertise client URL %q, want %q", adv, want)
 	}
+	advPeer, _ := envValue(c, "BEATD_ETCD_ADVERTISE_PEER_URL")
+	if want := fmt.Sprintf("%s://$(BEATD_ID).%s:%d", scheme, headless.Name, ports["etcd-peer"]); advPeer != want {
+		t.Errorf("advertise peer URL %q, want %q (pods beyond the bootstrap list join at it)", advPeer, want)
+	}
+	if pr := r.sts.Spec.PersistentVolumeClaimRetentionPolicy; pr == nil || pr.WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("PVC retention on scale-down %+v: want Delete, so a re-added member starts empty", pr)
+	}
 	// $(BEATD_ID) expands only if BEATD_ID comes first, from the pod name.
 	for _, e := range c.Env {
 		if e.Name == "BEATD_ID" {

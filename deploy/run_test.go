@@ -2,10 +2,13 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +38,8 @@ type embeddedCluster struct {
 	cli    *clientv3.Client
 	prefix string
 	ttl    time.Duration
+	pn     *podNet
+	opt    podOptions
 }
 
 func startEmbedded(t *testing.T, broker string) *embeddedCluster {
@@ -46,11 +51,11 @@ func startEmbedded(t *testing.T, broker string) *embeddedCluster {
 		cports = append(cports, p.ContainerPort)
 	}
 	n := int(*r.sts.Spec.Replicas)
-	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n, cports)
-	base := t.TempDir()
-	ec := &embeddedCluster{t: t, r: r}
+	// Ports for one more pod than the StatefulSet has: the test scales up.
+	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n+1, cports)
+	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: podOptions{schedule: runSchedule, broker: broker, base: t.TempDir()}}
 	for i := 0; i < n; i++ {
-		ec.pods = append(ec.pods, buildPod(t, r, pn, i, podOptions{schedule: runSchedule, broker: broker, base: base}))
+		ec.pods = append(ec.pods, buildPod(t, r, pn, i, ec.opt))
 	}
 	ttl, err := time.ParseDuration(ec.pods[0].envValue("BEATD_LEASE_TTL"))
 	if err != nil {
@@ -229,14 +234,52 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 		t.Errorf("%s: member id %x before the wipe, %x after: want a new member", victim.name, ids[victim.name], after[victim.name])
 	}
 
-	// Every slot exactly once, across all of it.
-	time.Sleep(3 * time.Second)
-	end := time.Now()
-	for _, p := range ec.pods {
-		if !p.term(30 * time.Second) {
-			t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
+	// Scale 3 -> 4 -> 3: the new pod is not in the bootstrap list and joins
+	// by itself; after the scale-down its member is removed with
+	// `beatd members remove`, as deploy/README.md says.
+	extra := buildPod(t, ec.r, ec.pn, len(ec.pods), ec.opt)
+	ec.pods = append(ec.pods, extra)
+	extra.start(t)
+	ec.healthyMembers(4, 60*time.Second)
+	members := func(args ...string) string {
+		out, err := exec.Command(beatdBin(), append(append([]string{"members"}, args...),
+			"--etcd-endpoints", ec.pods[0].envValue("BEATD_ETCD_ADVERTISE_CLIENT_URL"))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("beatd members %v: %v\n%s", args, err, out)
 		}
+		return string(out)
 	}
+	var listed []struct {
+		Name    string `json:"name"`
+		Healthy bool   `json:"healthy"`
+	}
+	if err := json.Unmarshal([]byte(members("list", "--json")), &listed); err != nil || len(listed) != 4 {
+		t.Fatalf("beatd members list: %v %v", listed, err)
+	}
+	if !extra.term(30 * time.Second) {
+		t.Errorf("%s did not exit within 30s of SIGTERM", extra.name)
+	}
+	members("remove", extra.name)
+	ec.pods = ec.pods[:len(ec.pods)-1]
+	ec.healthyMembers(3, 30*time.Second)
+	t.Logf("scaled to 4 members and back to 3:\n%s", members("list"))
+
+	// Every slot exactly once, across all of it.
+	time.Sleep(2 * time.Second)
+	end := time.Now()
+	// All at once, as `kubectl delete` does: each member's stop waits up
+	// to etcd's request timeout for the other replicas' watch streams.
+	var wg sync.WaitGroup
+	for _, p := range ec.pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !p.term(30 * time.Second) {
+				t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
+			}
+		}()
+	}
+	wg.Wait()
 	msgs, err := chaos.ReadQueue(context.Background(), rdb, "deploytest")
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ type clusterFlags struct {
 	PeerAutoTLS        bool
 	HeartbeatMs        uint
 	ElectionMs         uint
+	MoveRaftLeader     bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -45,6 +46,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PeerAutoTLS, "etcd-peer-auto-tls", false, "embedded cluster mode: encrypt peer traffic with self-signed certificates (no peer authentication)")
 	fs.UintVar(&c.HeartbeatMs, "etcd-heartbeat-interval", 100, "embedded etcd: raft heartbeat interval in milliseconds")
 	fs.UintVar(&c.ElectionMs, "etcd-election-timeout", 1000, "embedded etcd: raft election timeout in milliseconds")
+	fs.BoolVar(&c.MoveRaftLeader, "etcd-move-raft-leader", true, "embedded cluster mode: the beatd leader moves raft leadership off its own member, so a kill -9 of it fails over within the lease TTL")
 }
 
 // embedConfig is the embedded etcd's configuration: a loopback single node,
@@ -82,7 +84,7 @@ func (m *Main) logEmbedded() {
 // during a term (see embedetcd.Server.AvoidRaftLeadership). The returned
 // func stops it and waits.
 func (m *Main) avoidRaftLeader(ctx context.Context) (stop func()) {
-	if m.embedded == nil || m.Cluster.InitialCluster == "" {
+	if m.embedded == nil || m.Cluster.InitialCluster == "" || !m.Cluster.MoveRaftLeader {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)

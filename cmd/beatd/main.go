@@ -38,6 +38,7 @@ func commands() []command {
 		{"pause", "pause an entry (survives failover)", runAdmin(store.OpPause)},
 		{"resume", "resume a paused entry", runAdmin(store.OpResume)},
 		{"drill", "failover drills with an exactly-once audit (local, audit)", runDrill},
+		{"members", "list, add or remove etcd members (embedded cluster mode)", runMembers},
 		{"version", "print the version", runVersion},
 	}
 }

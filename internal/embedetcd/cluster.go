@@ -268,7 +268,7 @@ func (j *joiner) decide() (string, string, error) {
 	defer cli.Close()
 	if mine != nil {
 		j.log.Warn("etcd member has lost its data: removing its old member id and rejoining", "member", j.cfg.Name, "old_id", mine.ID.String())
-		if err := retry(ctx, func(ctx context.Context) error {
+		if err := retry(ctx, j.log, "remove", func(ctx context.Context) error {
 			_, err := cli.MemberRemove(ctx, uint64(mine.ID))
 			if err != nil && strings.Contains(err.Error(), "member not found") {
 				return nil
@@ -281,7 +281,7 @@ func (j *joiner) decide() (string, string, error) {
 		j.log.Info("etcd member is not in the cluster: adding it", "member", j.cfg.Name, "peer_url", j.self.String())
 	}
 	var resp *clientv3.MemberAddResponse
-	if err := retry(ctx, func(ctx context.Context) error {
+	if err := retry(ctx, j.log, "add", func(ctx context.Context) error {
 		var err error
 		resp, err = cli.MemberAdd(ctx, []string{j.self.String()})
 		return err
@@ -327,14 +327,16 @@ func initialFrom(members []*membership.Member, self types.ID, name string) strin
 
 // retry calls f until it succeeds or ctx ends: membership changes need a
 // quorum, which may be a moment away.
-func retry(ctx context.Context, f func(context.Context) error) error {
+func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
 	for {
+		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(cctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
+		log.Warn("etcd membership change failed; retrying", "op", what, "err", err, "took", time.Since(start).String())
 		select {
 		case <-ctx.Done():
 			return err
