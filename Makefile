@@ -1,7 +1,8 @@
 GO ?= go
 BIN ?= bin/beatd
+IMAGE ?= beatd:latest
 
-.PHONY: build test bench fuzz vectors demo
+.PHONY: build test bench fuzz vectors demo image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -27,3 +28,7 @@ vectors:
 # about 30 seconds (installs redis-server and python3-celery if missing).
 demo:
 	deploy/demo/demo.sh
+
+# The FROM scratch image, built offline (podman; BUILDER=docker for docker).
+image:
+	deploy/image.sh $(IMAGE)

@@ -135,6 +135,7 @@ type podOptions struct {
 	broker        string
 	mountsInPlace bool // a container bind-mounts the pod's directories
 	base          string
+	extraEnv      []string // NAME=value, after the manifest's
 }
 
 // buildPod turns the rendered StatefulSet's container into pod i.
@@ -252,6 +253,7 @@ func buildPod(t *testing.T, r *rendered, pn *podNet, i int, opt podOptions) *pod
 	for _, n := range names {
 		p.env = append(p.env, n+"="+vars[n])
 	}
+	p.env = append(p.env, opt.extraEnv...)
 	return p
 }
 

@@ -42,7 +42,7 @@ type embeddedCluster struct {
 	opt    podOptions
 }
 
-func startEmbedded(t *testing.T, broker string) *embeddedCluster {
+func startEmbedded(t *testing.T, broker string, extraEnv ...string) *embeddedCluster {
 	t.Helper()
 	r := render(t, "embedded")
 	c := container(t, r)
@@ -53,7 +53,7 @@ func startEmbedded(t *testing.T, broker string) *embeddedCluster {
 	n := int(*r.sts.Spec.Replicas)
 	// Ports for one more pod than the StatefulSet has: the test scales up.
 	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n+1, cports)
-	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: podOptions{schedule: runSchedule, broker: broker, base: t.TempDir()}}
+	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: podOptions{schedule: runSchedule, broker: broker, base: t.TempDir(), extraEnv: extraEnv}}
 	for i := 0; i < n; i++ {
 		ec.pods = append(ec.pods, buildPod(t, r, pn, i, ec.opt))
 	}
