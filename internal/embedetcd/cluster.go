@@ -432,12 +432,25 @@ func (s *Server) AvoidRaftLeadership(ctx context.Context, log *slog.Logger) {
 	for {
 		if s.IsRaftLeader() {
 			start := time.Now()
-			// Bounded by etcd's request timeout; ctx ending mid-transfer
-			// only means the transfer finishes on its own.
-			if err := srv.TryTransferLeadershipOnShutdown(); err != nil {
-				log.Warn("could not move raft leadership away from the beatd leader", "err", err)
-			} else if !s.IsRaftLeader() {
-				log.Info("moved raft leadership away from the beatd leader", "to", srv.Leader().String(), "took", time.Since(start).String())
+			// etcd picks the longest-connected peer. The transfer is
+			// bounded by etcd's request timeout but takes no context, so it
+			// runs apart: a term that ends mid-transfer does not wait for
+			// it (Close does).
+			done := make(chan error, 1)
+			s.transfers.Add(1)
+			go func() {
+				defer s.transfers.Done()
+				done <- srv.TryTransferLeadershipOnShutdown()
+			}()
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-done:
+				if err != nil {
+					log.Warn("could not move raft leadership away from the beatd leader", "err", err)
+				} else if !s.IsRaftLeader() {
+					log.Info("moved raft leadership away from the beatd leader", "to", srv.Leader().String(), "took", time.Since(start).String())
+				}
 			}
 		}
 		select {

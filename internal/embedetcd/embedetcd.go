@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -48,6 +49,7 @@ type Config struct {
 type Server struct {
 	etcd      *embed.Etcd
 	Endpoints []string
+	transfers sync.WaitGroup // raft leadership transfers in flight (cluster.go)
 }
 
 // Start launches the member and waits until it serves.
@@ -94,7 +96,10 @@ func Start(cfg Config) (*Server, error) {
 }
 
 // Close stops the member; its data stays in Dir.
-func (s *Server) Close() { s.etcd.Close() }
+func (s *Server) Close() {
+	s.transfers.Wait()
+	s.etcd.Close()
+}
 
 // quietClose drops the errors etcd logs when its listeners close during a
 // normal shutdown; everything else at error level passes.
