@@ -341,6 +341,13 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 
 // inject applies one fault and holds it, then restores.
 func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
+	if d.embedded() {
+		// A killed replica is also a killed member: strike only once every
+		// member serves again, so each fault's failover time is its own.
+		if err := d.waitMembersHealthy(60 * time.Second); err != nil {
+			return Fault{}, err
+		}
+	}
 	lead, token, err := d.leader(ctx, 30*time.Second)
 	if err != nil {
 		return Fault{}, err

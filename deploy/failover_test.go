@@ -32,7 +32,7 @@ func TestMeasureFailoverCoLocated(t *testing.T) {
 			var gaps []time.Duration
 			var token int64
 			for range trials {
-				lead, l := ec.leader("", token, 60*time.Second)
+				lead, l := ec.leader("", token-1, 60*time.Second)
 				ec.healthyMembers(3, 60*time.Second)
 				if !move {
 					ec.moveRaftLeaderTo(lead)
