@@ -75,6 +75,10 @@ func TestImage(t *testing.T) {
 	if out := pm.run(append(append([]string{"run", "--rm"}, locked...), tag, "version")...); !strings.HasPrefix(out, "beatd ") {
 		t.Errorf("beatd version in the image: %q", out)
 	}
+	// `kubectl exec POD -- beatd status` finds beatd on the image's PATH.
+	if out := pm.run(append(append([]string{"run", "--rm", "--entrypoint", "beatd"}, locked...), tag, "version")...); !strings.HasPrefix(out, "beatd ") {
+		t.Errorf("beatd on PATH in the image: %q", out)
+	}
 
 	// The embedded StatefulSet's pods as containers.
 	rs := testutil.MustStartRedis(t)
