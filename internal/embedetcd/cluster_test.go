@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,11 +24,10 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// TestClusterBootstrapMoveLeaderRejoin runs three in-process members with
-// peer auto TLS: they bootstrap together; the raft leader hands leadership
-// away on request; a member whose data dir is wiped rejoins by itself
-// under a new member id, and the cluster has three started members again.
-func TestClusterBootstrapMoveLeaderRejoin(t *testing.T) {
+// TestClusterBootstrapMoveLeader runs three in-process members with peer
+// auto TLS: they bootstrap together, the client knows every member, and
+// the raft leader hands leadership away while asked to.
+func TestClusterBootstrapMoveLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three etcd members")
 	}
@@ -112,56 +110,11 @@ func TestClusterBootstrapMoveLeaderRejoin(t *testing.T) {
 	acancel()
 	<-done
 
-	// Wipe a member that is not the raft leader and restart it.
-	victim := (lead + 1) % n
-	for srvs[victim].IsRaftLeader() {
-		victim = (victim + 1) % n
+	// The wiped-volume rejoin runs in deploy's TestEmbeddedStatefulSetAsProcesses.
+	resp, err := cli.Get(ctx, "k")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("after the transfer: %v %v", resp, err)
 	}
-	before, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldID := srvs[victim].etcd.Server.MemberID()
-	srvs[victim].Close()
-	srvs[victim] = nil
-	if err := os.RemoveAll(cfgs[victim].Dir); err != nil {
-		t.Fatal(err)
-	}
-	startAll(victim)
-	newID := srvs[victim].etcd.Server.MemberID()
-	if newID == oldID {
-		t.Fatalf("the wiped member kept its id %s", oldID)
-	}
-	var after *clientv3.MemberListResponse
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		after, err = cli.MemberList(ctx)
-		started := 0
-		if err == nil {
-			for _, m := range after.Members {
-				if len(m.ClientURLs) > 0 {
-					started++
-				}
-			}
-		}
-		if started == n && len(after.Members) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster not back to %d started members: %v %v", n, after, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	vcli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfgs[victim].AdvertiseClientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vcli.Close()
-	resp, err := vcli.Get(ctx, "k")
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v" {
-		t.Fatalf("the rejoined member does not serve the data: %v %v", resp, err)
-	}
-	t.Logf("members before %d, after %d; %s replaced by %s", len(before.Members), len(after.Members), oldID, newID)
 }
 
 func TestApplyClusterErrors(t *testing.T) {
