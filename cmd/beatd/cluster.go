@@ -50,8 +50,9 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 }
 
 // embedConfig is the embedded etcd's configuration: a loopback single node,
-// or with --etcd-initial-cluster one member of the replicas' cluster.
-func (m *Main) embedConfig() embedetcd.Config {
+// or with --etcd-initial-cluster one member of the replicas' cluster, whose
+// wait for its peers ends with ctx (a signal).
+func (m *Main) embedConfig(ctx context.Context) embedetcd.Config {
 	c := m.Cluster
 	name := "beatd"
 	if c.InitialCluster != "" {
@@ -65,13 +66,13 @@ func (m *Main) embedConfig() embedetcd.Config {
 		AdvertiseClientURL: c.AdvertiseClientURL, ListenPeerURL: c.ListenPeerURL, ListenClientURL: c.ListenClientURL,
 		PeerCertFile: c.PeerCertFile, PeerKeyFile: c.PeerKeyFile, PeerTrustedCAFile: c.PeerTrustedCAFile,
 		PeerClientCertAuth: c.PeerClientCertAuth, PeerAutoTLS: c.PeerAutoTLS,
-		HeartbeatMs: c.HeartbeatMs, ElectionMs: c.ElectionMs, ClusterLog: m.log}
+		HeartbeatMs: c.HeartbeatMs, ElectionMs: c.ElectionMs, ClusterLog: m.log, Context: ctx}
 }
 
 // logEmbedded says which embedded mode starts.
 func (m *Main) logEmbedded() {
 	if m.Cluster.InitialCluster != "" {
-		cfg := m.embedConfig()
+		cfg := m.embedConfig(context.Background())
 		m.log.Info("starting an embedded etcd member of the replicas' cluster", "member", cfg.Name,
 			"initial_cluster", cfg.InitialCluster, "data_dir", m.DataDir)
 		return

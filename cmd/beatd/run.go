@@ -198,7 +198,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		etcdc = make(chan started, 1)
 		go func() {
-			srv, err := embedetcd.Start(m.embedConfig())
+			srv, err := embedetcd.Start(m.embedConfig(ctx))
 			etcdc <- started{srv, err}
 		}()
 	}

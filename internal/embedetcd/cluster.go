@@ -176,6 +176,46 @@ func applyCluster(ec *embed.Config, cfg *Config) error {
 	return nil
 }
 
+func (cfg *Config) ctx() context.Context {
+	if cfg.Context != nil {
+		return cfg.Context
+	}
+	return context.Background()
+}
+
+// waitCluster waits, for a cluster member, until it serves (its cluster has
+// a quorum) or cfg.Context ends. Members start one by one and a quorum can
+// be minutes away, so it does not give up by itself; it logs while it waits.
+func waitCluster(e *embed.Etcd, cfg *Config) error {
+	if !cfg.clustered() {
+		return nil
+	}
+	log := cfg.ClusterLog
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.Server.ReadyNotify():
+			return nil
+		case err := <-e.Err():
+			e.Close()
+			return fmt.Errorf("embedetcd: %w", err)
+		case <-cfg.ctx().Done():
+			// Not e.Close(): before the member is ready it waits for client
+			// servers that only start once ready. Stop raft and the WAL; the
+			// process is on its way out.
+			e.Server.HardStop()
+			return fmt.Errorf("embedetcd: waiting for a quorum of members: %w", cfg.ctx().Err())
+		case <-tick.C:
+			log.Warn("etcd member waits for a quorum of its cluster's members", "member", cfg.Name, "waited", time.Since(start).Round(time.Second).String())
+		}
+	}
+}
+
 // hasData reports whether dir holds a member's WAL.
 func hasData(dir string) bool {
 	ents, err := os.ReadDir(filepath.Join(dir, "member", "wal"))
@@ -250,8 +290,7 @@ func (j *joiner) decide() (string, string, error) {
 		j.log.Info("etcd member was added and never started: joining", "member", j.cfg.Name, "member_id", mine.ID.String(), "peer", from)
 		return embed.ClusterStateFlagExisting, initialFrom(members, mine.ID, j.cfg.Name), nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := j.cfg.ctx()
 	var clientURLs []string
 	for _, m := range members {
 		if mine == nil || m.ID != mine.ID {
@@ -326,7 +365,7 @@ func initialFrom(members []*membership.Member, self types.ID, name string) strin
 }
 
 // retry calls f until it succeeds or ctx ends: membership changes need a
-// quorum, which may be a moment away.
+// quorum, which may be a while away (the other members restarting).
 func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
 	for {
 		start := time.Now()

@@ -4,6 +4,7 @@
 package embedetcd
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -43,6 +44,9 @@ type Config struct {
 	HeartbeatMs        uint // raft heartbeat interval; default etcd's 100
 	ElectionMs         uint // raft election timeout; default etcd's 1000
 	ClusterLog         *slog.Logger
+	// Context ends a cluster member's wait for its peers (joining, or a
+	// quorum to serve): a member may wait for them as long as they take.
+	Context context.Context
 }
 
 // Server is a running embedded etcd.
@@ -75,6 +79,9 @@ func Start(cfg Config) (*Server, error) {
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+	}
+	if err := waitCluster(e, &cfg); err != nil {
+		return nil, err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
