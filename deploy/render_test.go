@@ -593,6 +593,34 @@ func checkRules(t *testing.T, pr *prometheusRule) {
 			t.Errorf("PrometheusRule has no alert on %s (%s)", what, metric)
 		}
 	}
+	// The plain Prometheus rules file, for those without the operator, and
+	// the PrometheusRule must say the same.
+	if b, err := os.ReadFile("prometheus/alerts.yaml"); err == nil {
+		var file struct {
+			Groups []struct {
+				Rules []struct {
+					Alert string `json:"alert"`
+					Expr  string `json:"expr"`
+				} `json:"rules"`
+			} `json:"groups"`
+		}
+		if err := yaml.Unmarshal(b, &file); err != nil {
+			t.Fatalf("prometheus/alerts.yaml: %v", err)
+		}
+		exprs := map[string]string{}
+		for _, g := range pr.Spec.Groups {
+			for _, rule := range g.Rules {
+				exprs[rule.Alert] = rule.Expr
+			}
+		}
+		for _, g := range file.Groups {
+			for _, rule := range g.Rules {
+				if rule.Alert != "" && strings.TrimSpace(exprs[rule.Alert]) != strings.TrimSpace(rule.Expr) {
+					t.Errorf("alert %s: prometheus/alerts.yaml and the PrometheusRule differ (%q vs %q)", rule.Alert, rule.Expr, exprs[rule.Alert])
+				}
+			}
+		}
+	}
 	if _, err := exec.LookPath("promtool"); err != nil {
 		t.Log("promtool not installed: rule syntax unchecked")
 		return
