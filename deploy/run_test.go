@@ -120,7 +120,10 @@ func (ec *embeddedCluster) healthyMembers(n int, timeout time.Duration) map[stri
 			if len(m.ClientURLs) == 0 {
 				return false
 			}
-			if _, err := ec.cli.Status(ctx, m.ClientURLs[0]); err != nil {
+			// The member at that URL must be this member: a replica that
+			// rejoined under a new id serves the same URL.
+			st, err := ec.cli.Status(ctx, m.ClientURLs[0])
+			if err != nil || st.Header.MemberId != m.ID {
 				return false
 			}
 			ids[m.Name] = m.ID
