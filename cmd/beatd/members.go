@@ -158,7 +158,7 @@ func listMembers(ctx context.Context, cli *clientv3.Client) ([]memberInfo, error
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			st, err := cli.Status(sctx, m.ClientURLs[0])
 			cancel()
-			mi.Healthy = err == nil
+			mi.Healthy = err == nil && st.Header.MemberId == m.ID // not another member at a reused URL
 			mi.Leader = err == nil && st.Leader == m.ID
 		}
 		out = append(out, mi)
