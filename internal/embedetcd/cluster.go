@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -65,11 +66,34 @@ func parseURL(what, s string) (url.URL, error) {
 }
 
 // listenFor turns an advertised URL into the default listen URL: the same
-// scheme and port on every interface, since the advertised host is a name
-// (a pod's DNS name) that the process cannot bind.
+// scheme and port on every interface, since the advertised host is usually
+// a name (a pod's DNS name, maybe not resolvable yet). If the host is, or
+// resolves only to, loopback addresses (several members on one machine,
+// each with its own 127.0.0.x), the member binds that address alone, so
+// its neighbours can use the same port.
 func listenFor(adv url.URL) url.URL {
 	l := adv
 	l.Host = "0.0.0.0:" + adv.Port()
+	host := adv.Hostname()
+	ips := []net.IP{net.ParseIP(host)}
+	if ips[0] == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+		cancel()
+		if err != nil || len(addrs) == 0 {
+			return l
+		}
+		ips = ips[:0]
+		for _, a := range addrs {
+			ips = append(ips, a.IP)
+		}
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return l
+		}
+	}
+	l.Host = net.JoinHostPort(ips[0].String(), adv.Port())
 	return l
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,5 +141,23 @@ func TestApplyClusterErrors(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestListenFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ adv, want string }{
+		{"https://beatd-0.beatd.invalid:2380", "https://0.0.0.0:2380"},
+		{"http://10.1.2.3:2379", "http://0.0.0.0:2379"},
+		{"http://127.0.0.12:2379", "http://127.0.0.12:2379"},
+		{"https://[::1]:2380", "https://[::1]:2380"},
+	} {
+		u, err := url.Parse(tc.adv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := listenFor(*u); got.String() != tc.want {
+			t.Errorf("listenFor(%s) = %s, want %s", tc.adv, got.String(), tc.want)
+		}
 	}
 }

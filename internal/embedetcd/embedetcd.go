@@ -34,8 +34,8 @@ type Config struct {
 	ClusterToken       string // initial-cluster-token; default DefaultClusterToken
 	AdvertisePeerURL   string // default: this member's URL in InitialCluster
 	AdvertiseClientURL string // required in cluster mode
-	ListenPeerURL      string // default: the advertised scheme and port on 0.0.0.0
-	ListenClientURL    string // default: the advertised scheme and port on 0.0.0.0
+	ListenPeerURL      string // default: see listenFor
+	ListenClientURL    string // default: see listenFor
 	PeerCertFile       string
 	PeerKeyFile        string
 	PeerTrustedCAFile  string
