@@ -183,12 +183,22 @@ func applyCluster(ec *embed.Config, cfg *Config) error {
 		// A member outside the bootstrap list can only join.
 		ec.InitialCluster += "," + cfg.Name + "=" + advPeer.String()
 	}
-	if hasData(cfg.Dir) {
-		// etcd restarts from its WAL and ignores the bootstrap settings.
-		log.Info("etcd member restarting from its data", "member", cfg.Name, "dir", cfg.Dir)
-		return nil
-	}
 	j := &joiner{cfg: cfg, log: log, peers: peers, self: advPeer, token: ec.InitialClusterToken, http: peerHTTP(cfg)}
+	if hasData(cfg.Dir) {
+		if !j.removed() {
+			// etcd restarts from its WAL and ignores the bootstrap settings.
+			log.Info("etcd member restarting from its data", "member", cfg.Name, "dir", cfg.Dir)
+			return nil
+		}
+		// Its member was removed (scaled down, then up again on the same
+		// volume): etcd would refuse to start. Keep the old data aside and
+		// join afresh.
+		aside := cfg.Dir + ".removed-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.Rename(cfg.Dir, aside); err != nil {
+			return fmt.Errorf("embedetcd: move the removed member's data aside: %w", err)
+		}
+		log.Warn("etcd member was removed from its cluster: its old data is moved aside and it joins afresh", "member", cfg.Name, "aside", aside)
+	}
 	state, initial, err := j.decide()
 	if err != nil {
 		return err
@@ -406,6 +416,31 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Co
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// removed reports whether every peer that answers (at least one) lists
+// neither this member's name nor its peer URL: the member was removed, and
+// its data can never start again.
+func (j *joiner) removed() bool {
+	answered := false
+	for _, p := range j.peers {
+		if p.name == j.cfg.Name {
+			continue
+		}
+		for _, u := range p.urls {
+			ms, err := j.members(u.String())
+			if err != nil {
+				continue
+			}
+			answered = true
+			for _, m := range ms {
+				if m.Name == j.cfg.Name || slices.Contains(m.PeerURLs, j.self.String()) {
+					return false
+				}
+			}
+		}
+	}
+	return answered
 }
 
 // probe asks the other bootstrap peers for the member list, for up to

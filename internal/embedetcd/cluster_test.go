@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ func TestClusterBootstrapMoveLeader(t *testing.T) {
 	for i := range cfgs {
 		name := "m" + strconv.Itoa(i)
 		peer := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
-		cfgs[i] = Config{Dir: t.TempDir(), Name: name, AdvertisePeerURL: peer, PeerAutoTLS: true,
+		cfgs[i] = Config{Dir: filepath.Join(t.TempDir(), "etcd"), Name: name, AdvertisePeerURL: peer, PeerAutoTLS: true,
 			AdvertiseClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
 		ic = append(ic, name+"="+peer)
 	}
@@ -74,8 +75,16 @@ func TestClusterBootstrapMoveLeader(t *testing.T) {
 			}
 		}
 	})
-	if got := srvs[0].Endpoints; len(got) != n {
-		t.Fatalf("client endpoints %v, want every member's", got)
+	// Every member's client URL, once each has published it (the list at
+	// start has those started by then; the client follows the rest).
+	for deadline := time.Now().Add(10 * time.Second); len(srvs[0].ClientURLs()) != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("client URLs %v, want every member's", srvs[0].ClientURLs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(srvs[0].Endpoints) == 0 {
+		t.Fatal("no client endpoints")
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: srvs[0].Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -115,6 +124,31 @@ func TestClusterBootstrapMoveLeader(t *testing.T) {
 	resp, err := cli.Get(ctx, "k")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("after the transfer: %v %v", resp, err)
+	}
+
+	// A member removed from the cluster (scaled down) that comes back on
+	// its old volume moves the dead data aside and joins afresh.
+	victim := (lead + 1) % n
+	for srvs[victim].IsRaftLeader() {
+		victim = (victim + 1) % n
+	}
+	oldID := srvs[victim].etcd.Server.MemberID()
+	srvs[victim].Close()
+	srvs[victim] = nil
+	if _, err := cli.MemberRemove(ctx, uint64(oldID)); err != nil {
+		t.Fatal(err)
+	}
+	startAll(victim)
+	if newID := srvs[victim].etcd.Server.MemberID(); newID == oldID {
+		t.Fatalf("the removed member restarted under its old id %s", oldID)
+	}
+	aside, _ := filepath.Glob(cfgs[victim].Dir + ".removed-*")
+	if len(aside) != 1 {
+		t.Errorf("old data moved aside: %v", aside)
+	}
+	ml, err := cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != n {
+		t.Fatalf("members after the rejoin: %v %v", ml, err)
 	}
 }
 
