@@ -305,8 +305,14 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		faults = append(faults, f)
 		counts[kind]++
 	}
-	// Settle: a leader, and time for it to catch up.
+	// Settle: a leader, one that publishes again (a leader key can outlive
+	// its holder by a TTL, renewed in full whenever raft leadership moves,
+	// which the embedded topology's faults make it do often), and time for
+	// it to catch up.
 	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := d.waitPublishing(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
 	if err := d.sleep(ctx, d.cfg.LeaseTTL+3*time.Second); err != nil {
@@ -337,6 +343,33 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
 	logs.report(rep, faults)
 	return rep, nil
+}
+
+// waitPublishing waits until the drill queue's newest message is for a
+// slot after the call began.
+func (d *drill) waitPublishing(ctx context.Context, timeout time.Duration) error {
+	since := time.Now()
+	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	defer rdb.Close()
+	for time.Since(since) < timeout {
+		raw, err := rdb.LIndex(ctx, "drill", 0).Result()
+		if err == nil {
+			var m struct {
+				Headers struct {
+					Slot string `json:"beat_slot"`
+				} `json:"headers"`
+			}
+			if json.Unmarshal([]byte(raw), &m) == nil {
+				if slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot); err == nil && slot.After(since) {
+					return nil
+				}
+			}
+		}
+		if err := d.sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("chaos: nothing published for %s after the last fault", timeout)
 }
 
 // inject applies one fault and holds it, then restores.
