@@ -533,7 +533,7 @@ func (s *Server) AvoidRaftLeadership(ctx context.Context, log *slog.Logger) {
 			// etcd picks the longest-connected peer. The transfer is
 			// bounded by etcd's request timeout but takes no context, so it
 			// runs apart: a term that ends mid-transfer does not wait for
-			// it (Close does).
+			// it; Close stops the server, which ends it, then waits.
 			done := make(chan error, 1)
 			s.transfers.Add(1)
 			go func() {

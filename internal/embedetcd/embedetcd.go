@@ -104,8 +104,11 @@ func Start(cfg Config) (*Server, error) {
 
 // Close stops the member; its data stays in Dir.
 func (s *Server) Close() {
-	s.transfers.Wait()
+	// Stopping the server ends a raft leadership transfer in flight (its
+	// context is the server's), which can otherwise wait out etcd's request
+	// timeout on a peer that stopped answering.
 	s.etcd.Close()
+	s.transfers.Wait()
 }
 
 // quietClose drops the errors etcd logs when its listeners close during a
