@@ -487,6 +487,45 @@ func (j *joiner) members(peerURL string) ([]*membership.Member, error) {
 	return ms, nil
 }
 
+// transferee picks the member to hand raft leadership to: the first other
+// voting member whose peer port answers now. (etcd's own choice, the
+// longest-connected peer, can be a process that was just frozen: its
+// connections stay open, so it still looks connected.)
+func (s *Server) transferee(ctx context.Context, pc *http.Client) (uint64, error) {
+	self := s.etcd.Server.MemberID()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var peers []*membership.Member
+	for _, m := range s.etcd.Server.Cluster().Members() {
+		if m.ID != self && !m.IsLearner && len(m.PeerURLs) > 0 {
+			peers = append(peers, m)
+		}
+	}
+	answered := make(chan uint64, len(peers))
+	for _, m := range peers {
+		go func(id uint64, u string) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(u, "/")+"/members", nil)
+			if err == nil {
+				var resp *http.Response
+				if resp, err = pc.Do(req); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						answered <- id
+						return
+					}
+				}
+			}
+			answered <- 0
+		}(uint64(m.ID), m.PeerURLs[0])
+	}
+	for range peers {
+		if id := <-answered; id != 0 {
+			return id, nil
+		}
+	}
+	return 0, errors.New("no other member answers on its peer port")
+}
+
 // memberClientURLs is every member's advertised client URLs, as this
 // member sees the cluster.
 func memberClientURLs(e *embed.Etcd) []string {
@@ -525,30 +564,31 @@ func (s *Server) AvoidRaftLeadership(ctx context.Context, log *slog.Logger) {
 	if len(srv.Cluster().Members()) < 2 {
 		return
 	}
+	ec := s.etcd.Config()
+	pc := peerHTTP(&Config{PeerAutoTLS: ec.PeerAutoTLS, PeerCertFile: ec.PeerTLSInfo.CertFile,
+		PeerKeyFile: ec.PeerTLSInfo.KeyFile, PeerTrustedCAFile: ec.PeerTLSInfo.TrustedCAFile})
+	pc.Timeout = time.Second
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if s.IsRaftLeader() {
 			start := time.Now()
-			// etcd picks the longest-connected peer. The transfer is
-			// bounded by etcd's request timeout but takes no context, so it
-			// runs apart: a term that ends mid-transfer does not wait for
-			// it; Close stops the server, which ends it, then waits.
-			done := make(chan error, 1)
-			s.transfers.Add(1)
-			go func() {
-				defer s.transfers.Done()
-				done <- srv.TryTransferLeadershipOnShutdown()
-			}()
-			select {
-			case <-ctx.Done():
+			to, err := s.transferee(ctx, pc)
+			if err == nil {
+				// Bounded: a transferee that stops answering mid-transfer
+				// must not hold the term (or a shutdown) for etcd's whole
+				// request timeout; raft aborts the transfer by itself.
+				mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				err = srv.MoveLeader(mctx, uint64(srv.MemberID()), to)
+				cancel()
+			}
+			if ctx.Err() != nil {
 				return
-			case err := <-done:
-				if err != nil {
-					log.Warn("could not move raft leadership away from the beatd leader", "err", err)
-				} else if !s.IsRaftLeader() {
-					log.Info("moved raft leadership away from the beatd leader", "to", srv.Leader().String(), "took", time.Since(start).String())
-				}
+			}
+			if err != nil {
+				log.Warn("could not move raft leadership away from the beatd leader", "err", err)
+			} else {
+				log.Info("moved raft leadership away from the beatd leader", "to", types.ID(to).String(), "took", time.Since(start).String())
 			}
 		}
 		select {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -53,7 +52,6 @@ type Config struct {
 type Server struct {
 	etcd      *embed.Etcd
 	Endpoints []string
-	transfers sync.WaitGroup // raft leadership transfers in flight (cluster.go)
 }
 
 // Start launches the member and waits until it serves.
@@ -103,13 +101,7 @@ func Start(cfg Config) (*Server, error) {
 }
 
 // Close stops the member; its data stays in Dir.
-func (s *Server) Close() {
-	// Stopping the server ends a raft leadership transfer in flight (its
-	// context is the server's), which can otherwise wait out etcd's request
-	// timeout on a peer that stopped answering.
-	s.etcd.Close()
-	s.transfers.Wait()
-}
+func (s *Server) Close() { s.etcd.Close() }
 
 // quietClose drops the errors etcd logs when its listeners close during a
 // normal shutdown; everything else at error level passes.
