@@ -1,7 +1,8 @@
 GO ?= go
 BIN ?= bin/beatd
+IMAGE ?= beatd:latest
 
-.PHONY: build test bench fuzz vectors demo soak bench-celery drill-amqp
+.PHONY: build test bench fuzz vectors demo soak bench-celery drill-amqp image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -62,3 +63,7 @@ bench-celery:
 # (default 60s) tune it.
 drill-amqp:
 	BEATD_DRILL_AMQP=1 $(GO) test -race -count=1 -run '^TestDrillAMQP$$' -timeout 30m -v ./chaos
+
+# The FROM scratch image, built offline (podman; BUILDER=docker for docker).
+image:
+	deploy/image.sh $(IMAGE)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -76,6 +77,8 @@ type LocalConfig struct {
 	// beatd with a sentinel:// broker (and its default
 	// --broker-min-replicas), instead of one redis-server behind proxies.
 	Sentinel bool
+	// Topology is TopologyExternal (the default) or TopologyEmbedded.
+	Topology string
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -117,6 +120,8 @@ type drill struct {
 	rng      *rand.Rand
 	logf     func(format string, args ...any)
 	prefix   string
+	fabric   *Fabric  // embedded topology: the etcd ports' network
+	members  []member // embedded topology: replica i's member
 }
 
 // RunLocal builds a cluster on loopback (a 3-member etcd, redis-server with
@@ -159,6 +164,15 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	if cfg.Topology == "" {
+		cfg.Topology = TopologyExternal
+	}
+	if cfg.Topology != TopologyExternal && cfg.Topology != TopologyEmbedded {
+		return nil, fmt.Errorf("chaos: unknown topology %q (external or embedded)", cfg.Topology)
+	}
+	if cfg.Topology == TopologyEmbedded && (cfg.Broker == BrokerAMQP || cfg.Sentinel) {
+		return nil, fmt.Errorf("chaos: the embedded topology drills a single redis-server (no --broker amqp or --sentinel)")
+	}
 	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: "/beatd/drill/"}
 	d.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05.000")}, args...)...)
@@ -188,6 +202,9 @@ func contains(list []string, s string) bool {
 }
 
 func (d *drill) setup() error {
+	if d.embedded() {
+		return d.setupEmbedded()
+	}
 	var err error
 	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
 		return err
@@ -286,6 +303,9 @@ func (d *drill) shutdown() {
 	if d.etcd != nil {
 		d.etcd.Stop()
 	}
+	if d.fabric != nil {
+		d.fabric.Close()
+	}
 }
 
 // leader waits for a leader and returns its replica and token.
@@ -360,8 +380,14 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		faults = append(faults, f)
 		counts[kind]++
 	}
-	// Settle: a leader, and time for it to catch up.
+	// Settle: a leader, one that publishes again (a leader key can outlive
+	// its holder by a TTL, renewed in full whenever raft leadership moves,
+	// which the embedded topology's faults make it do often), and time for
+	// it to catch up.
 	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := d.waitPublishing(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
 	if err := d.sleep(ctx, d.cfg.LeaseTTL+3*time.Second); err != nil {
@@ -425,14 +451,59 @@ func (d *drill) readQueue(ctx context.Context) ([]Message, error) {
 	return ReadQueue(ctx, rdb, "drill")
 }
 
+// waitPublishing waits until the drill queue's newest message is for a
+// slot after the call began.
+func (d *drill) waitPublishing(ctx context.Context, timeout time.Duration) error {
+	since := time.Now()
+	if d.redis == nil {
+		// RabbitMQ and Sentinel drills have no single redis-server to
+		// watch; their audit covers the end of the run.
+		return nil
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	defer rdb.Close()
+	for time.Since(since) < timeout {
+		raw, err := rdb.LIndex(ctx, "drill", 0).Result()
+		if err == nil {
+			var m struct {
+				Headers struct {
+					Slot string `json:"beat_slot"`
+				} `json:"headers"`
+			}
+			if json.Unmarshal([]byte(raw), &m) == nil {
+				if slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot); err == nil && slot.After(since) {
+					return nil
+				}
+			}
+		}
+		if err := d.sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("chaos: nothing published for %s after the last fault", timeout)
+}
+
 // inject applies one fault and holds it, then restores.
 func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
+	if d.embedded() {
+		// A killed replica is also a killed member: strike only once every
+		// member serves again, so each fault's failover time is its own.
+		if err := d.waitMembersHealthy(60 * time.Second); err != nil {
+			return Fault{}, err
+		}
+	}
 	lead, token, err := d.leader(ctx, 30*time.Second)
 	if err != nil {
 		return Fault{}, err
 	}
 	ttl := d.cfg.LeaseTTL
 	f := Fault{Kind: kind, At: time.Now(), Target: lead.ID, Token: token}
+	if d.embedded() {
+		if handled, err := d.injectEmbedded(ctx, &f, lead); handled {
+			d.logf("fault %-13s target %-16s token %d held %s", kind, f.Target, token, f.Held.Round(time.Millisecond))
+			return f, err
+		}
+	}
 	switch kind {
 	case FaultKill:
 		lead.Kill()

@@ -106,6 +106,13 @@ leader through etcd; only the leader publishes, each (entry, slot) exactly once.
 			DisableFlagParsing: true,
 			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runEntries(ctx, args, stdout, stderr)) },
 		},
+		&cobra.Command{
+			Use:   "members list|add NAME=PEER_URL|remove NAME",
+			Short: "list, add or remove etcd members (embedded cluster mode)",
+			// members parses its own flags (beatd members --help lists them).
+			DisableFlagParsing: true,
+			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runMembers(ctx, args, stdout, stderr)) },
+		},
 		drillCommand(ctx, stdout, stderr),
 		&cobra.Command{
 			Use: "version", Short: "print the version", Args: usageArgs(cobra.NoArgs),

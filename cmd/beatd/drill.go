@@ -40,6 +40,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
 	sentinel := fs.Bool("sentinel", false, "run Redis as a master, a replica and 3 sentinels; adds the redis-failover fault")
+	topology := fs.String("topology", chaos.TopologyExternal, "external: the replicas share a separate 3-member etcd; embedded: each replica hosts one member of their own etcd cluster")
 	cmd := &cobra.Command{
 		Use:   "local",
 		Short: "run a failover drill on loopback: replicas, etcd, Redis and faults",
@@ -58,9 +59,9 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 				fmt.Fprintln(stderr, "beatd drill: --sentinel runs Redis: it needs --broker redis")
 				return exitError(exitUsage)
 			}
-			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s of faults: %s\n", *seed, *replicas, *broker, *duration, *faults)
+			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s topology, %s of faults: %s\n", *seed, *replicas, *broker, *topology, *duration, *faults)
 			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker, Sentinel: *sentinel})
+				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker, Sentinel: *sentinel, Topology: *topology})
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)

@@ -24,6 +24,9 @@ type etcdFlags struct {
 	Key          string
 	Username     string
 	PasswordFile string
+	// autoSync refreshes the endpoints from the member list (embedded
+	// cluster mode, where members come and go with the replicas).
+	autoSync time.Duration
 }
 
 func (f *etcdFlags) register(fs *pflag.FlagSet) {
@@ -59,6 +62,7 @@ func (f *etcdFlags) client() (*clientv3.Client, error) {
 	}
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	cfg.AutoSyncInterval = f.autoSync
 	tc, err := f.tlsConfig()
 	if err != nil {
 		return nil, err

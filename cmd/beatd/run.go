@@ -84,6 +84,7 @@ func (m *Main) serve(ctx context.Context) int {
 type Main struct {
 	ConfigPath     string
 	Etcd           etcdFlags
+	Cluster        clusterFlags
 	DataDir        string
 	EtcdClientPort int
 	EtcdPeerPort   int
@@ -176,6 +177,7 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs := newFlagSet("run", m.stderr)
 	fs.StringVar(&m.ConfigPath, "config", m.ConfigPath, "schedule file; reloaded on SIGHUP and on change")
 	m.Etcd.register(fs)
+	m.Cluster.register(fs)
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
@@ -207,6 +209,9 @@ func (m *Main) flags() *pflag.FlagSet {
 
 // checkFlags validates the parsed flags.
 func (m *Main) checkFlags() error {
+	if err := m.checkClusterFlags(); err != nil {
+		return err
+	}
 	if m.LogFormat != "json" && m.LogFormat != "text" {
 		return fmt.Errorf("--log-format must be json or text, not %q", m.LogFormat)
 	}
@@ -242,16 +247,15 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	var etcdc chan started
 	if len(m.Etcd.endpoints()) == 0 {
-		m.log.Warn("no --etcd-endpoints: starting an embedded single-node etcd; this mode has NO high availability",
-			"data_dir", m.DataDir, "client_port", m.EtcdClientPort)
+		m.logEmbedded()
 		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
 		etcdc = make(chan started, 1)
 		go func() {
-			srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"),
-				ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: "beatd", Logger: m.log,
-				QuotaBackendBytes: m.EtcdQuota, CompactionRetention: m.EtcdRetention})
+			ec := m.embedConfig(ctx)
+			ec.Logger, ec.QuotaBackendBytes, ec.CompactionRetention = m.log, m.EtcdQuota, m.EtcdRetention
+			srv, err := embedetcd.Start(ec)
 			etcdc <- started{srv, err}
 		}()
 	}
@@ -417,7 +421,9 @@ func (m *Main) lead(ctx context.Context) {
 			compacting.Go(func() { store.Compact(schedCtx, m.etcd, m.EtcdCompact, m.log) })
 		}
 		stopCatalog := m.publishCatalog(l)
+		stopAvoid := m.avoidRaftLeader(schedCtx)
 		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
+		stopAvoid()
 		stopCatalog()
 		stop()
 		cancel()

@@ -1,9 +1,11 @@
-// Package embedetcd runs a single-node etcd inside the beatd process, for
-// setups without an etcd cluster and for fast tests. It has no HA.
+// Package embedetcd runs an etcd member inside the beatd process: a
+// single node on loopback (no HA; for one machine and fast tests), or one
+// member of a cluster that the beatd replicas form among themselves.
 package embedetcd
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -33,6 +35,27 @@ type Config struct {
 	CompactionRetention string
 	// Logger receives etcd's own log, errors only; nil: JSON on stderr.
 	Logger *slog.Logger
+
+	// Cluster mode: with InitialCluster set ("name=peerURL,..." in etcd's
+	// syntax), the member is one of several that form a cluster, and the
+	// ports above are ignored (cluster.go).
+	InitialCluster     string
+	ClusterToken       string // initial-cluster-token; default DefaultClusterToken
+	AdvertisePeerURL   string // default: this member's URL in InitialCluster
+	AdvertiseClientURL string // required in cluster mode
+	ListenPeerURL      string // default: see listenFor
+	ListenClientURL    string // default: see listenFor
+	PeerCertFile       string
+	PeerKeyFile        string
+	PeerTrustedCAFile  string
+	PeerClientCertAuth bool
+	PeerAutoTLS        bool
+	HeartbeatMs        uint // raft heartbeat interval; default etcd's 100
+	ElectionMs         uint // raft election timeout; default etcd's 1000
+	ClusterLog         *slog.Logger
+	// Context ends a cluster member's wait for its peers (joining, or a
+	// quorum to serve): a member may wait for them as long as they take.
+	Context context.Context
 }
 
 // Defaults that keep the embedded etcd's disk and memory flat while beatd
@@ -88,9 +111,15 @@ func Start(cfg Config) (*Server, error) {
 	// TickMs and ElectionMs stay at etcd's defaults: etcd raises every
 	// lease to at least 1.5 election timeouts, so a slower tick would
 	// stretch a 2 s lease TTL (and every failover) to seconds more.
+	if err := applyCluster(ec, &cfg); err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedetcd: start in %s: %w", cfg.Dir, err)
+	}
+	if err := waitCluster(e, &cfg); err != nil {
+		return nil, err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -104,6 +133,9 @@ func Start(cfg Config) (*Server, error) {
 	eps := make([]string, 0, len(e.Clients))
 	for _, l := range e.Clients {
 		eps = append(eps, "http://"+l.Addr().String())
+	}
+	if cfg.clustered() {
+		eps = memberClientURLs(e)
 	}
 	return &Server{etcd: e, Endpoints: eps}, nil
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"github.com/spf13/pflag"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/internal/embedetcd"
+)
+
+// clusterFlags configure the embedded etcd as one member of a cluster that
+// the beatd replicas form among themselves, in etcd's own vocabulary.
+type clusterFlags struct {
+	InitialCluster     string
+	Token              string
+	Name               string
+	AdvertisePeerURL   string
+	AdvertiseClientURL string
+	ListenPeerURL      string
+	ListenClientURL    string
+	PeerCertFile       string
+	PeerKeyFile        string
+	PeerTrustedCAFile  string
+	PeerClientCertAuth bool
+	PeerAutoTLS        bool
+	HeartbeatMs        uint
+	ElectionMs         uint
+	MoveRaftLeader     bool
+}
+
+func (c *clusterFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.InitialCluster, "etcd-initial-cluster", "", "embedded cluster mode: the bootstrap members, name=peerURL,... (e.g. beatd-0=http://beatd-0.beatd:2380,...); without --etcd-endpoints each replica runs one member")
+	fs.StringVar(&c.Token, "etcd-initial-cluster-token", embedetcd.DefaultClusterToken, "embedded cluster mode: the cluster's bootstrap token")
+	fs.StringVar(&c.Name, "etcd-name", "", "embedded cluster mode: this member's name in --etcd-initial-cluster (default --id)")
+	fs.StringVar(&c.AdvertisePeerURL, "etcd-advertise-peer-url", "", "embedded cluster mode: the URL peers reach this member at (default: its URL in --etcd-initial-cluster)")
+	fs.StringVar(&c.AdvertiseClientURL, "etcd-advertise-client-url", "", "embedded cluster mode: the URL clients reach this member at (required)")
+	fs.StringVar(&c.ListenPeerURL, "etcd-listen-peer-url", "", "embedded cluster mode: the peer listen URL (default: the advertised scheme and port on 0.0.0.0)")
+	fs.StringVar(&c.ListenClientURL, "etcd-listen-client-url", "", "embedded cluster mode: the client listen URL (default: the advertised port on 0.0.0.0)")
+	fs.StringVar(&c.PeerCertFile, "etcd-peer-cert-file", "", "embedded cluster mode: peer TLS certificate (https peer URLs)")
+	fs.StringVar(&c.PeerKeyFile, "etcd-peer-key-file", "", "embedded cluster mode: peer TLS key")
+	fs.StringVar(&c.PeerTrustedCAFile, "etcd-peer-trusted-ca-file", "", "embedded cluster mode: CA that signs the peers' certificates")
+	fs.BoolVar(&c.PeerClientCertAuth, "etcd-peer-client-cert-auth", false, "embedded cluster mode: require peers to present a certificate signed by the trusted CA")
+	fs.BoolVar(&c.PeerAutoTLS, "etcd-peer-auto-tls", false, "embedded cluster mode: encrypt peer traffic with self-signed certificates (no peer authentication)")
+	fs.UintVar(&c.HeartbeatMs, "etcd-heartbeat-interval", 100, "embedded etcd: raft heartbeat interval in milliseconds")
+	fs.UintVar(&c.ElectionMs, "etcd-election-timeout", 1000, "embedded etcd: raft election timeout in milliseconds")
+	fs.BoolVar(&c.MoveRaftLeader, "etcd-move-raft-leader", true, "embedded cluster mode: the beatd leader moves raft leadership off its own member, so a kill -9 of it fails over within the lease TTL")
+}
+
+// embedConfig is the embedded etcd's configuration: a loopback single node,
+// or with --etcd-initial-cluster one member of the replicas' cluster, whose
+// wait for its peers ends with ctx (a signal).
+func (m *Main) embedConfig(ctx context.Context) embedetcd.Config {
+	c := m.Cluster
+	name := "beatd"
+	if c.InitialCluster != "" {
+		name = c.Name
+		if name == "" {
+			name = m.ID
+		}
+	}
+	return embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"), ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: name,
+		InitialCluster: c.InitialCluster, ClusterToken: c.Token, AdvertisePeerURL: c.AdvertisePeerURL,
+		AdvertiseClientURL: c.AdvertiseClientURL, ListenPeerURL: c.ListenPeerURL, ListenClientURL: c.ListenClientURL,
+		PeerCertFile: c.PeerCertFile, PeerKeyFile: c.PeerKeyFile, PeerTrustedCAFile: c.PeerTrustedCAFile,
+		PeerClientCertAuth: c.PeerClientCertAuth, PeerAutoTLS: c.PeerAutoTLS,
+		HeartbeatMs: c.HeartbeatMs, ElectionMs: c.ElectionMs, ClusterLog: m.log, Context: ctx}
+}
+
+// logEmbedded says which embedded mode starts.
+func (m *Main) logEmbedded() {
+	if m.Cluster.InitialCluster != "" {
+		cfg := m.embedConfig(context.Background())
+		m.log.Info("starting an embedded etcd member of the replicas' cluster", "member", cfg.Name,
+			"initial_cluster", cfg.InitialCluster, "data_dir", m.DataDir)
+		return
+	}
+	m.log.Warn("no --etcd-endpoints: starting an embedded single-node etcd; this mode has NO high availability",
+		"data_dir", m.DataDir, "client_port", m.EtcdClientPort)
+}
+
+// avoidRaftLeader keeps raft leadership off this replica's embedded member
+// during a term (see embedetcd.Server.AvoidRaftLeadership). The returned
+// func stops it and waits.
+func (m *Main) avoidRaftLeader(ctx context.Context) (stop func()) {
+	if m.embedded == nil || m.Cluster.InitialCluster == "" || !m.Cluster.MoveRaftLeader {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.embedded.AvoidRaftLeadership(ctx, m.log.With("component", "embedetcd"))
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// checkClusterFlags rejects cluster flags that cannot work together and
+// prepares the etcd client for a member cluster.
+func (m *Main) checkClusterFlags() error {
+	c := m.Cluster
+	if c.InitialCluster == "" {
+		return nil
+	}
+	if len(m.Etcd.endpoints()) > 0 {
+		return fmt.Errorf("--etcd-initial-cluster starts an embedded member; it cannot be combined with --etcd-endpoints")
+	}
+	if c.AdvertiseClientURL == "" {
+		return fmt.Errorf("--etcd-initial-cluster needs --etcd-advertise-client-url (the URL the other replicas reach this member's clients port at)")
+	}
+	// The client starts with every member's client URL and follows the
+	// member list as replicas are added and removed.
+	m.Etcd.autoSync = 10 * time.Second
+	return nil
+}
