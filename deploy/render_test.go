@@ -243,7 +243,8 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 var runFlags = sync.OnceValues(func() (map[string]bool, error) {
 	out, _ := exec.Command(beatdBin(), "run", "-h").CombinedOutput()
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+	// cobra's help: "  -o, --output string" or "      --lease-ttl duration".
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-[a-zA-Z], )?--([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) < 10 {
