@@ -9,10 +9,11 @@ import (
 
 func TestImport(t *testing.T) {
 	cli := newClient(t)
-	s := New(cli, prefix+t.Name()+"/")
+	pfx := testPrefix(t)
+	s := New(cli, pfx)
 	ctx := context.Background()
 	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	g := lead(t, cli, t.Name())
+	g := lead(t, cli, pfx)
 
 	// "fired" was published by beatd; "baseline" was only scheduled (a
 	// Since, no publish); "fresh" has no state.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,15 +47,29 @@ const prefix = "/beatd/test/"
 
 // lead creates a leader key the way an election would, and returns its
 // guard.
-func lead(t *testing.T, cli *clientv3.Client, id string) Guard {
+func lead(t *testing.T, cli *clientv3.Client, pfx string) Guard {
 	t.Helper()
 	ctx := context.Background()
-	key := prefix + id + "/leader/x"
-	resp, err := cli.Put(ctx, key, id)
+	key := pfx + "leader/x"
+	// A new key (as a new term's candidate key is): its create revision
+	// is this put's.
+	if _, err := cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Put(ctx, key, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return Guard{Key: key, Token: resp.Header.Revision}
+}
+
+// runs numbers the tests' prefixes: the package's etcd outlives a test,
+// and -count=N runs each test again against it.
+var runs atomic.Int64
+
+// testPrefix is a prefix no other test or run uses.
+func testPrefix(t *testing.T) string {
+	return fmt.Sprintf("%s%s/%d/", prefix, t.Name(), runs.Add(1))
 }
 
 // etcdSrv is one embedded etcd for the package: starting one takes
@@ -79,9 +94,10 @@ func newClient(t *testing.T) *clientv3.Client {
 
 func TestSaveLoadAndGuard(t *testing.T) {
 	cli := newClient(t)
-	s := New(cli, prefix+t.Name()+"/")
+	pfx := testPrefix(t)
+	s := New(cli, pfx)
 	ctx := context.Background()
-	g := lead(t, cli, t.Name())
+	g := lead(t, cli, pfx)
 
 	// More buckets than one transaction may hold, and more than one
 	// entry per bucket.
@@ -113,7 +129,7 @@ func TestSaveLoadAndGuard(t *testing.T) {
 	if _, err := cli.Delete(ctx, g.Key); err != nil {
 		t.Fatal(err)
 	}
-	g2 := lead(t, cli, t.Name())
+	g2 := lead(t, cli, pfx)
 	e.Paused = true
 	tab.Set(e)
 	if err := s.Save(ctx, g, tab, nil); !errors.Is(err, ErrNotLeader) {
@@ -147,10 +163,10 @@ func mustGet(t *testing.T, tab *Table, name string) EntryState {
 // replaces it with buckets on the first write.
 func TestLegacyMigration(t *testing.T) {
 	cli := newClient(t)
-	pfx := prefix + t.Name() + "/"
+	pfx := testPrefix(t)
 	s := New(cli, pfx)
 	ctx := context.Background()
-	g := lead(t, cli, t.Name())
+	g := lead(t, cli, pfx)
 	legacy := `{"v":1,"name":"old","last_slot":"2026-11-30T10:00:00Z","last_run_at":"2026-11-30T10:00:00.003Z",` +
 		`"total_run_count":9,"paused":true,"recent_runs":[{"slot":"2026-11-30T10:00:00Z","published_at":"2026-11-30T10:00:00.003Z","token":3,"task_id":"x"}],` +
 		`"since":"2026-11-29T10:00:00Z"}`
@@ -196,10 +212,11 @@ func TestNewerFormatRefused(t *testing.T) {
 
 func TestRequests(t *testing.T) {
 	cli := newClient(t)
-	s := New(cli, prefix+t.Name()+"/")
+	pfx := testPrefix(t)
+	s := New(cli, pfx)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := lead(t, cli, "a")
+	g := lead(t, cli, pfx)
 	_, rev, err := s.PendingRequests(ctx)
 	if err != nil {
 		t.Fatal(err)
