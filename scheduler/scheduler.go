@@ -610,7 +610,10 @@ func (l *loop) publishPending(ctx context.Context) error {
 		}
 		clear(l.dirty)
 		l.persist.save(l.changed...)
-		if s.cfg.PersistEachBatch {
+		// While etcd refuses writes, waiting for each batch's write would
+		// make every fire late: fire on time, as with Redis, and let the
+		// state catch up (the broker's journal covers the gap).
+		if s.cfg.PersistEachBatch && l.persist.writeError() == nil {
 			fctx, cancel := context.WithTimeout(ctx, max(s.cfg.StateInterval, writeAttemptTimeout))
 			if ferr := l.persist.flush(fctx); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
 				s.log.Warn("batch state not persisted before the next batch", "err", ferr)
