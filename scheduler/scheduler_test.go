@@ -777,3 +777,34 @@ func TestOneFailingEntryDoesNotStopTheOthers(t *testing.T) {
 		t.Fatalf("the failing entry's slot was dropped: %v", h.disp.list())
 	}
 }
+
+// TestPersistEachBatchDoesNotWaitOnFailingEtcd: with per-batch state
+// writes (RabbitMQ), a failing etcd must not make the next batch wait for
+// the previous batch's write.
+func TestPersistEachBatchDoesNotWaitOnFailingEtcd(t *testing.T) {
+	h := newHarness(t, "entries:\n  a: {task: t, every: 10s, relative: true}\n  b: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
+	h.sched.cfg.PersistEachBatch = true
+	h.sched.cfg.BatchSize = 1 // a and b go out in two batches
+	h.start(7)
+	h.settle()
+	h.store.setFailing(nil, true) // every write hangs until its timeout
+	h.clock.Set(t0.Add(10 * time.Second))
+	h.waitPublished(2)
+	// Let the persister notice the failing etcd (its write times out).
+	deadline := time.Now().Add(10 * time.Second)
+	for h.sched.PersistError() == nil && time.Now().Before(deadline) {
+		h.clock.Advance(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	if h.sched.PersistError() == nil {
+		t.Fatal("failing state writes not reported")
+	}
+	start := time.Now()
+	h.clock.Set(t0.Add(20 * time.Second))
+	h.waitPublished(4)
+	// A batch that waited for the previous one's write would wait its
+	// timeout (writeAttemptTimeout, 2 s).
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("two batches took %v with etcd failing", took)
+	}
+}
