@@ -40,6 +40,7 @@ type persister struct {
 	since   time.Time               // oldest change in pending
 	gen     uint64                  // bumped by every change
 	wrote   uint64                  // gen that the last successful write covered
+	tried   uint64                  // gen that the last failed write covered
 	written chan struct{}           // closed and replaced after every write attempt
 	failing error                   // the last write's error, nil once one succeeds
 
@@ -161,20 +162,24 @@ func (p *persister) markSeen(id string)  { p.inFlight[id] = true }
 func (p *persister) seen(id string) bool { return p.inFlight[id] }
 
 // flush writes everything changed so far and waits for it, until ctx
-// ends.
-func (p *persister) flush(ctx context.Context) error {
+// ends; with once, only until the first attempt that covered it fails
+// (a batch's write then gives way to the next batch, and the run loop
+// retries it with backoff).
+func (p *persister) flush(ctx context.Context, once bool) error {
 	p.mu.Lock()
 	gen := p.gen
 	p.mu.Unlock()
 	for {
 		p.mu.Lock()
-		done, ch, ended, failing := p.wrote >= gen, p.written, p.err, p.failing
+		done, gaveUp, ch, ended, failing := p.wrote >= gen, once && p.tried >= gen, p.written, p.err, p.failing
 		p.mu.Unlock()
 		switch {
 		case ended != nil:
 			return ended
 		case done:
 			return nil
+		case gaveUp:
+			return fmt.Errorf("scheduler: flush state: %w", failing)
 		}
 		p.poke()
 		select {
@@ -269,6 +274,7 @@ func (p *persister) write(ctx context.Context) error {
 		// Requests are deleted only with a write that succeeds.
 		p.reqs = append(reqs, p.reqs...)
 		p.failing = err
+		p.tried = gen
 	} else {
 		p.tableSince = time.Time{}
 		p.wrote = gen

@@ -615,7 +615,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 		// state catch up (the broker's journal covers the gap).
 		if s.cfg.PersistEachBatch && l.persist.writeError() == nil {
 			fctx, cancel := context.WithTimeout(ctx, max(s.cfg.StateInterval, writeAttemptTimeout))
-			if ferr := l.persist.flush(fctx); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
+			if ferr := l.persist.flush(fctx, true); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
 				s.log.Warn("batch state not persisted before the next batch", "err", ferr)
 			}
 			cancel()
@@ -784,7 +784,7 @@ func (l *loop) finish() error {
 	l.fireLog.summarise(l.s.log, l.s.cfg.Clock.Now().Add(time.Second), l.term.Token)
 	ctx, cancel := context.WithTimeout(context.Background(), finishBudget)
 	defer cancel()
-	if err := l.persist.flush(ctx); err != nil {
+	if err := l.persist.flush(ctx, false); err != nil {
 		l.s.log.Warn("state not fully persisted before stopping; the next leader re-publishes (deduplicated)", "err", err)
 	}
 	return nil
