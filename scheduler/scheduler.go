@@ -355,10 +355,21 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
 
 	// The timer is armed only where the loop waits on it: an armed timer
-	// then means an idle loop, which tests rely on.
-	timer := s.cfg.Clock.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+	// then means an idle loop, which tests rely on. So it is made at the
+	// first wait, not armed and stopped here.
+	var timer Timer
+	arm := func(d time.Duration) {
+		if timer == nil {
+			timer = s.cfg.Clock.NewTimer(d)
+			return
+		}
+		timer.Reset(d)
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		l.reportDue()
 		if err := l.persist.failed(); err != nil {
@@ -375,7 +386,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 				return l.finish()
 			}
 			// Transient: keep the slots pending and retry with backoff.
-			timer.Reset(l.nextBackoff())
+			arm(l.nextBackoff())
 			select {
 			case <-ctx.Done():
 				return l.finish()
@@ -400,7 +411,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		if len(l.heap) > 0 {
 			wait = max(l.heap[0].due.Sub(s.cfg.Clock.Now()), 0)
 		}
-		timer.Reset(wait)
+		arm(wait)
 		select {
 		case <-ctx.Done():
 			return l.finish()
