@@ -14,7 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 )
@@ -58,7 +59,7 @@ type EntryDoc struct {
 
 // EntriesBackend is what the entries API asks of the daemon. Errors:
 // sources.ErrNotFound (404), sources.ErrPrecondition and ErrFileOwned
-// (409), schedule.FieldErrors or *DocErrors (422).
+// (409), config.FieldErrors or *DocErrors (422).
 type EntriesBackend interface {
 	ListEntries(ctx context.Context) ([]Entry, error)
 	GetEntry(ctx context.Context, name string) (Entry, error)
@@ -73,7 +74,7 @@ type EntriesBackend interface {
 var ErrFileOwned = errors.New("the entry is defined in schedules.yaml, which owns its names; change it there")
 
 // DocErrors are validation errors of several documents, keyed by entry.
-type DocErrors map[string]schedule.FieldErrors
+type DocErrors map[string]config.FieldErrors
 
 func (e DocErrors) Error() string {
 	var parts []string
@@ -86,11 +87,11 @@ func (e DocErrors) Error() string {
 
 // apiError is the body of every error of the entries API.
 type apiError struct {
-	Errors []schedule.FieldError `json:"errors"`
+	Errors []config.FieldError `json:"errors"`
 }
 
 func writeError(w http.ResponseWriter, code int, pointer, msg string) {
-	writeJSON(w, code, apiError{Errors: []schedule.FieldError{{Pointer: pointer, Message: msg}}})
+	writeJSON(w, code, apiError{Errors: []config.FieldError{{Pointer: pointer, Message: msg}}})
 }
 
 // registerEntries adds /api/v1/entries to mux.
@@ -255,11 +256,11 @@ func pointerToken(s string) string {
 }
 
 func (c Config) backendError(w http.ResponseWriter, err error, base string) {
-	var fe schedule.FieldErrors
+	var fe config.FieldErrors
 	var de DocErrors
 	switch {
 	case errors.As(err, &de):
-		var out []schedule.FieldError
+		var out []config.FieldError
 		names := make([]string, 0, len(de))
 		for n := range de {
 			names = append(names, n)
@@ -267,7 +268,7 @@ func (c Config) backendError(w http.ResponseWriter, err error, base string) {
 		sort.Strings(names)
 		for _, n := range names {
 			for _, e := range de[n] {
-				out = append(out, schedule.FieldError{Pointer: base + "/" + pointerToken(n) + e.Pointer, Message: e.Message})
+				out = append(out, config.FieldError{Pointer: base + "/" + pointerToken(n) + e.Pointer, Message: e.Message})
 			}
 		}
 		writeJSON(w, http.StatusUnprocessableEntity, apiError{Errors: out})

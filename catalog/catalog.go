@@ -27,7 +27,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -193,12 +194,12 @@ func Read(ctx context.Context, cli *clientv3.Client, prefix string) (Header, []b
 }
 
 // Load returns the leader's config as published, parsed.
-func Load(ctx context.Context, cli *clientv3.Client, prefix string) (*schedule.Config, Header, error) {
+func Load(ctx context.Context, cli *clientv3.Client, prefix string) (*config.Config, Header, error) {
 	h, data, err := Read(ctx, cli, prefix)
 	if err != nil {
 		return nil, h, err
 	}
-	cfg, err := schedule.Parse(h.File, data)
+	cfg, err := config.Parse(h.File, data)
 	if err != nil {
 		return nil, h, fmt.Errorf("catalog: the leader's config does not parse here: %w", err)
 	}

@@ -8,7 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -128,7 +129,7 @@ type Term struct {
 // Audit judges takeovers by the tokens on either side of a run of missing
 // slots; AuditWithTerms, when the leadership timeline is known, by whether
 // a term began during the run.
-func Audit(cfg *schedule.Config, msgs []Message, from, to time.Time) *Report {
+func Audit(cfg *config.Config, msgs []Message, from, to time.Time) *Report {
 	return AuditWithTerms(cfg, msgs, from, to, nil)
 }
 
@@ -136,7 +137,7 @@ func Audit(cfg *schedule.Config, msgs []Message, from, to time.Time) *Report {
 // missing slots counts as an outage a catch-up policy may drop when a term
 // began after its first slot, no later than the term that published the
 // next slot.
-func AuditWithTerms(cfg *schedule.Config, msgs []Message, from, to time.Time, terms []Term) *Report {
+func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, terms []Term) *Report {
 	r := &Report{From: from, To: to, Messages: len(msgs), Duplicates: []SlotRef{}, Missed: []SlotRef{}, Dropped: []SlotRef{}}
 	type pub struct {
 		count int
@@ -221,13 +222,13 @@ func AuditWithTerms(cfg *schedule.Config, msgs []Message, from, to time.Time, te
 			for n, s := range run {
 				ref := SlotRef{Entry: e.Name, Slot: s.UTC()}
 				switch {
-				case takeover && e.Catchup == schedule.CatchupOnce:
+				case takeover && e.Catchup == config.CatchupOnce:
 					ref.Reason = "catchup_once: an older slot of an outage"
-				case takeover && e.Catchup == schedule.CatchupSkip:
+				case takeover && e.Catchup == config.CatchupSkip:
 					ref.Reason = "catchup_skip"
-				case takeover && e.Catchup == schedule.CatchupAll && len(run)-n > e.MaxCatchup:
+				case takeover && e.Catchup == config.CatchupAll && len(run)-n > e.MaxCatchup:
 					ref.Reason = "max_catchup"
-				case takeover && e.Catchup == schedule.CatchupAll && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
+				case takeover && e.Catchup == config.CatchupAll && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
 					ref.Reason = "catchup_window"
 				}
 				if ref.Reason != "" {

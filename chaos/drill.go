@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
-	"github.com/redis/go-redis/v9"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -17,7 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/redis/go-redis/v9"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -413,7 +414,7 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := schedule.Parse("drill.yaml", []byte(DrillSchedule))
+	cfg, err := config.Parse("drill.yaml", []byte(DrillSchedule))
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
 )
 
 // TestDrillShort is the CI drill: every fault kind at least twice against
@@ -63,7 +63,7 @@ func TestDrillShort(t *testing.T) {
 // TestAudit checks the audit's verdicts on hand-made message sets.
 func TestAudit(t *testing.T) {
 	t.Parallel()
-	cfg, err := schedule.Parse("a.yaml", []byte(`entries:
+	cfg, err := config.Parse("a.yaml", []byte(`entries:
   all: {task: t, every: 1s, relative: true, catchup: all}
   once: {task: t, every: 1s, relative: true, catchup: once}
   skip: {task: t, every: 1s, relative: true, catchup: skip}

@@ -18,8 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -45,7 +46,7 @@ type Config struct {
 	Prefix string // the cluster's etcd prefix
 	ID     string // this replica
 	// Entries returns the running config.
-	Entries func() *schedule.Config
+	Entries func() *config.Config
 	Runs    Runs
 	// Broker is the broker URL, already redacted, and PingBroker checks
 	// that it answers.

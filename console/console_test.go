@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/celery"
+
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -132,11 +136,11 @@ func TestSecureHeadersAndCrossOrigin(t *testing.T) {
 // testServer runs a console on an embedded etcd for a hand-built config
 // (names the YAML loader refuses, such as ones with a slash, can be
 // tested here).
-func testServer(t *testing.T, cfg *schedule.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
+func testServer(t *testing.T, cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
 	return testServerAt(t, nil, cfg, states...)
 }
 
-func testServerAt(t *testing.T, now func() time.Time, cfg *schedule.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
+func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
 	t.Helper()
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
@@ -156,7 +160,7 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *schedule.Config, stat
 	if err := store.New(cli, prefix).Save(context.Background(), store.Guard{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *schedule.Config { return cfg }, Runs: runs, AdminEnabled: true, Now: now})
+	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *config.Config { return cfg }, Runs: runs, AdminEnabled: true, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +172,9 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *schedule.Config, stat
 	return s, hs
 }
 
-func every(name, task string, d time.Duration) *schedule.Entry {
-	return &schedule.Entry{Name: name, Task: task, Schedule: &schedule.Every{Interval: d}, Location: time.UTC, Enabled: true,
-		Options: schedule.Options{Queue: "celery"}, Catchup: schedule.CatchupOnce, MaxCatchup: 100, CatchupWindow: time.Hour}
+func every(name, task string, d time.Duration) *config.Entry {
+	return &config.Entry{Name: name, Task: task, Schedule: &schedule.Every{Interval: d}, Location: time.UTC, Enabled: true,
+		Options: celery.SendOptions{Queue: "celery"}, Catchup: config.CatchupOnce, MaxCatchup: 100, CatchupWindow: time.Hour}
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -195,7 +199,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestEscaping(t *testing.T) {
 	const evil = `<script>alert(1)</script>`
 	const task = `tasks."quoted" 'single' </code><b>`
-	cfg := &schedule.Config{File: "s.yaml", Entries: []*schedule.Entry{every(evil, task, 5*time.Second)}}
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every(evil, task, 5*time.Second)}}
 	_, hs := testServer(t, cfg, &store.EntryState{Name: evil, LastSlot: time.Now().Add(-time.Second).UTC().Truncate(time.Second)})
 
 	check := func(where, body string) {
@@ -262,7 +266,7 @@ func TestOverview100k(t *testing.T) {
 	if raceEnabled {
 		n = 10_000 // the race detector makes it 100 times slower
 	}
-	cfg := &schedule.Config{File: "s.yaml"}
+	cfg := &config.Config{File: "s.yaml"}
 	for i := 0; i < n; i++ {
 		cfg.Entries = append(cfg.Entries, every(fmt.Sprintf("e%06d", i), fmt.Sprintf("tasks.t%d", i%10), time.Duration(i%3600+1)*time.Second))
 	}
@@ -310,7 +314,7 @@ func TestEntryViewDST(t *testing.T) {
 	e := every("nightly", "tasks.n", time.Hour)
 	e.Schedule, e.Location = c, berlin
 	now := time.Date(2026, 3, 20, 12, 0, 0, 0, time.UTC)
-	_, hs := testServerAt(t, func() time.Time { return now }, &schedule.Config{File: "s.yaml", Entries: []*schedule.Entry{e}})
+	_, hs := testServerAt(t, func() time.Time { return now }, &config.Config{File: "s.yaml", Entries: []*config.Entry{e}})
 	code, body := get(t, hs.URL+"/entry/nightly")
 	if code != http.StatusOK {
 		t.Fatalf("GET = %d", code)

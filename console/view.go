@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/celery"
+
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/schedule"
 )
@@ -375,14 +378,14 @@ func fmtIn(t time.Time, loc *time.Location) string {
 // config or the stored state changes, or when its first slot has passed.
 type entryIndex struct {
 	mu    sync.Mutex
-	cfg   *schedule.Config
+	cfg   *config.Config
 	gen   uint64
 	until time.Time
 	rows  []indexRow
 }
 
 type indexRow struct {
-	e      *schedule.Entry
+	e      *config.Entry
 	next   time.Time
 	paused bool
 }
@@ -583,7 +586,7 @@ func offset(t time.Time) int {
 }
 
 // definition lists every setting of an entry, as configured.
-func definition(e *schedule.Entry, file string) []defRow {
+func definition(e *config.Entry, file string) []defRow {
 	loc := "UTC"
 	if e.Location != nil {
 		loc = e.Location.String()
@@ -645,7 +648,7 @@ func valueJSON(v any) string {
 
 func writeValue(b *strings.Builder, v any) {
 	switch v := v.(type) {
-	case *schedule.Map:
+	case *celery.Map:
 		if v == nil {
 			b.WriteString("{}")
 			return

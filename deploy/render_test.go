@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -400,7 +401,7 @@ func TestManifestInvariants(t *testing.T) {
 				if !ok {
 					t.Fatalf("ConfigMap %s has no key %s", cm.Name, path.Base(cfgPath))
 				}
-				if _, err := schedule.Parse(cfgPath, []byte(text)); err != nil {
+				if _, err := config.Parse(cfgPath, []byte(text)); err != nil {
 					t.Errorf("the ConfigMap's schedule is invalid: %v", err)
 				}
 				found = true

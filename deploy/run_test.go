@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -300,7 +301,7 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := schedule.Parse("schedules.yaml", []byte(runSchedule))
+	cfg, err := config.Parse("schedules.yaml", []byte(runSchedule))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/schedule"
 )
 
@@ -27,7 +29,7 @@ type Result struct {
 	YAML     string
 	Warnings []string // one line each, naming the entry
 	States   []State  // entries with a known last send
-	Config   *schedule.Config
+	Config   *config.Config
 	Checks   []Check  // per converted entry, for --check
 	Skipped  []string // entries not converted (commented out in YAML)
 }
@@ -39,7 +41,7 @@ type Check struct {
 	Zone  string
 	Sched Sched
 	From  time.Time // the chain's start: the last send, else the check's start
-	Entry *schedule.Entry
+	Entry *config.Entry
 }
 
 // Options tune a conversion.
@@ -81,8 +83,8 @@ func Convert(src *Source, opt Options) (*Result, error) {
 		block, err := c.block()
 		if err == nil {
 			// Each entry must pass beatd's own validation on its own.
-			var cfg *schedule.Config
-			cfg, err = schedule.Parse("import", []byte("timezone: "+quote(zone)+"\nentries:\n"+block))
+			var cfg *config.Config
+			cfg, err = config.Parse("import", []byte("timezone: "+quote(zone)+"\nentries:\n"+block))
 			if err == nil {
 				c.parsed = cfg.Entries[0]
 			}
@@ -118,7 +120,7 @@ func Convert(src *Source, opt Options) (*Result, error) {
 		res.Checks = append(res.Checks, Check{Name: name, Zone: ez, Sched: e.Sched, From: from, Entry: c.parsed})
 	}
 	res.YAML = b.String()
-	cfg, err := schedule.Parse("import", []byte(res.YAML))
+	cfg, err := config.Parse("import", []byte(res.YAML))
 	if err != nil {
 		return nil, fmt.Errorf("migrate: the converted file does not validate (a bug): %w", err)
 	}
@@ -151,7 +153,7 @@ type conv struct {
 	comments []string // lines for the YAML, without "# "
 	warnings []string
 	anchor   time.Time // interval grid anchor written as start_at
-	parsed   *schedule.Entry
+	parsed   *config.Entry
 }
 
 func (c *conv) warn(format string, args ...any) {
@@ -297,7 +299,7 @@ func (c *conv) oneOff(add func(string, ...any)) error {
 	if err := probe.schedule(func(f string, a ...any) { lines = append(lines, "    "+fmt.Sprintf(f, a...)) }); err != nil {
 		return err
 	}
-	cfg, err := schedule.Parse("one_off", []byte("timezone: "+quote(c.zone)+"\nentries:\n  x:\n    task: t\n"+strings.Join(lines, "\n")+"\n"))
+	cfg, err := config.Parse("one_off", []byte("timezone: "+quote(c.zone)+"\nentries:\n  x:\n    task: t\n"+strings.Join(lines, "\n")+"\n"))
 	if err != nil {
 		return err
 	}
@@ -337,7 +339,7 @@ func (c *conv) options() (string, error) {
 		// An option beatd rejects (a priority of 12, a zero expires)
 		// is dropped, not the whole entry.
 		probe := "entries:\n  x: {task: t, every: 1s, options: {" + o.Key + ": " + s + "}}\n"
-		if _, err := schedule.Parse("option", []byte(probe)); err != nil {
+		if _, err := config.Parse("option", []byte(probe)); err != nil {
 			dropped = append(dropped, o.Key+"="+v+" ("+optionError(err)+")")
 			continue
 		}

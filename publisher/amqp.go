@@ -14,7 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/internal/celery"
+
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -34,9 +35,10 @@ type AMQPOptions struct {
 	// wrapping ErrStale if a newer term exists, any other error if it
 	// cannot tell. It is required: it is half of the fence.
 	Verify func(ctx context.Context, token int64) error
-	// Config returns the running schedule, whose amqp section says how
-	// queues are declared. Nil: Celery's defaults.
-	Config func() *schedule.Config
+	// Queues returns how the workers declare their queues, from the
+	// running schedule's amqp section. Nil, or a nil result: Celery's
+	// defaults.
+	Queues func() Queues
 	// Registerer receives the AMQP metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -455,10 +457,10 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchBudget)
 	defer cancel()
 	now := a.opts.Now()
-	cfg := schedule.AMQPConfig{}
-	if a.opts.Config != nil {
-		if c := a.opts.Config(); c != nil {
-			cfg = c.AMQP
+	var queues Queues = celeryQueues{}
+	if a.opts.Queues != nil {
+		if q := a.opts.Queues(); q != nil {
+			queues = q
 		}
 	}
 	var errs []error
@@ -476,7 +478,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 			results[i] = ResultDuplicate // an older term's journal says it is in a queue
 			continue
 		}
-		if err := a.declare(f.Task, cfg); err != nil {
+		if err := a.declare(f.Task, queues); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -595,18 +597,18 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []Fire, resu
 // maybe_declare does for a Celery queue, once per connection (again when
 // the config changes them), and checks that an explicit exchange exists.
 // A failure closes only the declaring channel.
-func (a *AMQP) declare(t *Task, cfg schedule.AMQPConfig) error {
+func (a *AMQP) declare(t *Task, queues Queues) error {
 	p := &t.amqp
 	exchange, key := p.exchange, p.bindingKey
-	if q, ok := cfg.Queues[p.queue]; ok {
-		if q.Exchange != "" {
-			exchange = q.Exchange
+	if ex, rk := queues.QueueBinding(p.queue); ex != "" || rk != "" {
+		if ex != "" {
+			exchange = ex
 		}
-		if q.RoutingKey != "" {
-			key = q.RoutingKey
+		if rk != "" {
+			key = rk
 		}
 	}
-	args, err := tableOf(cfg.QueueArguments(p.queue))
+	args, err := tableOf(queues.QueueArguments(p.queue))
 	if err != nil {
 		return fmt.Errorf("publisher: queue %q: %w", p.queue, err)
 	}
@@ -785,13 +787,13 @@ func fieldOf(v any) (any, error) {
 			out[i] = f
 		}
 		return out, nil
-	case *schedule.Map:
+	case *celery.Map:
 		return tableOf(x)
 	}
 	return nil, fmt.Errorf("unsupported value %T", v)
 }
 
-func tableOf(m *schedule.Map) (amqp.Table, error) {
+func tableOf(m *celery.Map) (amqp.Table, error) {
 	if m == nil {
 		return nil, nil
 	}

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 )
 
 // TestAMQPCeleryWorkerRuns publishes through RabbitMQ to a real Celery
@@ -16,7 +17,7 @@ func TestAMQPCeleryWorkerRuns(t *testing.T) {
 	rb := sharedRabbit(t)
 	rs := testutil.MustStartRedis(t) // the worker's result backend only
 	w := testutil.MustStartCeleryWorkerAMQP(t, rs, rb.URL(), "celery,e2eprio", "PRIORITY_QUEUE=e2eprio")
-	cfg, err := schedule.Parse("e2e.yaml", []byte(`
+	cfg, err := config.Parse("e2e.yaml", []byte(`
 amqp:
   queues:
     e2eprio: {queue_arguments: {x-max-priority: 10}}
@@ -35,7 +36,7 @@ entries:
 	var term termCheck
 	term.current.Store(1)
 	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: uniq("e2e"), Verify: term.verify,
-		Config: func() *schedule.Config { return cfg }})
+		Queues: func() Queues { return cfg.AMQP }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ entries:
 	slot := time.Now().UTC().Truncate(time.Minute)
 	fires := map[string]*Fire{}
 	for _, e := range cfg.Entries {
-		task, err := Compile(e, "e2e", "beatd@test", "")
+		task, err := Compile(specOf(e), "e2e", "beatd@test", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -50,13 +51,13 @@ func fenceEntries(t *testing.T, queue string, n int) []*Task {
 	for i := 0; i < n; i++ {
 		y += fmt.Sprintf("  e%d: {task: tasks.add, every: 1m, args: [%d, 1], options: {queue: %s}}\n", i, i, queue)
 	}
-	cfg, err := schedule.Parse("fence.yaml", []byte(y))
+	cfg, err := config.Parse("fence.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []*Task
 	for _, e := range cfg.Entries {
-		task, err := Compile(e, "fence", "beatd@test", "")
+		task, err := Compile(specOf(e), "fence", "beatd@test", "")
 		if err != nil {
 			t.Fatal(err)
 		}

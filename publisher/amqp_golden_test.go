@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
 )
 
 // recorder forwards TCP to a broker and keeps what clients sent.
@@ -310,7 +310,7 @@ func TestAMQPGoldenAgainstCelery(t *testing.T) {
 			if err := json.Unmarshal(data, &want); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := schedule.Parse("golden.yaml", []byte(tt.amqp+"entries:\n  e:\n    "+tt.entry+"\n"))
+			cfg, err := config.Parse("golden.yaml", []byte(tt.amqp+"entries:\n  e:\n    "+tt.entry+"\n"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -318,7 +318,7 @@ func TestAMQPGoldenAgainstCelery(t *testing.T) {
 			var term termCheck
 			term.current.Store(int64(100 + i))
 			a, err := NewAMQP(AMQPOptions{URL: fmt.Sprintf("amqp://guest:guest@%s//", rec.ln.Addr()), Cluster: uniq("golden"),
-				Verify: term.verify, Config: func() *schedule.Config { return cfg }})
+				Verify: term.verify, Queues: func() Queues { return cfg.AMQP }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,7 +328,7 @@ func TestAMQPGoldenAgainstCelery(t *testing.T) {
 			if err := a.RaiseFence(tctx, int64(100+i)); err != nil {
 				t.Fatal(err)
 			}
-			task, err := Compile(cfg.Entries[0], "beatd/test", "beatd@vm", "")
+			task, err := Compile(specOf(cfg.Entries[0]), "beatd/test", "beatd@vm", "")
 			if err != nil {
 				t.Fatal(err)
 			}

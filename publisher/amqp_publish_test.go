@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 )
 
 // TestAMQPUnroutableIsAnError: a message the broker cannot route is
@@ -30,7 +31,7 @@ func TestAMQPUnroutableIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch.Close()
-	cfg, err := schedule.Parse("unroutable.yaml", []byte(`entries:
+	cfg, err := config.Parse("unroutable.yaml", []byte(`entries:
   lost:    {task: tasks.add, every: 1m, options: {exchange: `+exch+`, routing_key: nowhere}}
   noexch:  {task: tasks.add, every: 1m, options: {exchange: `+uniq("missing")+`, routing_key: x}}
   mismatch: {task: tasks.add, every: 1m, options: {queue: `+lazy+`}}
@@ -42,7 +43,7 @@ func TestAMQPUnroutableIsAnError(t *testing.T) {
 	var term termCheck
 	term.current.Store(1)
 	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: uniq("unroutable"), Verify: term.verify,
-		Config: func() *schedule.Config { return cfg }})
+		Queues: func() Queues { return cfg.AMQP }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestAMQPUnroutableIsAnError(t *testing.T) {
 	}
 	var fires []Fire
 	for _, e := range cfg.Entries {
-		task, err := Compile(e, "u", "beatd@test", "")
+		task, err := Compile(specOf(e), "u", "beatd@test", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,16 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 )
 
 func benchTask(b *testing.B) *Task {
-	cfg, err := schedule.Parse("bench.yaml", []byte("entries:\n  e: {task: tasks.hello, every: 1s, kwargs: {who: \"Zoë ☃\"}, options: {queue: reports, expires: 30, priority: 5}}\n"))
+	cfg, err := config.Parse("bench.yaml", []byte("entries:\n  e: {task: tasks.hello, every: 1s, kwargs: {who: \"Zoë ☃\"}, options: {queue: reports, expires: 30, priority: 5}}\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	task, err := Compile(cfg.Entries[0], "beatd/bench", "beatd@bench", "")
+	task, err := Compile(specOf(cfg.Entries[0]), "beatd/bench", "beatd@bench", "")
 	if err != nil {
 		b.Fatal(err)
 	}

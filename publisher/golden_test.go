@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -150,9 +151,9 @@ func rawField(t *testing.T, obj json.RawMessage, key string) json.RawMessage {
 	return m[key]
 }
 
-func entry(t *testing.T, yaml string) *schedule.Entry {
+func entry(t *testing.T, yaml string) *config.Entry {
 	t.Helper()
-	cfg, err := schedule.Parse("golden.yaml", []byte("entries:\n  e:\n"+yaml))
+	cfg, err := config.Parse("golden.yaml", []byte("entries:\n  e:\n"+yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestGoldenAgainstCelery(t *testing.T) {
 			p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"})
 			slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 			for i, y := range tt.entries {
-				task, err := Compile(entry(t, y), "beatd/test", "beatd@vm", "")
+				task, err := Compile(specOf(entry(t, y)), "beatd/test", "beatd@vm", "")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/internal/celery"
 )
 
 // Kombu's Redis transport conventions.
@@ -17,6 +17,7 @@ const (
 	bindingKeyPrefix  = "_kombu.binding."
 	maxReprLen        = 1024 // Celery's saferepr limit for argsrepr/kwargsrepr
 	defaultOriginHost = "localhost"
+	defaultQueue      = "celery" // Celery's task_default_queue
 )
 
 var priorityStepsDefault = [...]int{0, 3, 6, 9}
@@ -54,7 +55,7 @@ type Task struct {
 	BindingMember string
 	parts         []part
 	idPrefix      []byte // "<cluster>/<entry>/" for the UUIDv5 name
-	expires       schedule.Expiry
+	expires       celery.Expiry
 	amqp          amqpParts
 }
 
@@ -63,7 +64,7 @@ type Task struct {
 type header struct {
 	key   string
 	value []byte // JSON
-	val   any    // nil, bool, int64, float64, string, []any, *schedule.Map
+	val   any    // nil, bool, int64, float64, string, []any, *celery.Map
 	fill  fillKind
 }
 
@@ -84,7 +85,7 @@ var reservedHeaders = map[string]bool{"task": true, "id": true, "root_id": true,
 	"beat_entry": true, "beat_slot": true, "beat_fencing_token": true, "beat_manual": true}
 
 // Validate reports whether e can be compiled, without building anything.
-func Validate(e *schedule.Entry) error {
+func Validate(e *Spec) error {
 	for i := 0; i < e.Options.Headers.Len(); i++ {
 		if k := e.Options.Headers.Keys[i]; reservedHeaders[k] {
 			return fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
@@ -95,14 +96,14 @@ func Validate(e *schedule.Entry) error {
 
 // Compile builds e's message template. cluster namespaces task ids; origin
 // is the origin header, e.g. "beatd@host".
-func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, error) {
+func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	if err := Validate(e); err != nil {
 		return nil, err
 	}
 	o := e.Options
 	queue := o.Queue
 	if queue == "" {
-		queue = schedule.DefaultQueue
+		queue = defaultQueue
 	}
 	prio := 0
 	if o.Priority != nil {
@@ -136,7 +137,7 @@ func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, err
 	}
 	kwargs := e.Kwargs
 	if kwargs == nil {
-		kwargs = &schedule.Map{}
+		kwargs = &celery.Map{}
 	}
 	body := appendJSON(nil, []any{args, kwargs})
 	body = append(body[:len(body)-1], `, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`...)
@@ -167,7 +168,7 @@ func Compile(e *schedule.Entry, cluster, origin, kombuPrefix string) (*Task, err
 		{"ignore_result", appendJSON(nil, o.IgnoreResult), o.IgnoreResult, 0},
 		{"replaced_task_nesting", []byte("0"), int64(0), 0},
 		{"stamped_headers", []byte("null"), nil, 0},
-		{"stamps", []byte("{}"), &schedule.Map{}, 0},
+		{"stamps", []byte("{}"), &celery.Map{}, 0},
 	}
 	// Extra headers are merged over Celery's, as headers2.update(headers).
 	for i := 0; i < o.Headers.Len(); i++ {

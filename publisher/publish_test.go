@@ -13,7 +13,7 @@ import (
 func compileTest(t testing.TB, yaml string) *Task {
 	t.Helper()
 	e := entry(t.(*testing.T), yaml)
-	task, err := Compile(e, "beatd/test", "beatd@test", "")
+	task, err := Compile(specOf(e), "beatd/test", "beatd@test", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/internal/celery"
 )
 
-// Values are nil, bool, int64, *big.Int, float64, string, []any and *schedule.Map, as
+// Values are nil, bool, int64, *big.Int, float64, string, []any and *celery.Map, as
 // schedule's config loader produces them. These encoders write them the way
 // CPython does, so messages match a Python producer's byte for byte.
 
@@ -64,7 +64,7 @@ func appendPy(dst []byte, v any, d *dialect) []byte {
 			dst = appendPy(dst, e, d)
 		}
 		return append(dst, ']')
-	case *schedule.Map:
+	case *celery.Map:
 		dst = append(dst, '{')
 		for i := 0; i < v.Len(); i++ {
 			if i > 0 {

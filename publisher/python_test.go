@@ -3,15 +3,15 @@ package publisher
 import (
 	"testing"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/internal/celery"
 )
 
 // TestPythonEncoding: expectations printed by CPython 3.11's json.dumps and
 // repr for the same values.
 func TestPythonEncoding(t *testing.T) {
 	t.Parallel()
-	m := func(kv ...any) *schedule.Map {
-		out := &schedule.Map{}
+	m := func(kv ...any) *celery.Map {
+		out := &celery.Map{}
 		for i := 0; i < len(kv); i += 2 {
 			out.Set(kv[i].(string), kv[i+1])
 		}
@@ -54,7 +54,7 @@ func TestPythonEncoding(t *testing.T) {
 		{name: "dict order kept", v: m("who", "Zoë ☃", "n", []any{1.5, nil, true}),
 			json: `{"who": "Zo\u00eb \u2603", "n": [1.5, null, true]}`, repr: `{'who': 'Zoë ☃', 'n': [1.5, None, True]}`},
 		{name: "empty list", v: []any{}, json: `[]`, repr: `[]`},
-		{name: "empty dict", v: &schedule.Map{}, json: `{}`, repr: `{}`},
+		{name: "empty dict", v: &celery.Map{}, json: `{}`, repr: `{}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

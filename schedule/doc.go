@@ -1,8 +1,10 @@
-// Package schedule computes when beatd entries fire and loads schedules.yaml.
+// Package schedule computes when beatd entries fire: crontab (Celery's
+// semantics), cron, every, at and solar schedules, missed slots and their
+// descriptions.
 //
-// It is pure: no I/O beyond reading the config bytes it is handed, and every
-// function that needs the current time takes it as an argument. Slots are
-// computed on the wall clock of an entry's zone with one DST policy for every
-// calendar spec (see Resolve), so every replica derives the same slots
-// without coordinating.
+// It is pure time math: no I/O, and every function that needs the current
+// time takes it as an argument. Slots are computed on the wall clock of an
+// entry's zone with one DST policy for every calendar spec, so every
+// replica derives the same slots without coordinating. Reading the YAML
+// into entries is package config's job.
 package schedule

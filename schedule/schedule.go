@@ -165,3 +165,21 @@ func FormatSlot(t time.Time) string {
 	}
 	return t.Format("2006-01-02T15:04:05.000000-07:00")
 }
+
+// NotBefore drops the slots of a schedule that fall before Start.
+type NotBefore struct {
+	Schedule
+	Start time.Time
+}
+
+// Next returns the first slot strictly after t and not before Start.
+func (nb *NotBefore) Next(t time.Time) time.Time {
+	if floor := nb.Start.Add(-time.Nanosecond); t.Before(floor) {
+		t = floor
+	}
+	return nb.Schedule.Next(t)
+}
+
+func (nb *NotBefore) String() string {
+	return fmt.Sprintf("%v from %s", nb.Schedule, nb.Start.Format(time.RFC3339))
+}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 )
@@ -27,18 +29,18 @@ type drop struct {
 // catchup: all, since start_at) up to now, the instant the term was
 // elected. It is pure: the loop applies the plan. A missed slot whose
 // jittered due time is still ahead is not missed yet: it is the next slot.
-func planCatchup(e *schedule.Entry, st *store.EntryState, now time.Time) catchupPlan {
+func planCatchup(e *config.Entry, st *store.EntryState, now time.Time) catchupPlan {
 	return planCatchupWith(e, e.Schedule, st, now)
 }
 
 // planCatchupWith is planCatchup on sched, e's schedule as the loop runs
 // it (an interval anchored where it began).
-func planCatchupWith(e *schedule.Entry, sched schedule.Schedule, st *store.EntryState, now time.Time) catchupPlan {
+func planCatchupWith(e *config.Entry, sched schedule.Schedule, st *store.EntryState, now time.Time) catchupPlan {
 	var last time.Time
 	if st != nil {
 		last = st.CatchupFrom()
 	}
-	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll {
+	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == config.CatchupAll {
 		last = e.StartAt.Add(-time.Nanosecond) // backfill from start_at, as asked
 	}
 	var p catchupPlan
@@ -55,7 +57,7 @@ func planCatchupWith(e *schedule.Entry, sched schedule.Schedule, st *store.Entry
 		from = windowStart
 	}
 	limit := 1
-	if e.Catchup == schedule.CatchupAll {
+	if e.Catchup == config.CatchupAll {
 		limit = e.MaxCatchup
 	}
 	missed := schedule.Missed(sched, from, now, limit)
@@ -79,9 +81,9 @@ func planCatchupWith(e *schedule.Entry, sched schedule.Schedule, st *store.Entry
 	switch {
 	case st != nil && st.Paused:
 		p.dropped = append(p.dropped, drop{ReasonPaused, missed.Count})
-	case e.Catchup == schedule.CatchupSkip:
+	case e.Catchup == config.CatchupSkip:
 		p.dropped = append(p.dropped, drop{ReasonSkip, missed.Count})
-	case e.Catchup == schedule.CatchupOnce:
+	case e.Catchup == config.CatchupOnce:
 		if missed.Count > 1 {
 			p.dropped = append(p.dropped, drop{ReasonOnce, missed.Count - 1})
 		}

@@ -2,11 +2,12 @@ package scheduler
 
 import (
 	"context"
-	"github.com/beatd/beatd/schedule"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/beatd/beatd/config"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -121,7 +122,7 @@ func (m *Metrics) termStarted(ctx context.Context, set *entrySet, term Term, now
 	}
 	// The definitions as the term starts: the loop anchors its entries'
 	// schedules (replacing entry.Entry) while this goroutine runs.
-	defs := make([]*schedule.Entry, 0, len(set.byName))
+	defs := make([]*config.Entry, 0, len(set.byName))
 	for _, e := range set.byName {
 		defs = append(defs, e.Entry)
 	}

@@ -1,7 +1,7 @@
 package scheduler
 
 import (
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -100,7 +100,7 @@ func (v *EntryCounterVec) WithLabelValues(entry, label string) prometheus.Counte
 // setEntries records the running config's entry names: it sets
 // beatd_entries, chooses per-entry or aggregate series, and creates every
 // series at 0 so alerts see them before the first event.
-func (m *Metrics) setEntries(sc *schedule.Config) {
+func (m *Metrics) setEntries(sc *config.Config) {
 	names := make([]string, len(sc.Entries))
 	for i, e := range sc.Entries {
 		names[i] = e.Name

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -106,7 +108,7 @@ type Scheduler struct {
 
 // entry is a config entry compiled for publishing.
 type entry struct {
-	*schedule.Entry
+	*config.Entry
 	task  *publisher.Task       // compiled on first fire, by the loop
 	fires [5]prometheus.Counter // by publisher.Result, then manual; created lazily
 	// sched is the schedule the loop runs: the entry's, with an interval
@@ -117,11 +119,11 @@ type entry struct {
 
 type entrySet struct {
 	byName map[string]*entry
-	config *schedule.Config
+	config *config.Config
 }
 
 // New compiles cfg's entries. It fails if any entry cannot be compiled.
-func New(c Config, sc *schedule.Config) (*Scheduler, error) {
+func New(c Config, sc *config.Config) (*Scheduler, error) {
 	if c.Clock == nil {
 		c.Clock = RealClock{}
 	}
@@ -153,12 +155,12 @@ func New(c Config, sc *schedule.Config) (*Scheduler, error) {
 // Reload replaces the running config once every entry compiles. The loop
 // picks it up at once; unchanged entries keep their next slot, changed
 // ones restart from now without firing, removed ones stop.
-func (s *Scheduler) Reload(sc *schedule.Config) error {
+func (s *Scheduler) Reload(sc *config.Config) error {
 	set := &entrySet{byName: make(map[string]*entry, len(sc.Entries)), config: sc}
 	for _, e := range sc.Entries {
 		// Templates are compiled on first fire: with 100k entries, most
 		// would otherwise sit in memory long before they are needed.
-		if err := publisher.Validate(e); err != nil {
+		if err := ValidateEntry(e); err != nil {
 			return err
 		}
 		set.byName[e.Name] = &entry{Entry: e}
@@ -173,7 +175,7 @@ func (s *Scheduler) Reload(sc *schedule.Config) error {
 }
 
 // Config returns the running config.
-func (s *Scheduler) Config() *schedule.Config { return s.entries.Load().config }
+func (s *Scheduler) Config() *config.Config { return s.entries.Load().config }
 
 // PublishError returns the last publish failure, or nil when publishing
 // works. Readiness reports it.
@@ -232,7 +234,7 @@ func (h *slotHeap) Pop() any {
 
 // jitter delays a slot by an amount derived from (entry, slot), so every
 // replica computes the same delay.
-func jitter(e *schedule.Entry, slot time.Time) time.Duration {
+func jitter(e *config.Entry, slot time.Time) time.Duration {
 	if e.Jitter <= 0 {
 		return 0
 	}
@@ -486,7 +488,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		return
 	}
 	owed := st != nil && !st.CatchupFrom().IsZero()
-	backfill := !owed && !e.StartAt.IsZero() && e.Catchup == schedule.CatchupAll
+	backfill := !owed && !e.StartAt.IsZero() && e.Catchup == config.CatchupAll
 	if !backfill && (!owed || !catchUp) {
 		// From now on this entry's slots are owed: record that before its
 		// first fire, so a leader that takes over before then still owes
@@ -662,7 +664,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 // Reload validated the entry, so compiling cannot fail.
 func (l *loop) compiled(e *entry) *publisher.Task {
 	if e.task == nil {
-		t, err := publisher.Compile(e.Entry, l.s.cfg.Cluster, l.s.cfg.Origin, l.s.cfg.KombuPrefix)
+		t, err := publisher.Compile(SpecOf(e.Entry), l.s.cfg.Cluster, l.s.cfg.Origin, l.s.cfg.KombuPrefix)
 		if err != nil {
 			panic("scheduler: validated entry failed to compile: " + err.Error())
 		}

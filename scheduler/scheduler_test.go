@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -218,9 +219,9 @@ type harness struct {
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
-func mustConfig(t testing.TB, yaml string) *schedule.Config {
+func mustConfig(t testing.TB, yaml string) *config.Config {
 	t.Helper()
-	cfg, err := schedule.Parse("test.yaml", []byte(yaml))
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func TestReload(t *testing.T) {
 
 func TestJitterDeterministic(t *testing.T) {
 	t.Parallel()
-	e := &schedule.Entry{Name: "e", Jitter: 30 * time.Second}
+	e := &config.Entry{Name: "e", Jitter: 30 * time.Second}
 	seen := map[time.Duration]bool{}
 	for i := 0; i < 100; i++ {
 		slot := t0.Add(time.Duration(i) * time.Minute)

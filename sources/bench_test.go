@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
 )
 
 // BenchmarkMergeOneAPIChange is the cost of applying one runtime entry
@@ -19,7 +19,7 @@ func BenchmarkMergeOneAPIChange(b *testing.B) {
 			for i := range n {
 				fmt.Fprintf(&sb, "  f%d: {task: t, every: %ds}\n", i, 10+i%50)
 			}
-			file, err := schedule.Parse("s.yaml", []byte(sb.String()))
+			file, err := config.Parse("s.yaml", []byte(sb.String()))
 			if err != nil {
 				b.Fatal(err)
 			}

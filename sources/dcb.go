@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // the "sqlite" driver, pure Go
-
-	"github.com/beatd/beatd/schedule"
 )
 
 // DCBSource reads django-celery-beat's tables, read-only, as entries: a
@@ -174,7 +174,7 @@ type dcbSolar struct {
 // SolarSupported says whether the schedule package reads solar entries;
 // until it does, dcb's solar tasks are reported invalid.
 var SolarSupported = func() bool {
-	_, err := (*schedule.Config)(nil).ParseEntry("probe", []byte(`{"task":"t","solar":{"event":"sunrise","lat":0,"lon":0}}`))
+	_, err := (*config.Config)(nil).ParseEntry("probe", []byte(`{"task":"t","solar":{"event":"sunrise","lat":0,"lon":0}}`))
 	return err == nil
 }()
 
@@ -297,7 +297,7 @@ func (r *dcbRow) oneOffSlot(e *dcbEntry) error {
 	probe := *e
 	probe.Options, probe.Args, probe.Kwargs, probe.StartAt = nil, nil, nil, ""
 	doc, _ := json.Marshal(probe)
-	pe, err := (*schedule.Config)(nil).ParseEntry(r.name, doc)
+	pe, err := (*config.Config)(nil).ParseEntry(r.name, doc)
 	if err != nil {
 		return err
 	}

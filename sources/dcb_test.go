@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 )
 
 var pgOnce struct {
@@ -102,9 +103,9 @@ func TestDCBRead(t *testing.T) {
 			if !strings.Contains(bad["badargs"], "args must be a JSON list") || len(bad) != wantBad {
 				t.Errorf("bad rows: %v", bad)
 			}
-			entries := map[string]*schedule.Entry{}
+			entries := map[string]*config.Entry{}
 			for name, doc := range docs {
-				e, err := (*schedule.Config)(nil).ParseEntry(name, doc)
+				e, err := (*config.Config)(nil).ParseEntry(name, doc)
 				if err != nil {
 					t.Fatalf("%s: %s: %v", name, doc, err)
 				}
@@ -174,8 +175,8 @@ func TestDCBKeepsLastGoodSet(t *testing.T) {
 	}
 	defer src.Close()
 	var mu sync.Mutex
-	var current *schedule.Config
-	m := New(Config{Apply: func(c *schedule.Config) error { mu.Lock(); current = c; mu.Unlock(); return nil }})
+	var current *config.Config
+	m := New(Config{Apply: func(c *config.Config) error { mu.Lock(); current = c; mu.Unlock(); return nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { src.Sync(ctx, m, false, "") })

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -118,13 +119,13 @@ func TestEntriesSync(t *testing.T) {
 	t.Parallel()
 	cli := etcdClient(t)
 	s := NewEntries(cli, "/t/"+t.Name()+"/")
-	applied := make(chan *schedule.Config, 16)
-	m := New(Config{Apply: func(c *schedule.Config) error { applied <- c; return nil }})
+	applied := make(chan *config.Config, 16)
+	m := New(Config{Apply: func(c *config.Config) error { applied <- c; return nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { s.Sync(ctx, m) })
 	defer func() { cancel(); wg.Wait() }()
-	wait := func(what string, ok func(*schedule.Config) bool) {
+	wait := func(what string, ok func(*config.Config) bool) {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
 		for {
@@ -138,15 +139,15 @@ func TestEntriesSync(t *testing.T) {
 			}
 		}
 	}
-	wait("the first sync", func(c *schedule.Config) bool { return len(c.Entries) == 0 })
+	wait("the first sync", func(c *config.Config) bool { return len(c.Entries) == 0 })
 	start := time.Now()
 	if _, err := s.Put(context.Background(), []Doc{{Name: "x", Data: []byte(`{"task":"t","every":"1s"}`)}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	wait("x to appear", func(c *schedule.Config) bool { return c.Entry("x") != nil && c.Entry("x").Source == API })
+	wait("x to appear", func(c *config.Config) bool { return c.Entry("x") != nil && c.Entry("x").Source == API })
 	t.Logf("put to merged config: %s", time.Since(start))
 	if err := s.Delete(context.Background(), "x", 0); err != nil {
 		t.Fatal(err)
 	}
-	wait("x to go", func(c *schedule.Config) bool { return c.Entry("x") == nil })
+	wait("x to go", func(c *config.Config) bool { return c.Entry("x") == nil })
 }

@@ -14,7 +14,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -77,10 +78,10 @@ type Health struct {
 // Config configures a Merger.
 type Config struct {
 	// Apply installs a merged config (the scheduler's Reload).
-	Apply func(*schedule.Config) error
+	Apply func(*config.Config) error
 	// Validate is a further check of each entry (the publisher's); an
 	// entry that fails it is left out like an invalid one.
-	Validate func(*schedule.Entry) error
+	Validate func(*config.Entry) error
 	Priority []string
 	Logger   *slog.Logger
 	// Registry, when set, gets the merger's metrics (else see Collectors).
@@ -93,14 +94,14 @@ type Merger struct {
 	c Config
 
 	mu       sync.Mutex
-	file     *schedule.Config
+	file     *config.Config
 	docs     map[string]map[string][]byte // source -> name -> entry document
 	rowErrs  map[string]map[string]string // source -> name -> why it has no document
 	parsed   map[string]map[string]parsed // source -> name -> cache
 	errs     map[string]error
 	invalid  map[string]map[string]string
 	conflict map[string]Conflict
-	current  *schedule.Config
+	current  *config.Config
 	applied  bool
 
 	entriesG  *prometheus.GaugeVec
@@ -114,7 +115,7 @@ type Merger struct {
 type parsed struct {
 	doc      string
 	defaults [32]byte
-	entry    *schedule.Entry
+	entry    *config.Entry
 	err      error
 }
 
@@ -151,14 +152,14 @@ func (m *Merger) Collectors() []prometheus.Collector {
 }
 
 // File returns the file's config last set.
-func (m *Merger) File() *schedule.Config {
+func (m *Merger) File() *config.Config {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.file
 }
 
 // Current returns the merged config last applied (nil before the first).
-func (m *Merger) Current() *schedule.Config {
+func (m *Merger) Current() *config.Config {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.current
@@ -166,7 +167,7 @@ func (m *Merger) Current() *schedule.Config {
 
 // SetFile installs a new schedules.yaml config and applies the merge. On
 // error the previous merge stays in force.
-func (m *Merger) SetFile(cfg *schedule.Config) error {
+func (m *Merger) SetFile(cfg *config.Config) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev := m.file
@@ -288,7 +289,7 @@ func (m *Merger) Source(name string) string {
 func (m *Merger) applyLocked() error {
 	defaults := m.file.DefaultsHash()
 	// Each source's valid entries, sorted by name, in priority order.
-	lists := make([][]*schedule.Entry, 0, len(m.c.Priority))
+	lists := make([][]*config.Entry, 0, len(m.c.Priority))
 	for _, src := range m.c.Priority {
 		if src == File {
 			if m.file == nil {
@@ -309,7 +310,7 @@ func (m *Merger) applyLocked() error {
 		if invalid == nil {
 			invalid = map[string]string{}
 		}
-		valid := make([]*schedule.Entry, 0, len(m.docs[src]))
+		valid := make([]*config.Entry, 0, len(m.docs[src]))
 		for name, doc := range m.docs[src] {
 			p, ok := cache[name]
 			if !ok || p.doc != string(doc) || p.defaults != defaults {
@@ -349,7 +350,7 @@ func (m *Merger) applyLocked() error {
 	for _, l := range lists {
 		total += len(l)
 	}
-	entries := make([]*schedule.Entry, 0, total)
+	entries := make([]*config.Entry, 0, total)
 	perSource := map[string]int{}
 	conflicts := map[string]Conflict{}
 	heads := make([]int, len(lists))
@@ -363,7 +364,7 @@ func (m *Merger) applyLocked() error {
 		if !found {
 			break
 		}
-		var winner *schedule.Entry
+		var winner *config.Entry
 		var srcs []string
 		for i, l := range lists {
 			if heads[i] < len(l) && l[heads[i]].Name == name {
@@ -410,14 +411,14 @@ func (m *Merger) applyLocked() error {
 
 // logChanges logs each entry added, changed or removed by a merge, with
 // its source. A first merge logs only counts.
-func (m *Merger) logChanges(next *schedule.Config) {
+func (m *Merger) logChanges(next *config.Config) {
 	if !m.applied {
 		return
 	}
 	prev := m.current
 	const most = 100 // a large source change is summarised
 	n := 0
-	log := func(msg string, e *schedule.Entry) {
+	log := func(msg string, e *config.Entry) {
 		n++
 		if n <= most {
 			m.c.Logger.Info(msg, "entry", e.Name, "source", e.Source, "task", e.Task, "schedule", fmt.Sprint(e.Schedule))

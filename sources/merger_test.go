@@ -5,14 +5,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-func mustParse(t *testing.T, yaml string) *schedule.Config {
+func mustParse(t *testing.T, yaml string) *config.Config {
 	t.Helper()
-	c, err := schedule.Parse("schedules.yaml", []byte(yaml))
+	c, err := config.Parse("schedules.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,9 +22,9 @@ func mustParse(t *testing.T, yaml string) *schedule.Config {
 
 func TestMergerSourcesConflictsAndBadEntries(t *testing.T) {
 	t.Parallel()
-	var applied *schedule.Config
+	var applied *config.Config
 	reg := prometheus.NewRegistry()
-	m := New(Config{Apply: func(c *schedule.Config) error { applied = c; return nil }, Registry: reg,
+	m := New(Config{Apply: func(c *config.Config) error { applied = c; return nil }, Registry: reg,
 		Priority: []string{API, File, DCB}})
 	if err := m.SetFile(mustParse(t, "defaults: {options: {queue: low}}\nentries:\n  a: {task: t.a, every: 10s}\n  shared: {task: t.file, every: 10s}\n")); err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestMergerSourcesConflictsAndBadEntries(t *testing.T) {
 		t.Errorf("api entry not re-read with new defaults: queue %q", e.Options.Queue)
 	}
 	// An apply that fails keeps the previous merge.
-	m.c.Apply = func(*schedule.Config) error { return errors.New("no") }
+	m.c.Apply = func(*config.Config) error { return errors.New("no") }
 	if err := m.SetSource(API, map[string][]byte{}); err == nil {
 		t.Error("failed apply not reported")
 	}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/publisher"
 	"io"
 	"net/http"
 	"os"
@@ -14,9 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/publisher"
+
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/catalog"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -74,10 +75,10 @@ so it works from anywhere that reaches etcd, without the schedule file.`,
 }
 
 func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
-	var cfg *schedule.Config
+	var cfg *config.Config
 	if o.config != "" {
 		var err error
-		if cfg, err = schedule.LoadFile(o.config); err != nil {
+		if cfg, err = config.LoadFile(o.config); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitFail
 		}

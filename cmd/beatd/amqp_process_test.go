@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 )
 
 // TestProcessAMQPFailover runs two beatd processes on RabbitMQ through a
@@ -24,11 +25,11 @@ func TestProcessAMQPFailover(t *testing.T) {
 		t.Skip("runs beatd processes and rabbitmq-server")
 	}
 	rb := testutil.MustStartRabbitMQ(t, t.TempDir())
-	config := `entries:
+	yamlText := `entries:
   a: {task: tasks.add, every: 1s, catchup: all, args: [1, 2], options: {queue: proc}}
   b: {task: tasks.add, every: 1s, catchup: all, args: [3, 4], options: {queue: proc}}
 `
-	c := newCluster(t, config, 2, "--broker", rb.URL()+"?heartbeat=1")
+	c := newCluster(t, yamlText, 2, "--broker", rb.URL()+"?heartbeat=1")
 	lead, _ := c.leader("", 30*time.Second)
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	time.Sleep(3 * time.Second)
@@ -77,7 +78,7 @@ func TestProcessAMQPFailover(t *testing.T) {
 	if fenced := chaos.FencedPublishes(msgs); len(fenced) > 0 {
 		t.Errorf("%d messages enqueued after a newer term's: %v", len(fenced), fenced)
 	}
-	cfg, err := schedule.LoadFile(c.config)
+	cfg, err := config.LoadFile(c.config)
 	if err != nil {
 		t.Fatal(err)
 	}

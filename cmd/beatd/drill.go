@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
@@ -77,7 +78,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	fs := newFlagSet("drill audit", stderr)
 	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
-	config := fs.String("config", "", "the drill schedule (required)")
+	configFile := fs.String("config", "", "the drill schedule (required)")
 	from := fs.String("from", "", "audit slots from this RFC 3339 time (required)")
 	to := fs.String("to", "", "audit slots up to this RFC 3339 time (default: now minus 5s)")
 	report := fs.String("report", "", "write the JSON report to this file")
@@ -88,10 +89,10 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		Args:  usageArgs(cobra.NoArgs),
 	}
 	cmd.RunE = func(c *cobra.Command, _ []string) error {
-		if *config == "" || *from == "" {
+		if *configFile == "" || *from == "" {
 			return usageError{c, fmt.Errorf("--config and --from are required")}
 		}
-		cfg, err := schedule.LoadFile(*config)
+		cfg, err := config.LoadFile(*configFile)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitError(exitFail)

@@ -13,8 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/schedule"
 	"gopkg.in/yaml.v3"
 )
 
@@ -107,7 +108,7 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	if resp.StatusCode >= 300 {
 		var e struct {
-			Errors []schedule.FieldError `json:"errors"`
+			Errors []config.FieldError `json:"errors"`
 		}
 		if json.Unmarshal(data, &e) != nil || len(e.Errors) == 0 {
 			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))

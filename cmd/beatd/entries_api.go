@@ -8,9 +8,11 @@ import (
 	"sort"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/scheduler"
+
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -169,14 +171,14 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 		}
 		e, err := file.ParseEntry(d.Name, d.Spec)
 		if err == nil {
-			if verr := publisher.Validate(e); verr != nil {
-				err = schedule.FieldErrors{{Pointer: "", Message: verr.Error()}}
+			if verr := scheduler.ValidateEntry(e); verr != nil {
+				err = config.FieldErrors{{Pointer: "", Message: verr.Error()}}
 			}
 		}
 		if err != nil {
-			var fe schedule.FieldErrors
+			var fe config.FieldErrors
 			if !errors.As(err, &fe) {
-				fe = schedule.FieldErrors{{Pointer: "", Message: err.Error()}}
+				fe = config.FieldErrors{{Pointer: "", Message: err.Error()}}
 			}
 			bad[d.Name] = fe
 			continue

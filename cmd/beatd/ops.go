@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
 	"net"
 	"os"
 	"runtime"
@@ -14,11 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
+
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,12 +60,12 @@ func (lc *loadedConfig) prepared() catalog.Payload {
 
 // loadConfig reads and validates the config, keeping the bytes so that,
 // once the scheduler accepts the config, the leader can publish them.
-func (m *Main) loadConfig() (*schedule.Config, error) {
+func (m *Main) loadConfig() (*config.Config, error) {
 	data, err := os.ReadFile(m.ConfigPath)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: read config: %w", err)
 	}
-	cfg, err := schedule.Parse(m.ConfigPath, data)
+	cfg, err := config.Parse(m.ConfigPath, data)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +75,7 @@ func (m *Main) loadConfig() (*schedule.Config, error) {
 
 // configAccepted records that cfg, last loaded, now runs: the leader
 // publishes it to the catalog once.
-func (m *Main) configAccepted(cfg *schedule.Config) {
+func (m *Main) configAccepted(cfg *config.Config) {
 	m.ops.running.Store(&loadedConfig{data: m.ops.candidate, entries: len(cfg.Entries)})
 	m.ops.candidate = nil
 	if len(cfg.Entries) == 0 {
@@ -353,7 +354,7 @@ func (m *Main) addLocalResults(st *api.Status) {
 
 // statusFromEtcd is buildStatus plus the leader key's lease: a leader
 // that stopped renewing it shows as unresponsive before it expires.
-func statusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, hist historyReader, now time.Time) (api.Status, error) {
+func statusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist historyReader, now time.Time) (api.Status, error) {
 	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now)
 	if err != nil || st.LeaderID == "" {
 		return st, err
@@ -387,7 +388,7 @@ func leaseLapsing(remaining, granted int64) bool {
 
 // statusFromConfig is the status the config alone gives: entries and next
 // run times, no state.
-func statusFromConfig(cfg *schedule.Config, now time.Time) api.Status {
+func statusFromConfig(cfg *config.Config, now time.Time) api.Status {
 	var st api.Status
 	if cfg == nil {
 		return st

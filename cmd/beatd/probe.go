@@ -12,8 +12,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/scheduler"
+
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,7 +56,7 @@ func newShortfallCounter() prometheus.Counter {
 
 // probeTasks compiles one entry per distinct queue and exchange, the keys
 // the broker user must be allowed to write.
-func probeTasks(cfg *schedule.Config, cluster, kombuPrefix string) []*publisher.Task {
+func probeTasks(cfg *config.Config, cluster, kombuPrefix string) []*publisher.Task {
 	var out []*publisher.Task
 	seen := map[string]bool{}
 	for _, e := range cfg.Entries {
@@ -68,7 +70,7 @@ func probeTasks(cfg *schedule.Config, cluster, kombuPrefix string) []*publisher.
 			continue
 		}
 		seen[k] = true
-		if t, err := publisher.Compile(e, cluster, "beatd@probe", kombuPrefix); err == nil {
+		if t, err := publisher.Compile(scheduler.SpecOf(e), cluster, "beatd@probe", kombuPrefix); err == nil {
 			out = append(out, t)
 		}
 	}

@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/schedule"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -219,7 +220,7 @@ func (c *cluster) audit(queues ...string) []chaos.Message {
 // the slots in [from, to], as a drill does.
 func (c *cluster) checkExactlyOnce(msgs []chaos.Message, from, to time.Time) {
 	c.t.Helper()
-	cfg, err := schedule.LoadFile(c.config)
+	cfg, err := config.LoadFile(c.config)
 	if err != nil {
 		c.t.Fatal(err)
 	}

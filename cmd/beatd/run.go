@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
 
 	"fmt"
@@ -299,7 +301,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if publisher.IsAMQPURL(m.Broker) {
 		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
-			Verify: publisher.LeaderCheck(m.etcd, prefix), Config: func() *schedule.Config { return m.sched.Config() },
+			Verify: publisher.LeaderCheck(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log})
 		if err != nil {
 			return err
@@ -633,7 +635,7 @@ type historyReader interface {
 // history from the broker (hist may be nil), and merges them with a
 // config (which may be nil: then only stored entries show). A broker that
 // does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, hist historyReader, now time.Time) (api.Status, error) {
+func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist historyReader, now time.Time) (api.Status, error) {
 	var out api.Status
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
@@ -663,7 +665,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		}
 	}
 	seen := map[string]bool{}
-	add := func(name string, e *schedule.Entry) {
+	add := func(name string, e *config.Entry) {
 		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
 		if e != nil {
 			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
@@ -747,4 +749,12 @@ func secret(file, env string) (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	return os.Getenv(env), nil
+}
+
+// amqpQueues is how the running schedule says queues are declared.
+func (m *Main) amqpQueues() publisher.Queues {
+	if c := m.sched.Config(); c != nil {
+		return c.AMQP
+	}
+	return nil
 }

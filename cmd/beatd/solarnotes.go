@@ -5,13 +5,15 @@ import (
 	"io"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/schedule"
 )
 
 // printSolarNotes tells, for each solar entry, the days of the coming year
 // on which its event does not occur (polar day or night): Celery 5.2.6's
 // beat crashes there, beatd fires on the next day the event occurs.
-func printSolarNotes(w io.Writer, cfg *schedule.Config, from time.Time) {
+func printSolarNotes(w io.Writer, cfg *config.Config, from time.Time) {
 	for _, e := range cfg.Entries {
 		s, ok := e.Schedule.(*schedule.Solar)
 		if !ok {

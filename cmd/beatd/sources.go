@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spf13/pflag"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/scheduler"
+	"github.com/spf13/pflag"
+
 	"github.com/beatd/beatd/sources"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -65,7 +66,7 @@ func (f *sourceFlags) register(fs *pflag.FlagSet) {
 // startSources builds the merger over the file's config and the runtime
 // entries read once from etcd, and returns the merged config to start
 // the scheduler with.
-func (m *Main) startSources(ctx context.Context, file *schedule.Config) (*schedule.Config, error) {
+func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.Config, error) {
 	var err error
 	if m.Sources.priority, err = sources.ParsePriority(m.Sources.Priority); err != nil {
 		return nil, fmt.Errorf("--sources-priority: %w", err)
@@ -74,13 +75,13 @@ func (m *Main) startSources(ctx context.Context, file *schedule.Config) (*schedu
 		return nil, err
 	}
 	m.merger = sources.New(sources.Config{
-		Apply: func(c *schedule.Config) error {
+		Apply: func(c *config.Config) error {
 			if m.sched == nil {
 				return nil // the first merge starts the scheduler
 			}
 			return m.sched.Reload(c)
 		},
-		Validate: publisher.Validate, Priority: m.Sources.priority, Logger: m.log,
+		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
 	})
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func (m *Main) entriesAPI() *entriesAPI {
 
 // withRuntimeEntries adds the entries API's entries, read from etcd, to
 // file's config (which may be nil), for commands that read etcd directly.
-func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *schedule.Config) (*schedule.Config, error) {
+func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
 	docs, _, err := sources.NewEntries(cli, prefix).List(ctx)
 	if err != nil {
 		return nil, err
@@ -172,7 +173,7 @@ func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string
 	if len(docs) == 0 {
 		return file, nil
 	}
-	m := sources.New(sources.Config{Validate: publisher.Validate})
+	m := sources.New(sources.Config{Validate: scheduler.ValidateEntry})
 	if err := m.SetFile(file); err != nil {
 		return nil, err
 	}

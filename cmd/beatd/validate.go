@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/config"
+
 	"github.com/beatd/beatd/schedule"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -21,7 +23,7 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "check a schedules.yaml; exit 1 with FILE:LINE:COL errors",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := schedule.LoadFile(args[0])
+			cfg, err := config.LoadFile(args[0])
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitError(exitFail)
@@ -77,7 +79,7 @@ func nextCommand(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
-	config, entry, from, count, asJSON := &o.config, &o.entry, &o.from, &o.count, &o.asJSON
+	configFile, entry, from, count, asJSON := &o.config, &o.entry, &o.from, &o.count, &o.asJSON
 	if *count < 1 {
 		fmt.Fprintf(stderr, "beatd next: --count must be at least 1\nRun '%s --help' for usage.\n", c.CommandPath())
 		return exitUsage
@@ -91,7 +93,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		}
 		start = t
 	}
-	cfg, err := schedule.LoadFile(*config)
+	cfg, err := config.LoadFile(*configFile)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -101,10 +103,10 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 	if *entry != "" {
 		e := cfg.Entry(*entry)
 		if e == nil {
-			fmt.Fprintf(stderr, "beatd next: no entry %q in %s\n", *entry, *config)
+			fmt.Fprintf(stderr, "beatd next: no entry %q in %s\n", *entry, *configFile)
 			return 1
 		}
-		entries = []*schedule.Entry{e}
+		entries = []*config.Entry{e}
 	}
 	enc := json.NewEncoder(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/scheduler"
+
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +32,7 @@ func TestRedisCluster(t *testing.T) {
 	ctx := context.Background()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Addrs()})
 	defer cc.Close()
-	cfg, err := schedule.Parse("c.yaml", []byte("entries:\n  c: {task: tasks.tick, every: 1s}\n"))
+	cfg, err := config.Parse("c.yaml", []byte("entries:\n  c: {task: tasks.tick, every: 1s}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestRedisCluster(t *testing.T) {
 		{"default prefixes", "beatd:{default}:", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			task, err := publisher.Compile(cfg.Entries[0], "default", "beatd@test", tc.kombuPrefix)
+			task, err := publisher.Compile(scheduler.SpecOf(cfg.Entries[0]), "default", "beatd@test", tc.kombuPrefix)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/scheduler"
+
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -277,11 +279,11 @@ func TestSentinelSoak(t *testing.T) {
 // compileTick compiles a one-second entry on queue, for direct publishes.
 func compileTick(t *testing.T, queue string) *publisher.Task {
 	t.Helper()
-	cfg, err := schedule.Parse("tick.yaml", []byte("entries:\n  tick-00: {task: tasks.tick, every: 1s, options: {queue: "+queue+"}}\n"))
+	cfg, err := config.Parse("tick.yaml", []byte("entries:\n  tick-00: {task: tasks.tick, every: 1s, options: {queue: "+queue+"}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := publisher.Compile(cfg.Entries[0], "test", "beatd@test", "")
+	task, err := publisher.Compile(scheduler.SpecOf(cfg.Entries[0]), "test", "beatd@test", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package schedule
+package config
 
 import (
 	"crypto/sha256"
@@ -14,6 +14,8 @@ import (
 	"time"
 	_ "time/tzdata" // a minimal container image has no zoneinfo.
 
+	"github.com/beatd/beatd/internal/celery"
+	"github.com/beatd/beatd/schedule"
 	"gopkg.in/yaml.v3"
 )
 
@@ -61,11 +63,11 @@ func (c *Config) Entry(name string) *Entry {
 type Entry struct {
 	Name          string
 	Task          string
-	Schedule      Schedule
+	Schedule      schedule.Schedule
 	Location      *time.Location
 	Args          []any // nil, bool, int64, *big.Int, float64, string, []any, *Map
-	Kwargs        *Map
-	Options       Options
+	Kwargs        *celery.Map
+	Options       celery.SendOptions
 	Enabled       bool
 	Catchup       CatchupPolicy
 	CatchupWindow time.Duration
@@ -81,29 +83,6 @@ type Entry struct {
 	// or messages changes, in the entry or in the defaults it inherits.
 	Fingerprint [32]byte
 }
-
-// Options are the Celery send options beatd understands.
-type Options struct {
-	Queue         string
-	QueueSet      bool // options.queue was given: Celery then sends no priority property unless one is set
-	Exchange      string
-	RoutingKey    string
-	Priority      *int
-	Expires       Expiry
-	Headers       *Map
-	TimeLimit     any // int64 or float64 seconds, nil when unset; kept as written
-	SoftTimeLimit any
-	IgnoreResult  bool
-}
-
-// Expiry is Celery's expires option: relative seconds or an absolute time.
-type Expiry struct {
-	After time.Duration // relative to the publish, when positive
-	At    time.Time     // absolute, when not zero
-}
-
-// IsSet reports whether an expiry was configured.
-func (e Expiry) IsSet() bool { return e.After > 0 || !e.At.IsZero() }
 
 // Error is one problem in a config file, at a position.
 type Error struct {
@@ -131,14 +110,9 @@ func (es Errors) Error() string {
 func LoadFile(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: read config: %w", err)
+		return nil, fmt.Errorf("config: read: %w", err)
 	}
 	return Parse(path, data)
-}
-
-// Parser turns config bytes into a validated Config.
-type Parser interface {
-	Parse(file string, data []byte) (*Config, error)
 }
 
 // Parse validates a schedules.yaml. On failure the error is an Errors
@@ -468,7 +442,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if v, ok := f["kwargs"]; ok {
 		if n := deref(v.val); n.Kind == yaml.MappingNode {
 			if val, ok := d.value(n); ok {
-				e.Kwargs = val.(*Map)
+				e.Kwargs = val.(*celery.Map)
 			}
 		} else if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 			d.errorf(n, "kwargs must be a mapping")
@@ -509,9 +483,9 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	return e
 }
 
-func (d *decoder) schedule(f field, e *Entry) Schedule {
+func (d *decoder) schedule(f field, e *Entry) schedule.Schedule {
 	n := deref(f.val)
-	var s Schedule
+	var s schedule.Schedule
 	switch f.key.Value {
 	case "crontab":
 		s = d.crontab(n, e.Location)
@@ -520,7 +494,7 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 			d.errorf(n, "cron must be a string such as \"15 3 * * 1-5\" or \"@daily\"")
 			return nil
 		}
-		c, err := ParseCron(n.Value, e.Location)
+		c, err := schedule.ParseCron(n.Value, e.Location)
 		if err != nil {
 			d.errorf(n, "%v", err)
 			return nil
@@ -531,7 +505,7 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 		if !ok {
 			return nil
 		}
-		ev, err := NewEvery(dur, e.StartAt)
+		ev, err := schedule.NewEvery(dur, e.StartAt)
 		if err != nil {
 			d.errorf(n, "%v", err)
 			return nil
@@ -545,35 +519,17 @@ func (d *decoder) schedule(f field, e *Entry) Schedule {
 		if !ok {
 			return nil
 		}
-		s = &At{Time: t}
+		s = &schedule.At{Time: t}
 	}
 	if s != nil && !e.StartAt.IsZero() {
-		s = &NotBefore{Schedule: s, Start: e.StartAt}
+		s = &schedule.NotBefore{Schedule: s, Start: e.StartAt}
 	}
 	return s
 }
 
-// NotBefore drops the slots of a schedule that fall before Start.
-type NotBefore struct {
-	Schedule
-	Start time.Time
-}
-
-// Next returns the first slot strictly after t and not before Start.
-func (nb *NotBefore) Next(t time.Time) time.Time {
-	if floor := nb.Start.Add(-time.Nanosecond); t.Before(floor) {
-		t = floor
-	}
-	return nb.Schedule.Next(t)
-}
-
-func (nb *NotBefore) String() string {
-	return fmt.Sprintf("%v from %s", nb.Schedule, nb.Start.Format(time.RFC3339))
-}
-
-func (d *decoder) crontab(n *yaml.Node, loc *time.Location) Schedule {
+func (d *decoder) crontab(n *yaml.Node, loc *time.Location) schedule.Schedule {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
-		c, err := ParseCrontab(n.Value, loc)
+		c, err := schedule.ParseCrontab(n.Value, loc)
 		if err != nil {
 			d.errorf(n, "%v", err)
 			return nil
@@ -586,10 +542,10 @@ func (d *decoder) crontab(n *yaml.Node, loc *time.Location) Schedule {
 	}
 	var masks [5]uint64
 	ok := true
-	for fi := Minute; fi <= MonthOfYear; fi++ {
+	for fi := schedule.Minute; fi <= schedule.MonthOfYear; fi++ {
 		v, present := f[fi.String()]
 		if !present {
-			masks[fi], _ = ParseCrontabField(fi, "*")
+			masks[fi], _ = schedule.ParseCrontabField(fi, "*")
 			continue
 		}
 		m, good := d.crontabField(fi, deref(v.val))
@@ -599,7 +555,7 @@ func (d *decoder) crontab(n *yaml.Node, loc *time.Location) Schedule {
 	if !ok {
 		return nil
 	}
-	c, err := NewCrontab(masks, loc)
+	c, err := schedule.NewCrontab(masks, loc)
 	if err != nil {
 		d.errorf(n, "%v", err)
 		return nil
@@ -608,7 +564,7 @@ func (d *decoder) crontab(n *yaml.Node, loc *time.Location) Schedule {
 }
 
 // crontabField accepts Celery's forms: an int, a string, or a list of them.
-func (d *decoder) crontabField(fi CrontabField, n *yaml.Node) (uint64, bool) {
+func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node) (uint64, bool) {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		switch n.Tag {
@@ -618,14 +574,14 @@ func (d *decoder) crontabField(fi CrontabField, n *yaml.Node) (uint64, bool) {
 				d.errorf(n, "%s: %q is not an integer", fi, n.Value)
 				return 0, false
 			}
-			m, err := CheckCrontabValue(fi, v)
+			m, err := schedule.CheckCrontabValue(fi, v)
 			if err != nil {
 				d.errorf(n, "crontab %v", err)
 				return 0, false
 			}
 			return m, true
 		case "!!str":
-			m, err := ParseCrontabField(fi, n.Value)
+			m, err := schedule.ParseCrontabField(fi, n.Value)
 			if err != nil {
 				d.errorf(n, "crontab %v", err)
 				return 0, false
@@ -654,8 +610,8 @@ func (d *decoder) crontabField(fi CrontabField, n *yaml.Node) (uint64, bool) {
 	return 0, false
 }
 
-func (d *decoder) options(def, own map[string]field, loc *time.Location) Options {
-	o := Options{Queue: DefaultQueue}
+func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.SendOptions {
+	o := celery.SendOptions{Queue: DefaultQueue}
 	get := func(k string) (field, bool) {
 		if f, ok := own[k]; ok {
 			return f, true
@@ -736,9 +692,9 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) Options
 			continue
 		}
 		if o.Headers == nil {
-			o.Headers = &Map{}
+			o.Headers = &celery.Map{}
 		}
-		m := v.(*Map)
+		m := v.(*celery.Map)
 		for i, k := range m.Keys {
 			o.Headers.Set(k, m.Values[i])
 		}
@@ -788,7 +744,7 @@ func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duratio
 		dur = time.Duration(secs * float64(time.Second))
 	case "!!str":
 		var err error
-		dur, err = ParseDuration(n.Value)
+		dur, err = schedule.ParseDuration(n.Value)
 		if err != nil {
 			d.errorf(n, "%s: %q is not a duration (try 30s, 5m, 1h, 1d or 1w)", what, n.Value)
 			return 0, false
@@ -917,7 +873,7 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 		}
 		return out, ok
 	case yaml.MappingNode:
-		m := &Map{}
+		m := &celery.Map{}
 		ok := true
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := deref(n.Content[i])

@@ -1,8 +1,9 @@
-package schedule
+package config
 
 import (
 	"math"
 
+	"github.com/beatd/beatd/internal/celery"
 	"gopkg.in/yaml.v3"
 )
 
@@ -28,7 +29,7 @@ type AMQPConfig struct {
 
 // AMQPQueue is one queue's declaration, as Kombu's Queue(queue_arguments=...).
 type AMQPQueue struct {
-	Arguments *Map // in the order written
+	Arguments *celery.Map // in the order written
 	// Exchange and RoutingKey bind the queue, when the workers' task_queues
 	// bind it otherwise than Celery's default (a direct exchange named
 	// after the queue, routing key the queue's name).
@@ -39,23 +40,30 @@ type AMQPQueue struct {
 // declares queue with, in Kombu's order: the queue's own arguments, then
 // x-max-priority from task_queue_max_priority when they lack one. Nil
 // means none.
-func (c AMQPConfig) QueueArguments(queue string) *Map {
-	var out *Map
+func (c AMQPConfig) QueueArguments(queue string) *celery.Map {
+	var out *celery.Map
 	if q, ok := c.Queues[queue]; ok && q.Arguments != nil && q.Arguments.Len() > 0 {
-		out = &Map{}
+		out = &celery.Map{}
 		for i, k := range q.Arguments.Keys {
 			out.Set(k, q.Arguments.Values[i])
 		}
 	}
 	if c.MaxPriority != nil {
 		if out == nil {
-			out = &Map{}
+			out = &celery.Map{}
 		}
 		if _, ok := out.Get("x-max-priority"); !ok {
 			out.Set("x-max-priority", int64(*c.MaxPriority))
 		}
 	}
 	return out
+}
+
+// QueueBinding returns the exchange and routing key queue is bound with;
+// "" means the queue's own name, Celery's default.
+func (c AMQPConfig) QueueBinding(queue string) (exchange, routingKey string) {
+	q := c.Queues[queue]
+	return q.Exchange, q.RoutingKey
 }
 
 var (
@@ -102,7 +110,7 @@ func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 			if an.Kind != yaml.MappingNode {
 				d.errorf(an, "amqp.queues.%s.queue_arguments must be a mapping", k.Value)
 			} else if v, ok := d.value(an); ok {
-				q.Arguments = v.(*Map)
+				q.Arguments = v.(*celery.Map)
 				d.amqpArgs(an, q.Arguments)
 			}
 		}
@@ -128,7 +136,7 @@ func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 // amqpArgs checks that queue arguments fit the AMQP table types py-amqp
 // writes: an integer below -2^31+1 would be a signed 64-bit 'L', which
 // the Go client cannot write.
-func (d *decoder) amqpArgs(n *yaml.Node, m *Map) {
+func (d *decoder) amqpArgs(n *yaml.Node, m *celery.Map) {
 	for i, v := range m.Values {
 		if iv, ok := v.(int64); ok && iv < -math.MaxInt32 {
 			d.errorf(n.Content[2*i+1], "queue argument %q: integers below %d are not supported on AMQP", m.Keys[i], -math.MaxInt32)

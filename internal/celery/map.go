@@ -1,4 +1,4 @@
-package schedule
+package celery
 
 // Map is a string-keyed mapping that keeps the order it was written in.
 // Celery serialises kwargs in insertion order, and so does beatd.

@@ -1,4 +1,4 @@
-package schedule
+package config
 
 import (
 	"errors"
@@ -63,7 +63,7 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 		return nil, out
 	}
 	if len(cfg.Entries) != 1 {
-		return nil, errors.New("schedule: entry not decoded") // cannot happen without an error
+		return nil, errors.New("config: entry not decoded") // cannot happen without an error
 	}
 	e := cfg.Entries[0]
 	e.Line, e.Column = 0, 0

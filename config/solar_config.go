@@ -1,12 +1,15 @@
-package schedule
+package config
 
-import "gopkg.in/yaml.v3"
+import (
+	"github.com/beatd/beatd/schedule"
+	"gopkg.in/yaml.v3"
+)
 
 var solarKeys = []string{"event", "lat", "lon"}
 
 // solar decodes `solar: {event: sunrise, lat: 52.52, lon: 13.40}`, with
 // Celery's events and ranges.
-func (d *decoder) solar(n *yaml.Node) Schedule {
+func (d *decoder) solar(n *yaml.Node) schedule.Schedule {
 	f := d.fields(n, "solar", solarKeys)
 	if f == nil {
 		return nil
@@ -31,7 +34,7 @@ func (d *decoder) solar(n *yaml.Node) Schedule {
 	if !ok1 || !ok2 {
 		return nil
 	}
-	s, err := NewSolar(ev.Value, lat, lon)
+	s, err := schedule.NewSolar(ev.Value, lat, lon)
 	if err != nil {
 		at := ev
 		switch {

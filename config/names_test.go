@@ -1,4 +1,4 @@
-package schedule
+package config
 
 import (
 	"math/big"

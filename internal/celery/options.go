@@ -1,0 +1,26 @@
+package celery
+
+import "time"
+
+// SendOptions are the Celery send options beatd understands.
+type SendOptions struct {
+	Queue         string
+	QueueSet      bool // options.queue was given: Celery then sends no priority property unless one is set
+	Exchange      string
+	RoutingKey    string
+	Priority      *int
+	Expires       Expiry
+	Headers       *Map // merged over Celery's headers
+	TimeLimit     any  // int64 or float64 seconds, nil when unset; kept as written
+	SoftTimeLimit any
+	IgnoreResult  bool
+}
+
+// Expiry is Celery's expires option: relative seconds or an absolute time.
+type Expiry struct {
+	After time.Duration // relative to the publish, when positive
+	At    time.Time     // absolute, when not zero
+}
+
+// IsSet reports whether an expiry was configured.
+func (e Expiry) IsSet() bool { return e.After > 0 || !e.At.IsZero() }
