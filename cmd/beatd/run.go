@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/leader"
 
 	"fmt"
 	"io"
@@ -17,7 +18,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,7 +26,6 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/logbridge"
-	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
@@ -121,9 +120,10 @@ type Main struct {
 	pub            *publisher.Publisher
 	brokerPing     func(context.Context) error
 	store          *store.Store
-	elector        *election.Elector
+	leader         *leader.Loop
 	sched          *scheduler.Scheduler
 	metrics        *scheduler.Metrics
+	reloadMetrics  *reloadMetrics
 	registry       *prometheus.Registry
 	httpSrv        *http.Server
 	httpLn         net.Listener
@@ -133,16 +133,13 @@ type Main struct {
 	merger         *sources.Merger
 	entries        *sources.Entries
 
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	token      atomic.Int64 // the current term's token, 0 when not leading
-	electedAt  atomic.Int64 // when the current term began, Unix ns
-	runnerDone atomic.Bool
-	configSum  [32]byte // of the config last loaded or tried; guarded by reloadMu
-	reloadMu   sync.Mutex
-	closeOnce  sync.Once
-	ops        opsState
-	runCtx     context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
+	reloadMu  sync.Mutex
+	closeOnce sync.Once
+	ops       opsState
+	runCtx    context.Context
 }
 
 // NewMain returns a Main with the defaults.
@@ -331,6 +328,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(m.merger.Collectors()...)
 	m.metrics = scheduler.NewMetrics(m.registry)
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
+	m.reloadMetrics = newReloadMetrics(m.registry)
 	m.registry.MustRegister(shortfalls)
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
@@ -341,8 +339,12 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.configAccepted(cfg)
-	m.elector, err = election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
+	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
 	if err != nil {
+		return err
+	}
+	if m.leader, err = leader.New(leader.Config{Elector: leader.Etcd(elector), Lead: m.leadTerm,
+		Registerer: m.registry, CampaignErrors: m.metrics.EtcdErrors, Logger: m.log}); err != nil {
 		return err
 	}
 
@@ -370,8 +372,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer m.wg.Done()
-		defer m.runnerDone.Store(true)
-		m.lead(runCtx)
+		m.leader.Run(runCtx)
 	}()
 	go func() {
 		defer m.wg.Done()
@@ -385,57 +386,22 @@ func (m *Main) Run(ctx context.Context) error {
 // HTTPAddress is where the HTTP server listens (useful with --http :0).
 func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
 
-// lead campaigns, runs the scheduler for each term won, and campaigns
-// again when a term ends, until ctx ends.
-func (m *Main) lead(ctx context.Context) {
-	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
-	for ctx.Err() == nil {
-		l, err := m.elector.Campaign(ctx)
-		elected := time.Now()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			m.metrics.EtcdErrors.Inc()
-			wait := b.NextBackOff()
-			m.log.Warn("campaign failed; retrying", "err", err, "backoff", wait.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		b.Reset()
-		m.electedAt.Store(elected.UnixNano())
-		m.token.Store(l.Token)
-		m.metrics.IsLeader.Set(1)
-		m.metrics.FencingToken.Set(float64(l.Token))
-		m.metrics.LeaderChanges.Inc()
-		// The loop stops when the term ends or on shutdown; on shutdown it
-		// first persists what it published, while still leader.
-		schedCtx, cancel := context.WithCancel(l.Context())
-		stop := context.AfterFunc(ctx, cancel)
-		var compacting sync.WaitGroup
-		if m.EtcdCompact > 0 && m.embedded == nil {
-			compacting.Go(func() { store.Compact(schedCtx, m.etcd, m.EtcdCompact, m.log) })
-		}
-		stopCatalog := m.publishCatalog(l)
-		stopAvoid := m.avoidRaftLeader(schedCtx)
-		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
-		stopAvoid()
-		stopCatalog()
-		stop()
-		cancel()
-		compacting.Wait()
-		m.token.Store(0)
-		m.metrics.IsLeader.Set(0)
-		m.metrics.LeaderChanges.Inc()
-		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rerr := l.Resign(rctx)
-		rcancel()
-		m.log.Info("term over", "token", l.Token, "reason", context.Cause(l.Context()), "loop", err, "resign", rerr)
+// leadTerm is the leader's work for one term: the scheduler, plus the
+// term's side jobs, which stop before the term is resigned.
+func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
+	var compacting sync.WaitGroup
+	compactCtx, stopCompact := context.WithCancel(ctx)
+	if m.EtcdCompact > 0 && m.embedded == nil {
+		compacting.Go(func() { store.Compact(compactCtx, m.etcd, m.EtcdCompact, m.log) })
 	}
+	stopCatalog := m.publishCatalog(t)
+	stopAvoid := m.avoidRaftLeader(ctx)
+	err := m.sched.Run(ctx, t.Term)
+	stopAvoid()
+	stopCatalog()
+	stopCompact()
+	compacting.Wait()
+	return err
 }
 
 // Close stops the daemon gracefully: the loop finishes its publish in
@@ -482,15 +448,36 @@ func (m *Main) Reload() {
 		err = m.merger.SetFile(cfg)
 	}
 	if err != nil {
-		m.metrics.Reloads.WithLabelValues("error").Inc()
-		m.metrics.ReloadOK.Set(0)
+		m.reloadMetrics.reloads.WithLabelValues("error").Inc()
+		m.reloadMetrics.ok.Set(0)
 		m.log.Error("config reload failed; keeping the running config", "config", m.ConfigPath, "errors", strings.Split(err.Error(), "\n"))
 		return
 	}
-	m.metrics.Reloads.WithLabelValues("ok").Inc()
-	m.metrics.ReloadOK.Set(1)
+	m.reloadMetrics.reloads.WithLabelValues("ok").Inc()
+	m.reloadMetrics.ok.Set(1)
 	m.log.Info("config reloaded", "config", m.ConfigPath, "entries", len(cfg.Entries))
 	m.configAccepted(cfg)
+}
+
+// reloadMetrics count config reloads. The daemon owns them: it is what
+// reloads (SIGHUP and the file watch), through the source merger.
+type reloadMetrics struct {
+	reloads *prometheus.CounterVec // result
+	ok      prometheus.Gauge
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	r := &reloadMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_config_reloads_total", Help: "Config reloads by result."}, []string{"result"}),
+		ok:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
+	}
+	r.ok.Set(1)
+	// Both results exist from the start, so alerts see them at 0.
+	for _, res := range []string{"ok", "error"} {
+		r.reloads.WithLabelValues(res)
+	}
+	reg.MustRegister(r.reloads, r.ok)
+	return r
 }
 
 // defaultGCPercent is beatd's GOGC while it starts, unless the
@@ -569,7 +556,7 @@ func (m *Main) watchConfig(ctx context.Context) {
 
 // Alive implements api.Backend.
 func (m *Main) Alive() error {
-	if m.runnerDone.Load() {
+	if m.leader.Stopped() {
 		return errors.New("leadership loop stopped")
 	}
 	return nil
@@ -589,7 +576,7 @@ func (m *Main) Ready(ctx context.Context) error {
 	if err := m.merger.Err(); err != nil {
 		return err
 	}
-	if m.token.Load() != 0 {
+	if m.leader.Token() != 0 {
 		if err := m.sched.PublishError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
 		}
@@ -611,7 +598,7 @@ func (m *Main) Status(ctx context.Context) (api.Status, error) {
 	st, err := m.cachedStatus(ctx)
 	st.ID = m.ID
 	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
-	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
+	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.leader.Token() == st.FencingToken
 	return st, err
 }
 
