@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/internal/leader"
-
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,8 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,13 +19,14 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/logbridge"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -436,267 +431,6 @@ func (m *Main) Close() error {
 	return err
 }
 
-// Reload re-reads the config. A bad file keeps the running config.
-func (m *Main) Reload() {
-	m.reloadMu.Lock()
-	defer m.reloadMu.Unlock()
-	// Remember what was tried, good or bad, so the watcher reloads when the
-	// file changes again (including back to the running version).
-	m.configSum = fileSum(m.ConfigPath)
-	cfg, err := m.loadConfig()
-	if err == nil {
-		err = m.merger.SetFile(cfg)
-	}
-	if err != nil {
-		m.reloadMetrics.reloads.WithLabelValues("error").Inc()
-		m.reloadMetrics.ok.Set(0)
-		m.log.Error("config reload failed; keeping the running config", "config", m.ConfigPath, "errors", strings.Split(err.Error(), "\n"))
-		return
-	}
-	m.reloadMetrics.reloads.WithLabelValues("ok").Inc()
-	m.reloadMetrics.ok.Set(1)
-	m.log.Info("config reloaded", "config", m.ConfigPath, "entries", len(cfg.Entries))
-	m.configAccepted(cfg)
-}
-
-// reloadMetrics count config reloads. The daemon owns them: it is what
-// reloads (SIGHUP and the file watch), through the source merger.
-type reloadMetrics struct {
-	reloads *prometheus.CounterVec // result
-	ok      prometheus.Gauge
-}
-
-func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
-	r := &reloadMetrics{
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_config_reloads_total", Help: "Config reloads by result."}, []string{"result"}),
-		ok:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
-	}
-	r.ok.Set(1)
-	// Both results exist from the start, so alerts see them at 0.
-	for _, res := range []string{"ok", "error"} {
-		r.reloads.WithLabelValues(res)
-	}
-	reg.MustRegister(r.reloads, r.ok)
-	return r
-}
-
-// defaultGCPercent is beatd's GOGC while it starts, unless the
-// environment sets one. Parsing a large config makes a lot of garbage, and
-// collecting at 50% growth keeps the heap near its live size: with 100k
-// entries, peak RSS 184 MiB instead of 211 MiB at the default 100.
-const defaultGCPercent = 50
-
-// smallConfig is the most entries for which, once started, beatd runs
-// the GC at Go's default 100% growth: a small heap collected at 50% is
-// collected twice as often, which cost ~10% of the CPU per fire at 1,000
-// entries firing every second, for a few MiB of RSS.
-const smallConfig = 10_000
-
-func setGCPercent() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
-}
-
-// tuneGC picks the GC's growth for a config of n entries, after start-up.
-func tuneGC(n int) {
-	if os.Getenv("GOGC") == "" && n <= smallConfig {
-		debug.SetGCPercent(100)
-	}
-}
-
-func fileSum(path string) [32]byte {
-	b, _ := os.ReadFile(path)
-	return sha256.Sum256(b)
-}
-
-// watchConfig reloads when the config file changes. It watches the
-// directory, so the symlink swap Kubernetes does for a ConfigMap counts.
-func (m *Main) watchConfig(ctx context.Context) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		m.log.Warn("config watch unavailable; SIGHUP still reloads", "err", err)
-		return
-	}
-	defer w.Close()
-	abs, _ := filepath.Abs(m.ConfigPath)
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		m.log.Warn("config watch unavailable; SIGHUP still reloads", "err", err)
-		return
-	}
-	var debounce <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			name := filepath.Base(ev.Name)
-			if name == filepath.Base(abs) || strings.HasPrefix(name, "..") {
-				debounce = time.After(200 * time.Millisecond)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			m.log.Warn("config watch", "err", err)
-		case <-debounce:
-			debounce = nil
-			m.reloadMu.Lock()
-			same := fileSum(m.ConfigPath) == m.configSum
-			m.reloadMu.Unlock()
-			if !same {
-				m.Reload()
-			}
-		}
-	}
-}
-
-// Alive implements api.Backend.
-func (m *Main) Alive() error {
-	if m.leader.Stopped() {
-		return errors.New("leadership loop stopped")
-	}
-	return nil
-}
-
-// Ready implements api.Backend: etcd and the broker answer, and the
-// leader can publish.
-func (m *Main) Ready(ctx context.Context) error {
-	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		m.metrics.EtcdErrors.Inc()
-		return fmt.Errorf("etcd unreachable: %w", err)
-	}
-	if err := m.brokerPing(ctx); err != nil {
-		m.metrics.RedisErrors.Inc()
-		return fmt.Errorf("broker unreachable: %w", err)
-	}
-	if err := m.merger.Err(); err != nil {
-		return err
-	}
-	if m.leader.Token() != 0 {
-		if err := m.sched.PublishError(); err != nil {
-			return fmt.Errorf("leader cannot publish: %w", err)
-		}
-		if err := m.sched.PersistError(); err != nil {
-			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
-		}
-		if m.pub != nil {
-			if err := m.pub.ReplicationError(); err != nil {
-				return fmt.Errorf("leader cannot publish: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// Status implements api.Backend, from etcd, so standbys serve it too. It
-// answers within a second even when etcd does not, from what it last knew.
-func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := m.cachedStatus(ctx)
-	st.ID = m.ID
-	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
-	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.leader.Token() == st.FencingToken
-	return st, err
-}
-
-// Request implements api.Backend.
-func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
-	if m.sched.Config().Entry(entry) == nil {
-		return "", api.ErrUnknownEntry
-	}
-	r, err := m.store.PutRequest(ctx, store.Op(op), entry, time.Now())
-	return r.ID, err
-}
-
-// historyReader reads the run history the publisher keeps with the broker.
-type historyReader interface {
-	Histories(ctx context.Context, names []string) (map[string]publisher.History, error)
-}
-
-// buildStatus reads leadership and entry state from etcd, and the run
-// history from the broker (hist may be nil), and merges them with a
-// config (which may be nil: then only stored entries show). A broker that
-// does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *schedule.Config, hist historyReader, now time.Time) (api.Status, error) {
-	var out api.Status
-	leader, err := election.Observe(ctx, cli, prefix)
-	if err != nil && !errors.Is(err, election.ErrNoLeader) {
-		return out, err
-	}
-	out.LeaderID, out.FencingToken = leader.ID, leader.Token
-	table, err := store.New(cli, prefix).Load(ctx)
-	if err != nil {
-		return out, err
-	}
-	states := table.States()
-	var names []string
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			names = append(names, e.Name)
-		}
-	}
-	for name := range states {
-		if cfg == nil || cfg.Entry(name) == nil {
-			names = append(names, name)
-		}
-	}
-	var runs map[string]publisher.History
-	if hist != nil {
-		if runs, err = hist.Histories(ctx, names); err != nil {
-			out.HistoryError = err.Error()
-		}
-	}
-	seen := map[string]bool{}
-	add := func(name string, e *schedule.Entry) {
-		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
-		if e != nil {
-			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
-		}
-		st := states[name]
-		if st != nil {
-			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
-		}
-		if h, ok := runs[name]; ok {
-			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
-			es.RecentRuns = append(es.RecentRuns, h.Runs...)
-		}
-		if e != nil && e.Enabled && !es.Paused {
-			since := now // an interval not yet scheduled would be anchored now
-			if st != nil && !st.Since.IsZero() {
-				since = st.Since
-			} else if st != nil && !st.LastSlot.IsZero() {
-				since = st.LastSlot
-			}
-			es.NextRunAt = timePtr(schedule.Anchor(e.Schedule, since).Next(now))
-		}
-		out.Entries = append(out.Entries, es)
-		seen[name] = true
-	}
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			add(e.Name, e)
-		}
-	}
-	for name := range states {
-		if !seen[name] {
-			add(name, nil)
-		}
-	}
-	return out, nil
-}
-
-// history is the run history for status, or nil with a broker that keeps
-// none (RabbitMQ).
-func (m *Main) history() historyReader {
-	if m.pub == nil {
-		return nil
-	}
-	return m.pub
-}
-
 // noneIfZero maps a flag's "0 turns it off" to the options' "negative
 // turns it off" (where zero means the default).
 func noneIfZero(n int) int {
@@ -714,13 +448,6 @@ func redisKeyPrefix(flag, cluster string) string {
 		return flag
 	}
 	return "beatd:{" + cluster + "}:"
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // secret reads a secret from a file, else from an environment variable.
