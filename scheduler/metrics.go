@@ -5,20 +5,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are beatd's Prometheus metrics. The loop updates the firing
-// ones; the daemon updates leadership, reload and client error ones.
+// Metrics are the scheduler's Prometheus metrics: firing, the running
+// config's entries and the state backlog. Leadership and reload metrics
+// belong to the packages that change them.
 type Metrics struct {
-	IsLeader      prometheus.Gauge
-	FencingToken  prometheus.Gauge
-	LeaderChanges prometheus.Counter
-	Fires         *EntryCounterVec // entry, result
-	FireLag       prometheus.Histogram
-	Missed        *EntryCounterVec // entry, reason
-	Entries       prometheus.Gauge
-	Reloads       *prometheus.CounterVec // result
-	ReloadOK      prometheus.Gauge
-	EtcdErrors    prometheus.Counter
-	RedisErrors   prometheus.Counter
+	Fires   *EntryCounterVec // entry, result
+	FireLag prometheus.Histogram
+	Missed  *EntryCounterVec // entry, reason
+	Entries prometheus.Gauge
+	// EtcdErrors and RedisErrors count failed client operations. The loop
+	// makes most of them; the daemon's probes and the leadership loop add
+	// theirs, since each name is one series per process.
+	EtcdErrors  prometheus.Counter
+	RedisErrors prometheus.Counter
 	// StatePersistFailing is 1 while the leader's state writes fail.
 	StatePersistFailing prometheus.Gauge
 	// StateUnpersistedAge is the age of the oldest state change not yet
@@ -46,17 +45,12 @@ const ResultManual = "manual"
 
 var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved}
 
-// NewMetrics registers beatd's metrics on reg.
+// NewMetrics registers the scheduler's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		IsLeader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_is_leader", Help: "1 while this replica leads."}),
-		FencingToken:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_fencing_token", Help: "The fencing token of this replica's current or last term."}),
-		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_leader_changes_total", Help: "Terms this replica started or ended."}),
 		FireLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "beatd_fire_lag_seconds", Help: "Publish time minus the slot's due time.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		Entries:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_entries", Help: "Entries in the running config."}),
-		Reloads:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_config_reloads_total", Help: "Config reloads by result."}, []string{"result"}),
-		ReloadOK:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_config_last_reload_successful", Help: "1 if the last config reload succeeded."}),
 		EtcdErrors:    prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_etcd_errors_total", Help: "Failed etcd operations."}),
 		RedisErrors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_redis_errors_total", Help: "Failed Redis operations."}),
 		PendingSlots:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_pending_slots", Help: "Slots due but not yet published, on the leader (grows while the broker is down)."}),
@@ -73,12 +67,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Missed = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_missed_slots_total",
 		Help: "Slots not fired, by entry and reason. The entry label is empty past the per-entry limit."},
 		[]string{"entry", "reason"}), m: m}
-	m.ReloadOK.Set(1)
-	for _, r := range []string{"ok", "error"} {
-		m.Reloads.WithLabelValues(r)
-	}
-	reg.MustRegister(m.IsLeader, m.FencingToken, m.LeaderChanges, m.Fires.vec, m.FireLag, m.Missed.vec,
-		m.Entries, m.Reloads, m.ReloadOK, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
+	reg.MustRegister(m.Fires.vec, m.FireLag, m.Missed.vec,
+		m.Entries, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
 	return m
 }
 

@@ -84,11 +84,6 @@ func TestMetricsStartAtZero(t *testing.T) {
 			t.Errorf("last success of %s = %v, %v", e, v, ok)
 		}
 	}
-	for _, r := range []string{"ok", "error"} {
-		if _, ok := series(t, h.reg, "beatd_config_reloads_total", map[string]string{"result": r}); !ok {
-			t.Errorf("beatd_config_reloads_total{result=%q} missing", r)
-		}
-	}
 	if v, ok := series(t, h.reg, "beatd_pending_slots", nil); !ok || v != 0 {
 		t.Errorf("beatd_pending_slots = %v, %v", v, ok)
 	}

@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/spf13/pflag"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/beatd/beatd/internal/embedetcd"
 )

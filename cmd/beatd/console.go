@@ -22,7 +22,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     publisher.Redacted(m.Broker),
 		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
-		Term:       m.token.Load, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
+		Term:       m.leader.Token, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
 	})
 }
 
@@ -49,7 +49,7 @@ func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]st
 
 // observeFire feeds the console's timeline from the scheduler loop.
 func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
-	m.timeline.Observe(m.token.Load(), entry, slot, r, lag, manual)
+	m.timeline.Observe(m.leader.Token(), entry, slot, r, lag, manual)
 	if m.console != nil {
 		m.console.Changed()
 	}
@@ -60,9 +60,7 @@ func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag
 func (m *Main) register(ctx context.Context) {
 	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.prefix(), TTL: m.LeaseTTL,
 		Health: m.Ready, Logger: m.log,
-		Leading: func() (int64, time.Time) {
-			return m.token.Load(), time.Unix(0, m.electedAt.Load())
-		}},
+		Leading: m.leader.Term},
 		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String(), m.Etcd.endpoints()), Started: time.Now().UTC(), Version: versionString()})
 }
 

@@ -5,10 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/beatd/beatd/internal/keys"
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"

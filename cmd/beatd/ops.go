@@ -18,7 +18,7 @@ import (
 
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/catalog"
-	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -165,7 +165,7 @@ func (m *Main) monitor(ctx context.Context) {
 				if d.lastLog.IsZero() || now.Sub(d.lastLog) >= reminder {
 					d.lastLog = now
 					m.log.Error(d.name+" unreachable", "at", d.where, "err", err,
-						"down_for", now.Sub(d.downSince).Round(time.Second).String(), "leader", m.token.Load() != 0)
+						"down_for", now.Sub(d.downSince).Round(time.Second).String(), "leader", m.leader.Token() != 0)
 				}
 			default:
 				m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
@@ -182,8 +182,8 @@ func (m *Main) monitor(ctx context.Context) {
 // publishCatalog publishes the running config to etcd for term l: once
 // at the start of the term and once per reload, retrying failures. The
 // returned func stops it and waits.
-func (m *Main) publishCatalog(l *election.Leadership) (stop func()) {
-	ctx, cancel := context.WithCancel(l.Context())
+func (m *Main) publishCatalog(l leader.Term) (stop func()) {
+	ctx, cancel := context.WithCancel(l.Lease)
 	done := make(chan struct{})
 	select { // a reload before this term is published below anyway
 	case <-m.ops.kick:
@@ -219,7 +219,7 @@ func (m *Main) publishCatalog(l *election.Leadership) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-func (m *Main) publishCatalogOnce(ctx context.Context, l *election.Leadership) error {
+func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	lc := m.ops.running.Load()
 	if lc == nil {
 		return nil

@@ -2,12 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-
-	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/internal/keys"
-
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,11 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,14 +19,13 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/logbridge"
-	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -123,9 +114,10 @@ type Main struct {
 	pub            *publisher.Publisher
 	brokerPing     func(context.Context) error
 	store          *store.Store
-	elector        *election.Elector
+	leader         *leader.Loop
 	sched          *scheduler.Scheduler
 	metrics        *scheduler.Metrics
+	reloadMetrics  *reloadMetrics
 	registry       *prometheus.Registry
 	httpSrv        *http.Server
 	httpLn         net.Listener
@@ -135,16 +127,13 @@ type Main struct {
 	merger         *sources.Merger
 	entries        *sources.Entries
 
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	token      atomic.Int64 // the current term's token, 0 when not leading
-	electedAt  atomic.Int64 // when the current term began, Unix ns
-	runnerDone atomic.Bool
-	configSum  [32]byte // of the config last loaded or tried; guarded by reloadMu
-	reloadMu   sync.Mutex
-	closeOnce  sync.Once
-	ops        opsState
-	runCtx     context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
+	reloadMu  sync.Mutex
+	closeOnce sync.Once
+	ops       opsState
+	runCtx    context.Context
 }
 
 // NewMain returns a Main with the defaults.
@@ -333,6 +322,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(m.merger.Collectors()...)
 	m.metrics = scheduler.NewMetrics(m.registry)
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
+	m.reloadMetrics = newReloadMetrics(m.registry)
 	m.registry.MustRegister(shortfalls)
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
@@ -343,8 +333,12 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.configAccepted(cfg)
-	m.elector, err = election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
+	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
 	if err != nil {
+		return err
+	}
+	if m.leader, err = leader.New(leader.Config{Elector: leader.Etcd(elector), Lead: m.leadTerm,
+		Registerer: m.registry, CampaignErrors: m.metrics.EtcdErrors, Logger: m.log}); err != nil {
 		return err
 	}
 
@@ -372,8 +366,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer m.wg.Done()
-		defer m.runnerDone.Store(true)
-		m.lead(runCtx)
+		m.leader.Run(runCtx)
 	}()
 	go func() {
 		defer m.wg.Done()
@@ -387,57 +380,22 @@ func (m *Main) Run(ctx context.Context) error {
 // HTTPAddress is where the HTTP server listens (useful with --http :0).
 func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
 
-// lead campaigns, runs the scheduler for each term won, and campaigns
-// again when a term ends, until ctx ends.
-func (m *Main) lead(ctx context.Context) {
-	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
-	for ctx.Err() == nil {
-		l, err := m.elector.Campaign(ctx)
-		elected := time.Now()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			m.metrics.EtcdErrors.Inc()
-			wait := b.NextBackOff()
-			m.log.Warn("campaign failed; retrying", "err", err, "backoff", wait.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		b.Reset()
-		m.electedAt.Store(elected.UnixNano())
-		m.token.Store(l.Token)
-		m.metrics.IsLeader.Set(1)
-		m.metrics.FencingToken.Set(float64(l.Token))
-		m.metrics.LeaderChanges.Inc()
-		// The loop stops when the term ends or on shutdown; on shutdown it
-		// first persists what it published, while still leader.
-		schedCtx, cancel := context.WithCancel(l.Context())
-		stop := context.AfterFunc(ctx, cancel)
-		var compacting sync.WaitGroup
-		if m.EtcdCompact > 0 && m.embedded == nil {
-			compacting.Go(func() { store.Compact(schedCtx, m.etcd, m.EtcdCompact, m.log) })
-		}
-		stopCatalog := m.publishCatalog(l)
-		stopAvoid := m.avoidRaftLeader(schedCtx)
-		err = m.sched.Run(schedCtx, scheduler.Term{Token: l.Token, Key: l.Key, Elected: elected})
-		stopAvoid()
-		stopCatalog()
-		stop()
-		cancel()
-		compacting.Wait()
-		m.token.Store(0)
-		m.metrics.IsLeader.Set(0)
-		m.metrics.LeaderChanges.Inc()
-		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rerr := l.Resign(rctx)
-		rcancel()
-		m.log.Info("term over", "token", l.Token, "reason", context.Cause(l.Context()), "loop", err, "resign", rerr)
+// leadTerm is the leader's work for one term: the scheduler, plus the
+// term's side jobs, which stop before the term is resigned.
+func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
+	var compacting sync.WaitGroup
+	compactCtx, stopCompact := context.WithCancel(ctx)
+	if m.EtcdCompact > 0 && m.embedded == nil {
+		compacting.Go(func() { store.Compact(compactCtx, m.etcd, m.EtcdCompact, m.log) })
 	}
+	stopCatalog := m.publishCatalog(t)
+	stopAvoid := m.avoidRaftLeader(ctx)
+	err := m.sched.Run(ctx, t.Term)
+	stopAvoid()
+	stopCatalog()
+	stopCompact()
+	compacting.Wait()
+	return err
 }
 
 // Close stops the daemon gracefully: the loop finishes its publish in
@@ -472,246 +430,6 @@ func (m *Main) Close() error {
 	return err
 }
 
-// Reload re-reads the config. A bad file keeps the running config.
-func (m *Main) Reload() {
-	m.reloadMu.Lock()
-	defer m.reloadMu.Unlock()
-	// Remember what was tried, good or bad, so the watcher reloads when the
-	// file changes again (including back to the running version).
-	m.configSum = fileSum(m.ConfigPath)
-	cfg, err := m.loadConfig()
-	if err == nil {
-		err = m.merger.SetFile(cfg)
-	}
-	if err != nil {
-		m.metrics.Reloads.WithLabelValues("error").Inc()
-		m.metrics.ReloadOK.Set(0)
-		m.log.Error("config reload failed; keeping the running config", "config", m.ConfigPath, "errors", strings.Split(err.Error(), "\n"))
-		return
-	}
-	m.metrics.Reloads.WithLabelValues("ok").Inc()
-	m.metrics.ReloadOK.Set(1)
-	m.log.Info("config reloaded", "config", m.ConfigPath, "entries", len(cfg.Entries))
-	m.configAccepted(cfg)
-}
-
-// defaultGCPercent is beatd's GOGC while it starts, unless the
-// environment sets one. Parsing a large config makes a lot of garbage, and
-// collecting at 50% growth keeps the heap near its live size: with 100k
-// entries, peak RSS 184 MiB instead of 211 MiB at the default 100.
-const defaultGCPercent = 50
-
-// smallConfig is the most entries for which, once started, beatd runs
-// the GC at Go's default 100% growth: a small heap collected at 50% is
-// collected twice as often, which cost ~10% of the CPU per fire at 1,000
-// entries firing every second, for a few MiB of RSS.
-const smallConfig = 10_000
-
-func setGCPercent() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
-	}
-}
-
-// tuneGC picks the GC's growth for a config of n entries, after start-up.
-func tuneGC(n int) {
-	if os.Getenv("GOGC") == "" && n <= smallConfig {
-		debug.SetGCPercent(100)
-	}
-}
-
-func fileSum(path string) [32]byte {
-	b, _ := os.ReadFile(path)
-	return sha256.Sum256(b)
-}
-
-// watchConfig reloads when the config file changes. It watches the
-// directory, so the symlink swap Kubernetes does for a ConfigMap counts.
-func (m *Main) watchConfig(ctx context.Context) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		m.log.Warn("config watch unavailable; SIGHUP still reloads", "err", err)
-		return
-	}
-	defer w.Close()
-	abs, _ := filepath.Abs(m.ConfigPath)
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		m.log.Warn("config watch unavailable; SIGHUP still reloads", "err", err)
-		return
-	}
-	var debounce <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			name := filepath.Base(ev.Name)
-			if name == filepath.Base(abs) || strings.HasPrefix(name, "..") {
-				debounce = time.After(200 * time.Millisecond)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			m.log.Warn("config watch", "err", err)
-		case <-debounce:
-			debounce = nil
-			m.reloadMu.Lock()
-			same := fileSum(m.ConfigPath) == m.configSum
-			m.reloadMu.Unlock()
-			if !same {
-				m.Reload()
-			}
-		}
-	}
-}
-
-// Alive implements api.Backend.
-func (m *Main) Alive() error {
-	if m.runnerDone.Load() {
-		return errors.New("leadership loop stopped")
-	}
-	return nil
-}
-
-// Ready implements api.Backend: etcd and the broker answer, and the
-// leader can publish.
-func (m *Main) Ready(ctx context.Context) error {
-	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		m.metrics.EtcdErrors.Inc()
-		return fmt.Errorf("etcd unreachable: %w", err)
-	}
-	if err := m.brokerPing(ctx); err != nil {
-		m.metrics.RedisErrors.Inc()
-		return fmt.Errorf("broker unreachable: %w", err)
-	}
-	if err := m.merger.Err(); err != nil {
-		return err
-	}
-	if m.token.Load() != 0 {
-		if err := m.sched.PublishError(); err != nil {
-			return fmt.Errorf("leader cannot publish: %w", err)
-		}
-		if err := m.sched.PersistError(); err != nil {
-			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
-		}
-		if m.pub != nil {
-			if err := m.pub.ReplicationError(); err != nil {
-				return fmt.Errorf("leader cannot publish: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// Status implements api.Backend, from etcd, so standbys serve it too. It
-// answers within a second even when etcd does not, from what it last knew.
-func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := m.cachedStatus(ctx)
-	st.ID = m.ID
-	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
-	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.token.Load() == st.FencingToken
-	return st, err
-}
-
-// Request implements api.Backend.
-func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
-	if m.sched.Config().Entry(entry) == nil {
-		return "", api.ErrUnknownEntry
-	}
-	r, err := m.store.PutRequest(ctx, store.Op(op), entry, time.Now())
-	return r.ID, err
-}
-
-// historyReader reads the run history the publisher keeps with the broker.
-type historyReader interface {
-	Histories(ctx context.Context, names []string) (map[string]publisher.History, error)
-}
-
-// buildStatus reads leadership and entry state from etcd, and the run
-// history from the broker (hist may be nil), and merges them with a
-// config (which may be nil: then only stored entries show). A broker that
-// does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist historyReader, now time.Time) (api.Status, error) {
-	var out api.Status
-	leader, err := election.Observe(ctx, cli, prefix)
-	if err != nil && !errors.Is(err, election.ErrNoLeader) {
-		return out, err
-	}
-	out.LeaderID, out.FencingToken = leader.ID, leader.Token
-	table, err := store.New(cli, prefix).Load(ctx)
-	if err != nil {
-		return out, err
-	}
-	states := table.States()
-	var names []string
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			names = append(names, e.Name)
-		}
-	}
-	for name := range states {
-		if cfg == nil || cfg.Entry(name) == nil {
-			names = append(names, name)
-		}
-	}
-	var runs map[string]publisher.History
-	if hist != nil {
-		if runs, err = hist.Histories(ctx, names); err != nil {
-			out.HistoryError = err.Error()
-		}
-	}
-	seen := map[string]bool{}
-	add := func(name string, e *config.Entry) {
-		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
-		if e != nil {
-			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
-		}
-		st := states[name]
-		if st != nil {
-			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
-		}
-		if h, ok := runs[name]; ok {
-			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
-			es.RecentRuns = append(es.RecentRuns, h.Runs...)
-		}
-		if e != nil && e.Enabled && !es.Paused {
-			since := now // an interval not yet scheduled would be anchored now
-			if st != nil && !st.Since.IsZero() {
-				since = st.Since
-			} else if st != nil && !st.LastSlot.IsZero() {
-				since = st.LastSlot
-			}
-			es.NextRunAt = timePtr(schedule.Anchor(e.Schedule, since).Next(now))
-		}
-		out.Entries = append(out.Entries, es)
-		seen[name] = true
-	}
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			add(e.Name, e)
-		}
-	}
-	for name := range states {
-		if !seen[name] {
-			add(name, nil)
-		}
-	}
-	return out, nil
-}
-
-// history is the run history for status, or nil with a broker that keeps
-// none (RabbitMQ).
-func (m *Main) history() historyReader {
-	if m.pub == nil {
-		return nil
-	}
-	return m.pub
-}
-
 // noneIfZero maps a flag's "0 turns it off" to the options' "negative
 // turns it off" (where zero means the default).
 func noneIfZero(n int) int {
@@ -729,13 +447,6 @@ func redisKeyPrefix(flag, cluster string) string {
 		return flag
 	}
 	return "beatd:{" + cluster + "}:"
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 // secret reads a secret from a file, else from an environment variable.

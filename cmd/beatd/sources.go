@@ -117,7 +117,7 @@ func (m *Main) syncSources(ctx context.Context) {
 			var wb sync.WaitGroup
 			if m.Sources.WriteBack {
 				w := &sources.WriteBack{Source: src, History: m.pub, Merger: m.merger, Logger: m.log,
-					Leading: func() bool { return m.token.Load() != 0 }}
+					Leading: func() bool { return m.leader.Token() != 0 }}
 				wb.Go(func() { w.Run(ctx) })
 			}
 			src.Sync(ctx, m.merger, m.Sources.dcbSynced, m.Sources.dcbMarker)

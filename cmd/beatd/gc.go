@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"runtime/debug"
+)
+
+// defaultGCPercent is beatd's GOGC while it starts, unless the
+// environment sets one. Parsing a large config makes a lot of garbage, and
+// collecting at 50% growth keeps the heap near its live size: with 100k
+// entries, peak RSS 184 MiB instead of 211 MiB at the default 100.
+const defaultGCPercent = 50
+
+// smallConfig is the most entries for which, once started, beatd runs
+// the GC at Go's default 100% growth: a small heap collected at 50% is
+// collected twice as often, which cost ~10% of the CPU per fire at 1,000
+// entries firing every second, for a few MiB of RSS.
+const smallConfig = 10_000
+
+func setGCPercent() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
+}
+
+// tuneGC picks the GC's growth for a config of n entries, after start-up.
+func tuneGC(n int) {
+	if os.Getenv("GOGC") == "" && n <= smallConfig {
+		debug.SetGCPercent(100)
+	}
+}
