@@ -67,7 +67,7 @@ type Entry struct {
 	Location      *time.Location
 	Args          []any // nil, bool, int64, *big.Int, float64, string, []any, *Map
 	Kwargs        *celery.Map
-	Options       celery.SendOptions
+	Options       *celery.SendOptions // read-only: entries may share them
 	Enabled       bool
 	Catchup       CatchupPolicy
 	CatchupWindow time.Duration
@@ -136,6 +136,10 @@ type decoder struct {
 	seen  map[string]int // entry name -> line
 	zones map[string]*time.Location
 	whole bool // never chunk (tests compare both ways)
+	// plain holds, per zone, the options of entries that set none of
+	// their own: shared, because most entries of a large schedule have
+	// the defaults' options, and a copy each weighs 144 bytes.
+	plain map[*time.Location]*celery.SendOptions
 }
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
@@ -452,7 +456,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if v, ok := f["options"]; ok {
 		entryOpts = d.fields(v.val, fmt.Sprintf("entry %q options", name), optionKeys)
 	}
-	e.Options = d.options(def.options, entryOpts, e.Location)
+	e.Options = d.entryOptions(def.options, entryOpts, e.Location)
 
 	var kinds []field
 	for _, k := range scheduleKeys {
@@ -608,6 +612,28 @@ func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node) (uint64, 
 	}
 	d.errorf(n, "crontab %s must be an int, a string or a list", fi)
 	return 0, false
+}
+
+// entryOptions are an entry's options: own over the defaults' def. Entries
+// must treat them as read-only, since they may be shared.
+func (d *decoder) entryOptions(def, own map[string]field, loc *time.Location) *celery.SendOptions {
+	if len(own) > 0 {
+		o := d.options(def, own, loc)
+		return &o
+	}
+	if o, ok := d.plain[loc]; ok {
+		return o
+	}
+	errs := len(d.errs)
+	o := d.options(def, nil, loc)
+	if len(d.errs) > errs {
+		return &o // reported once per entry, as without sharing
+	}
+	if d.plain == nil {
+		d.plain = map[*time.Location]*celery.SendOptions{}
+	}
+	d.plain[loc] = &o
+	return &o
 }
 
 func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.SendOptions {

@@ -174,7 +174,7 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states
 
 func every(name, task string, d time.Duration) *config.Entry {
 	return &config.Entry{Name: name, Task: task, Schedule: &schedule.Every{Interval: d}, Location: time.UTC, Enabled: true,
-		Options: celery.SendOptions{Queue: "celery"}, Catchup: config.CatchupOnce, MaxCatchup: 100, CatchupWindow: time.Hour}
+		Options: &celery.SendOptions{Queue: "celery"}, Catchup: config.CatchupOnce, MaxCatchup: 100, CatchupWindow: time.Hour}
 }
 
 func get(t *testing.T, url string) (int, string) {

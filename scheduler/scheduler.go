@@ -110,7 +110,10 @@ type Scheduler struct {
 type entry struct {
 	*config.Entry
 	task  *publisher.Task       // compiled on first fire, by the loop
-	fires [5]prometheus.Counter // by publisher.Result, then manual; created lazily
+	// fires holds the fire counters by publisher.Result, then manual,
+	// made at the first fire: an entry that never fired weighs 72 bytes
+	// less, which counts at 100k entries.
+	fires *[5]prometheus.Counter
 	// sched is the schedule the loop runs: the entry's, with an interval
 	// anchored where it began (startEntry). Loop-owned; the definition
 	// itself is never changed, so other goroutines read it freely.
@@ -677,6 +680,9 @@ func (e *entry) countFire(m *Metrics, r publisher.Result, manual bool, now time.
 	i, label := int(r), r.String()
 	if manual && r == publisher.ResultOK {
 		i, label = len(e.fires)-1, ResultManual
+	}
+	if e.fires == nil {
+		e.fires = new([5]prometheus.Counter)
 	}
 	if e.fires[i] == nil {
 		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)

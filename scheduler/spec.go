@@ -7,7 +7,11 @@ import (
 
 // SpecOf is the publisher's description of e's messages.
 func SpecOf(e *config.Entry) *publisher.Spec {
-	return &publisher.Spec{Name: e.Name, Task: e.Task, Args: e.Args, Kwargs: e.Kwargs, Options: e.Options}
+	s := &publisher.Spec{Name: e.Name, Task: e.Task, Args: e.Args, Kwargs: e.Kwargs}
+	if e.Options != nil {
+		s.Options = *e.Options
+	}
+	return s
 }
 
 // ValidateEntry reports whether e's messages can be built, as the
