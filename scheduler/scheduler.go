@@ -109,7 +109,7 @@ type Scheduler struct {
 // entry is a config entry compiled for publishing.
 type entry struct {
 	*config.Entry
-	task  *publisher.Task       // compiled on first fire, by the loop
+	task *publisher.Task // compiled on first fire, by the loop
 	// fires holds the fire counters by publisher.Result, then manual,
 	// made at the first fire: an entry that never fired weighs 72 bytes
 	// less, which counts at 100k entries.
