@@ -52,7 +52,7 @@ func TestClusterQuorumLoss(t *testing.T) {
 	cl.Kill(cl.Members[1])
 	// The surviving member, if it was raft's leader, keeps renewing
 	// leases on its own until CheckQuorum deposes it, up to two election
-	// timeouts (chaos.StartEtcdCluster uses 500 ms) after the kill. Such a
+	// timeouts (harness.EtcdFast is 500 ms) after the kill. Such a
 	// renewal really extends the lease (a later raft leader extends every
 	// lease again), so the replica may lead until TTL - margin after it.
 	const electionTimeout = 500 * time.Millisecond

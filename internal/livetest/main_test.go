@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 )
 
@@ -30,7 +31,7 @@ var shared struct {
 	dir string
 
 	sentinelOnce sync.Once
-	sentinel     *testutil.SentinelTopology
+	sentinel     *harness.SentinelTopology
 	sentinelErr  error
 
 	certsOnce sync.Once
@@ -73,7 +74,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func sentinelTopology(t *testing.T) *testutil.SentinelTopology {
+func sentinelTopology(t *testing.T) *harness.SentinelTopology {
 	t.Helper()
 	shared.sentinelOnce.Do(func() {
 		d := filepath.Join(shared.dir, "sentinel")
@@ -81,7 +82,7 @@ func sentinelTopology(t *testing.T) *testutil.SentinelTopology {
 			shared.sentinelErr = err
 			return
 		}
-		shared.sentinel, shared.sentinelErr = testutil.StartSentinelTopology(d)
+		shared.sentinel, shared.sentinelErr = harness.StartSentinelTopology(d)
 	})
 	if shared.sentinelErr != nil {
 		t.Fatal(shared.sentinelErr)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -44,12 +45,12 @@ type scenarioResult struct {
 // faultSentinel is one way to fail the master over.
 type faultSentinel struct {
 	name string
-	do   func(*testutil.SentinelTopology) (*testutil.RedisProc, error)
+	do   func(*harness.SentinelTopology) (*harness.RedisProc, error)
 }
 
 var (
-	forcedFailover = faultSentinel{"SENTINEL FAILOVER", func(s *testutil.SentinelTopology) (*testutil.RedisProc, error) { return s.Failover(60 * time.Second) }}
-	killMaster     = faultSentinel{"kill -9 master", func(s *testutil.SentinelTopology) (*testutil.RedisProc, error) { return s.KillMaster(60 * time.Second) }}
+	forcedFailover = faultSentinel{"SENTINEL FAILOVER", func(s *harness.SentinelTopology) (*harness.RedisProc, error) { return s.Failover(60 * time.Second) }}
+	killMaster     = faultSentinel{"kill -9 master", func(s *harness.SentinelTopology) (*harness.RedisProc, error) { return s.KillMaster(60 * time.Second) }}
 )
 
 // runSentinelScenario runs beatd on the topology with extra flags, injects
