@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -267,29 +268,21 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, what, js string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	testutil.EventuallyErr(t, timeout, 25*time.Millisecond, "the page to show "+what, func() error {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](js))
-		cancel()
-		if err == nil && ok {
-			return time.Since(start)
+		if err == nil && !ok {
+			err = errors.New("not shown")
 		}
-		if time.Since(start) > timeout {
-			t.Fatalf("page did not show %s within %s (last error %v)", what, timeout, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return err
+	})
+	return time.Since(start)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func entryURL(p *proc, name string) string {
@@ -467,7 +460,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		run(t, ctx, chromedp.Click(chromedp.CSS(`button[data-op=trigger]`)))
 		waitJS(t, ctx, 5*time.Second, "the refusal", `document.getElementById('action-msg').textContent.includes('Refused (401)')`)
 		e.shot(t, ctx, "entry-refused")
-		time.Sleep(1500 * time.Millisecond) // a trigger would publish within a second
+		time.Sleep(1500 * time.Millisecond) // proves a negative: a trigger would publish within a second
 		after, _ := chaos.ReadQueue(context.Background(), e.rdb, "console-manual")
 		if len(after) != len(before) {
 			t.Errorf("refused triggers published: %d messages before, %d after", len(before), len(after))

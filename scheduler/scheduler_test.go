@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	beatdtest "github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
@@ -249,15 +250,15 @@ func (h *harness) start(token int64) {
 // waitPublished waits until n fires were published in total.
 func (h *harness) waitPublished(n int) []string {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if got := h.disp.list(); len(got) >= n {
-			return got
-		}
-		time.Sleep(time.Millisecond)
-	}
-	h.t.Fatalf("published %v, want %d fires", h.disp.list(), n)
-	return nil
+	eventually(h.t, 5*time.Second, fmt.Sprintf("%d fires", n), func() bool { return len(h.disp.list()) >= n })
+	return h.disp.list()
+}
+
+// eventually is internal/testutil's Eventually (testutil is prometheus's
+// package in this file).
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	beatdtest.Eventually(t, timeout, what, cond)
 }
 
 // settle waits until the loop and the persister are idle: the loop has
@@ -380,13 +381,7 @@ func TestBrokerDownKeepsSlotsPending(t *testing.T) {
 	h.start(7)
 	h.settle()
 	h.clock.Advance(10 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for h.sched.PublishError() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if h.sched.PublishError() == nil {
-		t.Fatal("publish error not reported")
-	}
+	eventually(t, 5*time.Second, "the publish error", func() bool { return h.sched.PublishError() != nil })
 	for i := 0; i < 3; i++ { // outage spans two more slots; backoff timers fire
 		h.clock.Advance(10 * time.Second)
 		h.settle()
@@ -505,10 +500,7 @@ func TestAdminRequests(t *testing.T) {
 		t.Fatalf("trigger published %v", got)
 	}
 	h.store.request(store.OpPause, "e")
-	deadline := time.Now().Add(5 * time.Second)
-	for (h.store.get("e") == nil || !h.store.get("e").Paused) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "the pause", func() bool { st := h.store.get("e"); return st != nil && st.Paused })
 	// A manual run does not move the entry's last slot, and both requests
 	// are consumed once applied.
 	if st := h.store.get("e"); !st.Paused || !st.LastSlot.IsZero() || len(h.store.pending()) != 0 {
@@ -524,9 +516,7 @@ func TestAdminRequests(t *testing.T) {
 		t.Errorf("missed{paused} = %v, want 2", got)
 	}
 	h.store.request(store.OpResume, "e")
-	for h.store.get("e").Paused && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "the resume", func() bool { return !h.store.get("e").Paused })
 	h.settle()
 	h.clock.Set(t0.Add(30 * time.Second))
 	got = h.waitPublished(2)
@@ -665,17 +655,16 @@ func TestEtcdRefusingWritesDoesNotStopFiring(t *testing.T) {
 				h.clock.Set(t0.Add(time.Duration(i) * 10 * time.Second))
 				h.waitPublished(50 * i)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for h.sched.PersistError() == nil && time.Now().Before(deadline) {
+			eventually(t, 5*time.Second, "failing state writes reported", func() bool {
+				if h.sched.PersistError() != nil {
+					return true
+				}
 				// Let the persister tick, without reaching the next slot.
 				if h.clock.Now().Before(t0.Add(59 * time.Second)) {
 					h.clock.Advance(100 * time.Millisecond)
 				}
-				time.Sleep(time.Millisecond)
-			}
-			if h.sched.PersistError() == nil {
-				t.Fatal("failing state writes not reported")
-			}
+				return false
+			})
 			if v := testutil.ToFloat64(h.sched.cfg.Metrics.StatePersistFailing); v != 1 {
 				t.Errorf("beatd_state_persist_failing = %v, want 1", v)
 			}
@@ -700,14 +689,13 @@ func TestEtcdRefusingWritesDoesNotStopFiring(t *testing.T) {
 
 			h.store.setFailing(nil, false)
 			want := t0.Add(50 * time.Second)
-			deadline = time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) {
+			beatdtest.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "the state to catch up", func() bool {
 				if st := h.store.get("e07"); st != nil && !st.LastSlot.Before(want) && h.sched.PersistError() == nil {
-					break
+					return true
 				}
 				h.clock.Advance(time.Second)
-				time.Sleep(5 * time.Millisecond)
-			}
+				return false
+			})
 			if st := h.store.get("e07"); st == nil || st.LastSlot.Before(want) || !st.Since.Equal(t0.Add(time.Second)) {
 				t.Fatalf("state did not catch up: %+v", st)
 			}
@@ -753,11 +741,13 @@ func TestOneFailingEntryDoesNotStopTheOthers(t *testing.T) {
 	h.settle()
 	for i := 1; i <= 4; i++ {
 		h.clock.Set(t0.Add(time.Duration(i) * 10 * time.Second))
-		deadline := time.Now().Add(5 * time.Second)
-		for len(h.disp.list()) < i && time.Now().Before(deadline) {
+		beatdtest.EventuallyEvery(t, 5*time.Second, 2*time.Millisecond, fmt.Sprintf("%d fires", i), func() bool {
+			if len(h.disp.list()) >= i {
+				return true
+			}
 			h.clock.Advance(time.Second) // past the retry backoff (at most 2.4s)
-			time.Sleep(2 * time.Millisecond)
-		}
+			return false
+		})
 	}
 	want := slots("good", "2026-11-30T10:00:10Z", "2026-11-30T10:00:20Z", "2026-11-30T10:00:30Z", "2026-11-30T10:00:40Z")
 	got := h.disp.list()
@@ -768,14 +758,13 @@ func TestOneFailingEntryDoesNotStopTheOthers(t *testing.T) {
 	h.disp.mu.Lock()
 	h.disp.failEntry = ""
 	h.disp.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Contains(h.disp.list(), "bad 2026-11-30T10:00:10Z") && time.Now().Before(deadline) {
+	beatdtest.EventuallyEvery(t, 5*time.Second, 2*time.Millisecond, "the failing entry's owed slot", func() bool {
+		if slices.Contains(h.disp.list(), "bad 2026-11-30T10:00:10Z") {
+			return true
+		}
 		h.clock.Advance(time.Second)
-		time.Sleep(2 * time.Millisecond)
-	}
-	if !slices.Contains(h.disp.list(), "bad 2026-11-30T10:00:10Z") {
-		t.Fatalf("the failing entry's slot was dropped: %v", h.disp.list())
-	}
+		return false
+	})
 }
 
 // TestPersistEachBatchDoesNotWaitOnFailingEtcd: with per-batch state
@@ -791,14 +780,13 @@ func TestPersistEachBatchDoesNotWaitOnFailingEtcd(t *testing.T) {
 	h.clock.Set(t0.Add(10 * time.Second))
 	h.waitPublished(2)
 	// Let the persister notice the failing etcd (its write times out).
-	deadline := time.Now().Add(10 * time.Second)
-	for h.sched.PersistError() == nil && time.Now().Before(deadline) {
+	eventually(t, 10*time.Second, "failing state writes reported", func() bool {
+		if h.sched.PersistError() != nil {
+			return true
+		}
 		h.clock.Advance(100 * time.Millisecond)
-		time.Sleep(time.Millisecond)
-	}
-	if h.sched.PersistError() == nil {
-		t.Fatal("failing state writes not reported")
-	}
+		return false
+	})
 	// The first batches may still wait on a write that began before the
 	// error was seen (it started when the clock moved, before they were
 	// due): the bound below is about the batches after it.
