@@ -19,6 +19,7 @@ import (
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/schedule"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // These tests run the built binary as separate processes against a real
@@ -71,6 +72,9 @@ type cluster struct {
 	config   string
 	replicas []*replica
 	prefix   string
+	// observer reads the leader key. It is made once: the failover asserts
+	// time leader(), which must not include dialling etcd.
+	observer *clientv3.Client
 }
 
 func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
@@ -81,6 +85,7 @@ func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	c := &cluster{t: t, etcd: srv.Endpoints, redis: testutil.MustStartRedis(t), dir: t.TempDir(), prefix: "/beatd/proc/"}
 	c.rdb = c.redis.Client()
+	c.observer = testutil.NewEtcdClient(t, c.etcd...)
 	c.config = filepath.Join(c.dir, "schedules.yaml")
 	if err := os.WriteFile(c.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -136,23 +141,24 @@ func (r *replica) start() {
 // leader waits until etcd shows a leader other than not, and returns it.
 func (c *cluster) leader(not string, timeout time.Duration) (*replica, election.Leader) {
 	c.t.Helper()
-	cli := testutil.NewEtcdClient(c.t, c.etcd...)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var lead *replica
+	var l election.Leader
+	testutil.EventuallyEvery(c.t, timeout, 20*time.Millisecond, fmt.Sprintf("a leader other than %q", not), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		l, err := election.Observe(ctx, cli, c.prefix)
-		cancel()
-		if err == nil && l.ID != not {
-			for _, r := range c.replicas {
-				if r.ID == l.ID {
-					return r, l
-				}
+		defer cancel()
+		var err error
+		if l, err = election.Observe(ctx, c.observer, c.prefix); err != nil || l.ID == not {
+			return false
+		}
+		for _, r := range c.replicas {
+			if r.ID == l.ID {
+				lead = r
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c.t.Fatalf("no leader (other than %q) within %s", not, timeout)
-	return nil, election.Leader{}
+		return false
+	})
+	return lead, l
 }
 
 // stopAll stops every replica gracefully and waits for them.
