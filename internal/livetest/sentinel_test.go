@@ -90,8 +90,8 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 		}
 	}
 	p.stop()
-	if p.code != 0 {
-		t.Fatalf("beatd exited %d after SIGTERM", p.code)
+	if p.ExitCode() != 0 {
+		t.Fatalf("beatd exited %d after SIGTERM", p.ExitCode())
 	}
 
 	ctx := context.Background()
@@ -156,7 +156,7 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	}
 	// The fence holds on the final master: it is the last term's token,
 	// and a deposed leader's publish is refused.
-	lastTerm := lastElectedToken(p.out.String())
+	lastTerm := lastElectedToken(p.output())
 	fence, err := rdb.Get(ctx, keyPrefix+"fence").Int64()
 	if err != nil || fence != lastTerm || maxToken > lastTerm {
 		t.Fatalf("fence on the final master = %d (%v), want the last term's token %d (messages carry up to %d)", fence, err, lastTerm, maxToken)
