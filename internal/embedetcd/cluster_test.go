@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -18,14 +17,15 @@ import (
 	"go.uber.org/zap"
 )
 
+// freePort is testutil.FreePort, which this package cannot import (testutil
+// imports it).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // TestClusterBootstrapMoveLeader runs three in-process members with peer
