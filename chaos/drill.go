@@ -19,6 +19,8 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/beatd/beatd/internal/harness"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -112,10 +114,10 @@ entries:
 type drill struct {
 	cfg      LocalConfig
 	dir      string
-	etcd     *EtcdCluster
-	redis    *RedisServer
-	rabbit   *Rabbit
-	sentinel *SentinelTopology
+	etcd     *harness.EtcdCluster
+	redis    *harness.RedisProc
+	rabbit   *harness.Rabbit
+	sentinel *harness.SentinelTopology
 	replicas []*Replica
 	cli      *clientv3.Client
 	rng      *rand.Rand
@@ -207,23 +209,23 @@ func (d *drill) setup() error {
 		return d.setupEmbedded()
 	}
 	var err error
-	if d.etcd, err = StartEtcdCluster(d.dir, 3); err != nil {
+	if d.etcd, err = harness.StartEtcdCluster(d.dir, 3, nil, harness.EtcdFast...); err != nil {
 		return err
 	}
 	brokerAddr := ""
 	switch {
 	case d.cfg.Broker == BrokerAMQP:
-		if d.rabbit, err = StartRabbit(filepath.Join(d.dir, "rabbit")); err != nil {
+		if d.rabbit, err = harness.StartRabbit(filepath.Join(d.dir, "rabbit")); err != nil {
 			return err
 		}
 		brokerAddr = fmt.Sprintf("127.0.0.1:%d", d.rabbit.Port)
 	case d.cfg.Sentinel:
-		if d.sentinel, err = StartSentinelTopology(filepath.Join(d.dir, "sentinel")); err != nil {
+		if d.sentinel, err = harness.StartSentinelTopology(filepath.Join(d.dir, "sentinel")); err != nil {
 			return err
 		}
 		brokerAddr = d.sentinel.URL(0)
 	default:
-		if d.redis, err = StartRedis(d.dir); err != nil {
+		if d.redis, err = harness.StartRedis(d.dir, true); err != nil {
 			return err
 		}
 		brokerAddr = d.redis.Addr()
@@ -236,7 +238,8 @@ func (d *drill) setup() error {
 		return err
 	}
 	for i := 0; i < d.cfg.Replicas; i++ {
-		r := &Replica{ID: fmt.Sprintf("drill-%d", i), LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}
+		r := &Replica{Replica: &harness.Replica{ID: fmt.Sprintf("drill-%d", i), Bin: d.cfg.Binary,
+			LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}}
 		var eps []string
 		for _, m := range d.etcd.Members {
 			p, err := NewProxy(m.ClientAddr())
@@ -263,13 +266,13 @@ func (d *drill) setup() error {
 				broker = []string{"--broker", "amqp://guest:guest@" + r.RedisProxy.Addr() + "//"}
 			}
 		}
-		if r.HTTPPort, err = FreePort(); err != nil {
+		if r.HTTPPort, err = harness.FreePort(); err != nil {
 			return err
 		}
 		r.Args = append([]string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
 			"--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
 			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, broker...)
-		if err := r.Start(d.cfg.Binary); err != nil {
+		if err := r.Start(); err != nil {
 			return err
 		}
 		d.replicas = append(d.replicas, r)
@@ -512,7 +515,7 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		if err := d.sleep(ctx, f.Held); err != nil {
 			return f, err
 		}
-		err = lead.Start(d.cfg.Binary)
+		err = lead.Start()
 	case FaultStop:
 		lead.Signal(syscall.SIGSTOP)
 		f.Held = ttl + time.Duration(500+d.rng.IntN(1500))*time.Millisecond
@@ -527,7 +530,7 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			lead.Kill()
 		}
 		f.Held = time.Since(f.At)
-		err = lead.Start(d.cfg.Binary)
+		err = lead.Start()
 	case FaultEtcdKill:
 		m, rerr := d.etcd.RaftLeader(ctx)
 		if rerr != nil {

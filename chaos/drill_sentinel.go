@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +42,7 @@ func (d *drill) auditClient(ctx context.Context) (*redis.Client, error) {
 // chosen by the drill's seed.
 func (d *drill) redisFailover(f *Fault) error {
 	start := time.Now()
-	var m *RedisProc
+	var m *harness.RedisProc
 	var err error
 	if d.rng.IntN(2) == 0 {
 		f.Target = "sentinel-failover"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -35,14 +36,14 @@ func (d *drill) embedded() bool { return d.cfg.Topology == TopologyEmbedded }
 // member, with every etcd port behind the fabric.
 func (d *drill) setupEmbedded() error {
 	var err error
-	if d.redis, err = StartRedis(d.dir); err != nil {
+	if d.redis, err = harness.StartRedis(d.dir, true); err != nil {
 		return err
 	}
 	d.fabric = NewFabric(func() map[int]int {
 		out := map[int]int{}
 		for i, r := range d.replicas {
-			if r.cmd != nil && r.Running() {
-				out[r.cmd.Process.Pid] = i
+			if r.Running() {
+				out[r.Proc().Pid()] = i
 			}
 		}
 		return out
@@ -56,11 +57,11 @@ func (d *drill) setupEmbedded() error {
 	ps := make([]ports, n)
 	var initial []string
 	for i := 0; i < n; i++ {
-		pp, err := FreePort()
+		pp, err := harness.FreePort()
 		if err != nil {
 			return err
 		}
-		cp, err := FreePort()
+		cp, err := harness.FreePort()
 		if err != nil {
 			return err
 		}
@@ -75,11 +76,12 @@ func (d *drill) setupEmbedded() error {
 		d.members = append(d.members, member{clientURL: "http://" + ps[i].clientAdv})
 	}
 	for i := 0; i < n; i++ {
-		r := &Replica{ID: fmt.Sprintf("drill-%d", i), LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}
+		r := &Replica{Replica: &harness.Replica{ID: fmt.Sprintf("drill-%d", i), Bin: d.cfg.Binary,
+			LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}}
 		if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
 			return err
 		}
-		if r.HTTPPort, err = FreePort(); err != nil {
+		if r.HTTPPort, err = harness.FreePort(); err != nil {
 			return err
 		}
 		r.Args = []string{"run", "--config", config, "--data-dir", filepath.Join(d.dir, r.ID),
@@ -92,7 +94,7 @@ func (d *drill) setupEmbedded() error {
 	}
 	// Together, as a StatefulSet with podManagementPolicy Parallel.
 	for _, r := range d.replicas {
-		if err := r.Start(d.cfg.Binary); err != nil {
+		if err := r.Start(); err != nil {
 			return err
 		}
 	}
@@ -177,7 +179,7 @@ func (d *drill) injectEmbedded(ctx context.Context, f *Fault, lead *Replica) (bo
 		if err := d.sleep(ctx, f.Held); err != nil {
 			return true, err
 		}
-		err = r.Start(d.cfg.Binary)
+		err = r.Start()
 	case FaultEtcdQuorum:
 		perm := d.rng.Perm(len(d.replicas))
 		a, b := d.replicas[perm[0]], d.replicas[perm[1]]
@@ -188,8 +190,8 @@ func (d *drill) injectEmbedded(ctx context.Context, f *Fault, lead *Replica) (bo
 		if err := d.sleep(ctx, f.Held); err != nil {
 			return true, err
 		}
-		if err = a.Start(d.cfg.Binary); err == nil {
-			err = b.Start(d.cfg.Binary)
+		if err = a.Start(); err == nil {
+			err = b.Start()
 		}
 		if err == nil {
 			err = d.waitMembersHealthy(60 * time.Second)
@@ -215,7 +217,7 @@ func (d *drill) injectEmbedded(ctx context.Context, f *Fault, lead *Replica) (bo
 	// sure none stays down (a SIGSTOP'd one is resumed by FaultStop).
 	for _, r := range d.replicas {
 		if !r.Running() && err == nil {
-			err = r.Start(d.cfg.Binary)
+			err = r.Start()
 		}
 	}
 	return true, err

@@ -130,7 +130,7 @@ func (p *fabricProxy) accept() {
 			down.Close()
 			continue
 		}
-		c := &fabricConn{from: p.f.owner(down.RemoteAddr()), a: down, b: up}
+		c := &fabricConn{from: p.f.owner(down.RemoteAddr(), down.LocalAddr()), a: down, b: up}
 		p.mu.Lock()
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
@@ -165,14 +165,16 @@ func (p *fabricProxy) pipe(c *fabricConn, dst, src net.Conn) {
 	}
 }
 
-// owner finds the replica whose process opened the connection from addr:
+// owner finds the replica whose process opened the connection from addr to
+// the fabric port proxy:
 // the socket bound to that loopback port, then the process holding it.
-func (f *Fabric) owner(addr net.Addr) int {
+func (f *Fabric) owner(addr, proxy net.Addr) int {
 	ta, ok := addr.(*net.TCPAddr)
-	if !ok {
+	pa, pok := proxy.(*net.TCPAddr)
+	if !ok || !pok {
 		return -1
 	}
-	inode := socketInode(ta.Port)
+	inode := socketInode(ta.Port, pa.Port)
 	if inode == "" {
 		return -1
 	}
@@ -190,9 +192,12 @@ func (f *Fabric) owner(addr net.Addr) int {
 	return -1
 }
 
-// socketInode is the inode of the TCP socket whose local port is port.
-func socketInode(port int) string {
-	want := fmt.Sprintf(":%04X", port)
+// socketInode is the inode of the open TCP socket from local port port to
+// remote port remote. Matching the local port alone could find a socket
+// in TIME_WAIT that used the same ephemeral port before: its inode is 0,
+// and the connection would go unattributed.
+func socketInode(port, remote int) string {
+	want, wantRemote := fmt.Sprintf(":%04X", port), fmt.Sprintf(":%04X", remote)
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		fh, err := os.Open(file)
 		if err != nil {
@@ -201,7 +206,7 @@ func socketInode(port int) string {
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
-			if len(fields) > 9 && strings.HasSuffix(fields[1], want) {
+			if len(fields) > 9 && strings.HasSuffix(fields[1], want) && strings.HasSuffix(fields[2], wantRemote) && fields[9] != "0" {
 				fh.Close()
 				return fields[9]
 			}

@@ -2,8 +2,8 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/store"
 	"github.com/chromedp/cdproto/cdp"
@@ -51,14 +52,9 @@ func consoleConfig() string {
 	return b.String()
 }
 
-type proc struct {
-	id   string
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
-}
+type proc struct{ *harness.Replica }
 
-func (p *proc) url(path string) string { return "http://127.0.0.1:" + strconv.Itoa(p.port) + path }
+func (p *proc) url(path string) string { return p.URL(path) }
 
 type env struct {
 	t        *testing.T
@@ -97,44 +93,33 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		p := &proc{id: fmt.Sprintf("r%d", i), port: testutil.FreePort(t), done: make(chan struct{})}
-		logf, err := os.Create(filepath.Join(dir, p.id+".log"))
-		if err != nil {
+		id := fmt.Sprintf("r%d", i)
+		p := &proc{&harness.Replica{ID: id, Bin: bin, HTTPPort: testutil.FreePort(t), LogPath: filepath.Join(dir, id+".log"),
+			Env: []string{"BEATD_ADMIN_TOKEN=" + adminToken}}}
+		p.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
+			"--broker", rs.URL(0), "--id", p.ID, "--lease-ttl", leaseTTL.String(), "--prefix", prefix,
+			"--http", "127.0.0.1:" + strconv.Itoa(p.HTTPPort), "--log-format", "json"}
+		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
-		p.cmd = exec.Command(bin, "run", "--config", config, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
-			"--broker", rs.URL(0), "--id", p.id, "--lease-ttl", leaseTTL.String(), "--prefix", prefix,
-			"--http", "127.0.0.1:"+strconv.Itoa(p.port), "--log-format", "json")
-		p.cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN="+adminToken)
-		p.cmd.Stdout, p.cmd.Stderr = logf, logf
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 		e.procs = append(e.procs, p)
 	}
 	t.Cleanup(func() {
 		for _, p := range e.procs {
-			_ = p.cmd.Process.Kill()
-			<-p.done
+			p.Kill()
 		}
 		if t.Failed() {
 			for _, p := range e.procs {
-				b, _ := os.ReadFile(filepath.Join(dir, p.id+".log"))
+				b, _ := os.ReadFile(p.LogPath)
 				lines := strings.Split(string(b), "\n")
-				t.Logf("--- %s log tail ---\n%s", p.id, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+				t.Logf("--- %s log tail ---\n%s", p.ID, strings.Join(lines[max(0, len(lines)-25):], "\n"))
 			}
 		}
 	})
 	for _, p := range e.procs {
-		waitFor(t, 30*time.Second, p.id+" serving HTTP", func() bool {
-			resp, err := http.Get(p.url("/healthz"))
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		if err := p.WaitHealthy(context.Background(), 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, 15*time.Second, "a leader and three registrations", func() bool {
 		rs, err := election.Replicas(context.Background(), e.etcd, prefix)
@@ -231,7 +216,7 @@ func (e *env) leader(t *testing.T) (*proc, election.Leader) {
 		t.Fatal(err)
 	}
 	for _, p := range e.procs {
-		if p.id == l.ID {
+		if p.ID == l.ID {
 			return p, l
 		}
 	}
@@ -267,29 +252,21 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, what, js string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
+	testutil.EventuallyErr(t, timeout, 25*time.Millisecond, "the page to show "+what, func() error {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](js))
-		cancel()
-		if err == nil && ok {
-			return time.Since(start)
+		if err == nil && !ok {
+			err = errors.New("not shown")
 		}
-		if time.Since(start) > timeout {
-			t.Fatalf("page did not show %s within %s (last error %v)", what, timeout, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return err
+	})
+	return time.Since(start)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func entryURL(p *proc, name string) string {
@@ -467,7 +444,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		run(t, ctx, chromedp.Click(chromedp.CSS(`button[data-op=trigger]`)))
 		waitJS(t, ctx, 5*time.Second, "the refusal", `document.getElementById('action-msg').textContent.includes('Refused (401)')`)
 		e.shot(t, ctx, "entry-refused")
-		time.Sleep(1500 * time.Millisecond) // a trigger would publish within a second
+		time.Sleep(1500 * time.Millisecond) // proves a negative: a trigger would publish within a second
 		after, _ := chaos.ReadQueue(context.Background(), e.rdb, "console-manual")
 		if len(after) != len(before) {
 			t.Errorf("refused triggers published: %d messages before, %d after", len(before), len(after))
@@ -550,9 +527,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := eval[string](t, ctx, `document.getElementById('leader-id').textContent`); got != ol.ID {
 			t.Fatalf("page shows leader %q, etcd %q", got, ol.ID)
 		}
-		_ = old.cmd.Process.Signal(syscall.SIGKILL)
+		old.Signal(syscall.SIGKILL)
 		killed := time.Now()
-		<-old.done
+		<-old.Done()
 		took := waitJS(t, ctx, leaseTTL+10*time.Second, "a new leader",
 			`(() => { const l = document.getElementById('leader-id'); return !!l && l.textContent !== '`+ol.ID+`' && l.textContent !== ''; })()`)
 		took = time.Since(killed)
@@ -561,7 +538,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if shown != nl.ID+" "+strconv.FormatInt(nl.Token, 10) {
 			t.Errorf("page shows %q, etcd says %s %d", shown, nl.ID, nl.Token)
 		}
-		t.Logf("kill -9 of %s: standby %s's page showed leader %s %s after the kill", ol.ID, sb.id, shown, took.Round(time.Millisecond))
+		t.Logf("kill -9 of %s: standby %s's page showed leader %s %s after the kill", ol.ID, sb.ID, shown, took.Round(time.Millisecond))
 		if took > leaseTTL+2*time.Second {
 			t.Errorf("new leader shown %s after the kill, want within TTL + 2 s = %s", took, leaseTTL+2*time.Second)
 		}

@@ -28,7 +28,8 @@ func TestClusterRaftLeaderKilled(t *testing.T) {
 	cl.Kill(raft)
 	// Leadership survives the raft election, or is regained with a larger
 	// token; either way a leader exists within the TTL plus raft's election.
-	time.Sleep(2 * time.Second)
+	cl.WaitHealthy(10 * time.Second)
+	time.Sleep(2 * time.Second) // an observation window: nothing signals that leadership did not break
 	_, now := c.waitLeader(t, -1, 10*time.Second)
 	if now != l && now.Token <= l.Token {
 		t.Errorf("new term token %d not above %d", now.Token, l.Token)
@@ -52,7 +53,7 @@ func TestClusterQuorumLoss(t *testing.T) {
 	cl.Kill(cl.Members[1])
 	// The surviving member, if it was raft's leader, keeps renewing
 	// leases on its own until CheckQuorum deposes it, up to two election
-	// timeouts (chaos.StartEtcdCluster uses 500 ms) after the kill. Such a
+	// timeouts (harness.EtcdFast is 500 ms) after the kill. Such a
 	// renewal really extends the lease (a later raft leader extends every
 	// lease again), so the replica may lead until TTL - margin after it.
 	const electionTimeout = 500 * time.Millisecond
@@ -111,7 +112,7 @@ func TestStalledLeaderStepsDownBeforeLeaseExpires(t *testing.T) {
 	}
 	lease := clientv3.LeaseID(kv.Kvs[0].Lease)
 
-	time.Sleep(ttl / 2) // let a keepalive or two land
+	time.Sleep(ttl / 2) // let a keepalive or two land: the elector's keepalives are internal, only time shows them
 	proxy.Blackhole(true)
 	select {
 	case <-l.Context().Done():

@@ -85,7 +85,7 @@ func (c *candidates) writeWhileLeading(ctx context.Context, cli *clientv3.Client
 			c.writes = append(c.writes, write{resp.Header.Revision, l.Token})
 			c.mu.Unlock()
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // paces a load loop; it waits for nothing
 	}
 }
 
@@ -164,15 +164,13 @@ func (c *candidates) current() (string, *Leadership, int) {
 // waitLeader waits until some candidate other than not leads.
 func (c *candidates) waitLeader(t *testing.T, not int64, timeout time.Duration) (string, *Leadership) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if id, l, _ := c.current(); l != nil && l.Token != not && l.Context().Err() == nil {
-			return id, l
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no new leader within %s", timeout)
-	return "", nil
+	var id string
+	var l *Leadership
+	testutil.EventuallyEvery(t, timeout, 10*time.Millisecond, "a new leader", func() bool {
+		id, l, _ = c.current()
+		return l != nil && l.Token != not && l.Context().Err() == nil
+	})
+	return id, l
 }
 
 func TestOneLeaderAndHandover(t *testing.T) {

@@ -73,11 +73,5 @@ func TestRegistry(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, what, cond)
 }

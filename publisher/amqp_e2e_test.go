@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -93,8 +94,7 @@ entries:
 	}
 	// RabbitMQ drops the unread message once its TTL passes.
 	conn := testutil.DialRabbit(t, rb)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.EventuallyErr(t, 30*time.Second, 200*time.Millisecond, "the expired message to leave the queue", func() error {
 		ch, err := conn.Channel()
 		if err != nil {
 			t.Fatal(err)
@@ -104,14 +104,11 @@ entries:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if q.Messages == 0 {
-			break
+		if q.Messages != 0 {
+			return fmt.Errorf("still queued: %+v", q)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the expired message is still queued: %+v", q)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	if r, ok := w.Result(t, string(fires["unread"].ID[:])); ok {
 		t.Errorf("the unread message has a result: %+v", r)
 	}

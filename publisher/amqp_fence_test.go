@@ -118,17 +118,13 @@ func TestAMQPFenceStaleLeaderCannotPublish(t *testing.T) {
 	if err := b.RaiseFence(ctx, 2); err == nil || errors.Is(err, ErrStale) {
 		t.Fatalf("B fenced while A's connection was alive: %v", err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.EventuallyErr(t, 60*time.Second, 100*time.Millisecond, "B to fence", func() error {
 		err := b.RaiseFence(ctx, 2)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, ErrStale) || time.Now().After(deadline) {
+		if errors.Is(err, ErrStale) {
 			t.Fatalf("B could not fence: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 	if err := b.Publish(ctx, 2, firesOf(tasks, slot.Add(time.Minute)), res); err != nil {
 		t.Fatal(err)
 	}
@@ -173,17 +169,8 @@ func TestAMQPFenceReleasedWhenTermEnds(t *testing.T) {
 	}
 	term.current.Store(2)
 	aend() // A's term ends: the scheduler's context for it is cancelled
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := b.RaiseFence(context.Background(), 2)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B could not fence after A's term ended: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyErr(t, 10*time.Second, 20*time.Millisecond, "B to fence after A's term ended",
+		func() error { return b.RaiseFence(context.Background(), 2) })
 	// A's ended term can never publish again, even on a new connection.
 	res := make([]Result, 1)
 	tasks := fenceEntries(t, uniq("relq"), 1)

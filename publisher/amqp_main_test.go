@@ -8,14 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // One rabbitmq-server for the package, started by the first AMQP test
 // (it takes seconds) and stopped by TestMain.
 var (
 	rabbitOnce sync.Once
-	rabbit     *chaos.Rabbit
+	rabbit     *harness.Rabbit
 	rabbitErr  error
 	rabbitDir  string
 )
@@ -31,12 +31,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func sharedRabbit(t *testing.T) *chaos.Rabbit {
+func sharedRabbit(t *testing.T) *harness.Rabbit {
 	t.Helper()
 	rabbitOnce.Do(func() {
 		rabbitDir, rabbitErr = os.MkdirTemp("", "beatd-rabbit-")
 		if rabbitErr == nil {
-			rabbit, rabbitErr = chaos.StartRabbit(rabbitDir)
+			rabbit, rabbitErr = harness.StartRabbit(rabbitDir)
 		}
 	})
 	if rabbitErr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -119,26 +120,28 @@ func TestRedisRestartMidBatch(t *testing.T) {
 		for i := range fires {
 			fires[i] = Fire{Task: task, Slot: base.Add(time.Duration(b*perBatch+i) * time.Second)}
 		}
+		var failed chan struct{} // closed once a publish met the dead server
 		if b == 7 || b == 13 {
 			<-restarted // the previous restart owns the server until it is up
 			rs.Stop()
-			restarted = make(chan struct{})
-			go func(done chan struct{}) {
+			restarted, failed = make(chan struct{}), make(chan struct{})
+			go func(failed, done chan struct{}) {
 				defer close(done)
-				time.Sleep(300 * time.Millisecond)
+				<-failed
 				rs.Start()
-			}(restarted)
+			}(failed, restarted)
 		}
 		res := make([]Result, perBatch)
-		for attempt := 0; ; attempt++ {
+		testutil.EventuallyErr(t, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("batch %d to publish", b), func() error {
 			err := p.Publish(ctx, 5, fires, res)
-			if err == nil {
-				break
+			if err != nil && failed != nil {
+				close(failed)
+				failed = nil
 			}
-			if attempt > 100 {
-				t.Fatalf("batch %d never succeeded: %v", b, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return err
+		})
+		if failed != nil {
+			t.Fatalf("batch %d published while Redis was down", b)
 		}
 		for i, r := range res {
 			if r != ResultOK && r != ResultDuplicate {

@@ -44,17 +44,8 @@ func TestMinReplicas(t *testing.T) {
 			p := New(master.Client(), opts)
 			// The replica may still be in its first full sync: WAIT
 			// counts it only once it follows.
-			deadline := time.Now().Add(15 * time.Second)
-			for {
-				err := p.RaiseFence(ctx, 10)
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal(err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testutil.EventuallyErr(t, 15*time.Second, 50*time.Millisecond, "the fence with the replica following",
+				func() error { return p.RaiseFence(ctx, 10) })
 			before := promtest.ToFloat64(shortfalls) // the sync's, if any
 			// While the replica follows, a publish counts.
 			res := make([]Result, 1)
@@ -65,13 +56,8 @@ func TestMinReplicas(t *testing.T) {
 			defer newMaster.Close()
 			// Without WAIT nothing says the replica has it yet: wait, so the
 			// only write the failover can lose is the next one.
-			deadline = time.Now().Add(10 * time.Second)
-			for newMaster.LLen(ctx, "celery").Val() != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("the replica never received the first publish")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.EventuallyEvery(t, 10*time.Second, 10*time.Millisecond, "the replica to receive the first publish",
+				func() bool { return newMaster.LLen(ctx, "celery").Val() == 1 })
 			if err := newMaster.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -127,13 +113,8 @@ func TestMinReplicasAuto(t *testing.T) {
 		t.Fatalf("with a replica online: waits for %d, want 1", got)
 	}
 	replica.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for p.MinReplicas(ctx) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("auto still waits for a replica after the only one died")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "auto to stop waiting for the dead replica",
+		func() bool { return p.MinReplicas(ctx) == 0 })
 	task := compileTest(t, "    {task: tasks.add, every: 1s}")
 	res := make([]Result, 1)
 	if err := p.Publish(ctx, 1, []Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); err != nil || res[0] != ResultOK {

@@ -169,15 +169,11 @@ func BenchmarkThroughput(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	go func() { done <- s.Run(ctx, Term{Token: env.token, Key: env.key}) }()
-	for {
+	testutil.Eventually(b, 10*time.Minute, "every fire published", func() bool {
 		env.disp.mu.Lock()
-		n := env.disp.n
-		env.disp.mu.Unlock()
-		if n >= want {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer env.disp.mu.Unlock()
+		return env.disp.n >= want
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cancel()

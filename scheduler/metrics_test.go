@@ -135,13 +135,10 @@ func TestMetricsTimestamps(t *testing.T) {
 	// The broker fails: the slot due at 20s stays pending and overdue.
 	h.disp.setErr(errors.New("connection refused"))
 	h.clock.Advance(10 * time.Second)
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(h.sched.cfg.Metrics.PendingSlots) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "a pending slot", func() bool { return testutil.ToFloat64(h.sched.cfg.Metrics.PendingSlots) > 0 })
 	for i := 0; i < 3; i++ {
 		h.clock.Advance(10 * time.Second)
-		time.Sleep(20 * time.Millisecond)
+		h.settle() // the loop retried and re-armed its timer
 	}
 	if v := testutil.ToFloat64(h.sched.cfg.Metrics.PendingSlots); v < 1 {
 		t.Errorf("beatd_pending_slots = %v during the outage", v)
@@ -223,17 +220,10 @@ func TestOverdueWhileTheTermCannotStart(t *testing.T) {
 	h := newHarness(t, "entries:\n  fast: {task: t, every: 10s, relative: true}\n  slow: {task: t, every: 1h, relative: true}\n  off: {task: t, every: 1s, enabled: false}\n", t0.Add(time.Second))
 	h.sched.cfg.Dispatcher = fenceDown{h.disp}
 	h.start(7)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually(t, 5*time.Second, "the oldest next fire to be the fast entry's first slot", func() bool {
 		v, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil)
-		if ok && v == float64(t0.Add(10*time.Second).Unix()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("oldest next fire = %v, %v; want the fast entry's first slot", v, ok)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return ok && v == float64(t0.Add(10*time.Second).Unix())
+	})
 	h.cancel()
 	<-h.done
 	h.done <- nil

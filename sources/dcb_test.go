@@ -201,11 +201,5 @@ func TestDCBKeepsLastGoodSet(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, 30*time.Second, 20*time.Millisecond, what, cond)
 }

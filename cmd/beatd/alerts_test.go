@@ -61,7 +61,7 @@ rule_files: [%q]
 scrape_configs:
   - job_name: beatd
     static_configs: [{targets: ['127.0.0.1:%d']}]
-`, rules, r.httpPort)
+`, rules, r.HTTPPort)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ scrape_configs:
 		a := active()
 		return a["BeatdEntryOverdue"] != "" && a["BeatdFiresFailing"] != ""
 	})
-	if v, ok := r.metric("beatd_pending_slots"); !ok || v < 5 {
+	if v, ok := r.Metric("beatd_pending_slots"); !ok || v < 5 {
 		t.Errorf("beatd_pending_slots = %v, want the backfill pending", v)
 	}
 	if a := active(); a["BeatdNoLeader"] != "" {

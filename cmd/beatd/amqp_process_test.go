@@ -34,14 +34,14 @@ func TestProcessAMQPFailover(t *testing.T) {
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	time.Sleep(3 * time.Second)
 
-	lead.kill()
-	next, _ := c.leader(lead.id, 30*time.Second)
+	lead.Kill()
+	next, _ := c.leader(lead.ID, 30*time.Second)
 	time.Sleep(2 * time.Second)
 	lead.start()
 
 	rb.Kill()
 	waitFor(t, 15*time.Second, "readyz to report RabbitMQ down", func() bool {
-		resp, err := http.Get(next.url("/readyz"))
+		resp, err := http.Get(next.URL("/readyz"))
 		if err != nil {
 			return false
 		}
@@ -53,7 +53,7 @@ func TestProcessAMQPFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "readyz after RabbitMQ restarted", func() bool {
-		resp, err := http.Get(next.url("/readyz"))
+		resp, err := http.Get(next.URL("/readyz"))
 		if err != nil {
 			return false
 		}
@@ -62,10 +62,10 @@ func TestProcessAMQPFailover(t *testing.T) {
 	})
 
 	cur, _ := c.leader("", 30*time.Second)
-	cur.signal(syscall.SIGSTOP)
-	c.leader(cur.id, 30*time.Second)
+	cur.Signal(syscall.SIGSTOP)
+	c.leader(cur.ID, 30*time.Second)
 	time.Sleep(3 * time.Second)
-	cur.signal(syscall.SIGCONT)
+	cur.Signal(syscall.SIGCONT)
 	time.Sleep(3 * time.Second)
 	to := time.Now().Add(-1500 * time.Millisecond)
 	c.stopAll()
@@ -88,7 +88,7 @@ func TestProcessAMQPFailover(t *testing.T) {
 	}
 	resent := map[string]bool{}
 	for _, r := range c.replicas {
-		f, err := os.Open(r.logPath)
+		f, err := os.Open(r.LogPath)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -192,21 +192,21 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 	}
 
 	// beatd takes over.
-	rep := &replica{t: t, id: "cutover", httpPort: testutil.FreePort(t), logPath: filepath.Join(dir, "beatd.log")}
-	rep.args = []string{"run", "--config", config, "--data-dir", dataDir,
+	rep := newReplica(t, "cutover", filepath.Join(dir, "beatd.log"))
+	rep.Args = []string{"run", "--config", config, "--data-dir", dataDir,
 		"--etcd-client-port", strconv.Itoa(testutil.FreePort(t)), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)),
-		"--broker", r.URL(0), "--id", rep.id, "--lease-ttl", "2s", "--prefix", prefix,
-		"--http", "127.0.0.1:" + strconv.Itoa(rep.httpPort), "--log-format", "json"}
+		"--broker", r.URL(0), "--id", rep.ID, "--lease-ttl", "2s", "--prefix", prefix,
+		"--http", "127.0.0.1:" + strconv.Itoa(rep.HTTPPort), "--log-format", "json"}
 	rep.start()
 	t.Cleanup(func() {
-		rep.kill()
+		rep.Kill()
 		if t.Failed() {
-			b, _ := os.ReadFile(rep.logPath)
+			b, _ := os.ReadFile(rep.LogPath)
 			t.Logf("--- beatd log ---\n%s\n--- schedules.yaml ---\n%s", b, yamlOut)
 		}
 	})
 	waitFor(t, 60*time.Second, "beatd leading", func() bool {
-		resp, err := http.Get(rep.url("/status"))
+		resp, err := http.Get(rep.URL("/status"))
 		if err != nil {
 			return false
 		}
@@ -228,8 +228,8 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 		}
 		return n >= 2
 	})
-	rep.signal(syscall.SIGTERM)
-	<-rep.exited
+	rep.Signal(syscall.SIGTERM)
+	<-rep.Done()
 	time.Sleep(300 * time.Millisecond)
 	obs.close()
 	msgs := obs.snapshot()

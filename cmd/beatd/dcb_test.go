@@ -40,13 +40,13 @@ PeriodicTask.objects.create(name='shared', task='tasks.add', interval=iv, args='
 		t.Errorf("dcb1 args %s", f.Args)
 	}
 	// The conflict: reported, the file wins (its entry fires hourly).
-	if v, ok := lead.metric("beatd_source_conflicts"); !ok || v != 1 {
+	if v, ok := lead.Metric("beatd_source_conflicts"); !ok || v != 1 {
 		t.Errorf("beatd_source_conflicts = %v %v", v, ok)
 	}
-	if v, ok := lead.metricLabeled(`beatd_source_invalid_entries{source="django-celery-beat"}`); !ok || v != 1 {
+	if v, ok := lead.Metric(`beatd_source_invalid_entries{source="django-celery-beat"}`); !ok || v != 1 {
 		t.Errorf("invalid entries metric = %v %v", v, ok)
 	}
-	st := call(t, "GET", lead.url("/status"), "", nil)
+	st := call(t, "GET", lead.URL("/status"), "", nil)
 	if !strings.Contains(st.body, `"winner": "file"`) || !strings.Contains(st.body, `"source": "django-celery-beat"`) || !strings.Contains(st.body, "args must be a JSON list") {
 		t.Errorf("status lacks the conflict, the source or the bad row:\n%s", st.body)
 	}
@@ -111,10 +111,10 @@ PeriodicTask.objects.create(name='once', task='tasks.add', clocked=ck, one_off=T
 	// PostgreSQL goes away: entries keep firing, /readyz and metrics say it.
 	pg.Stop()
 	waitFor(t, 10*time.Second, "readyz to report the source", func() bool {
-		r := call(t, "GET", lead.url("/readyz"), "", nil)
+		r := call(t, "GET", lead.URL("/readyz"), "", nil)
 		return r.code == http.StatusServiceUnavailable && strings.Contains(r.body, "django-celery-beat")
 	})
-	if v, ok := lead.metricLabeled(`beatd_source_up{source="django-celery-beat"}`); !ok || v != 0 {
+	if v, ok := lead.Metric(`beatd_source_up{source="django-celery-beat"}`); !ok || v != 0 {
 		t.Errorf("beatd_source_up during the outage = %v %v", v, ok)
 	}
 	before := len(c.firesOf("keep"))
@@ -126,7 +126,7 @@ PeriodicTask.objects.create(name='once', task='tasks.add', clocked=ck, one_off=T
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "readyz after recovery", func() bool {
-		resp, err := http.Get(lead.url("/readyz"))
+		resp, err := http.Get(lead.URL("/readyz"))
 		if err != nil {
 			return false
 		}

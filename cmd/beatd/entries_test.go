@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -105,7 +104,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 		standby = c.replicas[1]
 	}
 	const admin = "test-token"
-	url := standby.url("/api/v1/entries/")
+	url := standby.URL("/api/v1/entries/")
 	good := []byte(`{"task": "tasks.add", "every": "1s", "args": [1, 1]}`)
 
 	// Refusals: auth, the file's names, bad documents, oversize bodies.
@@ -127,7 +126,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	} {
 		u := url + tt.path
 		if tt.path == "" {
-			u = standby.url("/api/v1/entries")
+			u = standby.URL("/api/v1/entries")
 		}
 		r := call(t, tt.method, u, tt.token, tt.body)
 		if r.code != tt.code || !strings.Contains(r.body, tt.contains) {
@@ -204,7 +203,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	}
 
 	// Reads: the list has every source, the read token suffices.
-	r = call(t, "GET", standby.url("/api/v1/entries"), "read-token", nil)
+	r = call(t, "GET", standby.URL("/api/v1/entries"), "read-token", nil)
 	var list struct {
 		Entries []struct {
 			Name, Source string
@@ -226,12 +225,12 @@ func TestProcessEntriesAPI(t *testing.T) {
 	if got["filed"] != "file" || got["dyn"] != "api" {
 		t.Errorf("sources in list: %v", got)
 	}
-	if v, ok := lead.metricLabeled(`beatd_source_entries{source="api"}`); !ok || v != 1 {
+	if v, ok := lead.Metric(`beatd_source_entries{source="api"}`); !ok || v != 1 {
 		t.Errorf(`beatd_source_entries{source="api"} = %v %v, want 1`, v, ok)
 	}
 
 	// The fire log names the source.
-	logb, _ := os.ReadFile(lead.logPath)
+	logb, _ := os.ReadFile(lead.LogPath)
 	sourced := false
 	for _, line := range strings.Split(string(logb), "\n") {
 		if strings.Contains(line, `"msg":"fired"`) && strings.Contains(line, `"entry":"dyn"`) && strings.Contains(line, `"source":"api"`) {
@@ -261,7 +260,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	// The CLI: apply a file of two entries in one go, list, get, delete.
 	cli := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(beatdBin, append(args, "--server", "http://127.0.0.1:"+strconv.Itoa(standby.httpPort))...)
+		cmd := exec.Command(beatdBin, append(args, "--server", "http://127.0.0.1:"+strconv.Itoa(standby.HTTPPort))...)
 		cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN="+admin)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -325,7 +324,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	if err := os.WriteFile(file, []byte("entries:\n  clic: {task: tasks.add, every: 1s, jitter: -5s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(beatdBin, "entries", "apply", "-f", file, "--server", "http://127.0.0.1:"+strconv.Itoa(standby.httpPort))
+	cmd := exec.Command(beatdBin, "entries", "apply", "-f", file, "--server", "http://127.0.0.1:"+strconv.Itoa(standby.HTTPPort))
 	cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN="+admin)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "/entries/clic/jitter") {
 		t.Errorf("bad apply: %v\n%s", err, out)
@@ -333,9 +332,9 @@ func TestProcessEntriesAPI(t *testing.T) {
 	gone := time.Now()
 	// The standby, which followed the changes all along, takes over:
 	// clib keeps firing, the deleted clia stays deleted.
-	lead.kill()
+	lead.Kill()
 	killed := time.Now()
-	c.leader(lead.id, 10*time.Second)
+	c.leader(lead.ID, 10*time.Second)
 	waitFor(t, 10*time.Second, "clib to fire under the new leader", func() bool {
 		for _, f := range c.firesOf("clib") {
 			if f.Slot.After(killed) {
@@ -385,7 +384,7 @@ func (r *replica) logTime(t *testing.T, timeout time.Duration, parts ...string) 
 	t.Helper()
 	var at time.Time
 	waitFor(t, timeout, strings.Join(parts, " "), func() bool {
-		b, _ := os.ReadFile(r.logPath)
+		b, _ := os.ReadFile(r.LogPath)
 	lines:
 		for _, line := range strings.Split(string(b), "\n") {
 			for _, p := range parts {
@@ -404,24 +403,6 @@ func (r *replica) logTime(t *testing.T, timeout time.Duration, parts ...string) 
 		return false
 	})
 	return at
-}
-
-// metricLabeled reads one sample, given with its labels, from /metrics.
-func (r *replica) metricLabeled(sample string) (float64, bool) {
-	resp, err := http.Get(r.url("/metrics"))
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			var f float64
-			_, err := fmt.Sscan(v, &f)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }
 
 func compact(b []byte) string {

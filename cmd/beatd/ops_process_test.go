@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,19 +121,19 @@ func TestProcessUnresponsiveLeader(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		code, out, _ := c.cli("status", "-o", "json")
 		var st api.Status
-		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.LeaderUnresponsive || st.LeaderID != lead.id {
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.LeaderUnresponsive || st.LeaderID != lead.ID {
 			t.Fatalf("live leader: exit %d %+v", code, st)
 		}
 		time.Sleep(700 * time.Millisecond)
 	}
-	lead.signal(syscall.SIGSTOP)
-	defer lead.signal(syscall.SIGCONT)
+	lead.Signal(syscall.SIGSTOP)
+	defer lead.Signal(syscall.SIGCONT)
 	stopped := time.Now()
 	// Flagged once the lease has under 2/3 - 1s left, before it expires
 	// at 9s.
 	waitFor(t, 9*time.Second, "the stopped leader to show as not responding", func() bool {
 		_, out, _ := c.cli("status")
-		return strings.Contains(out, "leader: "+lead.id) && strings.Contains(out, "NOT RESPONDING")
+		return strings.Contains(out, "leader: "+lead.ID) && strings.Contains(out, "NOT RESPONDING")
 	})
 	t.Logf("stopped leader flagged after %s (lease TTL 9s, token %d)", time.Since(stopped).Round(100*time.Millisecond), l.Token)
 }
@@ -154,7 +152,7 @@ func TestProcessDegradedLogs(t *testing.T) {
 	// outage, slots pend.
 	c.redis.Stop()
 	waitFor(t, 15*time.Second, "the broker outage in the log", func() bool { return logHas(r, `"msg":"broker unreachable"`) })
-	waitFor(t, 10*time.Second, "pending slots", func() bool { v, ok := r.metric("beatd_pending_slots"); return ok && v > 0 })
+	waitFor(t, 10*time.Second, "pending slots", func() bool { v, ok := r.Metric("beatd_pending_slots"); return ok && v > 0 })
 	c.redis.Start()
 	waitFor(t, 15*time.Second, "the broker back in the log", func() bool { return logHas(r, `"msg":"broker reachable again"`) })
 
@@ -183,9 +181,9 @@ func TestProcessDegradedLogs(t *testing.T) {
 	// the cut can be many seconds away, more under -race on 2 cores.
 	waitFor(t, 60*time.Second, "etcd back in the log", func() bool { return logHas(r, `"msg":"etcd reachable again"`) })
 
-	r.signal(syscall.SIGTERM)
-	<-r.exited
-	f, err := os.Open(r.logPath)
+	r.Signal(syscall.SIGTERM)
+	<-r.Done()
+	f, err := os.Open(r.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,28 +208,17 @@ func TestProcessDegradedLogs(t *testing.T) {
 	t.Logf("%d log lines, all JSON; %d from go-redis", n, redisLines)
 }
 
-// addReplica starts one more replica; extra flags override the defaults.
+// addReplica starts one more replica and waits until it serves HTTP;
+// extra flags override the defaults.
 func (c *cluster) addReplica(id string, extra ...string) *replica {
 	c.t.Helper()
-	r := &replica{t: c.t, id: id, httpPort: testutil.FreePort(c.t), logPath: filepath.Join(c.dir, id+".log")}
-	r.args = append([]string{"run", "--config", c.config, "--etcd-endpoints", strings.Join(c.etcd, ","),
-		"--broker", c.redis.URL(0), "--id", r.id, "--lease-ttl", "2s", "--prefix", c.prefix,
-		"--http", "127.0.0.1:" + strconv.Itoa(r.httpPort), "--log-format", "json"}, extra...)
-	c.replicas = append(c.replicas, r)
-	r.start()
-	waitFor(c.t, 30*time.Second, r.id+" serving HTTP", func() bool {
-		resp, err := http.Get(r.url("/healthz"))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	r := c.startReplica(id, extra...)
+	r.waitHealthy()
 	return r
 }
 
 func logHas(r *replica, s string) bool {
-	b, _ := os.ReadFile(r.logPath)
+	b, _ := os.ReadFile(r.LogPath)
 	return strings.Contains(string(b), s)
 }
 
@@ -239,7 +226,7 @@ func getStatus(r *replica, timeout time.Duration) (api.Status, error) {
 	var st api.Status
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.url("/status"), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.URL("/status"), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return st, err

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,8 +17,10 @@ import (
 
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // These tests run the built binary as separate processes against a real
@@ -46,15 +47,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// replica is a beatd process owned by a test: it is killed when the test
+// ends, and a failure to start fails the test.
 type replica struct {
-	t        *testing.T
-	id       string
-	httpPort int
-	args     []string
-	cmd      *exec.Cmd
-	logPath  string
-	exited   chan struct{}
-	exitCode int
+	*harness.Replica
+	t *testing.T
+}
+
+// newReplica configures, without starting it, replica id of beatdBin,
+// with an HTTP port of its own and the admin token test-token.
+func newReplica(t *testing.T, id, logPath string) *replica {
+	r := &replica{t: t, Replica: &harness.Replica{ID: id, Bin: beatdBin, HTTPPort: testutil.FreePort(t), LogPath: logPath,
+		Env: []string{"BEATD_ADMIN_TOKEN=test-token"}}}
+	t.Cleanup(r.Kill)
+	return r
 }
 
 // cluster is N beatd replicas sharing one etcd and one Redis.
@@ -67,6 +73,9 @@ type cluster struct {
 	config   string
 	replicas []*replica
 	prefix   string
+	// observer reads the leader key. It is made once: the failover asserts
+	// time leader(), which must not include dialling etcd.
+	observer *clientv3.Client
 }
 
 func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
@@ -77,128 +86,89 @@ func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	c := &cluster{t: t, etcd: srv.Endpoints, redis: testutil.MustStartRedis(t), dir: t.TempDir(), prefix: "/beatd/proc/"}
 	c.rdb = c.redis.Client()
+	c.observer = testutil.NewEtcdClient(t, c.etcd...)
 	c.config = filepath.Join(c.dir, "schedules.yaml")
 	if err := os.WriteFile(c.config, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < n; i++ {
-		r := &replica{t: t, id: fmt.Sprintf("r%d", i), httpPort: testutil.FreePort(t), logPath: filepath.Join(c.dir, fmt.Sprintf("r%d.log", i))}
-		r.args = append([]string{"run", "--config", c.config, "--etcd-endpoints", strings.Join(c.etcd, ","),
-			"--broker", c.redis.URL(0), "--id", r.id, "--lease-ttl", "2s", "--prefix", c.prefix,
-			"--http", "127.0.0.1:" + strconv.Itoa(r.httpPort), "--log-format", "json"}, extra...)
-		c.replicas = append(c.replicas, r)
-		r.start()
-	}
 	t.Cleanup(func() {
-		for _, r := range c.replicas {
-			r.kill()
-		}
 		if t.Failed() {
 			for _, r := range c.replicas {
-				b, _ := os.ReadFile(r.logPath)
+				b, _ := os.ReadFile(r.LogPath)
 				lines := strings.Split(string(b), "\n")
 				if len(lines) > 40 {
 					lines = lines[len(lines)-40:]
 				}
-				t.Logf("--- %s log tail ---\n%s", r.id, strings.Join(lines, "\n"))
+				t.Logf("--- %s log tail ---\n%s", r.ID, strings.Join(lines, "\n"))
 			}
 		}
 	})
+	for i := 0; i < n; i++ {
+		c.startReplica(fmt.Sprintf("r%d", i), extra...)
+	}
 	for _, r := range c.replicas {
-		waitFor(t, 30*time.Second, r.id+" serving HTTP", func() bool {
-			resp, err := http.Get(r.url("/healthz"))
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		r.waitHealthy()
 	}
 	return c
 }
 
+// startReplica starts one more replica of the cluster; extra flags
+// override the defaults.
+func (c *cluster) startReplica(id string, extra ...string) *replica {
+	r := newReplica(c.t, id, filepath.Join(c.dir, id+".log"))
+	r.Args = append([]string{"run", "--config", c.config, "--etcd-endpoints", strings.Join(c.etcd, ","),
+		"--broker", c.redis.URL(0), "--id", r.ID, "--lease-ttl", "2s", "--prefix", c.prefix,
+		"--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, extra...)
+	c.replicas = append(c.replicas, r)
+	r.start()
+	return r
+}
+
+// waitHealthy waits until the replica serves /healthz.
+func (r *replica) waitHealthy() {
+	r.t.Helper()
+	if err := r.WaitHealthy(context.Background(), 30*time.Second); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *replica) start() {
 	r.t.Helper()
-	f, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := r.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	cmd := exec.Command(beatdBin, r.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN=test-token")
-	if err := cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.cmd, r.exited = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		r.exitCode = cmd.ProcessState.ExitCode()
-		close(r.exited)
-	}()
-}
-
-func (r *replica) signal(sig syscall.Signal) { _ = r.cmd.Process.Signal(sig) }
-
-func (r *replica) kill() {
-	if r.cmd == nil {
-		return
-	}
-	r.signal(syscall.SIGCONT)
-	r.signal(syscall.SIGKILL)
-	<-r.exited
-}
-
-func (r *replica) url(path string) string {
-	return "http://127.0.0.1:" + strconv.Itoa(r.httpPort) + path
-}
-
-// metric reads one unlabelled metric from /metrics.
-func (r *replica) metric(name string) (float64, bool) {
-	resp, err := http.Get(r.url("/metrics"))
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
 }
 
 // leader waits until etcd shows a leader other than not, and returns it.
 func (c *cluster) leader(not string, timeout time.Duration) (*replica, election.Leader) {
 	c.t.Helper()
-	cli := testutil.NewEtcdClient(c.t, c.etcd...)
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var lead *replica
+	var l election.Leader
+	testutil.EventuallyEvery(c.t, timeout, 20*time.Millisecond, fmt.Sprintf("a leader other than %q", not), func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		l, err := election.Observe(ctx, cli, c.prefix)
-		cancel()
-		if err == nil && l.ID != not {
-			for _, r := range c.replicas {
-				if r.id == l.ID {
-					return r, l
-				}
+		defer cancel()
+		var err error
+		if l, err = election.Observe(ctx, c.observer, c.prefix); err != nil || l.ID == not {
+			return false
+		}
+		for _, r := range c.replicas {
+			if r.ID == l.ID {
+				lead = r
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c.t.Fatalf("no leader (other than %q) within %s", not, timeout)
-	return nil, election.Leader{}
+		return false
+	})
+	return lead, l
 }
 
 // stopAll stops every replica gracefully and waits for them.
 func (c *cluster) stopAll() {
 	for _, r := range c.replicas {
-		r.signal(syscall.SIGTERM)
+		r.Signal(syscall.SIGTERM)
 	}
 	for _, r := range c.replicas {
-		<-r.exited
+		<-r.Done()
 	}
 }
 
@@ -248,9 +218,9 @@ func TestProcessKillLeader(t *testing.T) {
 	start := time.Now()
 	time.Sleep(3 * time.Second)
 	killed := time.Now()
-	lead.signal(syscall.SIGKILL)
-	<-lead.exited
-	_, l2 := c.leader(lead.id, 10*time.Second)
+	lead.Signal(syscall.SIGKILL)
+	<-lead.Done()
+	_, l2 := c.leader(lead.ID, 10*time.Second)
 	gap := time.Since(killed)
 	if l2.Token <= l.Token {
 		t.Errorf("new token %d not above %d", l2.Token, l.Token)
@@ -272,15 +242,15 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 	lead, l := c.leader("", 20*time.Second)
 	start := time.Now()
 	time.Sleep(2 * time.Second)
-	lead.signal(syscall.SIGSTOP)
+	lead.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
-	_, l2 := c.leader(lead.id, 10*time.Second)
+	_, l2 := c.leader(lead.ID, 10*time.Second)
 	time.Sleep(3 * time.Second) // well past the 2s TTL
-	lead.signal(syscall.SIGCONT)
+	lead.Signal(syscall.SIGCONT)
 	// The woken leader must notice it is deposed and stand by.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if v, ok := lead.metric("beatd_is_leader"); ok && v == 0 {
+		if v, ok := lead.Metric("beatd_is_leader"); ok && v == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -310,16 +280,16 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 	start := time.Now()
 	time.Sleep(2 * time.Second)
 	sent := time.Now()
-	lead.signal(syscall.SIGTERM)
-	_, l2 := c.leader(lead.id, 5*time.Second)
+	lead.Signal(syscall.SIGTERM)
+	_, l2 := c.leader(lead.ID, 5*time.Second)
 	handover := time.Since(sent)
 	if handover > time.Second {
 		t.Errorf("SIGTERM handover took %s, want under 1s", handover)
 	}
 	select {
-	case <-lead.exited:
-		if lead.exitCode != 0 {
-			t.Errorf("exit code %d after SIGTERM", lead.exitCode)
+	case <-lead.Done():
+		if lead.ExitCode() != 0 {
+			t.Errorf("exit code %d after SIGTERM", lead.ExitCode())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("did not exit after SIGTERM")
@@ -351,14 +321,14 @@ func TestProcessHotReload(t *testing.T) {
 	if err := os.WriteFile(c.config, []byte("entries:\n  a: {task: tasks.add, every: 1s}\n  b: {task: tasks.add, every: nope}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lead.signal(syscall.SIGHUP)
+	lead.Signal(syscall.SIGHUP)
 	waitFor(t, 10*time.Second, "the failed reload to show", func() bool {
-		v, ok := lead.metric("beatd_config_last_reload_successful")
+		v, ok := lead.Metric("beatd_config_last_reload_successful")
 		return ok && v == 0
 	})
-	logb, _ := os.ReadFile(lead.logPath)
+	logb, _ := os.ReadFile(lead.LogPath)
 	if !strings.Contains(string(logb), c.config+":3:31: every") {
-		t.Errorf("reload error lacks %q in %s (%d bytes):\n%s", c.config+":3:31: every", lead.logPath, len(logb), logb)
+		t.Errorf("reload error lacks %q in %s (%d bytes):\n%s", c.config+":3:31: every", lead.LogPath, len(logb), logb)
 	}
 	before := 0
 	for _, m := range c.audit("celery") {
@@ -383,7 +353,7 @@ func TestProcessAdmin(t *testing.T) {
 	c.leader("", 20*time.Second)
 	standby := c.replicas[0]
 	post := func(r *replica, path, token string) int {
-		req, _ := http.NewRequest("POST", r.url(path), nil)
+		req, _ := http.NewRequest("POST", r.URL(path), nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -444,8 +414,8 @@ func TestProcessAdmin(t *testing.T) {
 	}
 	// A pause survives failover.
 	lead, _ := c.leader("", time.Second)
-	lead.signal(syscall.SIGTERM)
-	c.leader(lead.id, 5*time.Second)
+	lead.Signal(syscall.SIGTERM)
+	c.leader(lead.ID, 5*time.Second)
 	time.Sleep(1500 * time.Millisecond)
 	if n := count(); n > paused+1 {
 		t.Errorf("pause lost across failover: %d fires", n-paused)
@@ -460,13 +430,8 @@ func TestProcessAdmin(t *testing.T) {
 	waitFor(t, 5*time.Second, "the resumed entry to fire", func() bool { return count() > paused+1 })
 }
 
+// waitFor polls cond, which reads a process or a server, until it holds.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, timeout, 50*time.Millisecond, what, cond)
 }

@@ -34,21 +34,21 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	clientPort := testutil.FreePort(t)
-	r := &replica{t: t, id: "quota", httpPort: testutil.FreePort(t), logPath: filepath.Join(dir, "quota.log")}
-	r.args = []string{"run", "--config", config, "--data-dir", filepath.Join(dir, "data"),
+	r := newReplica(t, "quota", filepath.Join(dir, "quota.log"))
+	r.Args = []string{"run", "--config", config, "--data-dir", filepath.Join(dir, "data"),
 		"--etcd-client-port", strconv.Itoa(clientPort), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)),
-		"--etcd-quota-backend-bytes", strconv.Itoa(4 << 20), "--broker", rs.URL(0), "--id", r.id,
-		"--lease-ttl", "2s", "--http", "127.0.0.1:" + strconv.Itoa(r.httpPort), "--log-format", "json"}
+		"--etcd-quota-backend-bytes", strconv.Itoa(4 << 20), "--broker", rs.URL(0), "--id", r.ID,
+		"--lease-ttl", "2s", "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
 	r.start()
 	t.Cleanup(func() {
-		r.kill()
+		r.Kill()
 		if t.Failed() {
-			b, _ := os.ReadFile(r.logPath)
+			b, _ := os.ReadFile(r.LogPath)
 			lines := strings.Split(string(b), "\n")
 			t.Logf("--- log tail ---\n%s", strings.Join(lines[max(len(lines)-40, 0):], "\n"))
 		}
 	})
-	waitFor(t, 60*time.Second, "leading", func() bool { v, ok := r.metric("beatd_is_leader"); return ok && v == 1 })
+	waitFor(t, 60*time.Second, "leading", func() bool { v, ok := r.Metric("beatd_is_leader"); return ok && v == 1 })
 	start := time.Now()
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	cli := testutil.NewEtcdClient(t, endpoint)
@@ -70,16 +70,16 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 	}
 	full := time.Now()
 	waitFor(t, 15*time.Second, "beatd_state_persist_failing 1", func() bool {
-		v, ok := r.metric("beatd_state_persist_failing")
+		v, ok := r.Metric("beatd_state_persist_failing")
 		return ok && v == 1
 	})
-	waitFor(t, 5*time.Second, "/readyz 503", func() bool { return httpStatus(r.url("/readyz")) == http.StatusServiceUnavailable })
+	waitFor(t, 5*time.Second, "/readyz 503", func() bool { return httpStatus(r.URL("/readyz")) == http.StatusServiceUnavailable })
 	// Keep it full for a few slots: firing goes on.
 	time.Sleep(3 * time.Second)
-	if v, _ := r.metric("beatd_state_unpersisted_age_seconds"); v < 1 {
+	if v, _ := r.Metric("beatd_state_unpersisted_age_seconds"); v < 1 {
 		t.Errorf("beatd_state_unpersisted_age_seconds = %v while etcd was full for 3s", v)
 	}
-	if v, _ := r.metric("beatd_is_leader"); v != 1 {
+	if v, _ := r.Metric("beatd_is_leader"); v != 1 {
 		t.Fatal("the leader lost its lease while etcd was full")
 	}
 
@@ -102,10 +102,10 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 	}
 	recovered := time.Now()
 	waitFor(t, 15*time.Second, "beatd_state_persist_failing 0", func() bool {
-		v, ok := r.metric("beatd_state_persist_failing")
+		v, ok := r.Metric("beatd_state_persist_failing")
 		return ok && v == 0
 	})
-	waitFor(t, 5*time.Second, "/readyz 200", func() bool { return httpStatus(r.url("/readyz")) == http.StatusOK })
+	waitFor(t, 5*time.Second, "/readyz 200", func() bool { return httpStatus(r.URL("/readyz")) == http.StatusOK })
 	tab, err := store.New(cli, "/beatd/default/").Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +114,10 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 		t.Errorf("state of a after recovery: %+v, want a slot from after %s", st, recovered.Format(time.RFC3339Nano))
 	}
 	time.Sleep(time.Second)
-	r.signal(syscall.SIGTERM)
-	<-r.exited
+	r.Signal(syscall.SIGTERM)
+	<-r.Done()
 
-	b, _ := os.ReadFile(r.logPath)
+	b, _ := os.ReadFile(r.LogPath)
 	if !strings.Contains(string(b), "etcd refuses state writes") {
 		t.Error("no ERROR line about the refused state writes")
 	}

@@ -2,8 +2,8 @@ package embedetcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -12,18 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
+// freePort is testutil.FreePort, which this package cannot import (testutil
+// imports it).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // TestClusterBootstrapMoveLeader runs three in-process members with peer
@@ -77,11 +79,14 @@ func TestClusterBootstrapMoveLeader(t *testing.T) {
 	})
 	// Every member's client URL, once each has published it (the list at
 	// start has those started by then; the client follows the rest).
-	for deadline := time.Now().Add(10 * time.Second); len(srvs[0].ClientURLs()) != n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("client URLs %v, want every member's", srvs[0].ClientURLs())
+	// harness.Poll, not testutil, which imports this package.
+	if err := harness.Poll(context.Background(), 10*time.Second, 50*time.Millisecond, func() error {
+		if urls := srvs[0].ClientURLs(); len(urls) != n {
+			return fmt.Errorf("client URLs %v, want every member's", urls)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if len(srvs[0].Endpoints) == 0 {
 		t.Fatal("no client endpoints")
@@ -110,12 +115,13 @@ func TestClusterBootstrapMoveLeader(t *testing.T) {
 	actx, acancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); srvs[lead].AvoidRaftLeadership(actx, nil) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for srvs[lead].IsRaftLeader() {
-		if time.Now().After(deadline) {
-			t.Fatal("raft leadership did not move")
+	if err := harness.Poll(context.Background(), 10*time.Second, 20*time.Millisecond, func() error {
+		if srvs[lead].IsRaftLeader() {
+			return errors.New("raft leadership did not move")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	acancel()
 	<-done

@@ -1,7 +1,6 @@
 package livetest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,10 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 )
 
@@ -30,7 +29,7 @@ var shared struct {
 	dir string
 
 	sentinelOnce sync.Once
-	sentinel     *testutil.SentinelTopology
+	sentinel     *harness.SentinelTopology
 	sentinelErr  error
 
 	certsOnce sync.Once
@@ -73,7 +72,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func sentinelTopology(t *testing.T) *testutil.SentinelTopology {
+func sentinelTopology(t *testing.T) *harness.SentinelTopology {
 	t.Helper()
 	shared.sentinelOnce.Do(func() {
 		d := filepath.Join(shared.dir, "sentinel")
@@ -81,7 +80,7 @@ func sentinelTopology(t *testing.T) *testutil.SentinelTopology {
 			shared.sentinelErr = err
 			return
 		}
-		shared.sentinel, shared.sentinelErr = testutil.StartSentinelTopology(d)
+		shared.sentinel, shared.sentinelErr = harness.StartSentinelTopology(d)
 	})
 	if shared.sentinelErr != nil {
 		t.Fatal(shared.sentinelErr)
@@ -136,54 +135,32 @@ func secureEtcd(t *testing.T) *testutil.SecureEtcd {
 	return shared.etcd
 }
 
-// proc is one beatd process.
+// proc is one beatd process, logging to a file of its own.
 type proc struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	out      *syncBuffer
-	httpPort int
-	exited   chan struct{}
-	code     int
+	*harness.Replica
+	t *testing.T
 }
 
-// syncBuffer collects a process's output; every line is kept.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// output is everything the process wrote so far.
+func (p *proc) output() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
 }
 
 // startBeatd runs the binary with args plus --http and --id, and env.
 func startBeatd(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, out: &syncBuffer{}, httpPort: testutil.FreePort(t), exited: make(chan struct{})}
-	args = append([]string{"run", "--http", "127.0.0.1:" + strconv.Itoa(p.httpPort), "--log-format", "json"}, args...)
-	p.cmd = exec.Command(beatdBin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
+	port := testutil.FreePort(t)
+	p := &proc{t: t, Replica: &harness.Replica{ID: "live", Bin: beatdBin, HTTPPort: port, Env: env,
+		LogPath: filepath.Join(t.TempDir(), "beatd.log"),
+		Args:    append([]string{"run", "--http", "127.0.0.1:" + strconv.Itoa(port), "--log-format", "json"}, args...)}}
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.exited)
-	}()
 	t.Cleanup(func() {
 		p.stop()
 		if t.Failed() {
-			t.Logf("--- beatd output ---\n%s", tail(p.out.String(), 60))
+			t.Logf("--- beatd output ---\n%s", tail(p.output(), 60))
 		}
 	})
 	return p
@@ -191,34 +168,19 @@ func startBeatd(t *testing.T, env []string, args ...string) *proc {
 
 // stop sends SIGTERM (a graceful stop persists what was published) and
 // waits for the exit.
-func (p *proc) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
+func (p *proc) stop() { p.Proc().Stop(15 * time.Second) }
 
 // failsAtStart runs beatd and expects it to exit 1 on its own, before it
 // ever fires; it returns the output.
 func failsAtStart(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	p := startBeatd(t, env, args...)
-	select {
-	case <-p.exited:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("beatd did not fail at start-up:\n%s", tail(p.out.String(), 30))
+	if !p.Wait(40 * time.Second) {
+		t.Fatalf("beatd did not fail at start-up:\n%s", tail(p.output(), 30))
 	}
-	out := p.out.String()
-	if p.code != 1 {
-		t.Fatalf("beatd exited %d, want 1:\n%s", p.code, out)
+	out := p.output()
+	if p.ExitCode() != 1 {
+		t.Fatalf("beatd exited %d, want 1:\n%s", p.ExitCode(), out)
 	}
 	if strings.Contains(out, `"msg":"fired"`) {
 		t.Fatalf("beatd fired before failing:\n%s", out)
@@ -227,7 +189,7 @@ func failsAtStart(t *testing.T, env []string, args ...string) string {
 }
 
 func (p *proc) get(path string) (int, string) {
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.httpPort) + path)
+	resp, err := http.Get(p.URL(path))
 	if err != nil {
 		return 0, ""
 	}
@@ -240,22 +202,16 @@ func (p *proc) get(path string) (int, string) {
 // beatd exits.
 func (p *proc) waitFired(n int, timeout time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for p.fired() < n {
-		select {
-		case <-p.exited:
-			p.t.Fatalf("beatd exited %d after %d of %d fires", p.code, p.fired(), n)
-		default:
+	testutil.EventuallyEvery(p.t, timeout, 50*time.Millisecond, fmt.Sprintf("%d fires", n), func() bool {
+		if !p.Running() {
+			p.t.Fatalf("beatd exited %d after %d of %d fires", p.ExitCode(), p.fired(), n)
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("beatd fired %d times in %s, want %d", p.fired(), timeout, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return p.fired() >= n
+	})
 }
 
 // fired counts the "fired" log lines so far.
-func (p *proc) fired() int { return strings.Count(p.out.String(), `"msg":"fired"`) }
+func (p *proc) fired() int { return strings.Count(p.output(), `"msg":"fired"`) }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()

@@ -22,7 +22,7 @@ func TestMinReplicasWhileReplicaDown(t *testing.T) {
 	p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/wait/",
 		"--broker", rs.URL(0), "--broker-min-replicas", "1", "--broker-min-replicas-timeout", "300ms", "--lease-ttl", "2s", "--id", "w1")
 	waitFor(t, 20*time.Second, "the start-up warning", func() bool {
-		return strings.Contains(p.out.String(), "fewer online replicas than --broker-min-replicas")
+		return strings.Contains(p.output(), "fewer online replicas than --broker-min-replicas")
 	})
 	waitFor(t, 20*time.Second, "replica shortfalls", func() bool {
 		_, m := p.get("/metrics")
@@ -68,7 +68,7 @@ func TestMinReplicasWhileReplicaDown(t *testing.T) {
 	// Every slot since the election was owed while the replica was down.
 	first := slots[0]
 	var elected time.Time
-	for _, l := range strings.Split(p.out.String(), "\n") {
+	for _, l := range strings.Split(p.output(), "\n") {
 		if strings.Contains(l, `"msg":"elected leader"`) {
 			if ts, err := time.Parse(time.RFC3339Nano, strings.SplitN(strings.SplitN(l, `"time":"`, 2)[1], `"`, 2)[0]); err == nil {
 				elected = ts

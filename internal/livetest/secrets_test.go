@@ -58,7 +58,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// A run through failures.
 	p := startBeatd(t, env(etcdPW), args(brokerPW)...)
 	p.waitFired(2, 30*time.Second)
-	base := "http://127.0.0.1:" + strconv.Itoa(p.httpPort)
+	base := "http://127.0.0.1:" + strconv.Itoa(p.HTTPPort)
 	for _, tok := range []string{badToken, adminToken, ""} {
 		req, _ := http.NewRequest(http.MethodPost, base+"/entries/secret-tick/trigger", nil)
 		if tok != "" {
@@ -95,7 +95,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "a publish refused by AUTH", func() bool {
-		return strings.Contains(p.out.String(), "WRONGPASS")
+		return strings.Contains(p.output(), "WRONGPASS")
 	})
 	grab()
 	if err := rotatedClient.ConfigSet(ctx, "requirepass", brokerPW).Err(); err != nil {
@@ -105,7 +105,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	p.waitFired(fired+2, 20*time.Second)
 	grab()
 	p.stop()
-	seen = append(seen, p.out.String())
+	seen = append(seen, p.output())
 
 	all := strings.Join(seen, "\n")
 	lines := strings.Count(all, "\n")

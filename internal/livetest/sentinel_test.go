@@ -15,6 +15,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/scheduler"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
@@ -46,12 +47,12 @@ type scenarioResult struct {
 // faultSentinel is one way to fail the master over.
 type faultSentinel struct {
 	name string
-	do   func(*testutil.SentinelTopology) (*testutil.RedisProc, error)
+	do   func(*harness.SentinelTopology) (*harness.RedisProc, error)
 }
 
 var (
-	forcedFailover = faultSentinel{"SENTINEL FAILOVER", func(s *testutil.SentinelTopology) (*testutil.RedisProc, error) { return s.Failover(60 * time.Second) }}
-	killMaster     = faultSentinel{"kill -9 master", func(s *testutil.SentinelTopology) (*testutil.RedisProc, error) { return s.KillMaster(60 * time.Second) }}
+	forcedFailover = faultSentinel{"SENTINEL FAILOVER", func(s *harness.SentinelTopology) (*harness.RedisProc, error) { return s.Failover(60 * time.Second) }}
+	killMaster     = faultSentinel{"kill -9 master", func(s *harness.SentinelTopology) (*harness.RedisProc, error) { return s.KillMaster(60 * time.Second) }}
 )
 
 // runSentinelScenario runs beatd on the topology with extra flags, injects
@@ -91,8 +92,8 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 		}
 	}
 	p.stop()
-	if p.code != 0 {
-		t.Fatalf("beatd exited %d after SIGTERM", p.code)
+	if p.ExitCode() != 0 {
+		t.Fatalf("beatd exited %d after SIGTERM", p.ExitCode())
 	}
 
 	ctx := context.Background()
@@ -157,7 +158,7 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	}
 	// The fence holds on the final master: it is the last term's token,
 	// and a deposed leader's publish is refused.
-	lastTerm := lastElectedToken(p.out.String())
+	lastTerm := lastElectedToken(p.output())
 	fence, err := rdb.Get(ctx, keyPrefix+"fence").Int64()
 	if err != nil || fence != lastTerm || maxToken > lastTerm {
 		t.Fatalf("fence on the final master = %d (%v), want the last term's token %d (messages carry up to %d)", fence, err, lastTerm, maxToken)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -22,7 +23,7 @@ import (
 // sharedRedis is a redis-server started once for the package.
 type sharedRedis struct {
 	once sync.Once
-	proc *testutil.RedisProc
+	proc *harness.RedisProc
 	err  error
 }
 
@@ -31,20 +32,20 @@ var tlsRedisShared, mtlsRedisShared sharedRedis
 // tlsRedis is the package's redis-server that only speaks TLS (port 0,
 // tls-port), with certificates from certs(); client certificates are
 // optional.
-func tlsRedis(t *testing.T) *testutil.RedisProc {
+func tlsRedis(t *testing.T) *harness.RedisProc {
 	return startTLSRedis(t, &tlsRedisShared, "optional")
 }
 
 // mtlsRedis is like tlsRedis but requires a client certificate.
-func mtlsRedis(t *testing.T) *testutil.RedisProc {
+func mtlsRedis(t *testing.T) *harness.RedisProc {
 	return startTLSRedis(t, &mtlsRedisShared, "yes")
 }
 
-func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *testutil.RedisProc {
+func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *harness.RedisProc {
 	t.Helper()
 	c := certs(t)
 	sh.once.Do(func() {
-		port, err := testutil.FreePortNoTB()
+		port, err := harness.FreePort()
 		if err != nil {
 			sh.err = err
 			return
@@ -65,7 +66,7 @@ func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *testutil.
 				return
 			}
 		}
-		p := &testutil.RedisProc{Bin: "redis-server", Port: port, Dir: d, TLS: probe, Args: []string{
+		p := &harness.RedisProc{Bin: "redis-server", Port: port, Dir: d, TLS: probe, Args: []string{
 			"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--tls-cert-file", c.ServerCert, "--tls-key-file", c.ServerKey, "--tls-ca-cert-file", c.CA,
 			"--tls-auth-clients", authClients}}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // ModuleRoot finds the directory of go.mod from the working directory up.
@@ -100,7 +102,7 @@ type BeatdOptions struct {
 // StartBeatd runs `beatd run` bound to loopback ports, logging at warn,
 // and waits until its HTTP port and its etcd answer.
 func StartBeatd(ctx context.Context, ps *Procs, o BeatdOptions) (*Beatd, error) {
-	httpPort, err := FreePort()
+	httpPort, err := harness.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -108,11 +110,11 @@ func StartBeatd(ctx context.Context, ps *Procs, o BeatdOptions) (*Beatd, error) 
 	args := []string{"run", "--config=" + o.Config, "--broker=" + o.Broker, "--http=" + b.HTTPAddr,
 		"--log-level=warn", "--log-format=json", "--prefix=" + o.Prefix, "--id=soak"}
 	if o.EtcdEndpoint == "" {
-		cp, err := FreePort()
+		cp, err := harness.FreePort()
 		if err != nil {
 			return nil, err
 		}
-		pp, err := FreePort()
+		pp, err := harness.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -123,14 +125,14 @@ func StartBeatd(ctx context.Context, ps *Procs, o BeatdOptions) (*Beatd, error) 
 		args = append(args, "--etcd-endpoints="+o.EtcdEndpoint)
 	}
 	args = append(args, o.Extra...)
-	p, err := ps.Start("beatd", filepath.Join(o.Dir, "beatd.log"), o.Dir, nil, o.Bin, args...)
-	if err != nil {
-		return nil, err
+	r := &harness.Replica{ID: "soak", Bin: o.Bin, HTTPPort: httpPort, Args: args, LogPath: filepath.Join(o.Dir, "beatd.log"), Procs: ps}
+	if err := r.Start(); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
 	}
-	b.Proc = p
+	b.Proc = r.Proc()
 	// A large schedule takes a while to load: wait generously.
-	if err := WaitTCP(ctx, p, b.HTTPAddr, 3*time.Minute); err != nil {
-		return nil, err
+	if err := harness.WaitTCP(ctx, b.Proc, b.HTTPAddr, 3*time.Minute); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
 	}
 	return b, nil
 }

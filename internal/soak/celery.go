@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // celeryApp is the generated Celery app: n interval entries, each with its
@@ -27,7 +29,8 @@ func StartCeleryBeat(ctx context.Context, ps *Procs, python, dir, broker string,
 	if err := os.WriteFile(filepath.Join(dir, "soakapp.py"), []byte(fmt.Sprintf(celeryApp, broker, interval.Seconds(), n)), 0o644); err != nil {
 		return nil, fmt.Errorf("soak: write celery app: %w", err)
 	}
-	return ps.Start("celery-beat", filepath.Join(dir, "celery-beat.log"), dir, []string{"PYTHONPATH=" + dir, "PYTHONDONTWRITEBYTECODE=1"},
-		python, "-m", "celery", "-A", "soakapp", "beat", "--loglevel=WARNING",
-		"--schedule="+filepath.Join(dir, "celerybeat-schedule"), "--pidfile=")
+	return ps.Start(harness.Spec{Name: "celery-beat", Bin: python, LogPath: filepath.Join(dir, "celery-beat.log"), Dir: dir,
+		Env: []string{"PYTHONPATH=" + dir, "PYTHONDONTWRITEBYTECODE=1"},
+		Args: []string{"-m", "celery", "-A", "soakapp", "beat", "--loglevel=WARNING",
+			"--schedule=" + filepath.Join(dir, "celerybeat-schedule"), "--pidfile="}})
 }

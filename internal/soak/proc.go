@@ -3,20 +3,18 @@ package soak
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // clockTick is USER_HZ, the unit of utime and stime in /proc/PID/stat. It
@@ -24,139 +22,11 @@ import (
 // in USER_HZ, not in its internal HZ).
 const clockTick = 100
 
-// Proc is a child process the harness owns: in its own process group, so
-// stopping it stops anything it spawned, and killed by the kernel if the
-// harness dies (Pdeathsig).
-type Proc struct {
-	Name    string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error
-	logf    *os.File
-	LogPath string
-}
+// Proc is a child process the harness owns (harness.Proc).
+type Proc = harness.Proc
 
-// Procs owns every process the harness started, so one call stops them
-// all, on success, failure or cancellation alike.
-type Procs struct {
-	mu    sync.Mutex
-	procs []*Proc
-}
-
-// Start launches name with args, stdout and stderr to logPath, in dir.
-func (ps *Procs) Start(name, logPath, dir string, env []string, bin string, args ...string) (*Proc, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("soak: open log of %s: %w", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = f, f
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig is the backstop for a harness killed with SIGKILL (it fires
-	// when the forking OS thread ends; the Go runtime keeps its threads
-	// unless a goroutine exits locked to one, which this package never does).
-	err = cmd.Start()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("soak: start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{}), logf: f, LogPath: logPath}
-	go func() {
-		p.waitErr = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	ps.mu.Lock()
-	ps.procs = append(ps.procs, p)
-	ps.mu.Unlock()
-	return p, nil
-}
-
-// Pid is the process id.
-func (p *Proc) Pid() int { return p.cmd.Process.Pid }
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Done closes when the process has ended.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// ExitErr is the process's exit status, once Done.
-func (p *Proc) ExitErr() error { return p.waitErr }
-
-// Stop sends SIGTERM to the process group, waits up to grace, then
-// SIGKILLs the group. It returns how long the process took to exit and
-// whether it had to be killed.
-func (p *Proc) Stop(grace time.Duration) (took time.Duration, killed bool) {
-	start := time.Now()
-	if p.Exited() {
-		return 0, false
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return time.Since(start), false
-	case <-time.After(grace):
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-	return time.Since(start), true
-}
-
-// StopAll stops every process still running, the newest first.
-func (ps *Procs) StopAll(grace time.Duration) {
-	ps.mu.Lock()
-	procs := append([]*Proc(nil), ps.procs...)
-	ps.mu.Unlock()
-	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].Stop(grace)
-	}
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("soak: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// WaitTCP waits until addr accepts connections, the process exits, or the
-// timeout passes.
-func WaitTCP(ctx context.Context, p *Proc, addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if p != nil && p.Exited() {
-			return fmt.Errorf("soak: %s exited before listening on %s (log %s)", p.Name, addr, p.LogPath)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("soak: %s not listening after %s: %w", addr, timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+// Procs owns every process the harness started (harness.Procs).
+type Procs = harness.Procs
 
 // ProcStats is what /proc says about a process and its live descendants.
 type ProcStats struct {

@@ -3,16 +3,14 @@ package soak
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -20,73 +18,45 @@ import (
 
 // Redis is a redis-server the harness started.
 type Redis struct {
-	*Proc
-	Port int
+	*harness.RedisProc
 }
 
 // StartRedis starts redis-server on a free loopback port, without
 // persistence: the runs measure the scheduler, not Redis's disk.
-func StartRedis(ctx context.Context, ps *Procs, dir string) (*Redis, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("soak: redis-server not on PATH (Debian: apt-get install -y redis-server)")
-	}
-	port, err := FreePort()
+func StartRedis(ps *Procs, dir string) (*Redis, error) {
+	p, err := harness.NewRedis(dir, false)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("soak: %w", err)
 	}
-	p, err := ps.Start("redis-server", filepath.Join(dir, "redis.log"), dir, nil, "redis-server",
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
-		"--protected-mode", "yes", "--daemonize", "no")
-	if err != nil {
-		return nil, err
+	p.Procs = ps
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
 	}
-	r := &Redis{Proc: p, Port: port}
-	if err := WaitTCP(ctx, p, r.Addr(), 15*time.Second); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return &Redis{RedisProc: p}, nil
 }
-
-// Addr is host:port.
-func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.Port) }
-
-// URL is a Celery broker URL for database db.
-func (r *Redis) URL(db int) string { return fmt.Sprintf("redis://%s/%d", r.Addr(), db) }
 
 // Client opens a client on database db.
 func (r *Redis) Client(db int) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: r.Addr(), DB: db, ReadTimeout: 10 * time.Second, PoolSize: 4})
 }
 
+// Etcd is the external etcd of a run: one member of the etcd binary.
+type Etcd struct {
+	*harness.EtcdMember
+	Endpoint string
+}
+
 // StartEtcd starts the etcd binary (Debian's etcd-server) as the external
-// etcd of a run, on free loopback ports, with data in dir.
-func StartEtcd(ctx context.Context, ps *Procs, dir string) (*Proc, string, error) {
-	if _, err := exec.LookPath("etcd"); err != nil {
-		return nil, "", errors.New("soak: etcd not on PATH (Debian: apt-get install -y etcd-server)")
-	}
-	cp, err := FreePort()
+// etcd of a run, on free loopback ports, with data under dir, and waits
+// until it commits a write. It runs with etcd's default raft timings, as
+// a production member does.
+func StartEtcd(ps *Procs, dir string) (*Etcd, error) {
+	c, err := harness.StartEtcdCluster(dir, 1, ps)
 	if err != nil {
-		return nil, "", err
+		return nil, fmt.Errorf("soak: %w", err)
 	}
-	pp, err := FreePort()
-	if err != nil {
-		return nil, "", err
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", cp)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
-	p, err := ps.Start("etcd", filepath.Join(dir, "etcd.log"), dir, nil, "etcd",
-		"--name", "soak", "--data-dir", filepath.Join(dir, "etcd-data"),
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "soak="+peer, "--initial-cluster-state", "new",
-		"--logger", "zap", "--log-level", "warn")
-	if err != nil {
-		return nil, "", err
-	}
-	if err := WaitTCP(ctx, p, strings.TrimPrefix(client, "http://"), 30*time.Second); err != nil {
-		return nil, "", err
-	}
-	return p, client, nil
+	m := c.Members[0]
+	return &Etcd{EtcdMember: m, Endpoint: m.ClientURL()}, nil
 }
 
 // EtcdProbe reads an etcd member's size and write counters from outside.

@@ -159,7 +159,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			// Keep the logs of a failed run, not its etcd data (which is
 			// what a failed soak has too much of).
 			os.RemoveAll(filepath.Join(dir, "data"))
-			os.RemoveAll(filepath.Join(dir, "etcd-data"))
+			os.RemoveAll(filepath.Join(dir, "etcd0", "data"))
 		}
 	}()
 	err = runSoak(ctx, cfg, ps, dir, r)
@@ -182,7 +182,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 }
 
 func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *SoakReport) error {
-	rs, err := StartRedis(ctx, ps, dir)
+	rs, err := StartRedis(ps, dir)
 	if err != nil {
 		return err
 	}
@@ -190,10 +190,11 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	var etcdProc *Proc
 	endpoint, etcdDir := "", ""
 	if cfg.ExternalEtcd {
-		if etcdProc, endpoint, err = StartEtcd(ctx, ps, dir); err != nil {
+		e, err := StartEtcd(ps, dir)
+		if err != nil {
 			return err
 		}
-		etcdDir = filepath.Join(dir, "etcd-data")
+		etcdProc, endpoint, etcdDir = e.Proc(), e.Endpoint, e.DataDir()
 		r.Pids["etcd"] = etcdProc.Pid()
 	}
 	r.Relative = SupportsRelative(ctx, cfg.Bin, dir)

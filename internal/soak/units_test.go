@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // A message as beatd writes it (Python-style separators) and one with
@@ -132,8 +134,8 @@ func TestProcsStopTheWholeTree(t *testing.T) {
 	ps := &Procs{}
 	defer ps.StopAll(5 * time.Second)
 	pidFile := filepath.Join(dir, "child.pid")
-	p, err := ps.Start("sh", filepath.Join(dir, "sh.log"), dir, nil, "/bin/sh", "-c",
-		"sleep 60 & echo $! > "+pidFile+"; while :; do :; done")
+	p, err := ps.Start(harness.Spec{Name: "sh", Bin: "/bin/sh", LogPath: filepath.Join(dir, "sh.log"), Dir: dir,
+		Args: []string{"-c", "sleep 60 & echo $! > " + pidFile + "; while :; do :; done"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +240,7 @@ func TestConsumerDrainsRedis(t *testing.T) {
 	ctx := context.Background()
 	ps := &Procs{}
 	defer ps.StopAll(5 * time.Second)
-	rs, err := StartRedis(ctx, ps, t.TempDir())
+	rs, err := StartRedis(ps, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,11 +280,11 @@ func TestPrefixVersionsCountsPuts(t *testing.T) {
 	ctx := context.Background()
 	ps := &Procs{}
 	defer ps.StopAll(5 * time.Second)
-	_, endpoint, err := StartEtcd(ctx, ps, t.TempDir())
+	e, err := StartEtcd(ps, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe, err := NewEtcdProbe(endpoint)
+	probe, err := NewEtcdProbe(e.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

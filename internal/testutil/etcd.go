@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -32,17 +32,18 @@ func NewEtcdClient(tb testing.TB, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
-// EtcdCluster is a chaos.EtcdCluster owned by a test: failures to start
+// EtcdCluster is a harness.EtcdCluster owned by a test: failures to start
 // fail the test, and it is stopped when the test ends.
 type EtcdCluster struct {
-	*chaos.EtcdCluster
+	*harness.EtcdCluster
 	tb testing.TB
 }
 
-// MustStartEtcdCluster starts n members of the etcd binary on free ports.
+// MustStartEtcdCluster starts n members of the etcd binary on free ports,
+// with the fast raft timings of harness.EtcdFast.
 func MustStartEtcdCluster(tb testing.TB, n int) *EtcdCluster {
 	tb.Helper()
-	c, err := chaos.StartEtcdCluster(tb.TempDir(), n)
+	c, err := harness.StartEtcdCluster(tb.TempDir(), n, nil, harness.EtcdFast...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func MustStartEtcdCluster(tb testing.TB, n int) *EtcdCluster {
 }
 
 // Start restarts a member.
-func (c *EtcdCluster) Start(m *chaos.EtcdMember) {
+func (c *EtcdCluster) Start(m *harness.EtcdMember) {
 	c.tb.Helper()
 	if err := c.EtcdCluster.Start(m); err != nil {
 		c.tb.Fatal(err)

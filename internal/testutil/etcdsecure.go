@@ -7,9 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/beatd/beatd/internal/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -25,8 +25,7 @@ type SecureEtcd struct {
 	// RootCert and RootKey are a client certificate whose CN is root: with
 	// --client-cert-auth etcd takes the CN as the user name.
 	RootCert, RootKey string
-	cmd               *exec.Cmd
-	done              chan struct{}
+	proc              *harness.Proc
 }
 
 // Endpoint is the https client URL.
@@ -37,15 +36,15 @@ func StartSecureEtcd(dir string, certs *Certs) (*SecureEtcd, error) {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		return nil, fmt.Errorf("etcd not on PATH: apt-get install -y etcd-server")
 	}
-	cp, err := FreePortNoTB()
+	cp, err := harness.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	pp, err := FreePortNoTB()
+	pp, err := harness.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	e := &SecureEtcd{Certs: certs, ClientPort: cp, Dir: dir, done: make(chan struct{})}
+	e := &SecureEtcd{Certs: certs, ClientPort: cp, Dir: dir}
 	if e.RootCert, e.RootKey, err = certs.Issue("etcd-root", "root", false); err != nil {
 		return nil, err
 	}
@@ -57,40 +56,27 @@ func StartSecureEtcd(dir string, certs *Certs) (*SecureEtcd, error) {
 		"--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,
 		"--trusted-ca-file", certs.CA, "--client-cert-auth",
 		"--heartbeat-interval", "50", "--election-timeout", "500"}
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
+	if e.proc, err = harness.Start(harness.Spec{Name: "etcd", Bin: "etcd", Args: args, LogPath: filepath.Join(dir, "etcd.log")}); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("etcd", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	e.cmd = cmd
-	go func() { _ = cmd.Wait(); logf.Close(); close(e.done) }()
 	cli, err := e.Client("", "")
 	if err != nil {
 		e.Stop()
 		return nil, err
 	}
 	defer cli.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err = harness.Poll(context.Background(), 30*time.Second, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := cli.Put(ctx, "/health", "ok")
-		cancel()
-		if err == nil {
-			return e, nil
-		}
-		if time.Now().After(deadline) {
-			e.Stop()
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			return nil, fmt.Errorf("secure etcd did not start: %v\n%s", err, log)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		e.Stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
+		return nil, fmt.Errorf("secure etcd did not start: %w\n%s", err, log)
 	}
+	return e, nil
 }
 
 // Client connects with the root client certificate, and as user with
@@ -160,10 +146,9 @@ func (e *SecureEtcd) AddUserPerm(ctx context.Context, user, password, prefix str
 
 // Stop kills the member and waits for it to exit.
 func (e *SecureEtcd) Stop() {
-	if e.cmd == nil {
+	if e.proc == nil {
 		return
 	}
-	_ = e.cmd.Process.Kill()
-	<-e.done
-	e.cmd = nil
+	e.proc.Kill()
+	e.proc = nil
 }

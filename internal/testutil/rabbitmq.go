@@ -4,16 +4,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/internal/harness"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // MustStartRabbitMQ starts a rabbitmq-server of its own (node name, ports,
 // epmd, data dir) and stops it when tb ends. It takes seconds: start one
 // per package, from TestMain or a sync.Once.
-func MustStartRabbitMQ(tb testing.TB, dir string) *chaos.Rabbit {
+func MustStartRabbitMQ(tb testing.TB, dir string) *harness.Rabbit {
 	tb.Helper()
-	r, err := chaos.StartRabbit(dir)
+	r, err := harness.StartRabbit(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func MustStartRabbitMQ(tb testing.TB, dir string) *chaos.Rabbit {
 }
 
 // DialRabbit opens a connection to r, closed when tb ends.
-func DialRabbit(tb testing.TB, r *chaos.Rabbit) *amqp.Connection {
+func DialRabbit(tb testing.TB, r *harness.Rabbit) *amqp.Connection {
 	tb.Helper()
 	c, err := amqp.DialConfig(r.URL(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {

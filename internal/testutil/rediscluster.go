@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/beatd/beatd/internal/harness"
 )
 
 // RedisCluster is a Redis Cluster of masters without replicas, created
 // with redis-cli --cluster create on loopback.
 type RedisCluster struct {
-	Nodes []*RedisProc
+	Nodes []*harness.RedisProc
 }
 
 // StartRedisCluster starts n cluster-enabled redis-servers under dir and
@@ -21,7 +23,7 @@ func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 	c := &RedisCluster{}
 	var addrs []string
 	for i := 0; i < n; i++ {
-		port, err := FreePortNoTB()
+		port, err := harness.FreePort()
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -31,7 +33,7 @@ func StartRedisCluster(dir string, n int) (*RedisCluster, error) {
 			c.Stop()
 			return nil, err
 		}
-		p := &RedisProc{Bin: "redis-server", Port: port, Dir: d, Args: []string{"--port", strconv.Itoa(port),
+		p := &harness.RedisProc{Bin: "redis-server", Port: port, Dir: d, Args: []string{"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(d, "nodes.conf"), "--cluster-node-timeout", "2000"}}
 		if err := p.Start(); err != nil {
