@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -167,7 +168,7 @@ func TestMetricsPerEntryLimit(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	m.PerEntryLimit = 2
-	h := &harness{t: t, clock: NewFakeClock(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
+	h := &harness{t: t, clock: clockwork.NewFakeClockAt(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
 	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
 		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s, relative: true}\n"))
 	if err != nil {

@@ -31,7 +31,7 @@ func TestObserverSeesEveryFire(t *testing.T) {
 	}
 	h.start(7)
 	h.settle()
-	h.clock.Set(t0.Add(12 * time.Second)) // the 10:00:10 slot, 2 s late
+	setClock(h.clock, t0.Add(12*time.Second)) // the 10:00:10 slot, 2 s late
 	h.waitPublished(1)
 	h.settle()
 	h.store.request(store.OpTrigger, "e")

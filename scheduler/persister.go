@@ -10,6 +10,7 @@ import (
 
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
 )
 
 // persister writes entry state behind the loop, so etcd never delays a
@@ -26,7 +27,7 @@ type persister struct {
 	guard    store.Guard
 	log      *slog.Logger
 	m        *Metrics
-	clock    Clock
+	clock    clockwork.Clock
 	interval time.Duration
 	dedupTTL time.Duration
 
@@ -211,7 +212,7 @@ func (p *persister) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C():
+		case <-tick.Chan():
 			tick.Reset(p.interval)
 		case <-p.kick:
 			kicked = true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
@@ -55,7 +56,7 @@ type Term struct {
 type Config struct {
 	Dispatcher Dispatcher
 	Store      StateStore
-	Clock      Clock
+	Clock      clockwork.Clock
 	Logger     *slog.Logger
 	Metrics    *Metrics
 	// Cluster, Origin and KombuPrefix are passed to publisher.Compile.
@@ -128,7 +129,7 @@ type entrySet struct {
 // New compiles cfg's entries. It fails if any entry cannot be compiled.
 func New(c Config, sc *config.Config) (*Scheduler, error) {
 	if c.Clock == nil {
-		c.Clock = RealClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -362,7 +363,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	// The timer is armed only where the loop waits on it: an armed timer
 	// then means an idle loop, which tests rely on. So it is made at the
 	// first wait, not armed and stopped here.
-	var timer Timer
+	var timer clockwork.Timer
 	arm := func(d time.Duration) {
 		if timer == nil {
 			timer = s.cfg.Clock.NewTimer(d)
@@ -395,7 +396,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 			select {
 			case <-ctx.Done():
 				return l.finish()
-			case <-timer.C():
+			case <-timer.Chan():
 			}
 			// Slots that came due meanwhile join the retry, up to a
 			// batch: one fire that keeps failing (a queue key of the
@@ -420,7 +421,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		select {
 		case <-ctx.Done():
 			return l.finish()
-		case <-timer.C():
+		case <-timer.Chan():
 		case <-s.reload:
 			l.applyReload(s.cfg.Clock.Now())
 		case _, ok := <-l.requests:
@@ -444,7 +445,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		}
 		if !timer.Stop() {
 			select {
-			case <-timer.C():
+			case <-timer.Chan():
 			default:
 			}
 		}
@@ -472,7 +473,7 @@ func (s *Scheduler) retry(ctx context.Context, what string, op func() error) err
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-t.C():
+		case <-t.Chan():
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,7 +56,7 @@ type Config struct {
 	Lead func(ctx context.Context, t Term) error
 	// Clock times the term's start and the backoff between failed
 	// campaigns; RealClock if nil.
-	Clock scheduler.Clock
+	Clock clockwork.Clock
 	// Registerer gets the leadership metrics; none if nil.
 	Registerer prometheus.Registerer
 	// CampaignErrors counts failed campaigns. It is beatd_etcd_errors_total,
@@ -89,7 +90,7 @@ func New(cfg Config) (*Loop, error) {
 		return nil, errors.New("leader: Elector and Lead are required")
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = scheduler.RealClock{}
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -184,7 +185,7 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C():
+	case <-t.Chan():
 		return true
 	}
 }

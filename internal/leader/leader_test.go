@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	beatdtest "github.com/beatd/beatd/internal/testutil"
+
 	"github.com/beatd/beatd/scheduler"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -63,7 +66,7 @@ func (l *fakeLease) Resign(context.Context) error {
 // until its ctx ends.
 type harness struct {
 	t        *testing.T
-	clock    *scheduler.FakeClock
+	clock    *clockwork.FakeClock
 	elector  *fakeElector
 	loop     *Loop
 	reg      *prometheus.Registry
@@ -81,7 +84,7 @@ type termCall struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: scheduler.NewFakeClock(t0), elector: newFakeElector(), reg: prometheus.NewRegistry(),
+	h := &harness{t: t, clock: clockwork.NewFakeClockAt(t0), elector: newFakeElector(), reg: prometheus.NewRegistry(),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{Name: "errs"}), terms: make(chan termCall, 1), done: make(chan struct{})}
 	loop, err := New(Config{Elector: h.elector, Clock: h.clock, Registerer: h.reg, CampaignErrors: h.errs,
 		Lead: func(ctx context.Context, term Term) error {
@@ -136,27 +139,36 @@ func (h *harness) term() termCall {
 	}
 }
 
-// backoff waits for the loop to arm its backoff timer and returns how
-// long it waits.
-func (h *harness) backoff() time.Duration {
+// expectBackoff waits for the loop to arm its backoff timer, checks that
+// it fires at the retry policy's n-th interval from 100 ms (doubling,
+// ±20% jitter), and lets it fire.
+func (h *harness) expectBackoff(n int) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := h.clock.BlockUntil(ctx, 1); err != nil {
+	if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
 		h.t.Fatal(err)
 	}
-	at, _ := h.clock.NextDeadline()
-	return at.Sub(h.clock.Now())
+	base := campaignBackoffMin << n
+	h.clock.Advance(base*8/10 - time.Nanosecond)
+	if !h.waiting() {
+		h.t.Fatalf("backoff %d ended before %v", n, base*8/10)
+	}
+	h.clock.Advance(base*4/10 + time.Nanosecond)
+	if h.waiting() {
+		h.t.Fatalf("backoff %d still waiting after %v", n, base*12/10)
+	}
+}
+
+// waiting reports whether a timer is armed now: the loop's only timer is
+// its backoff, and the fake clock fires timers within Advance.
+func (h *harness) waiting() bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return h.clock.BlockUntilContext(ctx, 1) == nil
 }
 
 func (h *harness) metric(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
-
-// within: d is the retry policy's n-th interval from 100 ms (doubling,
-// ±20% jitter).
-func within(d time.Duration, n int) bool {
-	base := campaignBackoffMin << n
-	return d >= base*8/10 && d <= base*12/10
-}
 
 // TestFailedCampaignsBackOff: each failed campaign counts as an etcd error
 // and waits the retry policy's next interval on the injected clock; a
@@ -166,13 +178,10 @@ func TestFailedCampaignsBackOff(t *testing.T) {
 	h.start()
 	for n := range 3 {
 		h.send(errors.New("etcd down"))
-		if d := h.backoff(); !within(d, n) {
-			t.Fatalf("backoff %d = %v, want %v ±20%%", n, d, campaignBackoffMin<<n)
-		}
 		if got := h.elector.campaigns.Load(); got != int64(n+1) {
-			t.Fatalf("%d campaigns before the backoff elapsed, want %d", got, n+1)
+			t.Fatalf("%d campaigns before the backoff, want %d", got, n+1)
 		}
-		h.clock.Advance(2 * campaignBackoffMin << n)
+		h.expectBackoff(n)
 	}
 	if v := h.metric(h.errs); v != 3 {
 		t.Errorf("campaign errors = %v, want 3", v)
@@ -182,9 +191,7 @@ func TestFailedCampaignsBackOff(t *testing.T) {
 	h.term()
 	lease.lose(errLost)
 	h.send(errors.New("etcd down again"))
-	if d := h.backoff(); !within(d, 0) {
-		t.Errorf("first backoff after a term = %v, want it reset to %v", d, campaignBackoffMin)
-	}
+	h.expectBackoff(0) // reset by the term
 }
 
 // TestTerm: a won term runs Lead with its fence and start; while it runs
@@ -273,9 +280,7 @@ func TestShutdownWhileCampaigning(t *testing.T) {
 	t.Run("campaign", func(t *testing.T) {
 		h := newHarness(t)
 		h.start()
-		for h.elector.campaigns.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		beatdtest.Eventually(t, 5*time.Second, "a campaign", func() bool { return h.elector.campaigns.Load() > 0 })
 		h.stop()
 		if h.metric(h.errs) != 0 {
 			t.Error("a cancelled campaign counted as an etcd error")
@@ -285,7 +290,11 @@ func TestShutdownWhileCampaigning(t *testing.T) {
 		h := newHarness(t)
 		h.start()
 		h.send(errors.New("etcd down"))
-		h.backoff()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.clock.BlockUntilContext(ctx, 1); err != nil { // in the backoff
+			t.Fatal(err)
+		}
 		h.stop()
 		if got := h.elector.campaigns.Load(); got != 1 {
 			t.Errorf("%d campaigns, want 1: a shutdown during the backoff campaigns no more", got)
