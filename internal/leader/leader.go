@@ -55,7 +55,7 @@ type Config struct {
 	// while still leader.
 	Lead func(ctx context.Context, t Term) error
 	// Clock times the term's start and the backoff between failed
-	// campaigns; RealClock if nil.
+	// campaigns; the real clock if nil.
 	Clock clockwork.Clock
 	// Registerer gets the leadership metrics; none if nil.
 	Registerer prometheus.Registerer
