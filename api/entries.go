@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -261,12 +263,7 @@ func (c Config) backendError(w http.ResponseWriter, err error, base string) {
 	switch {
 	case errors.As(err, &de):
 		var out []config.FieldError
-		names := make([]string, 0, len(de))
-		for n := range de {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(de)) {
 			for _, e := range de[n] {
 				out = append(out, config.FieldError{Pointer: base + "/" + pointerToken(n) + e.Pointer, Message: e.Message})
 			}

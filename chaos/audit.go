@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -302,12 +304,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 
 // writeStats prints per-fault-kind duration stats, sorted by kind.
 func writeStats(w io.Writer, label, what string, byKind map[string]Stats) {
-	kinds := make([]string, 0, len(byKind))
-	for k := range byKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
 		g := byKind[k]
 		fmt.Fprintf(w, "  %s %-13s n=%-3d p50 %.2fs  p99 %.2fs  max %.2fs  (%s)\n", label, k, g.Count, g.P50, g.P99, g.Max, what)
 	}

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -652,11 +652,7 @@ func fingerprint(t amqp.Table) string {
 	if len(t) == 0 {
 		return ""
 	}
-	keys := make([]string, 0, len(t))
-	for k := range t {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(t))
 	var b strings.Builder
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s=%T:%v;", k, t[k], t[k])

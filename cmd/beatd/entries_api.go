@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -133,12 +134,7 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 	}
 	// Runtime entries not running: shadowed by another source, invalid, or
 	// not yet applied.
-	rest := make([]string, 0, len(docs))
-	for n := range docs {
-		rest = append(rest, n)
-	}
-	sort.Strings(rest)
-	for _, n := range rest {
+	for _, n := range slices.Sorted(maps.Keys(docs)) {
 		d := docs[n]
 		v := api.Entry{Name: n, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
 			NextRuns: []time.Time{}, LastRuns: []store.Run{}}

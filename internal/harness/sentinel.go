@@ -244,16 +244,21 @@ func fields(v any) map[string]string {
 	return out
 }
 
+// stableMaster waits until the topology is stable and returns its master.
+func (t *SentinelTopology) stableMaster(ctx context.Context) (*RedisProc, error) {
+	if err := t.WaitStable(deadlineLeft(ctx)); err != nil {
+		return nil, err
+	}
+	return t.Master(ctx)
+}
+
 // Failover waits until the topology is stable, forces a failover with
 // SENTINEL FAILOVER, and waits until the replica is the master and the old
 // master follows it. It returns the new master.
 func (t *SentinelTopology) Failover(timeout time.Duration) (*RedisProc, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := t.WaitStable(deadlineLeft(ctx)); err != nil {
-		return nil, err
-	}
-	old, err := t.Master(ctx)
+	old, err := t.stableMaster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -278,10 +283,7 @@ func (t *SentinelTopology) Failover(timeout time.Duration) (*RedisProc, error) {
 func (t *SentinelTopology) KillMaster(timeout time.Duration) (*RedisProc, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := t.WaitStable(deadlineLeft(ctx)); err != nil {
-		return nil, err
-	}
-	old, err := t.Master(ctx)
+	old, err := t.stableMaster(ctx)
 	if err != nil {
 		return nil, err
 	}
