@@ -64,6 +64,13 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	if err := topo.WaitStable(60 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The topology is the package's: start from an empty database, so a
+	// run (-count=N) audits its own messages only.
+	if m, err := topo.Master(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if err := flushDB(m.Addr(), db); err != nil {
+		t.Fatal(err)
+	}
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	dir := t.TempDir()
 	queue := "sentinel-q"
@@ -322,4 +329,15 @@ func lastElectedToken(log string) int64 {
 		}
 	}
 	return tok
+}
+
+// flushDB empties database db of the Redis at addr (and, replicated, of
+// its replicas).
+func flushDB(addr string, db int) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	defer c.Close()
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		return fmt.Errorf("flushdb %d on %s: %w", db, addr, err)
+	}
+	return nil
 }

@@ -2,12 +2,15 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/beatd/beatd/internal/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -124,6 +127,14 @@ func (e *SecureEtcd) AddUserPerm(ctx context.Context, user, password, prefix str
 		return err
 	}
 	defer cli.Close()
+	// The etcd is shared by a package's tests, and -count=N runs a test
+	// again: start from no such user or role. Not found is fine.
+	if _, err := cli.UserDelete(ctx, user); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+		return fmt.Errorf("user delete %s: %w", user, err)
+	}
+	if _, err := cli.RoleDelete(ctx, user); err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
+		return fmt.Errorf("role delete %s: %w", user, err)
+	}
 	if _, err := cli.RoleAdd(ctx, user); err != nil {
 		return fmt.Errorf("role add %s: %w", user, err)
 	}
