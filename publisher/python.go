@@ -79,26 +79,21 @@ func appendPy(dst []byte, v any, d *dialect) []byte {
 	panic("publisher: unsupported value type") // the config loader never produces one
 }
 
+// jsonEscapes and pyEscapes are the two-character escapes (after the
+// backslash) of CPython's JSON encoder and of str.__repr__.
+var (
+	jsonEscapes = [...]byte{'"': '"', '\\': '\\', '\n': 'n', '\r': 'r', '\t': 't', '\b': 'b', '\f': 'f'}
+	pyEscapes   = [...]byte{'\n': 'n', '\r': 'r', '\t': 't'}
+)
+
 // appendJSONString escapes like CPython's ensure_ascii encoder: everything
 // outside printable ASCII becomes \uXXXX (surrogate pairs above the BMP).
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	for _, r := range s {
 		switch {
-		case r == '"':
-			dst = append(dst, '\\', '"')
-		case r == '\\':
-			dst = append(dst, '\\', '\\')
-		case r == '\n':
-			dst = append(dst, '\\', 'n')
-		case r == '\r':
-			dst = append(dst, '\\', 'r')
-		case r == '\t':
-			dst = append(dst, '\\', 't')
-		case r == '\b':
-			dst = append(dst, '\\', 'b')
-		case r == '\f':
-			dst = append(dst, '\\', 'f')
+		case r < rune(len(jsonEscapes)) && jsonEscapes[r] != 0:
+			dst = append(dst, '\\', jsonEscapes[r])
 		case r >= 0x20 && r < 0x7f:
 			dst = append(dst, byte(r))
 		case r > 0xffff:
@@ -203,12 +198,8 @@ func appendPyStr(dst []byte, s string) []byte {
 		switch {
 		case r == rune(quote) || r == '\\':
 			dst = append(dst, '\\', byte(r))
-		case r == '\n':
-			dst = append(dst, '\\', 'n')
-		case r == '\r':
-			dst = append(dst, '\\', 'r')
-		case r == '\t':
-			dst = append(dst, '\\', 't')
+		case r < rune(len(pyEscapes)) && pyEscapes[r] != 0:
+			dst = append(dst, '\\', pyEscapes[r])
 		case r < 0x20 || r == 0x7f:
 			dst = append(dst, '\\', 'x', hexDigits[r>>4], hexDigits[r&0xf])
 		case r < 0x7f:

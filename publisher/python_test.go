@@ -44,6 +44,7 @@ func TestPythonEncoding(t *testing.T) {
 		{name: "single quote", v: "it's", json: `"it's"`, repr: `"it's"`},
 		{name: "both quotes", v: `both ' and "`, json: `"both ' and \""`, repr: `'both \' and "'`},
 		{name: "tab newline", v: "tab\tnl\n", json: `"tab\tnl\n"`, repr: `'tab\tnl\n'`},
+		{name: "cr backspace formfeed", v: "cr\rbs\bff\f", json: `"cr\rbs\bff\f"`, repr: `'cr\rbs\x08ff\x0c'`},
 		{name: "controls", v: "bell\x07del\x7f", json: `"bell\u0007del\u007f"`, repr: `'bell\x07del\x7f'`},
 		{name: "format chars", v: "\u00ad\u200b", json: `"\u00ad\u200b"`, repr: `'\xad\u200b'`},
 		{name: "astral", v: "\U0001F600 emoji", json: `"\ud83d\ude00 emoji"`, repr: "'\U0001F600 emoji'"},

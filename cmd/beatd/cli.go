@@ -206,3 +206,16 @@ the config; SIGINT/SIGTERM hands leadership over and stops.`,
 	commandFlags(cmd, m.flags())
 	return cmd
 }
+
+// subcommandHelp handles a command that takes a subcommand before its
+// flags: none prints usage and exits 2, help prints it and exits 0.
+func subcommandHelp(args []string, usage func() int) (code int, done bool) {
+	if len(args) == 0 {
+		return usage(), true
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage()
+		return 0, true
+	}
+	return 0, false
+}

@@ -31,12 +31,8 @@ func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) in
 flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)`)
 		return 2
 	}
-	if len(args) == 0 {
-		return usage()
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage()
-		return 0
+	if code, done := subcommandHelp(args, usage); done {
+		return code
 	}
 	verb := args[0]
 	fs := newFlagSet("entries "+verb, stderr)

@@ -36,12 +36,8 @@ The etcd flags (--etcd-endpoints, TLS, auth) select the cluster; the default is 
 the embedded member's client port inside a beatd pod.`)
 		return 2
 	}
-	if len(args) == 0 {
-		return usage()
-	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage()
-		return 0
+	if code, done := subcommandHelp(args, usage); done {
+		return code
 	}
 	sub := args[0]
 	fs := newFlagSet("members "+sub, stderr)
