@@ -34,19 +34,8 @@ entries:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var term termCheck
-	term.current.Store(1)
-	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: uniq("e2e"), Verify: term.verify,
-		Queues: func() Queues { return cfg.AMQP }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := a.RaiseFence(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	a := fencedAMQP(t, rb, uniq("e2e"), cfg)
+	ctx := context.Background()
 	slot := time.Now().UTC().Truncate(time.Minute)
 	fires := map[string]*Fire{}
 	for _, e := range cfg.Entries {

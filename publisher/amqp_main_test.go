@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/harness"
 )
 
@@ -60,4 +61,22 @@ func (c *termCheck) verify(_ context.Context, token int64) error {
 		return fmt.Errorf("%w: current term %d, not %d", ErrStale, cur, token)
 	}
 	return nil
+}
+
+// fencedAMQP is an AMQP publisher of cluster on rb, declaring queues as
+// cfg says, whose term 1 is current and fenced in; closed with the test.
+func fencedAMQP(t *testing.T, rb *harness.Rabbit, cluster string, cfg *config.Config) *AMQP {
+	t.Helper()
+	var term termCheck
+	term.current.Store(1)
+	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Verify: term.verify,
+		Queues: func() Queues { return cfg.AMQP }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.RaiseFence(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -40,19 +40,8 @@ func TestAMQPUnroutableIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var term termCheck
-	term.current.Store(1)
-	a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: uniq("unroutable"), Verify: term.verify,
-		Queues: func() Queues { return cfg.AMQP }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := a.RaiseFence(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	a := fencedAMQP(t, rb, uniq("unroutable"), cfg)
+	ctx := context.Background()
 	var fires []Fire
 	for _, e := range cfg.Entries {
 		task, err := Compile(specOf(e), "u", "beatd@test", "")
