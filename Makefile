@@ -2,14 +2,18 @@ GO ?= go
 BIN ?= bin/beatd
 IMAGE ?= beatd:latest
 
-.PHONY: build test bench fuzz vectors demo soak bench-celery drill-amqp image
+.PHONY: build deps test bench fuzz vectors demo soak bench-celery drill-amqp image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
 
-# Every test, with the race detector. Needs redis-server, etcd and Debian's
-# python3-celery on PATH (.ci/run installs them).
-test:
+# The Debian packages the tests need (.ci/deps holds the one list):
+# installed when run as root, else named in one line.
+deps:
+	.ci/deps test
+
+# Every test, with the race detector, after installing what it needs.
+test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 20m ./...
 

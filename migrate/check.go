@@ -180,6 +180,9 @@ func explain(c Check, t time.Time, documented map[int64]string, beatdOnly bool) 
 	if why, ok := documented[t.Unix()]; ok {
 		return why
 	}
+	if c.Documented != "" {
+		return c.Documented
+	}
 	if c.Sched.Type != "crontab" {
 		return ""
 	}

@@ -42,6 +42,9 @@ type Check struct {
 	Sched Sched
 	From  time.Time // the chain's start: the last send, else the check's start
 	Entry *config.Entry
+	// Documented names the deviation every difference on this entry is
+	// (a known approximation the conversion notes), or "".
+	Documented string
 }
 
 // Options tune a conversion.
@@ -117,7 +120,7 @@ func Convert(src *Source, opt Options) (*Result, error) {
 		if e.Zone != "" {
 			ez = e.Zone
 		}
-		res.Checks = append(res.Checks, Check{Name: name, Zone: ez, Sched: e.Sched, From: from, Entry: c.parsed})
+		res.Checks = append(res.Checks, Check{Name: name, Zone: ez, Sched: e.Sched, From: from, Entry: c.parsed, Documented: c.documented})
 	}
 	res.YAML = b.String()
 	cfg, err := config.Parse("import", []byte(res.YAML))
@@ -154,7 +157,16 @@ type conv struct {
 	warnings []string
 	anchor   time.Time // interval grid anchor written as start_at
 	parsed   *config.Entry
+	// documented: the deviation --check attributes this entry's
+	// differences to, or "".
+	documented string
 }
+
+// DeviationStartTimePast is the documented deviation of a
+// django-celery-beat interval whose start_time has passed and that never
+// ran: django-celery-beat first runs it one interval after beat starts,
+// beatd on the start_time + k*interval grid.
+const DeviationStartTimePast = "django_start_time_past"
 
 func (c *conv) warn(format string, args ...any) {
 	c.warnings = append(c.warnings, fmt.Sprintf("entry %q: ", c.e.Name)+fmt.Sprintf(format, args...))
@@ -254,6 +266,13 @@ func (c *conv) schedule(add func(string, ...any)) error {
 			c.anchor = e.Start.UTC()
 			add("start_at: %s", quote(c.anchor.Format(time.RFC3339Nano)))
 			c.note("approximation: django-celery-beat first runs this at its start_time or one interval after beat started, whichever is later; beatd runs it at start_time + k*interval")
+			if e.Start.Before(c.now) {
+				// Past start_time, never run: django-celery-beat's grid
+				// starts when beat starts, which no file can say; beatd
+				// keeps the start_time grid. --check names it rather than
+				// failing on it.
+				c.documented = DeviationStartTimePast
+			}
 		}
 	case "solar":
 		add("solar: {event: %s, lat: %s, lon: %s}", quote(s.Event), strconv.FormatFloat(s.Lat, 'f', -1, 64), strconv.FormatFloat(s.Lon, 'f', -1, 64))

@@ -156,6 +156,18 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 		}
 		return false
 	})
+	// Each interval entry sent at least twice by celery beat, so the
+	// switch is seen from both sides however slowly a loaded machine
+	// started it (its first i5 send comes 5 s after it starts).
+	obs.waitUntil(t, 60*time.Second, "celery beat's interval sends", func(m []sent) bool {
+		n := map[string]int{}
+		for _, s := range m {
+			if !s.beatd {
+				n[s.task]++
+			}
+		}
+		return n["tasks.i1"] >= 2 && n["tasks.i2"] >= 2 && n["tasks.i5"] >= 2
+	})
 	time.Sleep(300 * time.Millisecond) // a few interval sends after the boundary
 	sigterm := time.Now()
 	if err := syscall.Kill(beat.Process.Pid, syscall.SIGTERM); err != nil {

@@ -27,6 +27,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	python := fs.String("python", defaultPython(), "Python with Celery (and ephem for solar entries), for --check")
 	helper := fs.String("helper", "", "path of contrib/celery_dump.py (default: found next to the binary or in ./contrib)")
 	redbeatPrefix := fs.String("redbeat-prefix", "redbeat:", "RedBeat's key prefix (REDBEAT_KEY_PREFIX)")
+	from := fs.String("from", "", "the time the import takes as now (RFC 3339; default: now): where --check starts, and which one-off and start_time entries count as past")
 	dataDir := fs.String("data-dir", "", "with --state and no --etcd-endpoints: the data dir of beatd's embedded etcd (as given to beatd run), started here while the state is written")
 	var ef etcdFlags
 	ef.register(fs)
@@ -43,6 +44,14 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	now := time.Now()
+	if *from != "" {
+		t, err := time.Parse(time.RFC3339Nano, *from)
+		if err != nil {
+			fmt.Fprintf(stderr, "beatd import: --from %q: want an RFC 3339 time such as 2026-12-01T06:00:00Z\n", *from)
+			return 2
+		}
+		now = t
+	}
 	src, err := migrate.Load(ctx, fs.Arg(0), *redbeatPrefix)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd import:", err)

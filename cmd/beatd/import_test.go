@@ -33,12 +33,25 @@ func TestImportCommand(t *testing.T) {
 		t.Fatalf("validate = %d: %s%s", code, vout.String(), verr.String())
 	}
 
-	// --check agrees with Celery on every entry of the django fixture...
-	out.Reset()
-	errb.Reset()
-	code := run(context.Background(), []string{"import", "--check", "--python", testutil.CeleryPython, "--helper", helper, fixture}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), "0 differences") {
-		t.Fatalf("import --check = %d:\n%s%s", code, out.String(), errb.String())
+	// --check agrees with Celery on every entry of the django fixture,
+	// from a "now" pinned before every date in it...
+	check := func(from string) (int, string) {
+		out.Reset()
+		errb.Reset()
+		code := run(context.Background(), []string{"import", "--check", "--from", from, "--python", testutil.CeleryPython, "--helper", helper, fixture}, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, got := check("2026-11-30T10:00:00Z"); code != 0 || !strings.Contains(got, "0 differences (0 documented deviations)") {
+		t.Fatalf("import --check = %d:\n%s", code, got)
+	}
+	// ...and, once rollup's start_time has passed without a run, names
+	// the grid beatd keeps as a documented deviation, not a difference.
+	code, got := check("2026-12-01T09:12:00Z")
+	if code != 0 || !strings.Contains(got, ": 0 differences (") || !strings.Contains(got, `entry "rollup": beatd 2026-12-01T12:00:00Z, Celery - (documented deviation: django_start_time_past)`) {
+		t.Fatalf("import --check after rollup's start_time = %d:\n%s", code, got)
+	}
+	if strings.Contains(got, "(0 documented deviations)") {
+		t.Errorf("import --check after rollup's start_time names no deviation:\n%s", got)
 	}
 	// ...and exits 1, listing the difference, where Celery's relative
 	// rounding differs from beatd's clock grid.

@@ -5,18 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DURATION=${DEMO_SECONDS:-30}
 
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-/usr/bin/python3 -c 'import celery, redis' 2>/dev/null || need+=(python3-celery python3-redis)
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "demo: missing ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2
-    exit 1
-  fi
-  echo "demo: installing ${need[*]} ..."
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+.ci/deps demo
 
 export PATH="/usr/local/go/bin:$PATH"
 go build -o bin/beatd ./cmd/beatd
