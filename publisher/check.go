@@ -117,24 +117,31 @@ func IsUnreachable(err error) bool {
 // runs them on: the commands of the publish and fence scripts, the
 // scripts themselves, and the WAIT step.
 func (p *Publisher) aclUses(tasks []*Task) [][]string {
-	dedup := p.prefix + "dedup:probe"
+	dedup, trigger, slots := p.DedupKey([36]byte{}), p.TriggerKey("probe"), p.slotsKey()
 	history, counts := p.historyKey("probe"), p.countsKey()
 	sha := publishScript.Hash()
 	uses := [][]string{
-		{"evalsha", fenceScript.Hash(), "1", p.fenceKey},
+		{"evalsha", fenceScript.Hash(), "3", p.fenceKey, p.slotsTermKey(), p.legacyKey()},
 		{"eval", "return 0", "1", p.fenceKey},
 		{"script", "load", "return 0"},
 		{"get", p.fenceKey},
 		{"set", p.fenceKey, "1"},
-		{"set", dedup, "1", "NX", "PX", "1"},
-		{"del", dedup},
+		{"exists", p.legacyKey()},
+		{"hget", slots, "probe"},
+		{"hset", slots, "probe", "1"},
+		{"hdel", slots, "probe"},
+		{"hget", counts, "probe"},
+		{"set", trigger, "1", "NX", "PX", "1"},
+		{"del", trigger},
+		{"exists", dedup},
+		{"set", dedup, "1", "PX", "1"},
 	}
 	seen := map[string]bool{}
 	for _, t := range tasks {
 		if k := t.QueueKey + "\x00" + t.BindingKey; !seen[k] {
 			seen[k] = true
 			uses = append(uses,
-				[]string{"evalsha", sha, "5", p.fenceKey, counts, dedup, t.QueueKey, history, t.BindingKey},
+				[]string{"evalsha", sha, "8", p.fenceKey, counts, slots, p.slotsTermKey(), p.legacyKey(), t.QueueKey, history, dedup, t.BindingKey},
 				[]string{"sadd", t.BindingKey, "x"},
 				[]string{"lpush", t.QueueKey, "x"})
 		}
@@ -145,7 +152,8 @@ func (p *Publisher) aclUses(tasks []*Task) [][]string {
 		[]string{"lpush", history, "x"},
 		[]string{"ltrim", history, "0", "1"},
 		[]string{"lrange", history, "0", "1"},
-		[]string{"hincrby", counts, "probe", "1"},
+		[]string{"del", history},
+		[]string{"hmget", slots, "probe"},
 		[]string{"hmget", counts, "probe"})
 	if p.repl.want != 0 {
 		uses = append(uses, []string{"set", p.repl.syncKey, "1"}, []string{"wait", "0", "0"})

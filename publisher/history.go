@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/beatd/beatd/store"
@@ -13,7 +14,8 @@ import (
 )
 
 // The run history lives in Redis, written by the publish script itself:
-// a capped list per entry (newest first) and one hash of run counts. It
+// a capped list per entry (newest first), and a run count beside each
+// entry's mark in the slots hash. It
 // costs a few bytes of Redis per fire and nothing in etcd, and every
 // replica reads it for status.
 //
@@ -54,6 +56,13 @@ func parseRun(b []byte) (store.Run, error) {
 	return r, nil
 }
 
+func at(vals []any, i int) any {
+	if i < len(vals) {
+		return vals[i]
+	}
+	return nil
+}
+
 // History is what Redis remembers of an entry's runs.
 type History struct {
 	Runs  []store.Run // newest first
@@ -80,11 +89,12 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 	for i, n := range names {
 		lists[i] = pipe.LRange(ctx, p.historyKey(n), 0, int64(p.keep-1))
 	}
-	counts := pipe.HMGet(ctx, p.countsKey(), names...)
+	counts := pipe.HMGet(ctx, p.slotsKey(), names...)
+	legacy := pipe.HMGet(ctx, p.countsKey(), names...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("publisher: read run history: %w", err)
 	}
-	vals := counts.Val()
+	vals, old := counts.Val(), legacy.Val()
 	for i, n := range names {
 		var h History
 		for _, s := range lists[i].Val() {
@@ -94,10 +104,11 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 			}
 			h.Runs = append(h.Runs, r)
 		}
-		if i < len(vals) {
-			if s, ok := vals[i].(string); ok {
-				h.Count, _ = strconv.ParseInt(s, 10, 64)
-			}
+		if s, ok := at(vals, i).(string); ok {
+			_, runs, _ := strings.Cut(s, " ")
+			h.Count, _ = strconv.ParseInt(runs, 10, 64)
+		} else if s, ok := at(old, i).(string); ok {
+			h.Count, _ = strconv.ParseInt(s, 10, 64) // not run since the upgrade
 		}
 		if len(h.Runs) > 0 || h.Count > 0 {
 			out[n] = h

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"github.com/beatd/beatd/config"
 	"testing"
 	"time"
 
@@ -75,36 +76,51 @@ func TestParseRunRejectsGarbage(t *testing.T) {
 	}
 }
 
-// TestFailedPushLeavesNoDedupKey: a fire whose queue key holds another
-// type fails alone, keeps no dedup key (so its retry is not taken for a
-// duplicate), and the rest of the batch goes out.
-func TestFailedPushLeavesNoDedupKey(t *testing.T) {
+// TestFailedPushLeavesNoMark: a fire whose queue key holds another type
+// fails alone, leaves its entry's mark where it was (so its retry is not
+// taken for a duplicate), and the rest of the batch goes out; the entry's
+// later slot in the same batch is not attempted, so it cannot overtake it.
+func TestFailedPushLeavesNoMark(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	client := rs.Client()
 	ctx := context.Background()
 	p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"})
-	good := compileTest(t, "    {task: tasks.add, every: 1s}")
-	bad := compileTest(t, "    {task: tasks.add, every: 1s, options: {queue: poisoned}}")
+	good := namedTask(t, "good", "{task: tasks.add, every: 1s}")
+	bad := namedTask(t, "bad", "{task: tasks.add, every: 1s, options: {queue: poisoned}}")
 	if err := client.Set(ctx, bad.QueueKey, "not a list", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	// Both compile as entry "e": distinct slots keep their ids apart.
-	fires := []Fire{{Task: bad, Slot: slot}, {Task: good, Slot: slot.Add(time.Second)}}
-	res := make([]Result, 2)
+	fires := []Fire{{Task: bad, Slot: slot}, {Task: good, Slot: slot}, {Task: bad, Slot: slot.Add(time.Second)}}
+	res := make([]Result, 3)
 	err := p.Publish(ctx, 1, fires, res)
-	if err == nil || res[0] != ResultError || res[1] != ResultOK {
-		t.Fatalf("publish = %v %v, want the poisoned fire alone to fail", res, err)
+	if err == nil || res[0] != ResultError || res[1] != ResultOK || res[2] != ResultError {
+		t.Fatalf("publish = %v %v, want the poisoned entry's fires alone to fail", res, err)
 	}
-	if client.Exists(ctx, p.DedupKey(fires[0].ID)).Val() != 0 {
-		t.Fatal("a fire that was not pushed kept its dedup key: its retry would be taken for a duplicate")
+	if v := client.HGet(ctx, p.slotsKey(), "bad").Val(); v != "" {
+		t.Fatalf("an entry that pushed nothing has the mark %q: its retry would be taken for a duplicate", v)
 	}
-	// Fixed, the retry pushes it.
+	// Fixed, the retry pushes both, in order.
 	client.Del(ctx, bad.QueueKey)
-	if err := p.Publish(ctx, 1, fires[:1], res[:1]); err != nil || res[0] != ResultOK {
-		t.Fatalf("retry after the fix: %v %v", res[0], err)
+	retry := []Fire{fires[0], fires[2]}
+	if err := p.Publish(ctx, 1, retry, res[:2]); err != nil || res[0] != ResultOK || res[1] != ResultOK {
+		t.Fatalf("retry after the fix: %v %v", res[:2], err)
 	}
-	if n := client.LLen(ctx, bad.QueueKey).Val(); n != 1 {
-		t.Fatalf("poisoned queue holds %d messages after the retry, want 1", n)
+	if n := client.LLen(ctx, bad.QueueKey).Val(); n != 2 {
+		t.Fatalf("poisoned queue holds %d messages after the retry, want 2", n)
 	}
+}
+
+// namedTask compiles one entry called name.
+func namedTask(t *testing.T, name, yaml string) *Task {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte("entries:\n  "+name+": "+yaml+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := Compile(specOf(cfg.Entries[0]), "beatd/test", "beatd@test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
 }

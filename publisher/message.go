@@ -287,8 +287,21 @@ type Fire struct {
 	Task   *Task
 	Slot   time.Time
 	Manual bool
+	// Request is a manual fire's trigger request id: its task id and its
+	// trigger key derive from it, so a new leader that publishes the same
+	// request again is deduplicated. Empty: a one-time manual fire.
+	Request string
 	// ID is the task id; AppendMessage sets it.
 	ID [36]byte
+}
+
+// requestKey names a manual fire in its trigger key: its request, else
+// its (random) task id.
+func (f *Fire) requestKey() string {
+	if f.Request != "" {
+		return f.Request
+	}
+	return string(f.ID[:])
 }
 
 // SlotID returns the deterministic task id of (entry, slot): UUIDv5 of
@@ -341,9 +354,13 @@ func formatUUID(u [16]byte) [36]byte {
 // it, and records the task id in f.ID. now is the publish time, from which
 // a relative expiry counts, as in Celery.
 func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []byte {
-	if f.Manual {
+	switch {
+	case f.Manual && f.Request != "":
+		var buf [256]byte
+		f.ID = uuid5(append(append(buf[:0], t.idPrefix...), "trigger/"+f.Request...))
+	case f.Manual:
 		f.ID = newUUID4()
-	} else {
+	default:
 		f.ID = t.SlotID(f.Slot)
 	}
 	for i := range t.parts {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,8 +60,8 @@ func TestFenceAndDedup(t *testing.T) {
 	if n := client.LLen(ctx, "celery").Val(); n != 2 {
 		t.Fatalf("stale publish changed the queue: %d messages", n)
 	}
-	if client.Exists(ctx, p.DedupKey(stale[0].ID)).Val() != 0 {
-		t.Fatal("stale publish left a dedup key")
+	if v := client.HGet(ctx, p.slotsKey(), "e").Val(); !strings.HasPrefix(v, strconv.FormatInt(slot.Add(time.Second).UnixMicro(), 10)+" ") {
+		t.Fatalf("stale publish moved the mark: %q", v)
 	}
 	if err := p.RaiseFence(ctx, 9); !errors.Is(err, ErrStale) {
 		t.Fatalf("lowering the fence: %v", err)
@@ -74,9 +76,9 @@ func TestFenceAndDedup(t *testing.T) {
 	if v, _ := p.Fence(ctx); v != 12 {
 		t.Fatalf("fence = %d, want 12", v)
 	}
-	ttl := client.PTTL(ctx, p.DedupKey(stale[0].ID)).Val()
-	if ttl < DefaultDedupTTL-time.Minute || ttl > DefaultDedupTTL {
-		t.Errorf("dedup TTL = %v, want about %v", ttl, DefaultDedupTTL)
+	// One key per entry, whatever it fired: no per-fire key.
+	if keys := client.Keys(ctx, "beatd:{test}:*").Val(); len(keys) != 4 {
+		t.Errorf("beatd's keys = %v, want the fence, slots, slots-term and e's history", keys)
 	}
 }
 

@@ -3,6 +3,8 @@ package publisher
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,9 +90,9 @@ func TestMinReplicas(t *testing.T) {
 					t.Fatalf("retry on the new master: %v %v", res[0], err)
 				}
 			}
-			id := task.SlotID(slot)
-			if got := newMaster.Exists(ctx, onNew.DedupKey(id)).Val(); got != tc.wantOnNew {
-				t.Fatalf("slot on the new master: %d dedup keys, want %d", got, tc.wantOnNew)
+			mark, _, _ := strings.Cut(newMaster.HGet(ctx, onNew.slotsKey(), task.Name).Val(), " ")
+			if got := mark == strconv.FormatInt(slot.UnixMicro(), 10); got != (tc.wantOnNew == 1) {
+				t.Fatalf("slot on the new master: marked %v (mark %q), want %v", got, mark, tc.wantOnNew == 1)
 			}
 			if got := newMaster.LLen(ctx, "celery").Val(); got != 1+tc.wantOnNew {
 				t.Fatalf("new master's queue: %d messages, want %d", got, 1+tc.wantOnNew)

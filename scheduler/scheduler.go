@@ -30,6 +30,15 @@ type Dispatcher interface {
 
 var _ Dispatcher = (*publisher.Publisher)(nil)
 
+// Forgetter is a Dispatcher that keeps something per entry in the broker
+// (Redis: the mark, the run count and history) and can drop it once an
+// entry is gone for good.
+type Forgetter interface {
+	Forget(ctx context.Context, token int64, entries []string) error
+}
+
+var _ Forgetter = (*publisher.Publisher)(nil)
+
 // StateStore persists entry state, every write guarded by leadership.
 type StateStore interface {
 	Load(ctx context.Context) (*store.Table, error)
@@ -68,10 +77,12 @@ type Config struct {
 	// StateInterval is the most often an entry's state is written to
 	// etcd (default 1s). State may lag publishes by this much: a leader
 	// that dies in between leaves slots that its successor re-publishes,
-	// and the dedup keys make that a no-op.
+	// and the broker's dedup (Redis: each entry's high-water mark) makes
+	// that a no-op.
 	StateInterval time.Duration
-	// DedupTTL is how long the broker remembers a published slot. A state
-	// backlog older than that is reported as dangerous.
+	// DedupTTL is how long the broker remembers a published slot; a state
+	// backlog older than that is reported as dangerous. Zero: for ever
+	// (Redis's marks do not expire), so no backlog is.
 	DedupTTL time.Duration
 	// PersistEachBatch writes each published batch's state before the
 	// next batch is published, for brokers whose dedup is weaker than
@@ -281,7 +292,15 @@ type loop struct {
 	changed  []store.EntryState // their new state, handed to the persister
 	baseline []store.EntryState // Since baselines to persist
 	fireLog  fireLog
+	// nextSweep is when the loop next looks for removed entries past
+	// their grace (sweepRemoved).
+	nextSweep time.Time
 }
+
+// sweepEvery is how often a long-lived term drops the state and broker
+// keys of entries removed longer than RemovedGrace ago; a new term does
+// it at its start.
+const sweepEvery = time.Hour
 
 // ErrTermEnded is returned by Run when the loop stopped because leadership
 // ended (a stale fence or a refused write), not because of its context.
@@ -318,8 +337,12 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	s.applied.Store(l.set)
 	// Removed entries are marked, or deleted after their grace, in the
 	// table itself: the persister's first write stores that.
-	table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
+	_, gone := table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
+	l.nextSweep = now.Add(sweepEvery)
+	if err := l.forget(ctx, gone); err != nil {
+		return err
+	}
 
 	l.items = make(map[string]*item, len(l.set.byName))
 	for name, e := range l.set.byName {
@@ -380,6 +403,11 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		l.reportDue()
 		if err := l.persist.failed(); err != nil {
 			return err
+		}
+		if now := s.cfg.Clock.Now(); !now.Before(l.nextSweep) {
+			if err := l.sweepRemoved(ctx, now); err != nil {
+				return err
+			}
 		}
 		if len(l.pending) > 0 {
 			err := l.publishPending(ctx)
@@ -566,7 +594,11 @@ func (l *loop) publishPending(ctx context.Context) error {
 	batch := l.pending[:n]
 	l.fires = l.fires[:0]
 	for _, p := range batch {
-		l.fires = append(l.fires, publisher.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual})
+		f := publisher.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
+		if p.req != nil {
+			f.Request = p.req.ID
+		}
+		l.fires = append(l.fires, f)
 	}
 	l.results = append(l.results[:0], make([]publisher.Result, n)...)
 	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
@@ -728,6 +760,26 @@ func (l *loop) applyReload(now time.Time) {
 		it.index = i
 	}
 	heap.Init(&l.heap)
+	// Removed entries keep their state (and broker keys) for
+	// RemovedGrace, in case they come back; the sweep drops them after.
+	var marked []store.EntryState
+	for name := range old.byName {
+		if _, ok := set.byName[name]; !ok {
+			if st := l.states[name]; st != nil && st.RemovedAt.IsZero() {
+				st.RemovedAt = now
+				marked = append(marked, *st)
+			}
+		}
+	}
+	for name := range set.byName {
+		if st := l.states[name]; st != nil && !st.RemovedAt.IsZero() {
+			st.RemovedAt = time.Time{}
+			marked = append(marked, *st)
+		}
+	}
+	if len(marked) > 0 {
+		l.persist.save(marked...)
+	}
 	// Pending fires of removed entries are dropped, and counted.
 	kept := l.pending[:0]
 	for _, p := range l.pending {
@@ -741,6 +793,46 @@ func (l *loop) applyReload(now time.Time) {
 	l.pending = kept
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.byName))
+}
+
+// sweepRemoved drops the state and broker keys of entries removed longer
+// than RemovedGrace ago, as a new term's start does.
+func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
+	l.nextSweep = now.Add(sweepEvery)
+	var gone []string
+	for name, st := range l.states {
+		if l.set.byName[name] == nil && !st.RemovedAt.IsZero() && now.Sub(st.RemovedAt) > l.s.cfg.RemovedGrace {
+			gone = append(gone, name)
+			delete(l.states, name)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	l.persist.remove(gone...)
+	return l.forget(ctx, gone)
+}
+
+// forget drops what the broker keeps of entries gone for good. Their etcd
+// state is gone (or going) with them, so if one comes back it starts
+// afresh, from now: no slot it had before can be owed again. A failure is
+// logged and left: the keys are small, and the next term or sweep sees
+// only entries whose state still exists.
+func (l *loop) forget(ctx context.Context, names []string) error {
+	f, ok := l.s.cfg.Dispatcher.(Forgetter)
+	if !ok || len(names) == 0 {
+		return nil
+	}
+	err := f.Forget(ctx, l.term.Token, names)
+	switch {
+	case errors.Is(err, publisher.ErrStale):
+		return fmt.Errorf("%w: forget removed entries: %w", ErrTermEnded, err)
+	case err != nil:
+		l.s.log.Warn("broker keys of removed entries not dropped", "entries", len(names), "err", err)
+	default:
+		l.s.log.Info("removed entries forgotten", "entries", len(names))
+	}
+	return nil
 }
 
 // flushBaseline hands the Since baselines set by startEntry to the

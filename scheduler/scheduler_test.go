@@ -29,6 +29,7 @@ type fakeDispatcher struct {
 	fence     int64
 	Err       error  // returned by Publish while set
 	failEntry string // its fires fail (ResultError) while set
+	forgotten []string
 }
 
 func newFakeDispatcher() *fakeDispatcher {
@@ -81,6 +82,22 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 		}
 	}
 	return failed
+}
+
+func (d *fakeDispatcher) Forget(_ context.Context, token int64, entries []string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if token < d.fence {
+		return publisher.ErrStale
+	}
+	d.forgotten = append(d.forgotten, entries...)
+	return nil
+}
+
+func (d *fakeDispatcher) forgottenList() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.forgotten...)
 }
 
 func (d *fakeDispatcher) list() []string {
@@ -794,5 +811,37 @@ func TestPersistEachBatchDoesNotWaitOnFailingEtcd(t *testing.T) {
 	// room for -race on 2 busy cores.
 	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Errorf("two batches took %v with etcd failing", took)
+	}
+}
+
+// TestRemovedEntryForgottenAfterGrace: an entry a reload removes keeps
+// its state, marked removed, for RemovedGrace; a long-lived term's sweep
+// then drops its state and tells the broker to forget it. One that comes
+// back within the grace is unmarked and keeps its place.
+func TestRemovedEntryForgottenAfterGrace(t *testing.T) {
+	h := newHarness(t, "entries:\n  a: {task: t, every: 1h, relative: true}\n  b: {task: t, every: 10s, relative: true}\n  c: {task: t, every: 10s, relative: true}\n", t0)
+	h.sched.cfg.RemovedGrace = 30 * time.Minute
+	h.start(7)
+	h.settle()
+	setClock(h.clock, t0.Add(10*time.Second))
+	h.waitPublished(2)
+	h.settle()
+	if err := h.sched.Reload(mustConfig(t, "entries:\n  a: {task: t, every: 1h, relative: true}\n  c: {task: t, every: 10s, relative: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	setClock(h.clock, t0.Add(12*time.Second)) // the persister's next write
+	eventually(t, 5*time.Second, "b marked removed in the store", func() bool {
+		st := h.store.get("b")
+		return st != nil && !st.RemovedAt.IsZero()
+	})
+	if got := h.disp.forgottenList(); len(got) != 0 {
+		t.Fatalf("forgotten within the grace: %v", got)
+	}
+	setClock(h.clock, t0.Add(2*time.Hour))
+	eventually(t, 5*time.Second, "b forgotten", func() bool { return slices.Equal(h.disp.forgottenList(), []string{"b"}) })
+	eventually(t, 5*time.Second, "b's state deleted", func() bool { return h.store.get("b") == nil })
+	if h.store.get("c") == nil {
+		t.Fatal("c's state was dropped")
 	}
 }

@@ -89,6 +89,7 @@ type Main struct {
 	MinReplicasTO  time.Duration
 	RedisPrefix    string
 	DedupTTL       time.Duration
+	TriggerTTL     time.Duration
 	ID             string
 	LeaseTTL       time.Duration
 	HTTPAddr       string
@@ -179,7 +180,8 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.IntVar(&m.MinReplicas, "broker-min-replicas", m.MinReplicas, "replicas that must hold each publish (WAIT) before it counts as done; default 1 for sentinel:// when the master has a replica, else 0")
 	fs.DurationVar(&m.MinReplicasTO, "broker-min-replicas-timeout", m.MinReplicasTO, "how long each publish waits for --broker-min-replicas; on a shortfall the slots stay pending and are retried")
 	fs.StringVar(&m.RedisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
-	fs.DurationVar(&m.DedupTTL, "dedup-ttl", 0, "lifetime of a slot's dedup key (default max(7 days, the longest catchup_window))")
+	fs.DurationVar(&m.DedupTTL, "dedup-ttl", 0, "the previous release's per-fire dedup key lifetime, as it was set there: after an upgrade those keys are honoured this long (default max(7 days, the longest catchup_window))")
+	fs.DurationVar(&m.TriggerTTL, "trigger-ttl", publisher.DefaultTriggerTTL, "how long Redis remembers a manual trigger as published (one small key per trigger)")
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
 	fs.DurationVar(&m.LeaseTTL, "lease-ttl", m.LeaseTTL, "etcd lease TTL: how long a dead leader holds on")
 	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status and admin")
@@ -310,7 +312,7 @@ func (m *Main) Run(ctx context.Context) error {
 	shortfalls := newShortfallCounter()
 	if pub == nil {
 		m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
-			History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
+			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 			return err
 		}
@@ -324,11 +326,19 @@ func (m *Main) Run(ctx context.Context) error {
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	m.reloadMetrics = newReloadMetrics(m.registry)
 	m.registry.MustRegister(shortfalls)
+	// Redis's marks never expire, so no state backlog is dangerous there;
+	// the AMQP path keeps its journal's horizon.
+	backlogHorizon := time.Duration(0)
+	if m.pub != nil {
+		m.registry.MustRegister(m.pub.FootprintCollector())
+	} else {
+		backlogHorizon = dedup
+	}
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: dedup, PersistEachBatch: publisher.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: publisher.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
 	if err != nil {
 		return err
 	}
