@@ -21,18 +21,18 @@ func TestHarnessSmoke(t *testing.T) {
 	t.Run("soak", func(t *testing.T) {
 		var log strings.Builder
 		r, err := RunSoak(ctx, SoakConfig{Bin: bin, Entries: 50, Interval: time.Second, Duration: 12 * time.Second,
-			Sample: 3 * time.Second, DBLimit: off, RSSLimit: off, Log: &log})
+			Sample: 3 * time.Second, DBLimit: off, RSSLimit: off, BrokerLimit: off, KeysLimit: off, Log: &log})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, log.String())
 		}
 		if len(r.Samples) < 4 || r.Fires < 50*6 || r.CPUPerFireUs <= 0 || r.BytesPerFire < 0 ||
-			!strings.HasPrefix(r.BytesMethod, "delta of etcd_debugging_mvcc_total_put_size_in_bytes") || len(r.Growth) != 4 {
+			!strings.HasPrefix(r.BytesMethod, "delta of etcd_debugging_mvcc_total_put_size_in_bytes") || len(r.Growth) != 6 {
 			t.Errorf("report: %d samples, %d fires, %.1f us CPU per fire, %.1f etcd B per fire (%s), %d growth fits\n%s",
 				len(r.Samples), r.Fires, r.CPUPerFireUs, r.BytesPerFire, r.BytesMethod, len(r.Growth), log.String())
 		}
 		for _, s := range r.Samples[1:] {
-			if !s.Etcd.OK || s.Etcd.DBSize <= 0 || s.RSS <= 0 || s.DataDir <= 0 {
-				t.Errorf("sample at t=%.0fs lacks etcd status, RSS or data dir: %+v", s.T, s)
+			if !s.Etcd.OK || s.Etcd.DBSize <= 0 || s.RSS <= 0 || s.DataDir <= 0 || s.RedisUsed <= 0 || s.RedisKeys <= 0 || s.RedisKeys > 5*50+100 {
+				t.Errorf("sample at t=%.0fs lacks etcd status, RSS, data dir or the broker's footprint: %+v", s.T, s)
 			}
 		}
 		checkEnded(t, r.Pids)

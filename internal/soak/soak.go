@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // SoakConfig parameterises a soak run.
@@ -30,6 +33,9 @@ type SoakConfig struct {
 	GrowthWindow time.Duration
 	DBLimit      GrowthLimit
 	RSSLimit     GrowthLimit
+	// BrokerLimit judges Redis's used_memory, KeysLimit its key count
+	// (fitted as if each key were a byte).
+	BrokerLimit, KeysLimit GrowthLimit
 	// Extra arguments for `beatd run`.
 	Extra []string
 	// Keep the run's directory (logs, data) even when it passed.
@@ -46,6 +52,12 @@ type SoakConfig struct {
 var (
 	DefaultDBLimit  = GrowthLimit{AbsMiBPerMin: 1, RelPerMin: 0.005}
 	DefaultRSSLimit = GrowthLimit{AbsMiBPerMin: 4, RelPerMin: 0.01}
+	// DefaultBrokerLimit: 1 MiB/min of the broker's memory is 1.4 GiB a
+	// day in the user's Redis, which is also the Celery broker.
+	DefaultBrokerLimit = GrowthLimit{AbsMiBPerMin: 1, RelPerMin: 0.005}
+	// DefaultKeysLimit: 1,000 keys a minute (or 0.5 % of the mean), where
+	// a key per fire at 1,000 fires/s is 60,000.
+	DefaultKeysLimit = GrowthLimit{AbsMiBPerMin: 1000.0 / (1 << 20), RelPerMin: 0.005}
 )
 
 // SoakSample is one row of the soak table.
@@ -63,11 +75,16 @@ type SoakSample struct {
 	// the consumer fell behind and its delay is in the lag.
 	Backlog int64 `json:"backlog"`
 
-	Etcd    EtcdSample `json:"etcd"`
-	DataDir int64      `json:"data_dir_bytes"`
-	RSS     int64      `json:"rss_bytes"`
-	HWM     int64      `json:"hwm_bytes"`
-	CPU     float64    `json:"cpu_s"`
+	Etcd EtcdSample `json:"etcd"`
+	// RedisUsed is the broker's used_memory and RedisKeys the keys in
+	// beatd's database (its own, the queue and the bindings): what the
+	// user's Redis pays for beatd.
+	RedisUsed int64   `json:"redis_used_memory_bytes"`
+	RedisKeys int64   `json:"redis_keys"`
+	DataDir   int64   `json:"data_dir_bytes"`
+	RSS       int64   `json:"rss_bytes"`
+	HWM       int64   `json:"hwm_bytes"`
+	CPU       float64 `json:"cpu_s"`
 	// Per fire, over this window.
 	CPUPerFireUs     float64 `json:"cpu_per_fire_us"`
 	PutBytesPerFire  float64 `json:"etcd_put_bytes_per_fire"`
@@ -260,6 +277,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 			s.CPU, s.RSS, s.HWM, s.WriteBytes = prev.CPU, prev.RSS, prev.HWM, prev.WriteBytes
 		}
 		s.Backlog = cons.Backlog(ctx)
+		s.RedisUsed, s.RedisKeys = redisFootprint(ctx, rdb)
 		s.Etcd = probe.Sample(ctx)
 		s.DataDir = DirSize(etcdDir)
 		if prev != nil && s.Fires > 0 {
@@ -413,7 +431,7 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		window = cfg.Duration / 2
 		note = "run shorter than twice the growth window: fitted over its second half"
 	}
-	var ts, db, inUse, rss, dd []float64
+	var ts, db, inUse, rss, dd, rmem, rkeys []float64
 	for _, s := range r.Samples {
 		if s.T < last.T-window.Seconds()-0.5 {
 			continue
@@ -423,12 +441,19 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		inUse = append(inUse, float64(s.Etcd.DBSizeInUse))
 		rss = append(rss, float64(s.RSS))
 		dd = append(dd, float64(s.DataDir))
+		rmem = append(rmem, float64(s.RedisUsed))
+		rkeys = append(rkeys, float64(s.RedisKeys))
 	}
 	r.Growth = []Growth{
 		FitGrowth("etcd DB size", ts, db, cfg.DBLimit, true),
 		FitGrowth("RSS", ts, rss, cfg.RSSLimit, true),
 		FitGrowth("etcd DB size in use", ts, inUse, cfg.DBLimit, false),
 		FitGrowth("data dir", ts, dd, cfg.DBLimit, false),
+		FitGrowth("Redis used_memory", ts, rmem, cfg.BrokerLimit, true),
+		FitGrowth("Redis keys (as bytes)", ts, rkeys, cfg.KeysLimit, true),
+	}
+	if n := last.RedisKeys; n > int64(5*cfg.Entries+100) {
+		r.Failures = append(r.Failures, fmt.Sprintf("Redis holds %d keys for %d entries: more than 5 per entry + 100", n, cfg.Entries))
 	}
 	for i := range r.Growth {
 		r.Growth[i].Note = note
@@ -446,8 +471,8 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func writeSoakHeader(w io.Writer) {
-	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s\n",
-		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue")
+	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s %9s %8s\n",
+		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue", "redis MiB", "keys")
 }
 
 func writeSoakRow(w io.Writer, s SoakSample) {
@@ -455,9 +480,9 @@ func writeSoakRow(w io.Writer, s SoakSample) {
 	if s.PutBytesPerFire > 0 {
 		put = fmt.Sprintf("%.0f", s.PutBytesPerFire)
 	}
-	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d\n",
+	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d %9.1f %8d\n",
 		s.T, s.Fires, s.FiresPS, s.Lag.P50ms, s.Lag.P99ms, mib(s.Etcd.DBSize), mib(s.Etcd.DBSizeInUse), mib(s.DataDir),
-		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog)
+		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog, mib(s.RedisUsed), s.RedisKeys)
 }
 
 // WriteSummary prints the verdict and the per-fire figures.
@@ -478,7 +503,7 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "  bytes written to disk per fire (/proc write_bytes, WAL + bbolt + logs): %.0f B\n", r.DiskWritePerFire)
 	if len(r.Samples) > 0 {
 		l := r.Samples[len(r.Samples)-1]
-		fmt.Fprintf(w, "  at the end: etcd DB %.1f MiB (in use %.1f), data dir %.1f MiB, RSS %.1f MiB (peak %.1f)\n", mib(l.Etcd.DBSize), mib(l.Etcd.DBSizeInUse), mib(l.DataDir), mib(l.RSS), mib(l.HWM))
+		fmt.Fprintf(w, "  at the end: etcd DB %.1f MiB (in use %.1f), data dir %.1f MiB, RSS %.1f MiB (peak %.1f), Redis %.1f MiB in %d keys\n", mib(l.Etcd.DBSize), mib(l.Etcd.DBSizeInUse), mib(l.DataDir), mib(l.RSS), mib(l.HWM), mib(l.RedisUsed), l.RedisKeys)
 	}
 	for _, g := range r.Growth {
 		judged := "informational"
@@ -499,4 +524,21 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  FAIL: %s\n", f)
 	}
+}
+
+// redisFootprint reads the broker's used_memory and the keys in beatd's
+// database; -1 where Redis did not answer.
+func redisFootprint(ctx context.Context, rdb *redis.Client) (used, keys int64) {
+	used, keys = -1, -1
+	if info, err := rdb.Info(ctx, "memory").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				used, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	if n, err := rdb.DBSize(ctx).Result(); err == nil {
+		keys = n
+	}
+	return used, keys
 }

@@ -75,7 +75,7 @@ func TestSoak(t *testing.T) {
 	}
 	_, err := RunSoak(ctx, SoakConfig{Bin: beatdBinary(t, ctx), Entries: *entriesFlag, Interval: *intervalFlag,
 		Duration: *durFlag, Sample: *sampleFlag, ExternalEtcd: *etcdFlag == "external", Out: *outFlag,
-		GrowthWindow: *windowFlag, DBLimit: DefaultDBLimit, RSSLimit: DefaultRSSLimit, Extra: splitArgs(*extraFlag),
+		GrowthWindow: *windowFlag, DBLimit: DefaultDBLimit, RSSLimit: DefaultRSSLimit, BrokerLimit: DefaultBrokerLimit, KeysLimit: DefaultKeysLimit, Extra: splitArgs(*extraFlag),
 		Keep: *keepFlag, Log: os.Stdout})
 	if err != nil {
 		t.Fatal(err)
