@@ -713,6 +713,16 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 			d.errorf(n, "options.headers must be a mapping")
 			continue
 		}
+		reserved := false
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; celery.ReservedHeaders[k.Value] {
+				d.errorf(k, "options.headers: %q is reserved: beatd sets it", k.Value)
+				reserved = true
+			}
+		}
+		if reserved {
+			continue
+		}
 		v, ok := d.value(n)
 		if !ok {
 			continue

@@ -393,3 +393,23 @@ func (f fakeRuns) Recent(_ context.Context, names []string) (map[string][]store.
 	}
 	return out, nil
 }
+
+// TestNextFireOnTheLeadersGrid: an interval without start_at runs on the
+// grid its state anchors (Since), so the console shows the slots the
+// leader fires, not the epoch grid's: on the entries page and the entry's.
+func TestNextFireOnTheLeadersGrid(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	since := now.Add(-7 * time.Second) // 09:59:53: off the epoch's 10 s grid
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("tick", "tasks.t", 10*time.Second)}}
+	_, hs := testServerAt(t, func() time.Time { return now }, cfg, &store.EntryState{Name: "tick", Since: since, LastSlot: since.Add(-10 * time.Second)})
+	for _, path := range []string{"/", "/entry/tick"} {
+		var body string
+		testutil.Eventually(t, 10*time.Second, path+" with the state loaded", func() bool {
+			_, body = get(t, hs.URL+path)
+			return strings.Contains(body, "10:00:03")
+		})
+		if strings.Contains(body, "10:00:10") && path == "/" {
+			t.Errorf("%s shows the epoch grid's 10:00:10", path)
+		}
+	}
+}

@@ -234,16 +234,15 @@ func (c *cluster) state(name string) *store.EntryState {
 	return nil
 }
 
-// paused reports, under one lock, which entries are paused, with the
-// generation it reflects.
-func (c *cluster) pausedSet() (map[string]bool, uint64) {
+// states returns, under one lock, every entry's stored state with the
+// generation it reflects. The records are shared, not copied: the mirror
+// replaces a record when its bucket changes and never writes one in place.
+func (c *cluster) statesSnapshot() (map[string]*store.EntryState, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]bool{}
+	out := make(map[string]*store.EntryState, len(c.states))
 	for n, st := range c.states {
-		if st.Paused {
-			out[n] = true
-		}
+		out[n] = st
 	}
 	return out, c.gen
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/scheduler"
 )
 
 // page is what the templates render. Live pages (sections sent over SSE)
@@ -399,14 +400,11 @@ func (s *Server) sorted(now time.Time) []indexRow {
 	if ix.cfg == cfg && ix.gen == gen && now.Before(ix.until) {
 		return ix.rows
 	}
-	paused, gen := s.cluster.pausedSet()
+	states, gen := s.cluster.statesSnapshot()
 	rows := make([]indexRow, len(cfg.Entries))
 	for i, e := range cfg.Entries {
-		r := indexRow{e: e, paused: paused[e.Name]}
-		if e.Enabled && !r.paused {
-			r.next = e.Schedule.Next(now)
-		}
-		rows[i] = r
+		st := states[e.Name]
+		rows[i] = indexRow{e: e, paused: st != nil && st.Paused, next: scheduler.NextFire(e, st, now)}
 	}
 	slices.SortFunc(rows, func(x, y indexRow) int {
 		a, b := x.next, y.next
@@ -522,11 +520,13 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	if st != nil {
 		ev.Paused = st.Paused
 	}
-	// The next 20 slots, marking where the zone's UTC offset changes.
+	// The next 20 slots, marking where the zone's UTC offset changes, on
+	// the grid the leader runs (scheduler.Anchored).
 	prev := p.Now.In(loc)
 	t := p.Now
+	sched := scheduler.Anchored(e, st, p.Now)
 	for i := 1; i <= 20; i++ {
-		t = e.Schedule.Next(t)
+		t = sched.Next(t)
 		if t.IsZero() {
 			break
 		}

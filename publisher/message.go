@@ -79,15 +79,10 @@ type amqpParts struct {
 	priority             *int   // nil: no priority property
 }
 
-// reservedHeaders may not be overridden by an entry's headers: they carry
-// the task's identity and the fence.
-var reservedHeaders = map[string]bool{"task": true, "id": true, "root_id": true, "expires": true,
-	"beat_entry": true, "beat_slot": true, "beat_fencing_token": true, "beat_manual": true}
-
 // Validate reports whether e can be compiled, without building anything.
 func Validate(e *Spec) error {
 	for i := 0; i < e.Options.Headers.Len(); i++ {
-		if k := e.Options.Headers.Keys[i]; reservedHeaders[k] {
+		if k := e.Options.Headers.Keys[i]; celery.ReservedHeaders[k] {
 			return fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
 		}
 	}

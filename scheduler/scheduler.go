@@ -531,16 +531,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		st.Since = now
 		l.baseline = append(l.baseline, *st)
 	}
-	// An interval without start_at or relative runs on a grid anchored
-	// where its schedule began: Since, from etcd, so every replica agrees
-	// (state written before Since existed keeps its last slot's phase).
-	since := now
-	if st != nil && !st.Since.IsZero() {
-		since = st.Since
-	} else if st != nil && !st.LastSlot.IsZero() {
-		since = st.LastSlot
-	}
-	e.sched = schedule.Anchor(e.Schedule, since)
+	e.sched = Anchored(e.Entry, st, now)
 	plan := planCatchupWith(e.Entry, e.sched, st, now)
 	m := l.s.cfg.Metrics
 	for _, d := range plan.dropped {

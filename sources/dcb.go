@@ -30,6 +30,16 @@ type DCBSource struct {
 	now      func() time.Time
 }
 
+// sqlitePath is the database file of a sqlite:// URL: sqlite:///abs/path,
+// and dj-database-url's and SQLAlchemy's sqlite:////abs/path, both name
+// /abs/path.
+func sqlitePath(u *url.URL) (string, error) {
+	if u.Host != "" || !strings.HasPrefix(u.Path, "/") || strings.Trim(u.Path, "/") == "" {
+		return "", fmt.Errorf("django-celery-beat source: want sqlite:///absolute/path (or sqlite:////absolute/path), got %q", u.Redacted())
+	}
+	return "/" + strings.TrimLeft(u.Path, "/"), nil
+}
+
 // OpenDCB opens postgres://... (or postgresql://) with pgx, or
 // sqlite:///path with the pure-Go SQLite driver, read-only unless
 // writeBack (see WriteBack).
@@ -50,9 +60,9 @@ func OpenDCB(rawURL string, poll time.Duration, writeBack bool) (*DCBSource, err
 		u.RawQuery = q.Encode()
 		db, err = sql.Open("pgx", u.String())
 	case "sqlite":
-		path := u.Path
-		if u.Host != "" {
-			return nil, fmt.Errorf("django-celery-beat source: want sqlite:///absolute/path, got host %q", u.Host)
+		path, err := sqlitePath(u)
+		if err != nil {
+			return nil, err
 		}
 		dsn := "file:" + path + "?mode=ro&_pragma=busy_timeout(5000)&_pragma=query_only(1)"
 		if writeBack {

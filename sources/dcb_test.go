@@ -69,7 +69,7 @@ func TestDCBRead(t *testing.T) {
 		}},
 		{"sqlite", func(t *testing.T) (string, string) {
 			path := filepath.Join(t.TempDir(), "dcb.sqlite3")
-			return fmt.Sprintf(`{"ENGINE": "django.db.backends.sqlite3", "NAME": %q}`, path), "sqlite://" + path
+			return fmt.Sprintf(`{"ENGINE": "django.db.backends.sqlite3", "NAME": %q}`, path), "sqlite:///" + path // dj-database-url's absolute form, sqlite:////abs
 		}},
 	}
 	for _, b := range backends {

@@ -12,7 +12,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -126,14 +126,8 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
 			es.RecentRuns = append(es.RecentRuns, h.Runs...)
 		}
-		if e != nil && e.Enabled && !es.Paused {
-			since := now // an interval not yet scheduled would be anchored now
-			if st != nil && !st.Since.IsZero() {
-				since = st.Since
-			} else if st != nil && !st.LastSlot.IsZero() {
-				since = st.LastSlot
-			}
-			es.NextRunAt = timePtr(schedule.Anchor(e.Schedule, since).Next(now))
+		if e != nil {
+			es.NextRunAt = timePtr(scheduler.NextFire(e, st, now))
 		}
 		out.Entries = append(out.Entries, es)
 		seen[name] = true

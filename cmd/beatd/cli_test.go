@@ -37,6 +37,24 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateRejectsWhatRunRejects: a reserved header is refused by
+// validate with its position, as by run, before anything starts.
+func TestValidateRejectsWhatRunRejects(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("entries:\n  a:\n    task: t\n    every: 1s\n    options: {headers: {x-tenant: a, beat_slot: forged}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// run logs it as JSON, so its quotes come escaped.
+	want := bad + `:5:38: options.headers: "beat_slot" is reserved: beatd sets it`
+	for _, args := range [][]string{{"validate", bad}, {"run", "--config", bad, "--broker", "redis://127.0.0.1:1/0", "--etcd-endpoints", "http://127.0.0.1:1"}} {
+		code, out, errs := runCLI(t, args...)
+		if errs += out; code == 0 || !strings.Contains(strings.ReplaceAll(errs, `\"`, `"`), want) {
+			t.Errorf("%s = %d, want an error %q:\n%s", args[0], code, want, errs)
+		}
+	}
+}
+
 func TestNextJSON(t *testing.T) {
 	t.Parallel()
 	code, out, errs := runCLI(t, "next", "--config", "../../schedules.yaml", "--entry", "nightly-report",

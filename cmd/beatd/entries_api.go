@@ -111,16 +111,17 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 		e := cfg.Entry(name)
 		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
 			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []store.Run{}}
-		if st := states[name]; st != nil {
+		st := states[name]
+		if st != nil {
 			v.Paused = st.Paused
 		}
 		if h, ok := runs[name]; ok {
 			v.LastRuns = append(v.LastRuns, h.Runs...)
 		}
 		if e.Enabled && !v.Paused {
-			t := now
+			t, sched := now, scheduler.Anchored(e, st, now)
 			for range nextRunsShown {
-				if t = e.Schedule.Next(t); t.IsZero() {
+				if t = sched.Next(t); t.IsZero() {
 					break
 				}
 				v.NextRuns = append(v.NextRuns, t)

@@ -20,6 +20,7 @@ import (
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/scheduler"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -395,9 +396,7 @@ func statusFromConfig(cfg *config.Config, now time.Time) api.Status {
 	}
 	for _, e := range cfg.Entries {
 		es := api.EntryStatus{Name: e.Name, Task: e.Task, Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled}
-		if e.Enabled {
-			es.NextRunAt = timePtr(e.Schedule.Next(now))
-		}
+		es.NextRunAt = timePtr(scheduler.NextFire(e, nil, now))
 		st.Entries = append(st.Entries, es)
 	}
 	return st

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -27,6 +30,13 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitError(exitFail)
+			}
+			// Every check `run` makes of a file before it contacts a server.
+			for _, e := range cfg.Entries {
+				if err := scheduler.ValidateEntry(e); err != nil {
+					fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
+					return exitError(exitFail)
+				}
 			}
 			fmt.Fprintf(stdout, "%s: ok, %d entries\n", args[0], len(cfg.Entries))
 			printSolarNotes(stdout, cfg, time.Now())
@@ -51,6 +61,7 @@ type nextOptions struct {
 	config, entry, from string
 	count               int
 	asJSON              bool
+	etcd                etcdFlags
 }
 
 func (o *nextOptions) register(fs *pflag.FlagSet) {
@@ -58,7 +69,9 @@ func (o *nextOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.entry, "entry", "", "only this entry")
 	fs.StringVar(&o.from, "from", "", "RFC 3339 instant to start after (default now)")
 	fs.IntVar(&o.count, "count", 5, "fire times per entry")
-	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}")
+	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}; a disabled or paused entry is one {\"entry\", \"disabled\": true} or {\"entry\", \"paused\": true} instead of times")
+	o.etcd.register(fs)
+	fs.Lookup("etcd-endpoints").Usage = "read each entry's state from this etcd (as the leader and the console do): paused entries, and intervals on the grid the leader runs; without it, intervals are anchored at --from"
 }
 
 // nextCommand is `beatd next`.
@@ -108,17 +121,40 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		}
 		entries = []*config.Entry{e}
 	}
+	states, err := o.states(c.Context())
+	if err != nil {
+		fmt.Fprintln(stderr, "beatd next:", err)
+		return 1
+	}
 	enc := json.NewEncoder(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if !*asJSON {
 		fmt.Fprintln(tw, "ENTRY\tTASK\tSCHEDULE\tNEXT\tIN")
 	}
 	for _, e := range entries {
+		st := states[e.Name]
+		if off := offWord(e, st); off != "" {
+			// It does not fire: say so, and print no fire times.
+			if *asJSON {
+				line := struct {
+					Entry    string `json:"entry"`
+					Disabled bool   `json:"disabled,omitempty"`
+					Paused   bool   `json:"paused,omitempty"`
+				}{e.Name, off == "disabled", off == "paused"}
+				if err := enc.Encode(line); err != nil {
+					fmt.Fprintln(stderr, err)
+					return 1
+				}
+				continue
+			}
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%v\tnever\t\n", e.Name, off, e.Task, e.Schedule)
+			continue
+		}
 		t := start
-		// An interval without start_at or relative is shown as if it were
-		// first scheduled at --from: its grid is anchored when beatd first
-		// schedules it.
-		sch := schedule.Anchor(e.Schedule, start)
+		// The grid the leader runs: with no state (no --etcd-endpoints, or
+		// an entry not scheduled yet), an interval without start_at or
+		// relative is anchored at --from, as when beatd first schedules it.
+		sch := scheduler.Anchored(e, st, start)
 		for i := 0; i < *count; i++ {
 			t = sch.Next(t)
 			if t.IsZero() {
@@ -141,9 +177,6 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			name, task, spec := "", "", ""
 			if i == 0 {
 				name, task, spec = e.Name, e.Task, fmt.Sprint(e.Schedule)
-				if !e.Enabled {
-					name += " (disabled)"
-				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, task, spec, at, humanDuration(t.Sub(start)))
 		}
@@ -153,6 +186,37 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// offWord says why an entry does not fire ("disabled", "paused"), or "".
+func offWord(e *config.Entry, st *store.EntryState) string {
+	switch {
+	case !e.Enabled:
+		return "disabled"
+	case st != nil && st.Paused:
+		return "paused"
+	}
+	return ""
+}
+
+// states reads every entry's state from etcd when --etcd-endpoints is
+// given, else returns none.
+func (o *nextOptions) states(ctx context.Context) (map[string]*store.EntryState, error) {
+	if len(o.etcd.endpoints()) == 0 {
+		return nil, nil
+	}
+	cli, err := o.etcd.client()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t, err := store.New(cli, o.etcd.prefix()).Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return t.States(), nil
 }
 
 // humanDuration writes a wait for people, always the same way: its two

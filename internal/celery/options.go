@@ -24,3 +24,10 @@ type Expiry struct {
 
 // IsSet reports whether an expiry was configured.
 func (e Expiry) IsSet() bool { return e.After > 0 || !e.At.IsZero() }
+
+// ReservedHeaders are the message headers an entry's options.headers may
+// not set: they carry the task's identity and the fence, which beatd
+// writes. The config rejects them (with the line), and the publisher
+// never lets one through.
+var ReservedHeaders = map[string]bool{"task": true, "id": true, "root_id": true, "expires": true,
+	"beat_entry": true, "beat_slot": true, "beat_fencing_token": true, "beat_manual": true}

@@ -1,0 +1,35 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/store"
+)
+
+// Anchored is e's schedule as the leader runs it. An interval without
+// start_at or relative runs on a grid anchored where its schedule began:
+// the state's Since, so every replica agrees; state written before Since
+// existed keeps its last slot's phase; an entry with no state is anchored
+// at now, where a leader would first schedule it.
+func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Schedule {
+	since := now
+	if st != nil && !st.Since.IsZero() {
+		since = st.Since
+	} else if st != nil && !st.LastSlot.IsZero() {
+		since = st.LastSlot
+	}
+	return schedule.Anchor(e.Schedule, since)
+}
+
+// NextFire is the one answer to "when does e fire next, after now": the
+// next slot of its anchored schedule, or zero when it is disabled,
+// paused or has no slot left. The leader, /status, the console and
+// `beatd next` all ask it.
+func NextFire(e *config.Entry, st *store.EntryState, now time.Time) time.Time {
+	if !e.Enabled || (st != nil && st.Paused) {
+		return time.Time{}
+	}
+	return Anchored(e, st, now).Next(now)
+}
