@@ -369,7 +369,10 @@ func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas
 	q := url.Values{"term": {fmt.Sprint(leader.Token)}, "name": names}
 	ctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/console/leader.json?"+q.Encode(), nil)
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr // registered by a release that kept host:port
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/console/leader.json?"+q.Encode(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
 	}

@@ -19,7 +19,7 @@ import (
 // and their health without reaching them.
 type Replica struct {
 	ID      string    `json:"id"`
-	HTTP    string    `json:"http"` // where its HTTP server answers, host:port
+	HTTP    string    `json:"http"` // the base URL its HTTP server answers at (host:port from older releases)
 	Started time.Time `json:"started"`
 	Version string    `json:"version,omitempty"`
 	// Health is "ok", or why the replica is not ready, as it last saw it.

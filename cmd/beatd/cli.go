@@ -68,7 +68,13 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "beatd",
 		Short: "A highly available replacement for Celery's celery beat",
 		Long: `beatd publishes Celery periodic tasks from a schedules.yaml. Replicas elect a
-leader through etcd; only the leader publishes, each (entry, slot) exactly once.`,
+leader through etcd; only the leader publishes, each (entry, slot) exactly once.
+
+Where commands go: status, trigger, pause, resume and members work on the
+cluster's state in etcd (--etcd-endpoints, --prefix), so they work with no
+replica running; next reads it too when given --etcd-endpoints. entries goes
+through a replica's HTTP entries API (--server), because a runtime entry is
+validated and applied by a running replica, as the API does.`,
 		Version:       versionString(),
 		SilenceErrors: true,
 		SilenceUsage:  true,

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/beatd/beatd/console"
@@ -61,7 +62,18 @@ func (m *Main) register(ctx context.Context) {
 	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.prefix(), TTL: m.LeaseTTL,
 		Health: m.Ready, Logger: m.log,
 		Leading: m.leader.Term},
-		election.Replica{ID: m.ID, HTTP: advertised(m.httpLn.Addr().String(), m.Etcd.endpoints()), Started: time.Now().UTC(), Version: versionString()})
+		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: time.Now().UTC(), Version: versionString()})
+}
+
+// advertisedURL is the one base URL other hosts reach this replica's HTTP
+// at: --advertise-url, else http:// and the address advertised() picks.
+// The registry (the console's leader link) and the catalog's status URL
+// both use it.
+func (m *Main) advertisedURL() string {
+	if m.AdvertiseURL != "" {
+		return strings.TrimSuffix(m.AdvertiseURL, "/")
+	}
+	return "http://" + advertised(m.httpLn.Addr().String(), m.Etcd.endpoints())
 }
 
 // advertised is the address other replicas reach this one's HTTP server

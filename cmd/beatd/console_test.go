@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -24,5 +25,27 @@ func TestAdvertised(t *testing.T) {
 	// Without etcd endpoints to route by, the host name.
 	if got := advertised("[::]:8080", nil); strings.HasPrefix(got, "[::]") || !strings.HasSuffix(got, ":8080") {
 		t.Errorf("advertised without etcd = %q", got)
+	}
+}
+
+// TestAdvertisedURL: --advertise-url is the one address: the registry the
+// console follows to the leader and the catalog's status URL both use it.
+func TestAdvertisedURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct{ flag, want string }{
+		{"", "http://" + ln.Addr().String()},
+		{"https://beatd-0.beatd.svc:8443/", "https://beatd-0.beatd.svc:8443"},
+	} {
+		m := &Main{AdvertiseURL: tc.flag, httpLn: ln}
+		if got := m.advertisedURL(); got != tc.want {
+			t.Errorf("--advertise-url %q: advertised %q, want %q", tc.flag, got, tc.want)
+		}
+		if got := m.statusURL(); got != tc.want+"/status" {
+			t.Errorf("--advertise-url %q: status URL %q", tc.flag, got)
+		}
 	}
 }

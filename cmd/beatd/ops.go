@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -237,21 +236,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 }
 
 // statusURL is where other hosts reach this replica's GET /status.
-func (m *Main) statusURL() string {
-	if m.AdvertiseURL != "" {
-		return m.AdvertiseURL + "/status"
-	}
-	host, port, err := net.SplitHostPort(m.httpLn.Addr().String())
-	if err != nil {
-		return ""
-	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		if host, err = os.Hostname(); err != nil {
-			return ""
-		}
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/status"
-}
+func (m *Main) statusURL() string { return m.advertisedURL() + "/status" }
 
 // statusBudget is how long GET /status waits for etcd before answering
 // from the last status it read, flagged stale.
