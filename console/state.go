@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -19,6 +21,7 @@ import (
 // for the live views. It loads once on first use and then applies the
 // watch's events, so a page never reads 100k keys.
 type cluster struct {
+	clock  clockwork.Clock // the mirror's retries wait on it
 	cli    *clientv3.Client
 	prefix string
 
@@ -45,7 +48,7 @@ type leaderSeen struct {
 
 func newCluster(cli *clientv3.Client, prefix string) *cluster {
 	return &cluster{cli: cli, prefix: prefix, states: map[string]*store.EntryState{}, loaded: make(chan struct{}),
-		changed: make(chan struct{}), demand: make(chan struct{})}
+		changed: make(chan struct{}), demand: make(chan struct{}), clock: clockwork.NewRealClock()}
 }
 
 // want asks run to start mirroring (the first page view does).
@@ -100,7 +103,7 @@ func (c *cluster) run(ctx context.Context) {
 		return
 	}
 	first := true
-	backoff := 100 * time.Millisecond
+	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		rev, err := c.load(ctx)
 		if first {
@@ -111,16 +114,13 @@ func (c *cluster) run(ctx context.Context) {
 			first = false
 		}
 		if err == nil {
-			backoff = 100 * time.Millisecond
+			b.Reset()
 			c.notify()
 			c.watch(ctx, rev)
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, c.clock, b.NextBackOff()) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/retry"
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -31,11 +34,12 @@ type Doc struct {
 type Entries struct {
 	cli    *clientv3.Client
 	prefix string
+	clock  clockwork.Clock // the watch's retries wait on it
 }
 
 // NewEntries returns the store under the cluster's prefix.
 func NewEntries(cli *clientv3.Client, prefix string) *Entries {
-	return &Entries{cli: cli, prefix: prefix + "defs/"}
+	return &Entries{cli: cli, prefix: keys.Defs(prefix), clock: clockwork.NewRealClock()}
 }
 
 func (s *Entries) key(name string) string { return s.prefix + name }
@@ -114,19 +118,16 @@ func (s *Entries) Delete(ctx context.Context, name string, ifMatch int64) error 
 // starts over with a full read, and is reported as the source's error
 // meanwhile, the last good set staying in use.
 func (s *Entries) Sync(ctx context.Context, m *Merger) {
-	backoff := 100 * time.Millisecond
+	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		err := s.syncOnce(ctx, m)
 		if ctx.Err() != nil {
 			return
 		}
 		m.SetError(API, err)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, s.clock, b.NextBackOff()) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/internal/leader"
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -191,20 +193,23 @@ func (m *Main) publishCatalog(l leader.Term) (stop func()) {
 	}
 	go func() {
 		defer close(done)
-		pending, backoff := true, time.Second
+		pending, b := true, retry.Backoff(time.Second, time.Minute)
+		var t clockwork.Timer
 		for {
-			var retry <-chan time.Time
+			var again <-chan time.Time
 			if pending {
 				err := m.publishCatalogOnce(ctx, l)
 				switch {
 				case err == nil:
-					pending, backoff = false, time.Second
+					pending = false
+					b.Reset()
 				case errors.Is(err, catalog.ErrNotLeader) || ctx.Err() != nil:
 					return
 				default:
-					m.log.Warn("publishing the config to etcd failed; retrying", "err", err, "backoff", backoff.String())
-					retry = time.After(backoff)
-					backoff = min(2*backoff, time.Minute)
+					wait := b.NextBackOff()
+					m.log.Warn("publishing the config to etcd failed; retrying", "err", err, "backoff", wait.String())
+					t = m.clock.NewTimer(wait)
+					again = t.Chan()
 				}
 			}
 			select {
@@ -212,7 +217,11 @@ func (m *Main) publishCatalog(l leader.Term) (stop func()) {
 				return
 			case <-m.ops.kick:
 				pending = true
-			case <-retry:
+			case <-again:
+			}
+			if t != nil {
+				t.Stop()
+				t = nil
 			}
 		}
 	}()

@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -75,6 +76,8 @@ func (m *Main) serve(ctx context.Context) int {
 // Main is the beatd daemon: it wires config, etcd, Redis, the election,
 // the scheduler and HTTP together.
 type Main struct {
+	// clock is the one clock the daemon's loops read and wait on.
+	clock          clockwork.Clock
 	ConfigPath     string
 	Etcd           etcdFlags
 	Cluster        clusterFlags
@@ -141,7 +144,7 @@ type Main struct {
 func NewMain(stdout, stderr io.Writer) *Main {
 	host, _ := os.Hostname()
 	return &Main{
-		ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
+		clock: clockwork.NewRealClock(), ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
 		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
@@ -336,7 +339,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(nil)
-	m.sched, err = scheduler.New(scheduler.Config{Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
+	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
 		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: publisher.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
 	if err != nil {
@@ -347,7 +350,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.leader, err = leader.New(leader.Config{Elector: leader.Etcd(elector), Lead: m.leadTerm,
+	if m.leader, err = leader.New(leader.Config{Clock: m.clock, Elector: leader.Etcd(elector), Lead: m.leadTerm,
 		Registerer: m.registry, CampaignErrors: m.metrics.EtcdErrors, Logger: m.log}); err != nil {
 		return err
 	}

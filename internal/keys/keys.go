@@ -35,6 +35,10 @@ func State(prefix string) string { return prefix + "state/" }
 // packed buckets, read once for migration.
 func LegacyEntries(prefix string) string { return prefix + "entries/" }
 
+// Defs is the prefix of the runtime entries' definitions (the entries
+// API's documents).
+func Defs(prefix string) string { return prefix + "defs/" }
+
 // Requests is the prefix of queued admin requests.
 func Requests(prefix string) string { return prefix + "requests/" }
 

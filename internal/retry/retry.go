@@ -1,18 +1,34 @@
 // Package retry is beatd's one backoff policy for operations retried until
 // they succeed: etcd campaigns and loads, publishes to a broker that is
-// down, state writes that etcd refuses.
+// down, state writes that etcd refuses, the catalog, the runtime entries'
+// watch and the console's mirror.
 package retry
 
 import (
+	"context"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/jonboulle/clockwork"
 )
 
 // Backoff returns an exponential backoff from initial, doubling up to max,
 // with ±20% jitter so replicas that failed together do not retry in step.
-// Callers wait on their own (injected) clock; the policy only computes the
-// intervals.
+// Callers wait on their own (injected) clock, with Sleep; the policy only
+// computes the intervals.
 func Backoff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: max, RandomizationFactor: 0.2}
+}
+
+// Sleep waits d on clock, or until ctx ends; it reports whether the wait
+// ran out (false: ctx ended first).
+func Sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) bool {
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.Chan():
+		return true
+	}
 }
