@@ -29,6 +29,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/internal/keys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -63,8 +64,8 @@ type Guard struct {
 	Token int64
 }
 
-func headerKey(prefix string) string  { return prefix + "catalog/header" }
-func dataPrefix(prefix string) string { return prefix + "catalog/data/" }
+func headerKey(prefix string) string  { return keys.CatalogHeader(prefix) }
+func dataPrefix(prefix string) string { return keys.CatalogData(prefix) }
 func chunkKey(prefix, sha string, i int) string {
 	return dataPrefix(prefix) + sha + "/" + strconv.Itoa(i)
 }

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,16 +153,15 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 // decodeBucket returns a state bucket's index and entries; -1 for a key
 // or value this version cannot read (the scheduler reports those).
 func (c *cluster) decodeBucket(key, value []byte) (int, []store.EntryState) {
-	suffix := strings.TrimPrefix(string(key), keys.State(c.prefix))
-	b, err := strconv.ParseUint(suffix, 16, 8)
-	if err != nil || len(suffix) != 2 {
+	b := store.BucketAt(c.prefix, key)
+	if b < 0 {
 		return -1, nil
 	}
 	recs, err := store.DecodeBucket(value)
 	if err != nil {
 		return -1, nil
 	}
-	return int(b), recs
+	return b, recs
 }
 
 func (c *cluster) watch(ctx context.Context, rev int64) {

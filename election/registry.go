@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/keys"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,7 +35,7 @@ type Replica struct {
 // RegistryConfig configures Register.
 type RegistryConfig struct {
 	Client *clientv3.Client
-	Prefix string // the cluster's prefix; registrations live under Prefix + "replicas/"
+	Prefix string // the cluster's prefix; registrations live under keys.Replicas
 	// TTL of the registration's lease: a replica that dies disappears this
 	// long after its last refresh. Default DefaultTTL.
 	TTL time.Duration
@@ -49,7 +50,7 @@ type RegistryConfig struct {
 	Logger  *slog.Logger
 }
 
-func replicaPrefix(prefix string) string { return prefix + "replicas/" }
+func replicaPrefix(prefix string) string { return keys.Replicas(prefix) }
 
 // Register keeps r registered, with a fresh health report every cfg.Every,
 // until ctx ends; then it revokes the registration's lease so the replica

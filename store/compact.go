@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/beatd/beatd/internal/keys"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -23,7 +24,7 @@ func Compact(ctx context.Context, cli *clientv3.Client, period time.Duration, lo
 	defer t.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := cli.Get(rctx, "compaction-probe", clientv3.WithCountOnly())
+		resp, err := cli.Get(rctx, keys.CompactionProbe, clientv3.WithCountOnly())
 		if err == nil && prev > 0 {
 			_, err = cli.Compact(rctx, prev)
 			if errors.Is(err, rpctypes.ErrCompacted) {

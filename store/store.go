@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"strconv"
 )
 
 // ErrNotLeader means a guarded write was refused: the leader key is gone
@@ -66,6 +67,21 @@ func New(cli *clientv3.Client, prefix string) *Store {
 func (s *Store) legacyPrefix() string   { return keys.LegacyEntries(s.prefix) }
 func (s *Store) bucketPrefix() string   { return keys.State(s.prefix) }
 func (s *Store) bucketKey(b int) string { return fmt.Sprintf("%s%02x", s.bucketPrefix(), b) }
+
+// BucketAt returns the index of the state bucket stored at key under
+// prefix, or -1 for any other key: readers of the raw keys (the console's
+// mirror) need the layout without owning it.
+func BucketAt(prefix string, key []byte) int {
+	suffix, ok := strings.CutPrefix(string(key), keys.State(prefix))
+	if !ok || len(suffix) != 2 {
+		return -1
+	}
+	b, err := strconv.ParseUint(suffix, 16, 8)
+	if err != nil {
+		return -1
+	}
+	return int(b)
+}
 
 // Load reads every entry's state.
 func (s *Store) Load(ctx context.Context) (*Table, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/scheduler"
 
+	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -124,7 +125,7 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *e
 		if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 			return fmt.Errorf("read %s*: %w", prefix, err)
 		}
-		probe := prefix + "probe"
+		probe := keys.Probe(prefix)
 		_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(probe), "=", -1)).
 			Then(clientv3.OpPut(probe, "")).Else(clientv3.OpGet(probe)).Commit()
 		if err != nil {

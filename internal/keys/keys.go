@@ -39,6 +39,24 @@ func LegacyEntries(prefix string) string { return prefix + "entries/" }
 // API's documents).
 func Defs(prefix string) string { return prefix + "defs/" }
 
+// CatalogHeader is the key of the published config's header.
+func CatalogHeader(prefix string) string { return prefix + "catalog/header" }
+
+// CatalogData is the prefix of the published config's chunks.
+func CatalogData(prefix string) string { return prefix + "catalog/data/" }
+
+// Replicas is the prefix of the replicas' registrations.
+func Replicas(prefix string) string { return prefix + "replicas/" }
+
+// Probe is the key the start-up check writes, guarded, to prove the
+// prefix is writable.
+func Probe(prefix string) string { return prefix + "probe" }
+
+// CompactionProbe is the key the compactor reads (count only) to learn
+// the current revision. It lies outside every cluster's prefix: one
+// compactor serves the whole etcd.
+const CompactionProbe = "compaction-probe"
+
 // Requests is the prefix of queued admin requests.
 func Requests(prefix string) string { return prefix + "requests/" }
 
