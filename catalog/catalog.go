@@ -29,6 +29,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -57,13 +58,6 @@ type Header struct {
 	StatusURL string `json:"status_url,omitempty"`
 }
 
-// Guard is the leadership every write must hold: the leader key's create
-// revision must still be the token.
-type Guard struct {
-	Key   string
-	Token int64
-}
-
 func headerKey(prefix string) string  { return keys.CatalogHeader(prefix) }
 func dataPrefix(prefix string) string { return keys.CatalogData(prefix) }
 func chunkKey(prefix, sha string, i int) string {
@@ -89,11 +83,11 @@ func Prepare(data []byte) Payload {
 
 // Publish stores p and h under prefix, guarded by g. It writes the chunks
 // only if etcd lacks them, and removes the chunks of older versions.
-func Publish(ctx context.Context, cli *clientv3.Client, prefix string, g Guard, h Header, p Payload) error {
+func Publish(ctx context.Context, cli *clientv3.Client, prefix string, g election.Fence, h Header, p Payload) error {
 	h.SHA256 = p.SHA256
 	z := p.gz
 	h.Chunks = (len(z) + ChunkSize - 1) / ChunkSize
-	guard := clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Token)
+	guard := g.Held()
 	commit := func(ops ...clientv3.Op) error {
 		resp, err := cli.Txn(ctx).If(guard).Then(ops...).Commit()
 		if err != nil {

@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // leaderKey puts a leader key under prefix and returns its guard.
-func leaderKey(t *testing.T, cli *clientv3.Client, prefix string) Guard {
+func leaderKey(t *testing.T, cli *clientv3.Client, prefix string) election.Fence {
 	t.Helper()
 	resp, err := cli.Put(context.Background(), prefix+"leader/1", "r0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Guard{Key: prefix + "leader/1", Token: resp.Header.Revision}
+	return election.Fence{Key: prefix + "leader/1", Token: resp.Header.Revision}
 }
 
 func TestPublishAndRead(t *testing.T) {

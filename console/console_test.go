@@ -16,6 +16,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -157,7 +158,7 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states
 		tab.Set(*st)
 		runs[st.Name] = []store.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
 	}
-	if err := store.New(cli, prefix).Save(context.Background(), store.Guard{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
+	if err := store.New(cli, prefix).Save(context.Background(), election.Fence{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
 	}
 	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *config.Config { return cfg }, Runs: runs, AdminEnabled: true, Now: now})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -46,7 +45,7 @@ func TestClusterQuorumLoss(t *testing.T) {
 	ttl := 3 * time.Second
 	c := runCandidates(t, cl.Endpoints(), 2, ttl)
 	_, l := c.waitLeader(t, 0, 10*time.Second)
-	st := store.New(testutil.NewEtcdClient(t, cl.Endpoints()...), prefix)
+	st := testutil.NewEtcdClient(t, cl.Endpoints()...)
 
 	lost := time.Now()
 	cl.Kill(cl.Members[0])
@@ -69,9 +68,7 @@ func TestClusterQuorumLoss(t *testing.T) {
 	}
 	// No guarded write can succeed without quorum.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	tab := store.NewTable()
-	tab.Set(store.EntryState{Name: "x"})
-	err := st.Save(ctx, store.Guard{Key: l.Key, Token: l.Token}, tab, nil)
+	err := guardedPut(ctx, st, l.Fence)
 	cancel()
 	if err == nil {
 		t.Fatal("a guarded write succeeded without quorum")

@@ -73,12 +73,10 @@ func (e *Elector) electionPrefix() string { return keys.Election(e.cfg.Prefix) }
 // Leadership is one term as leader. Its Context is cancelled the moment
 // the term ends, for whatever reason; Done closes after cleanup.
 type Leadership struct {
-	// Token is the fencing token: the leader key's create revision. It is
-	// cluster-wide monotonic, so every later leader's token is larger.
-	Token int64
-	// Key is the leader key, for transactions guarded by
-	// CreateRevision(Key) == Token.
-	Key string
+	// Fence is the term's leader key and fencing token (its create
+	// revision): cluster-wide monotonic, so every later leader's token is
+	// larger.
+	Fence
 
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -172,8 +170,8 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 
 	lctx, cancel := context.WithCancelCause(context.Background())
 	l := &Leadership{
-		Token: el.Rev(), Key: el.Key(),
-		ctx: lctx, cancel: cancel, session: sess, elect: el, done: make(chan struct{}),
+		Fence: Fence{Token: el.Rev(), Key: el.Key()},
+		ctx:   lctx, cancel: cancel, session: sess, elect: el, done: make(chan struct{}),
 	}
 	e.log.Info("elected leader", "candidate", e.cfg.ID, "token", l.Token, "lease", fmt.Sprintf("%x", grant.ID))
 	go func() {

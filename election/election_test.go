@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -181,11 +180,9 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if err != nil || obs.ID != id || obs.Token != l.Token {
 		t.Fatalf("Observe = %+v, %v; want %s/%d", obs, err, id, l.Token)
 	}
-	st := store.New(testutil.NewEtcdClient(t, srv.Endpoints...), prefix)
-	old := store.Guard{Key: l.Key, Token: l.Token}
-	tab := store.NewTable()
-	tab.Set(store.EntryState{Name: "a"})
-	if err := st.Save(context.Background(), old, tab, nil); err != nil {
+	st := testutil.NewEtcdClient(t, srv.Endpoints...)
+	old := l.Fence
+	if err := guardedPut(context.Background(), st, old); err != nil {
 		t.Fatalf("leader write: %v", err)
 	}
 	// Resign: a standby leads at once, with a larger token, and the old
@@ -206,9 +203,8 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if id2 == id || l2.Token <= l.Token {
 		t.Errorf("new leader %s token %d after %s token %d", id2, l2.Token, id, l.Token)
 	}
-	tab.Set(store.EntryState{Name: "a", Paused: true})
-	if err := st.Save(context.Background(), old, tab, nil); !errors.Is(err, store.ErrNotLeader) {
-		t.Fatalf("deposed write: %v, want ErrNotLeader", err)
+	if err := guardedPut(context.Background(), st, old); !errors.Is(err, errNotHeld) {
+		t.Fatalf("deposed write: %v, want errNotHeld", err)
 	}
 	// Lose the lease outright (as when the process dies): another leads.
 	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
@@ -262,4 +258,19 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("New(%+v): want an error", cfg)
 		}
 	}
+}
+
+var errNotHeld = errors.New("fence not held")
+
+// guardedPut writes under prefix in a transaction guarded by f, as the
+// state and the catalog do.
+func guardedPut(ctx context.Context, cli *clientv3.Client, f Fence) error {
+	resp, err := cli.Txn(ctx).If(f.Held()).Then(clientv3.OpPut(prefix+"guarded", "x")).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return errNotHeld
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
@@ -90,7 +91,7 @@ func (env *benchEnv) run(b *testing.B, yaml string, d time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	if err := s.Run(ctx, Term{Token: env.token, Key: env.key}); err != nil {
+	if err := s.Run(ctx, Term{Fence: election.Fence{Token: env.token, Key: env.key}}); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -155,7 +156,7 @@ func BenchmarkThroughput(b *testing.B) {
 		fmt.Fprintf(&sb, "  %s: {task: tasks.add, every: 1s, args: [%d, 1], catchup: all, max_catchup: %d, relative: true}\n", name, i, backlog+10)
 		states.Set(store.EntryState{Name: name, LastSlot: last})
 	}
-	if err := env.store.Save(context.Background(), store.Guard{Key: env.key, Token: env.token}, states, nil); err != nil {
+	if err := env.store.Save(context.Background(), election.Fence{Key: env.key, Token: env.token}, states, nil); err != nil {
 		b.Fatal(err)
 	}
 	want := entries * backlog
@@ -168,7 +169,7 @@ func BenchmarkThroughput(b *testing.B) {
 	done := make(chan error, 1)
 	b.ResetTimer()
 	start := time.Now()
-	go func() { done <- s.Run(ctx, Term{Token: env.token, Key: env.key}) }()
+	go func() { done <- s.Run(ctx, Term{Fence: election.Fence{Token: env.token, Key: env.key}}) }()
 	testutil.Eventually(b, 10*time.Minute, "every fire published", func() bool {
 		env.disp.mu.Lock()
 		defer env.disp.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
@@ -24,7 +25,7 @@ import (
 // duplicate, which it says loudly.
 type persister struct {
 	store    StateStore
-	guard    store.Guard
+	guard    election.Fence
 	log      *slog.Logger
 	m        *Metrics
 	clock    clockwork.Clock
@@ -68,7 +69,7 @@ const failLogEvery = time.Minute
 // dangerous: a failover then re-publishes slots whose dedup keys expired.
 const dedupMargin = time.Hour
 
-func newPersister(s StateStore, g store.Guard, t *store.Table, c Config) *persister {
+func newPersister(s StateStore, g election.Fence, t *store.Table, c Config) *persister {
 	p := &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
 		interval: c.StateInterval, dedupTTL: c.DedupTTL,
 		errc: make(chan struct{}), kick: make(chan struct{}, 1), written: make(chan struct{}),

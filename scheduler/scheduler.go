@@ -14,6 +14,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
@@ -44,7 +45,7 @@ type StateStore interface {
 	Load(ctx context.Context) (*store.Table, error)
 	// Save writes the table's dirty buckets and deletes the keys in also
 	// (completed admin requests) once the state is written.
-	Save(ctx context.Context, g store.Guard, t *store.Table, also []string) error
+	Save(ctx context.Context, g election.Fence, t *store.Table, also []string) error
 	PendingRequests(ctx context.Context) ([]store.Request, int64, error)
 	WatchRequests(ctx context.Context, rev int64) <-chan struct{}
 }
@@ -53,8 +54,7 @@ var _ StateStore = (*store.Store)(nil)
 
 // Term is the leadership the loop runs under.
 type Term struct {
-	Token int64
-	Key   string
+	election.Fence
 	// Elected is when the term began. Slots due after it are regular slots
 	// even if they pass while the loop starts up; only earlier ones are
 	// missed and go through the catch-up policy. Zero means "now".
@@ -277,7 +277,7 @@ type pendingFire struct {
 type loop struct {
 	s        *Scheduler
 	term     Term
-	guard    store.Guard
+	guard    election.Fence
 	set      *entrySet
 	heap     slotHeap
 	items    map[string]*item
@@ -310,7 +310,7 @@ var ErrTermEnded = errors.New("scheduler: term ended")
 // the publish in flight and persisting it), or with ErrTermEnded when the
 // fence or etcd says another replica leads.
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
-	l := &loop{s: s, term: term, guard: store.Guard{Key: term.Key, Token: term.Token}, dirty: map[string]bool{}}
+	l := &loop{s: s, term: term, guard: term.Fence, dirty: map[string]bool{}}
 	m := s.cfg.Metrics
 	termEnded := m.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
 	defer termEnded()

@@ -14,6 +14,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/beatd/beatd/election"
 	beatdtest "github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
@@ -147,7 +148,7 @@ func (s *memStore) Load(context.Context) (*store.Table, error) {
 	return t, nil
 }
 
-func (s *memStore) Save(ctx context.Context, g store.Guard, t *store.Table, also []string) error {
+func (s *memStore) Save(ctx context.Context, g election.Fence, t *store.Table, also []string) error {
 	s.mu.Lock()
 	if s.hang {
 		s.mu.Unlock()
@@ -262,7 +263,7 @@ func (h *harness) start(token int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan error, 1)
-	go func() { h.done <- h.sched.Run(ctx, Term{Token: token, Key: "/leader"}) }()
+	go func() { h.done <- h.sched.Run(ctx, Term{Fence: election.Fence{Token: token, Key: "/leader"}}) }()
 	h.t.Cleanup(func() { cancel(); <-h.done })
 }
 
@@ -628,7 +629,7 @@ func TestSlotDuringStartupIsNotMissed(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.done = make(chan error, 1)
 	go func() {
-		h.done <- h.sched.Run(ctx, Term{Token: 7, Key: "/leader", Elected: t0.Add(-10 * time.Millisecond)})
+		h.done <- h.sched.Run(ctx, Term{Fence: election.Fence{Token: 7, Key: "/leader"}, Elected: t0.Add(-10 * time.Millisecond)})
 	}()
 	t.Cleanup(func() { cancel(); <-h.done })
 	got := h.waitPublished(1)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"strconv"
 )
@@ -41,16 +42,6 @@ type Run struct {
 	Token       int64     `json:"token"`
 	TaskID      string    `json:"task_id"`
 	Manual      bool      `json:"manual,omitempty"`
-}
-
-// Guard is the leadership a write must hold.
-type Guard struct {
-	Key   string
-	Token int64
-}
-
-func (g Guard) cmp() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(g.Key), "=", g.Token)
 }
 
 // Store reads and writes entry state under a prefix.
@@ -173,7 +164,7 @@ func decodeLegacy(b []byte) (EntryState, error) {
 // nothing. Buckets written are marked clean; on any error the rest stay
 // dirty for the next call. Each transaction holds whole buckets, so state
 // is never torn.
-func (s *Store) Save(ctx context.Context, g Guard, t *Table, also []string) error {
+func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []string) error {
 	type bucket struct {
 		b   int
 		enc []byte
@@ -239,11 +230,11 @@ func (s *Store) Save(ctx context.Context, g Guard, t *Table, also []string) erro
 	return commit()
 }
 
-func (s *Store) commit(ctx context.Context, g Guard, ops []clientv3.Op) error {
+func (s *Store) commit(ctx context.Context, g election.Fence, ops []clientv3.Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	resp, err := s.cli.Txn(ctx).If(g.cmp()).Then(ops...).Commit()
+	resp, err := s.cli.Txn(ctx).If(g.Held()).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("store: commit %d ops: %w", len(ops), err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,7 +48,7 @@ const prefix = "/beatd/test/"
 
 // lead creates a leader key the way an election would, and returns its
 // guard.
-func lead(t *testing.T, cli *clientv3.Client, pfx string) Guard {
+func lead(t *testing.T, cli *clientv3.Client, pfx string) election.Fence {
 	t.Helper()
 	ctx := context.Background()
 	key := pfx + "leader/x"
@@ -60,7 +61,7 @@ func lead(t *testing.T, cli *clientv3.Client, pfx string) Guard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Guard{Key: key, Token: resp.Header.Revision}
+	return election.Fence{Key: key, Token: resp.Header.Revision}
 }
 
 // runs numbers the tests' prefixes: the package's etcd outlives a test,
@@ -241,7 +242,7 @@ func TestRequests(t *testing.T) {
 	// A deposed leader can neither apply nor consume a request.
 	tab := NewTable()
 	tab.Set(EntryState{Name: "x", Paused: true})
-	stale := Guard{Key: g.Key, Token: g.Token - 1}
+	stale := election.Fence{Key: g.Key, Token: g.Token - 1}
 	if err := s.Save(ctx, stale, tab, []string{reqs[0].Key}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("stale complete: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/beatd/beatd/store"
 )
@@ -30,7 +31,7 @@ func TestNextReadsState(t *testing.T) {
 	tbl := store.NewTable()
 	tbl.Set(store.EntryState{Name: "tick", Since: since})
 	tbl.Set(store.EntryState{Name: "held", Since: since, Paused: true})
-	if err := store.New(cli, prefix).Save(ctx, store.Guard{Key: prefix + "leader/test", Token: resp.Header.Revision}, tbl, nil); err != nil {
+	if err := store.New(cli, prefix).Save(ctx, election.Fence{Key: prefix + "leader/test", Token: resp.Header.Revision}, tbl, nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "s.yaml")

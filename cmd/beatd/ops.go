@@ -237,7 +237,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
 		PublishedAt: time.Now().UTC(), StatusURL: m.statusURL()}
-	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), catalog.Guard{Key: l.Key, Token: l.Token}, h, lc.prepared()); err != nil {
+	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), l.Fence, h, lc.prepared()); err != nil {
 		return err
 	}
 	m.log.Debug("config published to etcd", "entries", lc.entries, "token", l.Token)

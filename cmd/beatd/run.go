@@ -295,7 +295,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if publisher.IsAMQPURL(m.Broker) {
 		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
-			Verify: publisher.LeaderCheck(m.etcd, prefix), Queues: m.amqpQueues,
+			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log})
 		if err != nil {
 			return err
@@ -481,4 +481,17 @@ func (m *Main) amqpQueues() publisher.Queues {
 		return c.AMQP
 	}
 	return nil
+}
+
+// amqpVerify is the etcd half of the AMQP fence: election says whether
+// the term is still the current one, and a deposed term is the broker's
+// ErrStale. It lives here, in the wiring, so no broker imports election.
+func amqpVerify(cli *clientv3.Client, prefix string) func(ctx context.Context, token int64) error {
+	return func(ctx context.Context, token int64) error {
+		err := election.CheckCurrent(ctx, cli, prefix, token)
+		if errors.Is(err, election.ErrDeposed) {
+			return fmt.Errorf("%w: %w", publisher.ErrStale, err)
+		}
+		return err
+	}
 }

@@ -27,8 +27,8 @@ type Elector interface {
 
 // Lease is one won term.
 type Lease interface {
-	// Fence is the term's fencing token and the leader key it guards.
-	Fence() (token int64, key string)
+	// Fence is the term's leader key and fencing token.
+	Fence() election.Fence
 	// Context ends the moment the term is lost or resigned; its cause
 	// says why.
 	Context() context.Context
@@ -154,7 +154,8 @@ func (l *Loop) Run(ctx context.Context) {
 
 // lead runs one term, from winning it to resigning it.
 func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) {
-	token, key := lease.Fence()
+	fence := lease.Fence()
+	token := fence.Token
 	// elected before token: a reader that sees the token sees its start.
 	l.elected.Store(elected.UnixNano())
 	l.token.Store(token)
@@ -164,7 +165,7 @@ func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) {
 
 	termCtx, cancel := context.WithCancel(lease.Context())
 	stop := context.AfterFunc(ctx, cancel)
-	err := l.cfg.Lead(termCtx, Term{Term: scheduler.Term{Token: token, Key: key, Elected: elected}, Lease: lease.Context()})
+	err := l.cfg.Lead(termCtx, Term{Term: scheduler.Term{Fence: fence, Elected: elected}, Lease: lease.Context()})
 	stop()
 	cancel()
 
@@ -205,4 +206,4 @@ func (e etcdElector) Campaign(ctx context.Context) (Lease, error) {
 
 type etcdLease struct{ *election.Leadership }
 
-func (l etcdLease) Fence() (int64, string) { return l.Token, l.Key }
+func (l etcdLease) Fence() election.Fence { return l.Leadership.Fence }

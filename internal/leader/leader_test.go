@@ -10,6 +10,7 @@ import (
 
 	beatdtest "github.com/beatd/beatd/internal/testutil"
 
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +56,7 @@ func newFakeLease(token int64) *fakeLease {
 	return &fakeLease{token: token, ctx: ctx, lose: cancel, resigned: make(chan struct{})}
 }
 
-func (l *fakeLease) Fence() (int64, string)   { return l.token, "leader/key" }
+func (l *fakeLease) Fence() election.Fence    { return election.Fence{Key: "leader/key", Token: l.token} }
 func (l *fakeLease) Context() context.Context { return l.ctx }
 func (l *fakeLease) Resign(context.Context) error {
 	l.once.Do(func() { l.lose(errors.New("resigned")); close(l.resigned) })
@@ -206,7 +207,7 @@ func TestTerm(t *testing.T) {
 	lease := newFakeLease(42)
 	h.send(lease)
 	c := h.term()
-	want := scheduler.Term{Token: 42, Key: "leader/key", Elected: t0}
+	want := scheduler.Term{Fence: election.Fence{Token: 42, Key: "leader/key"}, Elected: t0}
 	if c.term.Term != want {
 		t.Errorf("Lead got %+v, want %+v", c.term.Term, want)
 	}
