@@ -82,7 +82,7 @@ func (p *Publisher) Check(ctx context.Context, tasks ...*Task) error {
 	}
 	if denied > 0 {
 		u := uses[denied-1]
-		return fmt.Errorf("the broker user may not run %s (NOPERM); see the README's ACL SETUSER line for what beatd needs", describeUse(u))
+		return fmt.Errorf("the broker user may not run %s (NOPERM); see docs/brokers.md's ACL SETUSER line for what beatd needs", describeUse(u))
 	}
 	if p.repl.want == ReplicasAuto {
 		if err := p.repl.count(ctx, p.rdb); err != nil {

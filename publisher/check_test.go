@@ -18,7 +18,7 @@ import (
 // to paste.
 func readmeACL(t *testing.T) []string {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/brokers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func readmeACL(t *testing.T) []string {
 			return strings.Fields(line)
 		}
 	}
-	t.Fatal("README.md has no `ACL SETUSER beatd ...` line")
+	t.Fatal("docs/brokers.md has no `ACL SETUSER beatd ...` line")
 	return nil
 }
 

@@ -137,7 +137,7 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *e
 	case err == nil:
 		return nil
 	case errors.Is(err, rpctypes.ErrPermissionDenied) || strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()):
-		return fmt.Errorf("etcd %s: start-up check failed: %w (the user or client certificate needs a role with readwrite on the prefix %s: see the README)",
+		return fmt.Errorf("etcd %s: start-up check failed: %w (the user or client certificate needs a role with readwrite on the prefix %s: see docs/operations.md)",
 			endpoints, err, prefix)
 	case etcdFatal(err):
 		return fmt.Errorf("etcd %s: start-up check failed: %w", endpoints, err)

@@ -83,7 +83,7 @@ func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *harness.R
 // password placeholder replaced, as arguments after "ACL SETUSER beatd".
 func readmeACL(t *testing.T, password string) []any {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open("../../docs/brokers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func readmeACL(t *testing.T, password string) []any {
 		}
 		return out
 	}
-	t.Fatal("README.md has no `ACL SETUSER beatd ...` line")
+	t.Fatal("docs/brokers.md has no `ACL SETUSER beatd ...` line")
 	return nil
 }
 
