@@ -24,18 +24,13 @@ type drop struct {
 	count  int64
 }
 
-// planCatchup applies e's catch-up policy to the slots owed since the
-// state's CatchupFrom (or, for an entry never fired with start_at and
-// catchup: all, since start_at) up to now, the instant the term was
-// elected. It is pure: the loop applies the plan. A missed slot whose
-// jittered due time is still ahead is not missed yet: it is the next slot.
-func planCatchup(e *config.Entry, st *store.EntryState, now time.Time) catchupPlan {
-	return planCatchupWith(e, e.Schedule, st, now)
-}
-
-// planCatchupWith is planCatchup on sched, e's schedule as the loop runs
-// it (an interval anchored where it began).
-func planCatchupWith(e *config.Entry, sched schedule.Schedule, st *store.EntryState, now time.Time) catchupPlan {
+// planCatchup applies e's catch-up policy to the slots of sched (e's
+// schedule as the loop runs it: Anchored) owed since the state's
+// CatchupFrom (or, for an entry never fired with start_at and catchup:
+// all, since start_at) up to now, the instant the term was elected. It is
+// pure: the loop applies the plan. A missed slot whose jittered due time
+// is still ahead is not missed yet: it is the next slot.
+func planCatchup(e *config.Entry, sched schedule.Schedule, st *store.EntryState, now time.Time) catchupPlan {
 	var last time.Time
 	if st != nil {
 		last = st.CatchupFrom()

@@ -55,7 +55,7 @@ func TestPlanCatchup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustConfig(t, "entries:\n  e: {task: t, "+tt.entry+"}\n")
-			p := planCatchup(cfg.Entries[0], tt.state, now)
+			p := planCatchup(cfg.Entries[0], Anchored(cfg.Entries[0], tt.state, now), tt.state, now)
 			var fire, dropped []string
 			for _, s := range p.fire {
 				fire = append(fire, s.UTC().Format("15:04:05"))
@@ -87,7 +87,8 @@ func TestPlanCatchupJitterAhead(t *testing.T) {
 	e := cfg.Entries[0]
 	for off := time.Duration(0); off < 60*time.Second; off += 7 * time.Second {
 		now := t0.Add(5*time.Minute + off)
-		p := planCatchup(e, &store.EntryState{LastSlot: t0.Add(3 * time.Minute)}, now)
+		st := &store.EntryState{LastSlot: t0.Add(3 * time.Minute)}
+		p := planCatchup(e, Anchored(e, st, now), st, now)
 		slot := t0.Add(5 * time.Minute)
 		ahead := slot.Add(jitter(e, slot)).After(now)
 		if ahead && (!p.next.Equal(slot) || len(p.fire) != 1) {

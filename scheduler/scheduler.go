@@ -311,11 +311,36 @@ var ErrTermEnded = errors.New("scheduler: term ended")
 // fence or etcd says another replica leads.
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	l := &loop{s: s, term: term, guard: term.Fence, dirty: map[string]bool{}}
-	m := s.cfg.Metrics
-	termEnded := m.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
+	termEnded := s.cfg.Metrics.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
 	defer termEnded()
-	// Load state and raise the fence before anything else: from here on a
-	// deposed leader's publishes are refused.
+	table, err := l.begin(ctx)
+	if err != nil {
+		return err
+	}
+	// The persister owns the table from here; the loop keeps its own view
+	// in l.states and hands it changes.
+	stopPersister := l.startPersister(ctx, table)
+	defer stopPersister()
+
+	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
+	if err != nil {
+		s.cfg.Metrics.EtcdErrors.Inc()
+		s.log.Warn("list admin requests", "err", err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
+	l.handleRequests(reqs)
+	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
+	return l.run(ctx)
+}
+
+// begin starts a term: it loads the state and raises the fence before
+// anything else (from then on a deposed leader's publishes are refused),
+// prunes removed entries, and schedules every entry with its catch-up.
+// It returns the table the persister takes over.
+func (l *loop) begin(ctx context.Context) (*store.Table, error) {
+	s := l.s
 	var (
 		table *store.Table
 		err   error
@@ -324,14 +349,14 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		table, err = s.cfg.Store.Load(ctx)
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.retry(ctx, "raise fence", func() error { return s.cfg.Dispatcher.RaiseFence(ctx, term.Token) }); err != nil {
-		return err
+	if err := s.retry(ctx, "raise fence", func() error { return s.cfg.Dispatcher.RaiseFence(ctx, l.term.Token) }); err != nil {
+		return nil, err
 	}
 	now := s.cfg.Clock.Now()
-	if !term.Elected.IsZero() && term.Elected.Before(now) {
-		now = term.Elected
+	if !l.term.Elected.IsZero() && l.term.Elected.Before(now) {
+		now = l.term.Elected
 	}
 	l.set = s.entries.Load()
 	s.applied.Store(l.set)
@@ -341,9 +366,8 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	l.states = table.States()
 	l.nextSweep = now.Add(sweepEvery)
 	if err := l.forget(ctx, gone); err != nil {
-		return err
+		return nil, err
 	}
-
 	l.items = make(map[string]*item, len(l.set.byName))
 	for name, e := range l.set.byName {
 		l.startEntry(e, l.states[name], now, true)
@@ -355,34 +379,30 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		table.Set(st)
 	}
 	l.baseline = nil
+	return table, nil
+}
 
-	// The persister owns the table from here; the loop keeps its own view
-	// in l.states and hands it changes.
+// startPersister runs the term's persister on table until the returned
+// stop is called. It outlives ctx, so the loop's last persist runs.
+func (l *loop) startPersister(ctx context.Context, table *store.Table) (stop func()) {
+	s := l.s
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.persist = newPersister(s.cfg.Store, l.guard, table, s.cfg)
 	s.persist.Store(l.persist)
 	var pwg sync.WaitGroup
 	pwg.Add(1)
 	go func() { defer pwg.Done(); l.persist.run(pctx) }()
-	defer func() {
+	return func() {
 		pcancel()
 		pwg.Wait()
 		s.persist.CompareAndSwap(l.persist, nil)
-	}()
-
-	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
-	if err != nil {
-		m.EtcdErrors.Inc()
-		s.log.Warn("list admin requests", "err", err)
 	}
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
-	if err := l.handleRequests(ctx, reqs); err != nil {
-		return err
-	}
-	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
+}
 
+// run is the term's loop: publish what is pending, collect what is due,
+// and wait for the next slot, a reload, an admin request or the end.
+func (l *loop) run(ctx context.Context) error {
+	s := l.s
 	// The timer is armed only where the loop waits on it: an armed timer
 	// then means an idle loop, which tests rely on. So it is made at the
 	// first wait, not armed and stopped here.
@@ -434,8 +454,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 			l.collectDue(s.cfg.Clock.Now())
 			continue
 		}
-		now := s.cfg.Clock.Now()
-		l.collectDue(now)
+		l.collectDue(s.cfg.Clock.Now())
 		if len(l.pending) > 0 {
 			continue
 		}
@@ -446,30 +465,8 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 			wait = max(l.heap[0].due.Sub(s.cfg.Clock.Now()), 0)
 		}
 		arm(wait)
-		select {
-		case <-ctx.Done():
-			return l.finish()
-		case <-timer.Chan():
-		case <-s.reload:
-			l.applyReload(s.cfg.Clock.Now())
-		case _, ok := <-l.requests:
-			if !ok {
-				l.requests = nil
-				if ctx.Err() == nil {
-					return fmt.Errorf("%w: request watch closed", ErrTermEnded)
-				}
-				continue
-			}
-			reqs, _, err := s.cfg.Store.PendingRequests(ctx)
-			if err != nil {
-				m.EtcdErrors.Inc()
-				s.log.Warn("list admin requests", "err", err)
-				continue
-			}
-			if err := l.handleRequests(ctx, reqs); err != nil {
-				return err
-			}
-		case <-l.persist.errc:
+		if done, err := l.wait(ctx, timer); done {
+			return err
 		}
 		if !timer.Stop() {
 			select {
@@ -478,6 +475,36 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 			}
 		}
 	}
+}
+
+// wait blocks until the timer fires or something else needs the loop,
+// and handles that; done means the term is over, with run's result.
+func (l *loop) wait(ctx context.Context, timer clockwork.Timer) (done bool, err error) {
+	s := l.s
+	select {
+	case <-ctx.Done():
+		return true, l.finish()
+	case <-timer.Chan():
+	case <-s.reload:
+		l.applyReload(s.cfg.Clock.Now())
+	case _, ok := <-l.requests:
+		if !ok {
+			l.requests = nil
+			if ctx.Err() == nil {
+				return true, fmt.Errorf("%w: request watch closed", ErrTermEnded)
+			}
+			return false, nil
+		}
+		reqs, _, err := s.cfg.Store.PendingRequests(ctx)
+		if err != nil {
+			s.cfg.Metrics.EtcdErrors.Inc()
+			s.log.Warn("list admin requests", "err", err)
+			return false, nil
+		}
+		l.handleRequests(reqs)
+	case <-l.persist.errc:
+	}
+	return false, nil
 }
 
 // retry runs op until it succeeds or ctx ends, backing off.
@@ -532,7 +559,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		l.baseline = append(l.baseline, *st)
 	}
 	e.sched = Anchored(e.Entry, st, now)
-	plan := planCatchupWith(e.Entry, e.sched, st, now)
+	plan := planCatchup(e.Entry, e.sched, st, now)
 	m := l.s.cfg.Metrics
 	for _, d := range plan.dropped {
 		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
@@ -838,7 +865,7 @@ func (l *loop) flushBaseline() {
 // handleRequests applies admin requests. A trigger becomes a pending manual
 // fire, completed once published; pause and resume complete at once, in
 // order with state writes.
-func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
+func (l *loop) handleRequests(reqs []store.Request) {
 	for _, r := range reqs {
 		if l.persist.seen(r.ID) {
 			continue
@@ -873,7 +900,6 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) error {
 			l.persist.complete(r, nil)
 		}
 	}
-	return nil
 }
 
 // finishBudget bounds the final state write on shutdown. Persisting is an

@@ -841,6 +841,8 @@ func TestRemovedEntryForgottenAfterGrace(t *testing.T) {
 	}
 	setClock(h.clock, t0.Add(2*time.Hour))
 	eventually(t, 5*time.Second, "b forgotten", func() bool { return slices.Equal(h.disp.forgottenList(), []string{"b"}) })
+	h.settle()
+	setClock(h.clock, t0.Add(2*time.Hour+2*time.Second)) // the persister's next write
 	eventually(t, 5*time.Second, "b's state deleted", func() bool { return h.store.get("b") == nil })
 	if h.store.get("c") == nil {
 		t.Fatal("c's state was dropped")
