@@ -49,8 +49,13 @@ func TestMeasureFailoverCoLocated(t *testing.T) {
 				lead.start(t)
 			}
 			slices.Sort(gaps)
+			median := gaps[len(gaps)/2]
 			t.Logf("move-raft-leader=%v, TTL %s: min %s, median %s, max %s over %d kills", move, ec.ttl,
-				gaps[0].Round(time.Millisecond), gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond), len(gaps))
+				gaps[0].Round(time.Millisecond), median.Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond), len(gaps))
+			// The target: kill -9 failover within TTL + 1 s.
+			if limit := ec.ttl + time.Second; median > limit {
+				t.Errorf("median failover %s, want at most TTL + 1 s = %s", median.Round(time.Millisecond), limit)
+			}
 		})
 	}
 }
