@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -34,6 +35,9 @@ type Config struct {
 	// Default: TTL/5, at least 500ms.
 	SafetyMargin time.Duration
 	Logger       *slog.Logger
+	// Clock times the keepalives and the local step-down; the real
+	// (monotonic) clock if nil.
+	Clock clockwork.Clock
 }
 
 // Elector campaigns for leadership, again and again.
@@ -61,6 +65,9 @@ func New(cfg Config) (*Elector, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	return &Elector{cfg: cfg, log: cfg.Logger.With("component", "election")}, nil
 }
@@ -136,7 +143,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 	}
 	// The lease's keepalives are tracked from the moment it is granted, so
 	// a campaign that outlives its lease cannot win with a dead lease.
-	ka := newKeepalive(e.cfg.Client, grant.ID, e.cfg.TTL, e.cfg.SafetyMargin, time.Now())
+	ka := newKeepalive(leaseRenewer(e.cfg.Client, grant.ID), e.cfg.Clock, e.cfg.TTL, e.cfg.SafetyMargin, e.cfg.Clock.Now())
 	kaCtx, kaStop := context.WithCancel(context.WithoutCancel(ctx))
 	go ka.run(kaCtx)
 

@@ -346,7 +346,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.configAccepted(cfg)
-	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log})
+	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log, Clock: m.clock})
 	if err != nil {
 		return err
 	}
