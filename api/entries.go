@@ -18,8 +18,8 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/sources"
-	"github.com/beatd/beatd/store"
 )
 
 // Body size limits of the entries API: one entry, and a set applied at
@@ -39,14 +39,14 @@ type Entry struct {
 	Source string `json:"source"`
 	// Active is false for a runtime entry that is not running: another
 	// source owns the name (see Problem) or it no longer validates.
-	Active   bool        `json:"active"`
-	Problem  string      `json:"problem,omitempty"`
-	Task     string      `json:"task,omitempty"`
-	Schedule string      `json:"schedule,omitempty"`
-	Enabled  bool        `json:"enabled"`
-	Paused   bool        `json:"paused"`
-	NextRuns []time.Time `json:"next_runs"`
-	LastRuns []store.Run `json:"last_runs"`
+	Active   bool         `json:"active"`
+	Problem  string       `json:"problem,omitempty"`
+	Task     string       `json:"task,omitempty"`
+	Schedule string       `json:"schedule,omitempty"`
+	Enabled  bool         `json:"enabled"`
+	Paused   bool         `json:"paused"`
+	NextRuns []time.Time  `json:"next_runs"`
+	LastRuns []broker.Run `json:"last_runs"`
 	// Spec is the stored document of a runtime entry (source api), and
 	// ModRevision its etcd mod revision, for If-Match.
 	Spec        json.RawMessage `json:"spec,omitempty"`

@@ -3,7 +3,7 @@ package config
 import (
 	"math"
 
-	"github.com/beatd/beatd/internal/celery"
+	"github.com/beatd/beatd/celery"
 	"gopkg.in/yaml.v3"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 	_ "time/tzdata" // a minimal container image has no zoneinfo.
 
-	"github.com/beatd/beatd/internal/celery"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/schedule"
 	"gopkg.in/yaml.v3"
 )

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"gopkg.in/yaml.v3"
 )
 
@@ -148,4 +149,14 @@ func escapePointer(s string) string {
 func (c *Config) DefaultsHash() [32]byte {
 	_, d := c.locationAndDefaults()
 	return d.hash
+}
+
+// Spec is what e's messages say, in the celery package's terms: the task,
+// its arguments and send options.
+func (e *Entry) Spec() *celery.Spec {
+	s := &celery.Spec{Name: e.Name, Task: e.Task, Args: e.Args, Kwargs: e.Kwargs}
+	if e.Options != nil {
+		s.Options = *e.Options
+	}
+	return s
 }

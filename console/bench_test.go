@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/broker"
 )
 
 // BenchmarkTimelineObserve is the console's cost on the leader's hot path,
@@ -20,6 +20,6 @@ func BenchmarkTimelineObserve(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tl.Observe(1, names[i%len(names)], slot, publisher.ResultOK, time.Millisecond, false)
+		tl.Observe(1, names[i%len(names)], slot, broker.ResultOK, time.Millisecond, false)
 	}
 }

@@ -20,8 +20,8 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,7 +37,7 @@ var staticFS embed.FS
 // also re-check every second).
 type Runs interface {
 	// Recent returns the newest runs of each named entry, oldest first.
-	Recent(ctx context.Context, names []string) (map[string][]store.Run, error)
+	Recent(ctx context.Context, names []string) (map[string][]broker.Run, error)
 }
 
 // Config configures the console.
@@ -427,4 +427,4 @@ func thousands(n int) string {
 // noRuns is the history when none is wired in: empty.
 type noRuns struct{}
 
-func (noRuns) Recent(context.Context, []string) (map[string][]store.Run, error) { return nil, nil }
+func (noRuns) Recent(context.Context, []string) (map[string][]broker.Run, error) { return nil, nil }

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/celery"
+	"github.com/beatd/beatd/celery"
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 )
@@ -29,13 +29,13 @@ func TestTimeline(t *testing.T) {
 	slot := now.Truncate(time.Second)
 	// 100 scheduled fires in minute 10:00: 98 fast, 2 slow; one error.
 	for i := 0; i < 98; i++ {
-		tl.Observe(7, "a", slot, publisher.ResultOK, 2*time.Millisecond, false)
+		tl.Observe(7, "a", slot, broker.ResultOK, 2*time.Millisecond, false)
 	}
-	tl.Observe(7, "a", slot, publisher.ResultOK, 3*time.Second, false)
-	tl.Observe(7, "b", slot, publisher.ResultDuplicate, 3*time.Second, false)
-	tl.Observe(7, "b", slot, publisher.ResultError, time.Millisecond, false)
+	tl.Observe(7, "a", slot, broker.ResultOK, 3*time.Second, false)
+	tl.Observe(7, "b", slot, broker.ResultDuplicate, 3*time.Second, false)
+	tl.Observe(7, "b", slot, broker.ResultError, time.Millisecond, false)
 	// A manual fire counts as a fire but not in the lag.
-	tl.Observe(7, "c", now, publisher.ResultOK, time.Hour, true)
+	tl.Observe(7, "c", now, broker.ResultOK, time.Hour, true)
 
 	s := tl.Snapshot([]string{"a", "b", "c", "missing"})
 	if len(s.Minutes) != 60 || !s.Minutes[59].Start.Equal(now.Truncate(time.Minute)) {
@@ -64,7 +64,7 @@ func TestTimeline(t *testing.T) {
 
 	// An hour and a minute later the counts have rolled out.
 	now = now.Add(61 * time.Minute)
-	tl.Observe(7, "a", now, publisher.ResultOK, time.Millisecond, false)
+	tl.Observe(7, "a", now, broker.ResultOK, time.Millisecond, false)
 	s = tl.Snapshot([]string{"a"})
 	if s.Entries["a"].LastHour != 1 || s.Minutes[0].Fires != 0 || s.Minutes[59].Fires != 1 {
 		t.Errorf("after an hour: a %+v, first minute %+v, last %+v", s.Entries["a"], s.Minutes[0], s.Minutes[59])
@@ -82,7 +82,7 @@ func TestTimeline(t *testing.T) {
 	}
 
 	// A new term starts over.
-	tl.Observe(9, "z", now, publisher.ResultOK, time.Millisecond, false)
+	tl.Observe(9, "z", now, broker.ResultOK, time.Millisecond, false)
 	s = tl.Snapshot([]string{"a", "z"})
 	if s.Term != 9 || s.Entries["z"].LastHour != 1 || len(s.Entries) != 1 || s.Minutes[59].Fires != 1 {
 		t.Errorf("new term: %+v", s)
@@ -156,7 +156,7 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states
 	runs := fakeRuns{}
 	for _, st := range states {
 		tab.Set(*st)
-		runs[st.Name] = []store.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
+		runs[st.Name] = []broker.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
 	}
 	if err := store.New(cli, prefix).Save(context.Background(), election.Fence{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
@@ -383,10 +383,10 @@ func TestChangedCoalesces(t *testing.T) {
 }
 
 // fakeRuns is a run history held in memory.
-type fakeRuns map[string][]store.Run
+type fakeRuns map[string][]broker.Run
 
-func (f fakeRuns) Recent(_ context.Context, names []string) (map[string][]store.Run, error) {
-	out := map[string][]store.Run{}
+func (f fakeRuns) Recent(_ context.Context, names []string) (map[string][]broker.Run, error) {
+	out := map[string][]broker.Run{}
 	for _, n := range names {
 		if r, ok := f[n]; ok {
 			out[n] = r

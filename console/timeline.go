@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/broker"
 )
 
 // Timeline is the leader's in-memory record of its current term's fires:
@@ -41,7 +41,7 @@ type minuteStats struct {
 type entryStats struct {
 	last     int64 // Unix minute of the newest count
 	counts   [60]uint16
-	result   publisher.Result
+	result   broker.Result
 	manual   bool
 	at       time.Time // when the last fire was observed
 	lastSlot time.Time // newest scheduled slot published (ok or duplicate)
@@ -58,7 +58,7 @@ func NewTimeline(now func() time.Time) *Timeline {
 
 // Observe records one fire of term. A fire of a newer term starts the
 // timeline over.
-func (t *Timeline) Observe(term int64, entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+func (t *Timeline) Observe(term int64, entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool) {
 	now := t.now()
 	min := now.Unix() / 60
 	t.mu.Lock()
@@ -72,7 +72,7 @@ func (t *Timeline) Observe(term int64, entry string, slot time.Time, r publisher
 	if b.minute != min {
 		*b = minuteStats{minute: min}
 	}
-	ok := r == publisher.ResultOK || r == publisher.ResultDuplicate
+	ok := r == broker.ResultOK || r == broker.ResultDuplicate
 	if ok {
 		b.fires++
 		if !manual {

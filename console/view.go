@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/internal/celery"
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/schedule"

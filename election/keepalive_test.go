@@ -13,8 +13,8 @@ import (
 // fakeRenewer answers renewals as told, on the fake clock: ok or not, and
 // after a delay (a slow etcd) measured on that clock.
 type fakeRenewer struct {
-	clock *clockwork.FakeClock
-	mu    sync.Mutex
+	clock  *clockwork.FakeClock
+	mu     sync.Mutex
 	ok     bool
 	delay  time.Duration
 	calls  int

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,20 +21,20 @@ import (
 // timedDispatcher wraps the real publisher and records, per fire, when its
 // publish returned.
 type timedDispatcher struct {
-	*publisher.Publisher
+	*redisbroker.Publisher
 	mu   sync.Mutex
 	lags []time.Duration
 	last map[int64]time.Duration // slot (unix ns) -> latest completion lag
 	n    int
 }
 
-func (d *timedDispatcher) Publish(ctx context.Context, token int64, fires []publisher.Fire, results []publisher.Result) error {
+func (d *timedDispatcher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
 	err := d.Publisher.Publish(ctx, token, fires, results)
 	now := time.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, f := range fires {
-		if results[i] != publisher.ResultOK {
+		if results[i] != broker.ResultOK {
 			continue
 		}
 		d.n++
@@ -74,7 +76,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pub := publisher.New(rs.Client(), publisher.Options{Cluster: "beatd/bench", KeyPrefix: "beatd:{bench}:"})
+	pub := redisbroker.New(rs.Client(), redisbroker.Options{Cluster: "beatd/bench", KeyPrefix: "beatd:{bench}:"})
 	return &benchEnv{
 		disp:  &timedDispatcher{Publisher: pub, last: map[int64]time.Duration{}},
 		store: store.New(cli, "/beatd/bench/"),

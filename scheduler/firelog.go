@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/broker"
 )
 
 // fireLog rate-limits the per-fire INFO lines: a line per fire is what an
@@ -14,12 +14,12 @@ import (
 type fireLog struct {
 	window     time.Time // start of the current one-second window
 	lines      int       // lines logged in it
-	suppressed [4]int    // fires not logged in it, by publisher.Result
+	suppressed [4]int    // fires not logged in it, by broker.Result
 	manual     int
 }
 
 // allow says whether this fire gets its own line, and counts it if not.
-func (f *fireLog) allow(now time.Time, limit int, r publisher.Result, manual bool) bool {
+func (f *fireLog) allow(now time.Time, limit int, r broker.Result, manual bool) bool {
 	if now.Sub(f.window) >= time.Second {
 		f.window, f.lines = now, 0
 	}
@@ -40,12 +40,12 @@ func (f *fireLog) summarise(log *slog.Logger, now time.Time, token int64) {
 	if now.Sub(f.window) < time.Second {
 		return
 	}
-	n := f.suppressed[publisher.ResultOK] + f.suppressed[publisher.ResultDuplicate]
+	n := f.suppressed[broker.ResultOK] + f.suppressed[broker.ResultDuplicate]
 	if n == 0 {
 		return
 	}
 	log.Info("fired (summary of lines over the per-second limit)", "token", token, "fires", n,
-		"ok", f.suppressed[publisher.ResultOK], "duplicate", f.suppressed[publisher.ResultDuplicate],
+		"ok", f.suppressed[broker.ResultOK], "duplicate", f.suppressed[broker.ResultDuplicate],
 		"manual", f.manual, "since", f.window.UTC().Format(time.RFC3339Nano))
 	f.suppressed, f.manual = [4]int{}, 0
 }

@@ -36,7 +36,7 @@ type Metrics struct {
 // DefaultPerEntryLimit is PerEntryLimit unless set.
 const DefaultPerEntryLimit = 1000
 
-// Fire results counted in beatd_fires_total: publisher.Result's names,
+// Fire results counted in beatd_fires_total: broker.Result's names,
 // plus ResultManual for a trigger published.
 var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual}
 

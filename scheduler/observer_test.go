@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/store"
 )
 
 type observed struct {
 	entry  string
 	slot   time.Time
-	result publisher.Result
+	result broker.Result
 	lag    time.Duration
 	manual bool
 }
@@ -24,7 +24,7 @@ func TestObserverSeesEveryFire(t *testing.T) {
 	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	var mu sync.Mutex
 	var got []observed
-	h.sched.cfg.Observer = func(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+	h.sched.cfg.Observer = func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, observed{entry, slot, r, lag, manual})
@@ -43,10 +43,10 @@ func TestObserverSeesEveryFire(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("observer saw %d fires, want 2: %+v", len(got), got)
 	}
-	if o := got[0]; o.entry != "e" || !o.slot.Equal(t0.Add(10*time.Second)) || o.result != publisher.ResultOK || o.lag != 2*time.Second || o.manual {
+	if o := got[0]; o.entry != "e" || !o.slot.Equal(t0.Add(10*time.Second)) || o.result != broker.ResultOK || o.lag != 2*time.Second || o.manual {
 		t.Errorf("scheduled fire observed as %+v", o)
 	}
-	if o := got[1]; o.entry != "e" || o.result != publisher.ResultOK || !o.manual {
+	if o := got[1]; o.entry != "e" || o.result != broker.ResultOK || !o.manual {
 		t.Errorf("manual fire observed as %+v", o)
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/cenkalti/backoff/v5"
@@ -26,10 +27,8 @@ import (
 // Dispatcher publishes fires, fenced by the leader's token.
 type Dispatcher interface {
 	RaiseFence(ctx context.Context, token int64) error
-	Publish(ctx context.Context, token int64, fires []publisher.Fire, results []publisher.Result) error
+	Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error
 }
-
-var _ Dispatcher = (*publisher.Publisher)(nil)
 
 // Forgetter is a Dispatcher that keeps something per entry in the broker
 // (Redis: the mark, the run count and history) and can drop it once an
@@ -37,8 +36,6 @@ var _ Dispatcher = (*publisher.Publisher)(nil)
 type Forgetter interface {
 	Forget(ctx context.Context, token int64, entries []string) error
 }
-
-var _ Forgetter = (*publisher.Publisher)(nil)
 
 // StateStore persists entry state, every write guarded by leadership.
 type StateStore interface {
@@ -68,7 +65,7 @@ type Config struct {
 	Clock      clockwork.Clock
 	Logger     *slog.Logger
 	Metrics    *Metrics
-	// Cluster, Origin and KombuPrefix are passed to publisher.Compile.
+	// Cluster, Origin and KombuPrefix are passed to celery.Compile.
 	Cluster, Origin, KombuPrefix string
 	// BatchSize is the most fires per pipelined publish (default 512).
 	BatchSize int
@@ -94,7 +91,7 @@ type Config struct {
 	FireLogLimit int
 	// Observer, if set, is called by the loop once per fire with its
 	// outcome (the web console's fire timeline). It must not block.
-	Observer func(entry string, slot time.Time, result publisher.Result, lag time.Duration, manual bool)
+	Observer func(entry string, slot time.Time, result broker.Result, lag time.Duration, manual bool)
 }
 
 // DefaultFireLogLimit is the per-fire log lines a second before they are
@@ -121,8 +118,8 @@ type Scheduler struct {
 // entry is a config entry compiled for publishing.
 type entry struct {
 	*config.Entry
-	task *publisher.Task // compiled on first fire, by the loop
-	// fires holds the fire counters by publisher.Result, then manual,
+	task *celery.Task // compiled on first fire, by the loop
+	// fires holds the fire counters by broker.Result, then manual,
 	// made at the first fire: an entry that never fired weighs 72 bytes
 	// less, which counts at 100k entries.
 	fires *[5]prometheus.Counter
@@ -284,8 +281,8 @@ type loop struct {
 	states   map[string]*store.EntryState
 	pending  []pendingFire
 	persist  *persister
-	fires    []publisher.Fire
-	results  []publisher.Result
+	fires    []celery.Fire
+	results  []broker.Result
 	backoff  *backoff.ExponentialBackOff // publish retries while the broker fails
 	requests <-chan struct{}
 	dirty    map[string]bool    // entries changed in the batch being published
@@ -515,7 +512,7 @@ func (s *Scheduler) retry(ctx context.Context, what string, op func() error) err
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, publisher.ErrStale) || errors.Is(err, store.ErrNotLeader) {
+		if errors.Is(err, broker.ErrStale) || errors.Is(err, store.ErrNotLeader) {
 			return fmt.Errorf("%w: %s: %w", ErrTermEnded, what, err)
 		}
 		if ctx.Err() != nil {
@@ -612,13 +609,13 @@ func (l *loop) publishPending(ctx context.Context) error {
 	batch := l.pending[:n]
 	l.fires = l.fires[:0]
 	for _, p := range batch {
-		f := publisher.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
+		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
 		if p.req != nil {
 			f.Request = p.req.ID
 		}
 		l.fires = append(l.fires, f)
 	}
-	l.results = append(l.results[:0], make([]publisher.Result, n)...)
+	l.results = append(l.results[:0], make([]broker.Result, n)...)
 	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
 	now := s.cfg.Clock.Now()
 	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
@@ -630,7 +627,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual)
 		}
 		switch r {
-		case publisher.ResultOK, publisher.ResultDuplicate:
+		case broker.ResultOK, broker.ResultDuplicate:
 			lag := now.Sub(p.due)
 			if !p.manual {
 				m.FireLag.Observe(lag.Seconds())
@@ -653,10 +650,10 @@ func (l *loop) publishPending(ctx context.Context) error {
 			if p.req != nil {
 				l.persist.complete(*p.req, nil)
 			}
-		case publisher.ResultStale:
+		case broker.ResultStale:
 			stale := 0
 			for _, r := range l.results {
-				if r == publisher.ResultStale {
+				if r == broker.ResultStale {
 					stale++
 				}
 			}
@@ -699,7 +696,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 		l.pending = append(failed, l.pending[n:]...)
 	}
 	if err != nil {
-		if errors.Is(err, publisher.ErrStale) {
+		if errors.Is(err, broker.ErrStale) {
 			return fmt.Errorf("%w: %w", ErrTermEnded, err)
 		}
 		m.RedisErrors.Inc()
@@ -716,9 +713,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 
 // compiled returns e's message template, compiling it on first use.
 // Reload validated the entry, so compiling cannot fail.
-func (l *loop) compiled(e *entry) *publisher.Task {
+func (l *loop) compiled(e *entry) *celery.Task {
 	if e.task == nil {
-		t, err := publisher.Compile(SpecOf(e.Entry), l.s.cfg.Cluster, l.s.cfg.Origin, l.s.cfg.KombuPrefix)
+		t, err := celery.Compile(e.Entry.Spec(), l.s.cfg.Cluster, l.s.cfg.Origin, l.s.cfg.KombuPrefix)
 		if err != nil {
 			panic("scheduler: validated entry failed to compile: " + err.Error())
 		}
@@ -727,9 +724,9 @@ func (l *loop) compiled(e *entry) *publisher.Task {
 	return e.task
 }
 
-func (e *entry) countFire(m *Metrics, r publisher.Result, manual bool, now time.Time, err error) {
+func (e *entry) countFire(m *Metrics, r broker.Result, manual bool, now time.Time, err error) {
 	i, label := int(r), r.String()
-	if manual && r == publisher.ResultOK {
+	if manual && r == broker.ResultOK {
 		i, label = len(e.fires)-1, ResultManual
 	}
 	if e.fires == nil {
@@ -843,7 +840,7 @@ func (l *loop) forget(ctx context.Context, names []string) error {
 	}
 	err := f.Forget(ctx, l.term.Token, names)
 	switch {
-	case errors.Is(err, publisher.ErrStale):
+	case errors.Is(err, broker.ErrStale):
 		return fmt.Errorf("%w: forget removed entries: %w", ErrTermEnded, err)
 	case err != nil:
 		l.s.log.Warn("broker keys of removed entries not dropped", "entries", len(names), "err", err)

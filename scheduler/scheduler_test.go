@@ -14,9 +14,10 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
 	beatdtest "github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -41,13 +42,13 @@ func (d *fakeDispatcher) RaiseFence(_ context.Context, token int64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if token < d.fence {
-		return publisher.ErrStale
+		return broker.ErrStale
 	}
 	d.fence = token
 	return nil
 }
 
-func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publisher.Fire, results []publisher.Result) error {
+func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.Err != nil {
@@ -58,11 +59,11 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 		f := &fires[i]
 		f.ID = f.Task.SlotID(f.Slot)
 		if f.Task.Name == d.failEntry {
-			results[i], failed = publisher.ResultError, fmt.Errorf("entry %q: WRONGTYPE", f.Task.Name)
+			results[i], failed = broker.ResultError, fmt.Errorf("entry %q: WRONGTYPE", f.Task.Name)
 			continue
 		}
 		if token < d.fence {
-			results[i] = publisher.ResultStale
+			results[i] = broker.ResultStale
 			continue
 		}
 		key := f.Task.Name + " " + f.Slot.UTC().Format(time.RFC3339)
@@ -70,16 +71,16 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []publish
 			key = f.Task.Name + " manual"
 		}
 		if d.seen[key] && !f.Manual {
-			results[i] = publisher.ResultDuplicate
+			results[i] = broker.ResultDuplicate
 			continue
 		}
 		d.seen[key] = true
 		d.published = append(d.published, key)
-		results[i] = publisher.ResultOK
+		results[i] = broker.ResultOK
 	}
 	for _, r := range results {
-		if r == publisher.ResultStale {
-			return publisher.ErrStale
+		if r == broker.ResultStale {
+			return broker.ErrStale
 		}
 	}
 	return failed
@@ -89,7 +90,7 @@ func (d *fakeDispatcher) Forget(_ context.Context, token int64, entries []string
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if token < d.fence {
-		return publisher.ErrStale
+		return broker.ErrStale
 	}
 	d.forgotten = append(d.forgotten, entries...)
 	return nil

@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/beatd/beatd/publisher"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 )
 
 // HistoryReader gives entries' recent runs: the publisher's run history,
 // kept in the broker.
 type HistoryReader interface {
-	Histories(ctx context.Context, names []string) (map[string]publisher.History, error)
+	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
 }
 
 // WriteBack copies the runs of django-celery-beat's entries back into its
@@ -107,7 +107,7 @@ func (w *WriteBack) Once(ctx context.Context) (int, error) {
 }
 
 // write updates one row: the runs newer than its last_run_at are added.
-func (w *WriteBack) write(ctx context.Context, name string, h publisher.History) error {
+func (w *WriteBack) write(ctx context.Context, name string, h redisbroker.History) error {
 	q := func(s string) string { return s }
 	if !w.Source.sqlite {
 		q = func(s string) string { return pgPlaceholders(s) }

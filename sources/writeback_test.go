@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/store"
 )
 
 // fakeHistory stands in for the broker's run history (a pure unit: the
 // guarantee checked here is what lands in dcb's tables).
-type fakeHistory map[string]publisher.History
+type fakeHistory map[string]redisbroker.History
 
-func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]publisher.History, error) {
-	out := map[string]publisher.History{}
+func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]redisbroker.History, error) {
+	out := map[string]redisbroker.History{}
 	for _, n := range names {
 		if h, ok := f[n]; ok {
 			out[n] = h
@@ -27,10 +27,10 @@ func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]pu
 	return out, nil
 }
 
-func runs(times ...time.Time) publisher.History {
-	h := publisher.History{Count: int64(len(times))}
+func runs(times ...time.Time) redisbroker.History {
+	h := redisbroker.History{Count: int64(len(times))}
 	for i := len(times) - 1; i >= 0; i-- { // newest first
-		h.Runs = append(h.Runs, store.Run{Slot: times[i], PublishedAt: times[i]})
+		h.Runs = append(h.Runs, broker.Run{Slot: times[i], PublishedAt: times[i]})
 	}
 	return h
 }

@@ -35,15 +35,6 @@ const maxTxnBytes = 64 << 10
 // config is kept, so a config rolled back within it resumes where it was.
 const DefaultRemovedGrace = 7 * 24 * time.Hour
 
-// Run is one publish of an entry, as the run history records it.
-type Run struct {
-	Slot        time.Time `json:"slot"`
-	PublishedAt time.Time `json:"published_at"`
-	Token       int64     `json:"token"`
-	TaskID      string    `json:"task_id"`
-	Manual      bool      `json:"manual,omitempty"`
-}
-
 // Store reads and writes entry state under a prefix.
 type Store struct {
 	cli    *clientv3.Client

@@ -14,9 +14,10 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/publisher"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
@@ -125,7 +126,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if st.HistoryError != "" {
-		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", publisher.Redacted(o.broker.url), st.HistoryError))
+		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", broker.Redacted(o.broker.url), st.HistoryError))
 	}
 	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID && !st.LeaderUnresponsive {
 		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL); err != nil {
@@ -438,9 +439,9 @@ func (b *statusBroker) history(cluster string) (historyReader, func(), error) {
 	if err != nil {
 		return nil, func() {}, err
 	}
-	rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
+	rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
 	if err != nil {
 		return nil, func() {}, err
 	}
-	return publisher.New(rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
+	return redisbroker.New(rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
 }

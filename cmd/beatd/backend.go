@@ -9,9 +9,10 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -76,7 +77,7 @@ func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
 
 // historyReader reads the run history the publisher keeps with the broker.
 type historyReader interface {
-	Histories(ctx context.Context, names []string) (map[string]publisher.History, error)
+	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
 }
 
 // buildStatus reads leadership and entry state from etcd, and the run
@@ -106,7 +107,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			names = append(names, name)
 		}
 	}
-	var runs map[string]publisher.History
+	var runs map[string]redisbroker.History
 	if hist != nil {
 		if runs, err = hist.Histories(ctx, names); err != nil {
 			out.HistoryError = err.Error()
@@ -114,7 +115,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	}
 	seen := map[string]bool{}
 	add := func(name string, e *config.Entry) {
-		es := api.EntryStatus{Name: name, RecentRuns: []store.Run{}}
+		es := api.EntryStatus{Name: name, RecentRuns: []broker.Run{}}
 		if e != nil {
 			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
 		}

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/publisher"
-	"github.com/beatd/beatd/store"
 )
 
 // newConsole builds the web console served at / on this replica's HTTP
@@ -21,7 +21,7 @@ import (
 func (m *Main) newConsole() (*console.Server, error) {
 	return console.New(console.Config{
 		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
-		Broker:     publisher.Redacted(m.Broker),
+		Broker:     broker.Redacted(m.Broker),
 		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
 		Term:       m.leader.Token, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
 	})
@@ -29,9 +29,9 @@ func (m *Main) newConsole() (*console.Server, error) {
 
 // brokerRuns reads the console's run history from the publisher's history
 // in Redis.
-type brokerRuns struct{ pub *publisher.Publisher }
+type brokerRuns struct{ pub *redisbroker.Publisher }
 
-func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]store.Run, error) {
+func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]broker.Run, error) {
 	if b.pub == nil {
 		return nil, nil // a broker without a run history (RabbitMQ)
 	}
@@ -39,7 +39,7 @@ func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]st
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]store.Run, len(h))
+	out := make(map[string][]broker.Run, len(h))
 	for n, x := range h {
 		runs := slices.Clone(x.Runs) // newest first in Redis; oldest first here
 		slices.Reverse(runs)
@@ -49,7 +49,7 @@ func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]st
 }
 
 // observeFire feeds the console's timeline from the scheduler loop.
-func (m *Main) observeFire(entry string, slot time.Time, r publisher.Result, lag time.Duration, manual bool) {
+func (m *Main) observeFire(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool) {
 	m.timeline.Observe(m.leader.Token(), entry, slot, r, lag, manual)
 	if m.console != nil {
 		m.console.Changed()

@@ -11,8 +11,10 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/broker"
+	amqpbroker "github.com/beatd/beatd/broker/amqp"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/chaos"
-	"github.com/beatd/beatd/publisher"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +37,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	duration := fs.Duration("duration", 5*time.Minute, "how long faults are injected")
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000, "seed for fault kinds and times")
 	faults := fs.String("faults", "", "fault kinds to inject (default: all of the broker's: "+strings.Join(chaos.AllFaults, ",")+"; with amqp "+chaos.FaultRabbitRestart+" in place of "+chaos.FaultRedisRestart+")")
-	broker := fs.String("broker", chaos.BrokerRedis, "the drill's broker: redis or amqp (a rabbitmq-server)")
+	brokerKind := fs.String("broker", chaos.BrokerRedis, "the drill's broker: redis or amqp (a rabbitmq-server)")
 	ttl := fs.Duration("lease-ttl", 2*time.Second, "the replicas' lease TTL")
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
@@ -56,13 +58,13 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 			if *faults != "" {
 				kinds = strings.Split(*faults, ",")
 			}
-			if *sentinel && *broker != chaos.BrokerRedis {
+			if *sentinel && *brokerKind != chaos.BrokerRedis {
 				fmt.Fprintln(stderr, "beatd drill: --sentinel runs Redis: it needs --broker redis")
 				return exitError(exitUsage)
 			}
-			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s topology, %s of faults: %s\n", *seed, *replicas, *broker, *topology, *duration, *faults)
+			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s topology, %s of faults: %s\n", *seed, *replicas, *brokerKind, *topology, *duration, *faults)
 			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *broker, Sentinel: *sentinel, Topology: *topology})
+				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *brokerKind, Sentinel: *sentinel, Topology: *topology})
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)
@@ -76,7 +78,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 
 func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	fs := newFlagSet("drill audit", stderr)
-	broker := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
+	brokerKind := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
 	configFile := fs.String("config", "", "the drill schedule (required)")
 	from := fs.String("from", "", "audit slots from this RFC 3339 time (required)")
@@ -107,8 +109,8 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 				return usageError{c, fmt.Errorf("--to %q is not RFC 3339", *to)}
 			}
 		}
-		if publisher.IsAMQPURL(*broker) {
-			msgs, err := drainAMQP(*broker, *queue)
+		if amqpbroker.IsAMQPURL(*brokerKind) {
+			msgs, err := drainAMQP(*brokerKind, *queue)
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill audit:", err)
 				return exitError(exitFail)
@@ -119,7 +121,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 			}
 			return codeErr(finishDrill(rep, *report, stdout, stderr))
 		}
-		rdb, err := publisher.NewClient(publisher.BrokerConfig{URL: *broker, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
+		rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: *brokerKind, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
 		if err != nil {
 			fmt.Fprintln(stderr, "beatd drill audit:", err)
 			return exitError(exitFail)
@@ -129,7 +131,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		defer cancel()
 		msgs, err := chaos.ReadQueue(tctx, rdb, *queue)
 		if err != nil {
-			fmt.Fprintf(stderr, "beatd drill audit: broker at %s (within %s): %v\n", publisher.Redacted(*broker), *timeout, err)
+			fmt.Fprintf(stderr, "beatd drill audit: broker at %s (within %s): %v\n", broker.Redacted(*brokerKind), *timeout, err)
 			return exitError(exitFail)
 		}
 		return codeErr(finishDrill(chaos.Audit(cfg, msgs, fromT, toT), *report, stdout, stderr))
@@ -156,7 +158,7 @@ func finishDrill(rep *chaos.Report, reportPath string, stdout, stderr io.Writer)
 // drainAMQP takes every message out of queue on the RabbitMQ at rawURL, in
 // queue order.
 func drainAMQP(rawURL, queue string) ([]chaos.Message, error) {
-	urls, err := publisher.ParseAMQPURLs(rawURL, os.Getenv("BEATD_BROKER_PASSWORD"))
+	urls, err := amqpbroker.ParseAMQPURLs(rawURL, os.Getenv("BEATD_BROKER_PASSWORD"))
 	if err != nil {
 		return nil, err
 	}

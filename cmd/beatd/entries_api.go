@@ -13,7 +13,8 @@ import (
 	"github.com/beatd/beatd/scheduler"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/publisher"
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -95,7 +96,7 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 		return nil, err
 	}
 	states := table.States()
-	var runs map[string]publisher.History
+	var runs map[string]redisbroker.History
 	if a.hist != nil && len(names) > 0 {
 		runs, _ = a.hist.Histories(ctx, names) // a broker that does not answer leaves the runs out
 	}
@@ -110,7 +111,7 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 	for _, name := range names {
 		e := cfg.Entry(name)
 		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
-			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []store.Run{}}
+			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
 		st := states[name]
 		if st != nil {
 			v.Paused = st.Paused
@@ -138,7 +139,7 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 	for _, n := range slices.Sorted(maps.Keys(docs)) {
 		d := docs[n]
 		v := api.Entry{Name: n, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-			NextRuns: []time.Time{}, LastRuns: []store.Run{}}
+			NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
 		switch {
 		case invalid[n] != "":
 			v.Problem = "invalid: " + invalid[n]

@@ -16,10 +16,10 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/retry"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,7 +140,7 @@ func (m *Main) monitor(ctx context.Context) {
 			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
-		{name: "broker", where: publisher.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.brokerPing(ctx) }},
+		{name: "broker", where: broker.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.brokerPing(ctx) }},
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/scheduler"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/publisher"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,7 +40,7 @@ const minReplicasUnset = -2
 func brokerMinReplicas(flag int, broker string) (int, error) {
 	switch {
 	case flag == minReplicasUnset && strings.HasPrefix(strings.TrimSpace(broker), "sentinel://"):
-		return publisher.ReplicasAuto, nil
+		return redisbroker.ReplicasAuto, nil
 	case flag == minReplicasUnset:
 		return 0, nil
 	case flag < 0:
@@ -57,8 +58,8 @@ func newShortfallCounter() prometheus.Counter {
 
 // probeTasks compiles one entry per distinct queue and exchange, the keys
 // the broker user must be allowed to write.
-func probeTasks(cfg *config.Config, cluster, kombuPrefix string) []*publisher.Task {
-	var out []*publisher.Task
+func probeTasks(cfg *config.Config, cluster, kombuPrefix string) []*celery.Task {
+	var out []*celery.Task
 	seen := map[string]bool{}
 	for _, e := range cfg.Entries {
 		o := e.Options
@@ -71,7 +72,7 @@ func probeTasks(cfg *config.Config, cluster, kombuPrefix string) []*publisher.Ta
 			continue
 		}
 		seen[k] = true
-		if t, err := publisher.Compile(scheduler.SpecOf(e), cluster, "beatd@probe", kombuPrefix); err == nil {
+		if t, err := celery.Compile(e.Spec(), cluster, "beatd@probe", kombuPrefix); err == nil {
 			out = append(out, t)
 		}
 	}
@@ -80,27 +81,27 @@ func probeTasks(cfg *config.Config, cluster, kombuPrefix string) []*publisher.Ta
 
 // probeBroker runs the publisher's start-up check. The error names the
 // broker with its password redacted.
-func probeBroker(ctx context.Context, log *slog.Logger, pub *publisher.Publisher, broker string, tasks []*publisher.Task) error {
+func probeBroker(ctx context.Context, log *slog.Logger, pub *redisbroker.Publisher, brokerURL string, tasks []*celery.Task) error {
 	ctx, cancel := context.WithTimeout(ctx, probeBudget)
 	defer cancel()
 	err := pub.Check(ctx, tasks...)
 	if err == nil {
 		want := pub.MinReplicas(ctx)
-		log.Info("broker check passed", "broker", publisher.Redacted(broker), "min_replicas", want)
+		log.Info("broker check passed", "broker", broker.Redacted(brokerURL), "min_replicas", want)
 		// An explicit --broker-min-replicas above what the master has
 		// stalls every publish until replicas join: say so now.
 		if n, cerr := pub.OnlineReplicas(ctx); cerr == nil && n < want {
 			log.Warn("the broker master has fewer online replicas than --broker-min-replicas; publishes stay pending until enough replicas follow it",
-				"broker", publisher.Redacted(broker), "online_replicas", n, "min_replicas", want)
+				"broker", broker.Redacted(brokerURL), "online_replicas", n, "min_replicas", want)
 		}
 		return nil
 	}
-	if publisher.IsUnreachable(err) {
+	if redisbroker.IsUnreachable(err) {
 		log.Warn("broker unreachable at start-up; publishing retries until it answers",
-			"broker", publisher.Redacted(broker), "err", err)
+			"broker", broker.Redacted(brokerURL), "err", err)
 		return nil
 	}
-	return fmt.Errorf("broker %s: start-up check failed: %w", publisher.Redacted(broker), err)
+	return fmt.Errorf("broker %s: start-up check failed: %w", broker.Redacted(brokerURL), err)
 }
 
 // probeEtcd reads the cluster's prefix and makes a guarded write on it

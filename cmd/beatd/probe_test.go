@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/beatd/beatd/publisher"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 )
 
 func TestBrokerMinReplicas(t *testing.T) {
@@ -13,7 +13,7 @@ func TestBrokerMinReplicas(t *testing.T) {
 		want    int
 		wantErr bool
 	}{
-		{minReplicasUnset, "sentinel://a:26379;sentinel://b:26379", publisher.ReplicasAuto, false},
+		{minReplicasUnset, "sentinel://a:26379;sentinel://b:26379", redisbroker.ReplicasAuto, false},
 		{minReplicasUnset, "redis://127.0.0.1:6379/0", 0, false},
 		{minReplicasUnset, "rediss://127.0.0.1:6380/0", 0, false},
 		{0, "sentinel://a:26379", 0, false},

@@ -16,13 +16,15 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/broker"
+	amqpbroker "github.com/beatd/beatd/broker/amqp"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/logbridge"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
@@ -115,7 +117,7 @@ type Main struct {
 	embedded       *embedetcd.Server
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
-	pub            *publisher.Publisher
+	pub            *redisbroker.Publisher
 	brokerPing     func(context.Context) error
 	store          *store.Store
 	leader         *leader.Loop
@@ -147,9 +149,9 @@ func NewMain(stdout, stderr io.Writer) *Main {
 		clock: clockwork.NewRealClock(), ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
-		StateInterval: time.Second, RunHistory: publisher.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
+		StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
-		MinReplicas: minReplicasUnset, MinReplicasTO: publisher.DefaultReplicasTimeout,
+		MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout,
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
 }
@@ -176,7 +178,7 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
-	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, or RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://. "+publisher.AMQPWindow)
+	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, or RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://. "+amqpbroker.AMQPWindow)
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
@@ -184,7 +186,7 @@ func (m *Main) flags() *pflag.FlagSet {
 	fs.DurationVar(&m.MinReplicasTO, "broker-min-replicas-timeout", m.MinReplicasTO, "how long each publish waits for --broker-min-replicas; on a shortfall the slots stay pending and are retried")
 	fs.StringVar(&m.RedisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
 	fs.DurationVar(&m.DedupTTL, "dedup-ttl", 0, "the previous release's per-fire dedup key lifetime, as it was set there: after an upgrade those keys are honoured this long (default max(7 days, the longest catchup_window))")
-	fs.DurationVar(&m.TriggerTTL, "trigger-ttl", publisher.DefaultTriggerTTL, "how long Redis remembers a manual trigger as published (one small key per trigger)")
+	fs.DurationVar(&m.TriggerTTL, "trigger-ttl", redisbroker.DefaultTriggerTTL, "how long Redis remembers a manual trigger as published (one small key per trigger)")
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
 	fs.DurationVar(&m.LeaseTTL, "lease-ttl", m.LeaseTTL, "etcd lease TTL: how long a dead leader holds on")
 	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status and admin")
@@ -293,28 +295,28 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if publisher.IsAMQPURL(m.Broker) {
-		a, err := publisher.NewAMQP(publisher.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+	if amqpbroker.IsAMQPURL(m.Broker) {
+		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log})
 		if err != nil {
 			return err
 		}
 		pub, m.brokerPing = a, a.Ping
-	} else if m.rdb, err = publisher.NewClient(publisher.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass,
+	} else if m.rdb, err = redisbroker.NewClient(redisbroker.BrokerConfig{URL: m.Broker, MasterName: m.BrokerMaster, Password: brokerPass,
 		ReadTimeout: max(3*time.Second, m.MinReplicasTO+2*time.Second)}); err != nil {
 		return err
 	}
 	dedup := m.DedupTTL
 	if dedup <= 0 {
-		dedup = publisher.DefaultDedupTTL
+		dedup = redisbroker.DefaultDedupTTL
 		for _, e := range cfg.Entries {
 			dedup = max(dedup, e.CatchupWindow)
 		}
 	}
 	shortfalls := newShortfallCounter()
 	if pub == nil {
-		m.pub = publisher.New(m.rdb, publisher.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
+		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 			return err
@@ -341,7 +343,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: publisher.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
 	if err != nil {
 		return err
 	}
@@ -385,7 +387,7 @@ func (m *Main) Run(ctx context.Context) error {
 		defer m.wg.Done()
 		m.watchConfig(runCtx)
 	}()
-	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", publisher.Redacted(m.Broker),
+	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", versionString())
 	return nil
 }
@@ -476,7 +478,7 @@ func secret(file, env string) (string, error) {
 }
 
 // amqpQueues is how the running schedule says queues are declared.
-func (m *Main) amqpQueues() publisher.Queues {
+func (m *Main) amqpQueues() amqpbroker.Queues {
 	if c := m.sched.Config(); c != nil {
 		return c.AMQP
 	}
@@ -490,8 +492,16 @@ func amqpVerify(cli *clientv3.Client, prefix string) func(ctx context.Context, t
 	return func(ctx context.Context, token int64) error {
 		err := election.CheckCurrent(ctx, cli, prefix, token)
 		if errors.Is(err, election.ErrDeposed) {
-			return fmt.Errorf("%w: %w", publisher.ErrStale, err)
+			return fmt.Errorf("%w: %w", broker.ErrStale, err)
 		}
 		return err
 	}
 }
+
+// Both transports are the scheduler's Dispatcher; Redis also forgets the
+// keys of entries gone for good.
+var (
+	_ scheduler.Dispatcher = (*redisbroker.Publisher)(nil)
+	_ scheduler.Dispatcher = (*amqpbroker.AMQP)(nil)
+	_ scheduler.Forgetter  = (*redisbroker.Publisher)(nil)
+)

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/scheduler"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,30 +46,30 @@ func TestRedisCluster(t *testing.T) {
 		{"default prefixes", "beatd:{default}:", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			task, err := publisher.Compile(scheduler.SpecOf(cfg.Entries[0]), "default", "beatd@test", tc.kombuPrefix)
+			task, err := celery.Compile(cfg.Entries[0].Spec(), "default", "beatd@test", tc.kombuPrefix)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := publisher.New(cc, publisher.Options{Cluster: "default", KeyPrefix: tc.redisPrefix})
-			res := make([]publisher.Result, 1)
-			err = p.Publish(ctx, 7, []publisher.Fire{{Task: task, Slot: slot}}, res)
+			p := redisbroker.New(cc, redisbroker.Options{Cluster: "default", KeyPrefix: tc.redisPrefix})
+			res := make([]broker.Result, 1)
+			err = p.Publish(ctx, 7, []celery.Fire{{Task: task, Slot: slot}}, res)
 			if tc.crossSlot {
 				if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
 					t.Fatalf("publish without a shared hash tag: %v %v, want CROSSSLOT", res[0], err)
 				}
 				return
 			}
-			if err != nil || res[0] != publisher.ResultOK {
+			if err != nil || res[0] != broker.ResultOK {
 				t.Fatalf("publish with one hash tag: %v %v", res[0], err)
 			}
-			if err := p.Publish(ctx, 7, []publisher.Fire{{Task: task, Slot: slot}}, res); err != nil || res[0] != publisher.ResultDuplicate {
+			if err := p.Publish(ctx, 7, []celery.Fire{{Task: task, Slot: slot}}, res); err != nil || res[0] != broker.ResultDuplicate {
 				t.Fatalf("repeat: %v %v", res[0], err)
 			}
 			if err := p.RaiseFence(ctx, 8); err != nil {
 				t.Fatal(err)
 			}
-			err = p.Publish(ctx, 7, []publisher.Fire{{Task: task, Slot: slot.Add(time.Second)}}, res)
-			if !errors.Is(err, publisher.ErrStale) {
+			err = p.Publish(ctx, 7, []celery.Fire{{Task: task, Slot: slot.Add(time.Second)}}, res)
+			if !errors.Is(err, broker.ErrStale) {
 				t.Fatalf("deposed token: %v %v", res[0], err)
 			}
 			if n := cc.LLen(ctx, "{beatd}celery").Val(); n != 1 {

@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/scheduler"
 
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/harness"
 	"github.com/beatd/beatd/internal/testutil"
-	"github.com/beatd/beatd/publisher"
 	"github.com/beatd/beatd/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -182,11 +183,11 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	if err != nil || fence != lastTerm || maxToken > lastTerm {
 		t.Fatalf("fence on the final master = %d (%v), want the last term's token %d (messages carry up to %d)", fence, err, lastTerm, maxToken)
 	}
-	pub := publisher.New(rdb, publisher.Options{Cluster: strings.Trim(prefix, "/"), KeyPrefix: keyPrefix})
+	pub := redisbroker.New(rdb, redisbroker.Options{Cluster: strings.Trim(prefix, "/"), KeyPrefix: keyPrefix})
 	task := compileTick(t, queue)
-	results := make([]publisher.Result, 1)
-	err = pub.Publish(ctx, fence-1, []publisher.Fire{{Task: task, Slot: time.Now().Add(time.Hour).Truncate(time.Second)}}, results)
-	if !errors.Is(err, publisher.ErrStale) {
+	results := make([]broker.Result, 1)
+	err = pub.Publish(ctx, fence-1, []celery.Fire{{Task: task, Slot: time.Now().Add(time.Hour).Truncate(time.Second)}}, results)
+	if !errors.Is(err, broker.ErrStale) {
 		t.Fatalf("publish with a deposed token on the final master: %v %v, want stale", results[0], err)
 	}
 	return res
@@ -297,13 +298,13 @@ func TestSentinelSoak(t *testing.T) {
 }
 
 // compileTick compiles a one-second entry on queue, for direct publishes.
-func compileTick(t *testing.T, queue string) *publisher.Task {
+func compileTick(t *testing.T, queue string) *celery.Task {
 	t.Helper()
 	cfg, err := config.Parse("tick.yaml", []byte("entries:\n  tick-00: {task: tasks.tick, every: 1s, options: {queue: "+queue+"}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := publisher.Compile(scheduler.SpecOf(cfg.Entries[0]), "test", "beatd@test", "")
+	task, err := celery.Compile(cfg.Entries[0].Spec(), "test", "beatd@test", "")
 	if err != nil {
 		t.Fatal(err)
 	}

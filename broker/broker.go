@@ -1,0 +1,46 @@
+// Package broker is what every broker tells the scheduler: the Result of
+// each fire's publish, ErrStale when a newer leader holds the fence, and
+// the Run a broker records of a publish. The transports are its
+// subpackages: broker/redis and broker/amqp.
+package broker
+
+import (
+	"errors"
+	"time"
+)
+
+// Result is what a broker did with one fire.
+type Result int8
+
+// Results of a publish.
+const (
+	ResultError     Result = iota // not attempted, or the transport failed
+	ResultOK                      // pushed
+	ResultDuplicate               // the slot was already pushed: a no-op
+	ResultStale                   // refused: a newer leader raised the fence
+)
+
+func (r Result) String() string {
+	switch r {
+	case ResultOK:
+		return "ok"
+	case ResultDuplicate:
+		return "duplicate"
+	case ResultStale:
+		return "stale"
+	}
+	return "error"
+}
+
+// ErrStale means a leader with a larger fencing token has published: this
+// replica is no longer the leader and must stop.
+var ErrStale = errors.New("broker: stale fencing token")
+
+// Run is one publish of an entry, as a broker's run history records it.
+type Run struct {
+	Slot        time.Time `json:"slot"`
+	PublishedAt time.Time `json:"published_at"`
+	Token       int64     `json:"token"`
+	TaskID      string    `json:"task_id"`
+	Manual      bool      `json:"manual,omitempty"`
+}

@@ -1,0 +1,536 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/celery"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// The keys beatd keeps in Redis, all under KeyPrefix (docs/brokers.md
+// lists them with their sizes). Per entry: one field of slotsKey and one
+// capped list (historyKey); the previous release's countsKey is read,
+// never written. Per cluster: the fence,
+// slotsTermKey, and legacyKey while it lives. Per manual trigger: one
+// triggerKey for TriggerTTL. Nothing else is written per fire.
+func (p *Publisher) slotsKey() string     { return p.prefix + "slots" }
+func (p *Publisher) slotsTermKey() string { return p.prefix + "slots-term" }
+func (p *Publisher) legacyKey() string    { return p.prefix + "legacy-dedup" }
+
+// TriggerKey marks a manual trigger (by its request id) as pushed.
+func (p *Publisher) TriggerKey(request string) string { return p.prefix + "trigger:" + request }
+
+// DedupKey is the previous release's per-fire dedup key of (entry, slot).
+// This release writes it only while legacyKey exists (legacy.go).
+func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + string(id[:]) }
+
+// publishScript is the whole publish of a batch of fires, atomic in
+// Redis:
+//  1. compare the token with the fence: lower is stale (the whole batch
+//     is refused), higher raises it;
+//  2. SADD each Kombu binding the batch carries: the publisher sends each
+//     one once per term, so a restored message is never dropped;
+//  3. dedup each fire. A scheduled fire's slot is checked against its
+//     entry's high-water mark, the last slot published, one field of the
+//     slots hash: at or below it is a duplicate, and nothing else happens
+//     for that fire. A manual fire claims its trigger key (SET NX PX).
+//  4. LPUSH the message and advance the mark;
+//  5. record the run: LPUSH it on the entry's history list and count it
+//     in the entry's field of the slots hash (beside the mark: one read
+//     and one write per fire do both), so status shows the last runs
+//     after any failover without a byte of history in etcd. The list is trimmed to the history length once it
+//     holds twice that, which keeps trimming off the per-fire path.
+//
+// The mark is exact because an entry's slots reach the script in order:
+// the scheduler fires them in order and puts failed ones back in front,
+// the publisher keeps an entry's fires of one Publish in one script call
+// (callPlan), and here, once a fire of an entry fails, its later fires in
+// the call are not attempted either.
+//
+// One script call carries about scriptBatch fires: the per-call cost in
+// Redis and in the client is paid once per batch, not per fire.
+//
+// A fire whose LPUSH fails (the queue key holds another type) leaves its
+// mark (or trigger key) as it was and gets -2: it stays pending, is
+// retried, and does not hold up other entries. Binding and history are
+// best effort for the same reason: they must not lose the message.
+//
+// While legacyKey exists (an older release led since this release last
+// did), a scheduled fire is also a duplicate if the older release's dedup
+// key exists, and a pushed one writes that key, so neither release
+// repeats the other's slots during a rolling upgrade.
+//
+// KEYS: fence, the previous release's run counts (read once per entry,
+// to carry its count on), slots, slots-term, legacy flag, then per fire:
+// queue, history, dedup (the trigger key, or the legacy dedup key); then
+// the bindings. ARGV: token, history length, number of fires, legacy TTL
+// ms, trigger TTL ms, then per fire: message, run record, entry, slot (in
+// Unix microseconds, "" for a manual fire); then the bindings' members.
+// Returns one result per fire: 1 pushed, 0 duplicate, -1 stale, -2 failed.
+var publishScript = redis.NewScript(`
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
+local token = tonumber(ARGV[1])
+local n = tonumber(ARGV[3])
+local out = {}
+if token < fence then
+  for i = 1, n do out[i] = -1 end
+  return out
+end
+if token > fence then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[4], ARGV[1])
+end
+for b = 6 + 3 * n, #KEYS do
+  redis.pcall('SADD', KEYS[b], ARGV[b + n])
+end
+local keep = tonumber(ARGV[2])
+local legacy = redis.call('EXISTS', KEYS[5]) == 1
+local failed = {}
+for i = 1, n do
+  local k, a = 3 + 3 * i, 2 + 4 * i
+  local entry, slot = ARGV[a + 2], ARGV[a + 3]
+  -- An entry's field is "<mark> <runs>": the last slot published (Unix
+  -- microseconds; empty while only manual fires ran) and how many runs
+  -- it has published.
+  local v = redis.call('HGET', KEYS[3], entry)
+  local mark, runs = '', nil
+  if v then
+    local sp = string.find(v, ' ', 1, true)
+    mark, runs = string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+  end
+  local fresh
+  if failed[entry] then
+    out[i] = -2
+  elseif slot == '' then
+    fresh = redis.call('SET', KEYS[k + 2], ARGV[1], 'NX', 'PX', ARGV[5])
+  else
+    fresh = mark == '' or tonumber(mark) < tonumber(slot)
+    if fresh and legacy and redis.call('EXISTS', KEYS[k + 2]) == 1 then fresh = false end
+  end
+  if fresh then
+    local pushed = redis.pcall('LPUSH', KEYS[k], ARGV[a])
+    if type(pushed) == 'table' and pushed.err then
+      if slot == '' then redis.call('DEL', KEYS[k + 2]) else failed[entry] = true end
+      out[i] = -2
+    else
+      if not runs then runs = tonumber(redis.call('HGET', KEYS[2], entry) or '0') end
+      if slot ~= '' then
+        mark = slot
+        if legacy then redis.call('SET', KEYS[k + 2], ARGV[1], 'PX', ARGV[4]) end
+      end
+      redis.call('HSET', KEYS[3], entry, mark .. ' ' .. (runs + 1))
+      if keep > 0 then
+        local len = redis.pcall('LPUSH', KEYS[k + 1], ARGV[a + 1])
+        if type(len) == 'number' and len > 2 * keep then
+          redis.pcall('LTRIM', KEYS[k + 1], 0, keep - 1)
+        end
+      end
+      out[i] = 1
+    end
+  elseif out[i] == nil then
+    out[i] = 0
+  end
+end
+return out
+`)
+
+// scriptBatch is about the most fires one script call carries. Larger
+// batches hold Redis (single-threaded) for longer per call; 64 already
+// makes the per-call overhead small next to the per-fire work.
+const scriptBatch = 64
+
+// fenceScript raises the fence to token and returns the fence's value.
+// When the fence it raises was last raised by a release that kept
+// per-fire dedup keys (the fence is above slots-term), it also sets the
+// legacy flag for the legacy TTL, so those keys are honoured while they
+// live (legacy.go).
+//
+// KEYS: fence, slots-term, legacy flag. ARGV: token, legacy TTL ms.
+var fenceScript = redis.NewScript(`
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
+local token = tonumber(ARGV[1])
+if token > fence then
+  local term = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if fence > term then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[2], ARGV[1])
+  return token
+end
+return fence
+`)
+
+// forgetScript removes what Redis keeps of entries that left the config
+// for good (their etcd state is gone), fenced like a publish.
+//
+// KEYS: fence, slots, counts, then each entry's history. ARGV: token,
+// then the entries' names. Returns -1 if stale, else 0.
+var forgetScript = redis.NewScript(`
+if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then return -1 end
+for i = 2, #ARGV do
+  redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('HDEL', KEYS[3], ARGV[i])
+  redis.call('DEL', KEYS[2 + i])
+end
+return 0
+`)
+
+// Options configure a Publisher.
+type Options struct {
+	// Cluster namespaces task ids: UUIDv5 of "<Cluster>/<entry>/<slot>".
+	Cluster string
+	// KeyPrefix prefixes beatd's own keys (the fence, the slots hash, the
+	// run history). Put a hash tag in it, e.g. "beatd:{default}:", and the
+	// same tag in Kombu's global_keyprefix, and Redis Cluster can run the
+	// script.
+	KeyPrefix string
+	// DedupTTL is how long the previous release's per-fire dedup keys
+	// live (its --dedup-ttl): the legacy window after an upgrade.
+	DedupTTL time.Duration
+	// TriggerTTL is how long a manual trigger is remembered as pushed
+	// (default DefaultTriggerTTL): its request must be completed in etcd
+	// within it, or a failover publishes it again.
+	TriggerTTL time.Duration
+	// Now reads the clock; a relative expiry counts from it.
+	Now func() time.Time
+	// History is how many runs each entry keeps in Redis for status
+	// (default DefaultHistory; negative keeps none).
+	History int
+	// MinReplicas makes every publish wait (WAIT) until that many replicas
+	// hold it; a shortfall leaves the batch's fires pending (replicas.go).
+	// ReplicasAuto waits for one whenever the master has one. 0: no wait.
+	MinReplicas        int
+	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
+	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
+}
+
+// DefaultHistory is the runs each entry keeps.
+const DefaultHistory = 20
+
+// DefaultDedupTTL is the previous release's default dedup key lifetime,
+// and so the default legacy window.
+const DefaultDedupTTL = 7 * 24 * time.Hour
+
+// DefaultTriggerTTL is how long a manual trigger's key lives.
+const DefaultTriggerTTL = 24 * time.Hour
+
+// Publisher pushes fires into Redis, fenced and deduplicated.
+type Publisher struct {
+	rdb      redis.UniversalClient
+	fenceKey string
+	prefix   string
+	ttlArg   string
+	trigArg  string
+	keepArg  string
+	keep     int
+	now      func() time.Time
+	bufs     sync.Pool
+	repl     *replication
+
+	mu    sync.Mutex
+	term  int64           // the token bindings were last written under
+	bound map[string]bool // bindings (key + "\x00" + member) written in term
+}
+
+// New returns a Publisher on rdb.
+func New(rdb redis.UniversalClient, opts Options) *Publisher {
+	if opts.DedupTTL <= 0 {
+		opts.DedupTTL = DefaultDedupTTL
+	}
+	if opts.TriggerTTL <= 0 {
+		opts.TriggerTTL = DefaultTriggerTTL
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.History == 0 {
+		opts.History = DefaultHistory
+	}
+	opts.History = max(opts.History, 0)
+	return &Publisher{
+		rdb:      rdb,
+		fenceKey: opts.KeyPrefix + "fence",
+		prefix:   opts.KeyPrefix,
+		ttlArg:   strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
+		trigArg:  strconv.FormatInt(opts.TriggerTTL.Milliseconds(), 10),
+		keepArg:  strconv.Itoa(opts.History),
+		keep:     opts.History,
+		now:      opts.Now,
+		bufs:     sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
+		repl:     newReplication(opts),
+	}
+}
+
+// RaiseFence raises the Redis fence to token. A new leader calls it before
+// it publishes anything, so a deposed leader is refused from then on. It
+// returns ErrStale if a larger token already holds the fence.
+func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
+	v, err := fenceScript.Run(ctx, p.rdb, []string{p.fenceKey, p.slotsTermKey(), p.legacyKey()}, token, p.ttlArg).Int64()
+	if err != nil {
+		return fmt.Errorf("publisher: raise fence: %w", err)
+	}
+	if v > token {
+		return fmt.Errorf("%w: fence is %d, token %d", broker.ErrStale, v, token)
+	}
+	// A fence lost in a failover would let a deposed leader publish again.
+	if err := p.repl.sync(ctx, p.rdb, strconv.FormatInt(token, 10)); err != nil {
+		p.repl.failed()
+		return fmt.Errorf("publisher: raise fence: %w", err)
+	}
+	return nil
+}
+
+// Fence returns the fence's current value (0 when unset).
+func (p *Publisher) Fence(ctx context.Context) (int64, error) {
+	v, err := p.rdb.Get(ctx, p.fenceKey).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// Publish pushes every fire in one pipelined round trip and stores each
+// outcome in results (len(results) must equal len(fires)). A non-nil error
+// means some fires may not have been attempted; their result is
+// ResultError and retrying them is safe, since the dedup key makes a
+// repeat a no-op.
+func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
+	if len(fires) == 0 {
+		return nil
+	}
+	now := p.now()
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	buf := (*bp)[:0]
+	// Each fire takes two consecutive spans of buf: its message, then its
+	// run record.
+	ends := make([]int, 2*len(fires))
+	for i := range fires {
+		buf = fires[i].Task.AppendMessage(buf, &fires[i], token, now)
+		ends[2*i] = len(buf)
+		buf = appendRun(buf, &fires[i], token, now)
+		ends[2*i+1] = len(buf)
+	}
+	*bp = buf
+	err := p.run(ctx, token, fires, buf, ends, results)
+	if err != nil && isNoScript(err) {
+		// The script cache was flushed (a restart or SCRIPT FLUSH): load it
+		// and try once more. Anything already pushed dedups.
+		if lerr := publishScript.Load(ctx, p.rdb).Err(); lerr != nil {
+			return fmt.Errorf("publisher: load script: %w", lerr)
+		}
+		err = p.run(ctx, token, fires, buf, ends, results)
+	}
+	if err != nil {
+		p.repl.failed()
+		return fmt.Errorf("publisher: publish %d fires: %w", len(fires), err)
+	}
+	for _, r := range results {
+		if r == broker.ResultStale {
+			return broker.ErrStale
+		}
+	}
+	return nil
+}
+
+func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, buf []byte, ends []int, results []broker.Result) error {
+	pipe := p.rdb.Pipeline()
+	order, cuts := callPlan(fires)
+	cmds := make([]*redis.Cmd, len(cuts))
+	tok := strconv.FormatInt(token, 10)
+	fixed := []string{p.fenceKey, p.countsKey(), p.slotsKey(), p.slotsTermKey(), p.legacyKey()}
+	want := p.repl.target(ctx, p.rdb)
+	bindings := p.bindings(token, fires)
+	lo := 0
+	for c, hi := range cuts {
+		call := order[lo:hi]
+		keys := make([]string, 0, len(fixed)+3*len(call)+len(bindings))
+		args := make([]any, 0, 5+4*len(call)+len(bindings))
+		keys = append(keys, fixed...)
+		args = append(args, tok, p.keepArg, len(call), p.ttlArg, p.trigArg)
+		for _, i := range call {
+			f := &fires[i]
+			t := f.Task
+			from := 0
+			if i > 0 {
+				from = ends[2*i-1]
+			}
+			msg, run := buf[from:ends[2*i]], buf[ends[2*i]:ends[2*i+1]]
+			if f.Manual {
+				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
+				args = append(args, msg, run, t.Name, "")
+			} else {
+				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.DedupKey(f.ID))
+				args = append(args, msg, run, t.Name, strconv.FormatInt(f.Slot.UnixMicro(), 10))
+			}
+		}
+		if c == 0 { // each new binding once: the first call carries them
+			for _, b := range bindings {
+				keys = append(keys, b.key)
+				args = append(args, b.member)
+			}
+		}
+		cmds[c] = publishScript.EvalSha(ctx, pipe, keys, args...)
+		lo = hi
+	}
+	wait := p.repl.queue(ctx, pipe, want, tok)
+	_, err := pipe.Exec(ctx)
+	var first error
+	lo = 0
+	for c, cmd := range cmds {
+		call := order[lo:cuts[c]]
+		lo = cuts[c]
+		vals, cerr := cmd.Int64Slice()
+		if cerr == nil && len(vals) != len(call) {
+			cerr = fmt.Errorf("publish script returned %d results for %d fires", len(vals), len(call))
+		}
+		if c == 0 && cerr != nil {
+			p.unbind(bindings) // not written: the next publish carries them
+		}
+		for j, i := range call {
+			switch {
+			case cerr != nil:
+				results[i] = broker.ResultError
+			case vals[j] == 1:
+				results[i] = broker.ResultOK
+			case vals[j] == 0:
+				results[i] = broker.ResultDuplicate
+			case vals[j] == -2:
+				results[i] = broker.ResultError
+				if first == nil {
+					first = fmt.Errorf("entry %q: LPUSH to %s failed (does the key hold another type?)", fires[i].Task.Name, fires[i].Task.QueueKey)
+				}
+			default:
+				results[i] = broker.ResultStale
+			}
+		}
+		if cerr != nil && first == nil {
+			first = cerr
+		}
+	}
+	if werr := p.repl.check(wait, want, results); werr != nil && first == nil {
+		first = werr
+	}
+	// Exec's error says why when the connection itself failed (a refused
+	// AUTH leaves every reply empty, and its command's error reads only
+	// "unexpected type=<nil>"); otherwise it is the first command's.
+	if err != nil {
+		return err
+	}
+	return first
+}
+
+// callPlan splits one Publish's fires into script calls: order lists the
+// fires' indexes call by call, and cuts[c] is where call c ends in order.
+// Every fire of one entry lands in one call, in its order, so a slot of an
+// entry never runs in Redis before an earlier slot of it that failed (the
+// high-water mark would then call the earlier one a duplicate). Calls
+// close at scriptBatch fires, on an entry boundary. When each entry fires
+// once, the common case, order is the fires' own.
+func callPlan(fires []celery.Fire) (order, cuts []int) {
+	order = make([]int, len(fires))
+	seen := make(map[*celery.Task]int, len(fires)) // task -> its group
+	var groups [][]int
+	repeated := false
+	for i := range fires {
+		order[i] = i
+		g, ok := seen[fires[i].Task]
+		if !ok {
+			g = len(groups)
+			seen[fires[i].Task] = g
+			groups = append(groups, nil)
+		} else {
+			repeated = true
+		}
+		groups[g] = append(groups[g], i)
+	}
+	if !repeated {
+		for hi := scriptBatch; hi < len(fires); hi += scriptBatch {
+			cuts = append(cuts, hi)
+		}
+		return order, append(cuts, len(fires))
+	}
+	order = order[:0]
+	size := 0
+	for _, g := range groups {
+		order = append(order, g...)
+		if size += len(g); size >= scriptBatch {
+			cuts, size = append(cuts, len(order)), 0
+		}
+	}
+	if size > 0 {
+		cuts = append(cuts, len(order))
+	}
+	return order, cuts
+}
+
+type binding struct{ key, member string }
+
+// bindings returns the Kombu bindings of fires not yet written in this
+// term, and marks them written. Kombu reads a binding only to route a
+// restored message, so once per term (and once after a failed write)
+// keeps it in place at no per-fire cost.
+func (p *Publisher) bindings(token int64, fires []celery.Fire) []binding {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if token != p.term || p.bound == nil {
+		p.term, p.bound = token, map[string]bool{}
+	}
+	var out []binding
+	for i := range fires {
+		t := fires[i].Task
+		if t.BindingKey == "" {
+			continue
+		}
+		k := t.BindingKey + "\x00" + t.BindingMember
+		if !p.bound[k] {
+			p.bound[k] = true
+			out = append(out, binding{t.BindingKey, t.BindingMember})
+		}
+	}
+	return out
+}
+
+// unbind forgets that bs were written, so the next publish writes them.
+func (p *Publisher) unbind(bs []binding) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range bs {
+		delete(p.bound, b.key+"\x00"+b.member)
+	}
+}
+
+// Forget removes what Redis keeps of entries gone for good (their mark,
+// run count and history). It is fenced like a publish: ErrStale if a
+// newer leader holds the fence.
+func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) error {
+	for len(entries) > 0 {
+		batch := entries[:min(len(entries), 256)]
+		entries = entries[len(batch):]
+		keys := []string{p.fenceKey, p.slotsKey(), p.countsKey()}
+		args := []any{token}
+		for _, e := range batch {
+			keys = append(keys, p.historyKey(e))
+			args = append(args, e)
+		}
+		v, err := forgetScript.Run(ctx, p.rdb, keys, args...).Int64()
+		if err != nil {
+			return fmt.Errorf("publisher: forget %d entries: %w", len(batch), err)
+		}
+		if v < 0 {
+			return broker.ErrStale
+		}
+	}
+	return nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

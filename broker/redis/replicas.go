@@ -1,0 +1,199 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/beatd/beatd/broker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis replication is asynchronous: a write the master acknowledged can
+// vanish when a replica that never received it is promoted. If that write
+// was a publish, beatd has already recorded the slot as done in etcd, and
+// the slot is never sent. With MinReplicas set, every publish batch ends
+// with WAIT, and the batch only counts as done once enough replicas hold
+// it; otherwise its fires report ResultError, stay pending and are
+// published again (the dedup key makes that a no-op where the first write
+// survived, and a real publish where it did not).
+
+// ReplicasAuto is Options.MinReplicas for "wait for one replica whenever
+// the master has at least one", re-checked every autoRecheck and after
+// every failed publish (a failover shows up as one). It is the default for
+// Sentinel brokers.
+const ReplicasAuto = -1
+
+// DefaultReplicasTimeout is how long WAIT blocks by default.
+const DefaultReplicasTimeout = time.Second
+
+// autoRecheck is how often ReplicasAuto counts the master's replicas.
+const autoRecheck = time.Second
+
+// ErrReplicaShortfall means fewer replicas than Options.MinReplicas
+// acknowledged a publish within the timeout: its fires stay pending.
+var ErrReplicaShortfall = errors.New("publisher: too few replicas acknowledged the publish")
+
+// replication is the WAIT step of publishing.
+type replication struct {
+	want       int // 0: off, > 0: fixed, ReplicasAuto
+	timeout    time.Duration
+	syncKey    string
+	shortfalls prometheus.Counter
+
+	auto      atomic.Int32          // ReplicasAuto's current target
+	checkedAt atomic.Int64          // when auto was last counted, unix ns; 0 forces a count
+	lastErr   atomic.Pointer[error] // the last WAIT's failure; nil once one succeeds
+}
+
+func newReplication(opts Options) *replication {
+	r := &replication{want: opts.MinReplicas, timeout: opts.MinReplicasTimeout,
+		syncKey: opts.KeyPrefix + "replsync", shortfalls: opts.ReplicaShortfalls}
+	if r.want < ReplicasAuto {
+		r.want = 0
+	}
+	if r.timeout <= 0 {
+		r.timeout = DefaultReplicasTimeout
+	}
+	return r
+}
+
+// target is how many replicas the next batch waits for.
+func (r *replication) target(ctx context.Context, rdb redis.UniversalClient) int {
+	if r.want != ReplicasAuto {
+		return r.want
+	}
+	if time.Since(time.Unix(0, r.checkedAt.Load())) >= autoRecheck {
+		if err := r.count(ctx, rdb); err != nil {
+			// Keep the last known target; the next batch tries again.
+			r.checkedAt.Store(0)
+		}
+	}
+	return int(r.auto.Load())
+}
+
+// count sets the auto target from the master's online replicas.
+func (r *replication) count(ctx context.Context, rdb redis.UniversalClient) error {
+	info, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("publisher: count replicas (INFO replication): %w", err)
+	}
+	n := onlineReplicas(info)
+	r.auto.Store(int32(min(n, 1)))
+	r.checkedAt.Store(time.Now().UnixNano())
+	return nil
+}
+
+// failed makes the next batch re-count replicas in auto mode: a failed
+// publish is how a failover shows itself.
+func (r *replication) failed() { r.checkedAt.Store(0) }
+
+// onlineReplicas counts "slaveN:...,state=online,..." lines of INFO
+// replication; a replica still syncing cannot acknowledge anything yet.
+func onlineReplicas(info string) int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			n++
+		}
+	}
+	return n
+}
+
+// queue appends the WAIT step to pipe, after the publishes, and returns
+// its command (nil when no replica is waited for). The SET of syncKey
+// comes first because WAIT waits for this connection's last write: a batch
+// of only duplicates writes nothing, and WAIT would return at once even
+// though the writes it found may not have reached a replica yet.
+func (r *replication) queue(ctx context.Context, pipe redis.Pipeliner, want int, token string) *redis.IntCmd {
+	if want <= 0 {
+		return nil
+	}
+	pipe.Set(ctx, r.syncKey, token, 0)
+	// A pipeline reads every reply within the client's ReadTimeout, so the
+	// broker client must allow more than the WAIT timeout (BrokerConfig).
+	wait := redis.NewIntCmd(ctx, "wait", want, r.timeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	return wait
+}
+
+// check turns the batch's successes into ResultError unless WAIT saw
+// enough replicas; it returns why.
+func (r *replication) check(wait *redis.IntCmd, want int, results []broker.Result) error {
+	if wait == nil {
+		r.lastErr.Store(nil) // nothing to wait for (auto mode without replicas)
+		return nil
+	}
+	got, err := wait.Result()
+	if err == nil && int(got) >= want {
+		r.lastErr.Store(nil)
+		return nil
+	}
+	werr := r.fail(got, want, err, results)
+	r.lastErr.Store(&werr)
+	return werr
+}
+
+func (r *replication) fail(got int64, want int, err error, results []broker.Result) error {
+	demoted := 0
+	for i, res := range results {
+		if res == broker.ResultOK || res == broker.ResultDuplicate {
+			results[i] = broker.ResultError
+			demoted++
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publisher: WAIT %d: %w", want, err)
+	}
+	if r.shortfalls != nil {
+		r.shortfalls.Inc()
+	}
+	return fmt.Errorf("%w: %d of %d replicas within %s; %d fires stay pending",
+		ErrReplicaShortfall, got, want, r.timeout, demoted)
+}
+
+// sync waits until want replicas hold every write the master has
+// acknowledged so far (used after raising the fence).
+func (r *replication) sync(ctx context.Context, rdb redis.UniversalClient, token string) error {
+	want := r.target(ctx, rdb)
+	if want <= 0 {
+		return nil
+	}
+	pipe := rdb.Pipeline()
+	wait := r.queue(ctx, pipe, want, token)
+	if _, err := pipe.Exec(ctx); err != nil && wait.Err() == nil {
+		return fmt.Errorf("publisher: replication marker: %w", err)
+	}
+	return r.check(wait, want, nil)
+}
+
+// MinReplicas is the number of replicas each publish batch currently waits
+// for (0: none).
+func (p *Publisher) MinReplicas(ctx context.Context) int { return p.repl.target(ctx, p.rdb) }
+
+// OnlineReplicas counts the master's online replicas (INFO replication).
+func (p *Publisher) OnlineReplicas(ctx context.Context) (int, error) {
+	info, err := p.rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, fmt.Errorf("publisher: INFO replication: %w", err)
+	}
+	return onlineReplicas(info), nil
+}
+
+// ReplicationError is the last publish or fence raise that too few
+// replicas acknowledged (or whose WAIT failed), nil once one succeeds.
+// Readiness reports it: a leader stuck raising the fence has published
+// nothing to fail yet.
+func (p *Publisher) ReplicationError() error {
+	if e := p.repl.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+package celery
+
+import ()
+
+// Spec is what a task's messages say: the task, its arguments and Celery's
+// send options. It is the publisher's own description, so how entries are
+// written (schedules.yaml, the API, django-celery-beat) stays out of this
+// package; the scheduler builds one per entry.
+type Spec struct {
+	Name    string // the entry: it namespaces task ids
+	Task    string
+	Args    []any
+	Kwargs  *Map
+	Options SendOptions
+}
