@@ -19,6 +19,8 @@ import (
 	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/catalog"
+	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,7 +30,7 @@ import (
 
 // statusOptions are the flags of `beatd status`.
 type statusOptions struct {
-	etcd    etcdFlags
+	etcd    daemon.EtcdFlags
 	broker  statusBroker
 	config  string
 	output  string
@@ -37,7 +39,7 @@ type statusOptions struct {
 }
 
 func (o *statusOptions) register(fs *pflag.FlagSet) {
-	o.etcd.register(fs)
+	o.etcd.Register(fs)
 	o.broker.register(fs)
 	fs.StringVar(&o.config, "config", "", "schedule file for schedules and next run times (default: the config the leader published to etcd)")
 	fs.StringVarP(&o.output, "output", "o", "", "output format: json, yaml or wide (default: a table)")
@@ -48,7 +50,7 @@ func (o *statusOptions) register(fs *pflag.FlagSet) {
 
 // statusCommand is `beatd status`.
 func statusCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	o := &statusOptions{etcd: etcdFlags{Prefix: keys.DefaultPrefix}}
+	o := &statusOptions{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "show the leader and every entry's state, from etcd",
@@ -68,7 +70,7 @@ so it works from anywhere that reaches etcd, without the schedule file.`,
 			return codeErr(o.run(ctx, stdout, stderr))
 		},
 	}
-	fs := newFlagSet("status", stderr)
+	fs := flagenv.New("status", stderr)
 	o.register(fs)
 	commandFlags(cmd, fs)
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"json", "yaml", "wide"}, cobra.ShellCompDirectiveNoFileComp))
@@ -86,13 +88,13 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cli, err := o.etcd.client()
+	cli, err := o.etcd.Client()
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", err)
 		return exitFail
 	}
 	defer cli.Close()
-	prefix := o.etcd.prefix()
+	prefix := o.etcd.KeyPrefix()
 	var hdr catalog.Header
 	var notes []string
 	if cfg == nil {
@@ -102,17 +104,17 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, "no leader has published its config to etcd yet: schedules and next runs unknown (pass --config)")
 		case err != nil:
 			if ctx.Err() != nil {
-				fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read the leader's config", o.timeout, err))
+				fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read the leader's config", o.timeout, err))
 				return exitFail
 			}
 			notes = append(notes, err.Error())
 		}
 	} else if hdr, err = catalog.ReadHeader(ctx, cli, prefix); err != nil && !errors.Is(err, catalog.ErrNone) {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read the leader's config", o.timeout, err))
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read the leader's config", o.timeout, err))
 		return exitFail
 	}
-	if cfg, err = withRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read runtime entries", o.timeout, err))
+	if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read runtime entries", o.timeout, err))
 		return exitFail
 	}
 	hist, closeHist, err := o.broker.history(keys.Cluster(prefix))
@@ -120,9 +122,9 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		notes = append(notes, "recent runs unavailable: "+err.Error())
 	}
 	defer closeHist()
-	st, err := statusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now())
+	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now())
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.failure("read status", o.timeout, err))
+		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read status", o.timeout, err))
 		return exitFail
 	}
 	if st.HistoryError != "" {
@@ -258,7 +260,7 @@ func mergeResults(st *api.Status, from []api.EntryStatus) {
 
 // adminOptions are the flags of trigger, pause and resume.
 type adminOptions struct {
-	etcd    etcdFlags
+	etcd    daemon.EtcdFlags
 	wait    time.Duration
 	timeout time.Duration
 	asJSON  bool
@@ -266,7 +268,7 @@ type adminOptions struct {
 }
 
 func (o *adminOptions) register(fs *pflag.FlagSet) {
-	o.etcd.register(fs)
+	o.etcd.Register(fs)
 	fs.DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for the leader to act (0: do not wait)")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "deadline for checking the entry and queueing the request in etcd")
 	fs.BoolVar(&o.asJSON, "json", false, "print the outcome as JSON")
@@ -277,13 +279,13 @@ func (o *adminOptions) register(fs *pflag.FlagSet) {
 // the config the leader published, queues the request in etcd and waits
 // until the leader has acted on it.
 func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr io.Writer) *cobra.Command {
-	o := &adminOptions{etcd: etcdFlags{Prefix: keys.DefaultPrefix}}
+	o := &adminOptions{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
 	cmd := &cobra.Command{
 		Use:   string(op) + " ENTRY",
 		Short: short,
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: func(c *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			if len(args) > 0 || applyEnv(c.Flags()) != nil {
+			if len(args) > 0 || flagenv.ApplyEnv(c.Flags()) != nil {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			return o.entryNames(ctx), cobra.ShellCompDirectiveNoFileComp
@@ -292,7 +294,7 @@ func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr
 			return codeErr(o.run(ctx, op, args[0], stdout, stderr))
 		},
 	}
-	fs := newFlagSet(string(op), stderr)
+	fs := flagenv.New(string(op), stderr)
 	o.register(fs)
 	commandFlags(cmd, fs)
 	return cmd
@@ -302,12 +304,12 @@ func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr
 func (o *adminOptions) entryNames(ctx context.Context) []cobra.Completion {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	cli, err := o.etcd.client()
+	cli, err := o.etcd.Client()
 	if err != nil {
 		return nil
 	}
 	defer cli.Close()
-	cfg, _, err := catalog.Load(ctx, cli, o.etcd.prefix())
+	cfg, _, err := catalog.Load(ctx, cli, o.etcd.KeyPrefix())
 	if err != nil {
 		return nil
 	}
@@ -319,7 +321,7 @@ func (o *adminOptions) entryNames(ctx context.Context) []cobra.Completion {
 }
 
 func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
-	cli, err := o.etcd.client()
+	cli, err := o.etcd.Client()
 	if err != nil {
 		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
 		return exitFail
@@ -328,23 +330,23 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 	tctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	if !o.noCheck {
-		if err := checkEntry(tctx, cli, o.etcd.prefix(), name); err != nil {
+		if err := checkEntry(tctx, cli, o.etcd.KeyPrefix(), name); err != nil {
 			if tctx.Err() != nil {
-				err = o.etcd.failure("check the entry", o.timeout, err)
+				err = o.etcd.Failure("check the entry", o.timeout, err)
 			}
 			fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, err)
 			return exitFail
 		}
 	}
-	r, err := store.New(cli, o.etcd.prefix()).PutRequest(tctx, op, name, time.Now())
+	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, op, name, time.Now())
 	if err != nil {
-		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.failure("queue the request", o.timeout, err))
+		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.Failure("queue the request", o.timeout, err))
 		return exitFail
 	}
 	outcome := "queued"
 	if o.wait > 0 {
 		if err := waitConsumed(ctx, cli, r.Key, o.wait); err != nil {
-			fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running? etcd at %s)\n", op, name, o.wait, o.etcd.endpointList())
+			fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running? etcd at %s)\n", op, name, o.wait, o.etcd.Where())
 			return exitFail
 		}
 		outcome = "done"
@@ -368,7 +370,7 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 	if err == nil {
 		// The catalog is the file; entries of the entries API are the
 		// leader's too.
-		if cfg, err = withRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
 			return err
 		}
 	}
@@ -434,8 +436,8 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 }
 
 // history opens the run history of cluster; close releases it.
-func (b *statusBroker) history(cluster string) (historyReader, func(), error) {
-	pass, err := secret(b.passFile, "BEATD_BROKER_PASSWORD")
+func (b *statusBroker) history(cluster string) (daemon.HistoryReader, func(), error) {
+	pass, err := daemon.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -443,5 +445,5 @@ func (b *statusBroker) history(cluster string) (historyReader, func(), error) {
 	if err != nil {
 		return nil, func() {}, err
 	}
-	return redisbroker.New(rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
+	return redisbroker.New(rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: daemon.RedisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -75,7 +77,7 @@ cluster's state in etcd (--etcd-endpoints, --prefix), so they work with no
 replica running; next reads it too when given --etcd-endpoints. entries goes
 through a replica's HTTP entries API (--server), because a runtime entry is
 validated and applied by a running replica, as the API does.`,
-		Version:       versionString(),
+		Version:       daemon.Version(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          usageArgs(cobra.NoArgs),
@@ -133,7 +135,7 @@ func init() {
 		if c.Name() == "help" || c.Name() == "completion" || (c.Parent() != nil && c.Parent().Name() == "completion") {
 			return ""
 		}
-		return envHelp(c.LocalFlags())
+		return flagenv.Help(c.LocalFlags())
 	})
 }
 
@@ -178,7 +180,7 @@ func commandFlags(cmd *cobra.Command, fs *pflag.FlagSet) {
 	cmd.Flags().AddFlagSet(fs)
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(c *cobra.Command, args []string) error {
-		if err := applyEnv(c.Flags()); err != nil {
+		if err := flagenv.ApplyEnv(c.Flags()); err != nil {
 			return usageError{c, err}
 		}
 		if prev != nil {
@@ -193,7 +195,7 @@ const defaultTimeout = 10 * time.Second
 
 // runCommand is `beatd run`.
 func runCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	m := NewMain(stdout, stderr)
+	m := daemon.NewMain(stdout, stderr)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "run the scheduler (leader election, publishing, HTTP)",
@@ -203,13 +205,13 @@ health, metrics and status over HTTP. SIGHUP or a change of the file reloads
 the config; SIGINT/SIGTERM hands leadership over and stops.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := m.checkFlags(); err != nil {
+			if err := m.CheckFlags(); err != nil {
 				return usageError{c, err}
 			}
-			return codeErr(m.serve(ctx))
+			return codeErr(m.Serve(ctx))
 		},
 	}
-	commandFlags(cmd, m.flags())
+	commandFlags(cmd, m.Flags())
 	return cmd
 }
 

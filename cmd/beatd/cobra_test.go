@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/testutil"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -94,8 +95,8 @@ func TestEveryFlagHasItsVariable(t *testing.T) {
 			t.Fatalf("%v --help: exit %d", path, code)
 		}
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
-			if f.Name != "help" && !f.Hidden && !strings.Contains(out, envName(f.Name)+" ") {
-				t.Errorf("%v --help lacks %s", path, envName(f.Name))
+			if f.Name != "help" && !f.Hidden && !strings.Contains(out, flagenv.EnvName(f.Name)+" ") {
+				t.Errorf("%v --help lacks %s", path, flagenv.EnvName(f.Name))
 			}
 		})
 	}
@@ -224,23 +225,5 @@ func TestNextInColumn(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatalf("no fire times:\n%s", out)
-	}
-}
-
-func TestLeaseLapsing(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		remaining, granted int64
-		want               bool
-	}{
-		{6, 6, false}, {4, 6, false}, {3, 6, false}, {2, 6, true}, {0, 6, true},
-		{5, 5, false}, {3, 5, false}, {2, 5, false}, {1, 5, true},
-		{2, 2, false}, {1, 2, false}, {0, 2, false},
-		{10, 10, false}, {6, 10, false}, {4, 10, true},
-	}
-	for _, tt := range tests {
-		if got := leaseLapsing(tt.remaining, tt.granted); got != tt.want {
-			t.Errorf("leaseLapsing(%d of %d) = %v, want %v", tt.remaining, tt.granted, got, tt.want)
-		}
 	}
 }

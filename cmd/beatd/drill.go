@@ -15,6 +15,7 @@ import (
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/internal/flagenv"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 )
@@ -32,7 +33,7 @@ func drillCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command 
 }
 
 func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	fs := newFlagSet("drill local", stderr)
+	fs := flagenv.New("drill local", stderr)
 	replicas := fs.Int("replicas", 3, "beatd replicas")
 	duration := fs.Duration("duration", 5*time.Minute, "how long faults are injected")
 	seed := fs.Int64("seed", time.Now().UnixNano()%1_000_000, "seed for fault kinds and times")
@@ -77,7 +78,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 }
 
 func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	fs := newFlagSet("drill audit", stderr)
+	fs := flagenv.New("drill audit", stderr)
 	brokerKind := fs.String("broker", "redis://127.0.0.1:6379/0", "broker URL of the drill queue (on RabbitMQ, amqp://..., the queue is drained)")
 	queue := fs.String("queue", "drill", "the queue the drill schedule publishes to")
 	configFile := fs.String("config", "", "the drill schedule (required)")

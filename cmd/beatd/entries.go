@@ -16,6 +16,8 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/flagenv"
 	"gopkg.in/yaml.v3"
 )
 
@@ -35,16 +37,16 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 		return code
 	}
 	verb := args[0]
-	fs := newFlagSet("entries "+verb, stderr)
+	fs := flagenv.New("entries "+verb, stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "beatd's HTTP address")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
 	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
-	if err := parseFlags(fs, args[1:]); err != nil { // pflag takes flags among the arguments
+	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
 	pos := fs.Args()
-	token, err := secret(*tokenFile, "BEATD_TOKEN")
+	token, err := daemon.Secret(*tokenFile, "BEATD_TOKEN")
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", err)
 		return 1

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/migrate"
 	"github.com/beatd/beatd/store"
 )
@@ -19,7 +21,7 @@ import (
 // stdout; warnings go to stderr. --state also writes each entry's last send
 // into etcd; --check compares fire times with Celery's instead.
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("import", stderr)
+	fs := flagenv.New("import", stderr)
 	state := fs.Bool("state", false, "also write each entry's last send (celery beat's state) into etcd, for the cutover")
 	force := fs.Bool("force", false, "with --state: overwrite the state of entries beatd has already fired")
 	check := fs.Bool("check", false, "compare the next fire times of every entry with Celery's (through the helper); exit 1 on a difference")
@@ -29,14 +31,14 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	redbeatPrefix := fs.String("redbeat-prefix", "redbeat:", "RedBeat's key prefix (REDBEAT_KEY_PREFIX)")
 	from := fs.String("from", "", "the time the import takes as now (RFC 3339; default: now): where --check starts, and which one-off and start_time entries count as past")
 	dataDir := fs.String("data-dir", "", "with --state and no --etcd-endpoints: the data dir of beatd's embedded etcd (as given to beatd run), started here while the state is written")
-	var ef etcdFlags
-	ef.register(fs)
+	var ef daemon.EtcdFlags
+	ef.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: beatd import [--state [--force] --etcd-endpoints URLS --prefix P] [--check] SRC > schedules.yaml")
 		fmt.Fprintln(stderr, "SRC: a dump from contrib/celery_dump.py, a `manage.py dumpdata django_celery_beat` file, or a RedBeat redis:// URL")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := flagenv.Parse(fs, args); err != nil {
 		return exitCode(err)
 	}
 	if fs.NArg() != 1 {
@@ -80,8 +82,8 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // importState writes the last slots into etcd.
-func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, dataDir string, force bool, stderr io.Writer) int {
-	if len(ef.endpoints()) == 0 && dataDir != "" {
+func importState(ctx context.Context, res *migrate.Result, ef *daemon.EtcdFlags, dataDir string, force bool, stderr io.Writer) int {
+	if len(ef.EndpointURLs()) == 0 && dataDir != "" {
 		// beatd run's embedded etcd keeps its data here: start it on free
 		// ports just for the import (beatd run must not be running).
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -96,7 +98,7 @@ func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, dataDi
 		defer srv.Close()
 		ef.Endpoints = strings.Join(srv.Endpoints, ",")
 	}
-	cli, err := ef.client()
+	cli, err := ef.Client()
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd import:", err)
 		return 1
@@ -108,7 +110,7 @@ func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, dataDi
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	refused, err := store.New(cli, ef.prefix()).Import(ctx, in, force)
+	refused, err := store.New(cli, ef.KeyPrefix()).Import(ctx, in, force)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd import:", err)
 		return 1
@@ -124,7 +126,7 @@ func importState(ctx context.Context, res *migrate.Result, ef *etcdFlags, dataDi
 				st.LastSlot.UTC().Format(time.RFC3339Nano), st.LastRunAt.UTC().Format(time.RFC3339Nano))
 		}
 	}
-	fmt.Fprintf(stderr, "beatd import: state of %d entries written to %s\n", len(res.States)-len(refused), ef.prefix())
+	fmt.Fprintf(stderr, "beatd import: state of %d entries written to %s\n", len(res.States)-len(refused), ef.KeyPrefix())
 	if len(refused) > 0 {
 		return 1
 	}

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/flagenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,9 +42,9 @@ the embedded member's client port inside a beatd pod.`)
 		return code
 	}
 	sub := args[0]
-	fs := newFlagSet("members "+sub, stderr)
-	var ef etcdFlags
-	ef.register(fs)
+	fs := flagenv.New("members "+sub, stderr)
+	var ef daemon.EtcdFlags
+	ef.Register(fs)
 	jsonOut := fs.Bool("json", false, "print JSON")
 	peerURL := fs.String("peer-url", "", "the new member's advertise peer URL (add)")
 	// The name comes first, flags after it, as in `beatd trigger NAME`.
@@ -51,11 +53,11 @@ the embedded member's client port inside a beatd pod.`)
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		pos, rest = rest[:1], rest[1:]
 	}
-	if err := parseFlags(fs, rest); err != nil {
+	if err := flagenv.Parse(fs, rest); err != nil {
 		return exitCode(err)
 	}
 	pos = append(pos, fs.Args()...)
-	cli, err := ef.client()
+	cli, err := ef.Client()
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd members:", err)
 		return 1

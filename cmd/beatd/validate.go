@@ -12,6 +12,8 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
@@ -61,7 +63,7 @@ type nextOptions struct {
 	config, entry, from string
 	count               int
 	asJSON              bool
-	etcd                etcdFlags
+	etcd                daemon.EtcdFlags
 }
 
 func (o *nextOptions) register(fs *pflag.FlagSet) {
@@ -70,7 +72,7 @@ func (o *nextOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.from, "from", "", "RFC 3339 instant to start after (default now)")
 	fs.IntVar(&o.count, "count", 5, "fire times per entry")
 	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}; a disabled or paused entry is one {\"entry\", \"disabled\": true} or {\"entry\", \"paused\": true} instead of times")
-	o.etcd.register(fs)
+	o.etcd.Register(fs)
 	fs.Lookup("etcd-endpoints").Usage = "read each entry's state from this etcd (as the leader and the console do): paused entries, and intervals on the grid the leader runs; without it, intervals are anchored at --from"
 }
 
@@ -85,7 +87,7 @@ func nextCommand(stdout, stderr io.Writer) *cobra.Command {
 			return codeErr(o.run(c, stdout, stderr))
 		},
 	}
-	fs := newFlagSet("next", stderr)
+	fs := flagenv.New("next", stderr)
 	o.register(fs)
 	commandFlags(cmd, fs)
 	return cmd
@@ -202,17 +204,17 @@ func offWord(e *config.Entry, st *store.EntryState) string {
 // states reads every entry's state from etcd when --etcd-endpoints is
 // given, else returns none.
 func (o *nextOptions) states(ctx context.Context) (map[string]*store.EntryState, error) {
-	if len(o.etcd.endpoints()) == 0 {
+	if len(o.etcd.EndpointURLs()) == 0 {
 		return nil, nil
 	}
-	cli, err := o.etcd.client()
+	cli, err := o.etcd.Client()
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	t, err := store.New(cli, o.etcd.prefix()).Load(ctx)
+	t, err := store.New(cli, o.etcd.KeyPrefix()).Load(ctx)
 	if err != nil {
 		return nil, err
 	}

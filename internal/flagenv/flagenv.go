@@ -1,4 +1,8 @@
-package main
+// Package flagenv is the command line's one convention for flags: GNU-style
+// flag sets that report errors instead of exiting, and a BEATD_* variable
+// for every flag (--lease-ttl reads BEATD_LEASE_TTL), for Kubernetes
+// manifests. The CLI and the daemon's run flags both use it.
+package flagenv
 
 import (
 	"fmt"
@@ -10,41 +14,41 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// newFlagSet returns a GNU-style FlagSet that reports errors instead of
+// New returns a GNU-style FlagSet that reports errors instead of
 // exiting. Commands add it to their cobra command, which parses it.
-func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+func New(name string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("beatd "+name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
 	return fs
 }
 
-// envName is the variable that can set a flag: --lease-ttl reads
+// EnvName is the variable that can set a flag: --lease-ttl reads
 // BEATD_LEASE_TTL, for Kubernetes manifests.
-func envName(flagName string) string {
+func EnvName(flagName string) string {
 	return "BEATD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseFlags parses args, then fills every flag not given on the command
+// Parse parses args, then fills every flag not given on the command
 // line from its BEATD_* environment variable. Flags win over env.
-func parseFlags(fs *pflag.FlagSet, args []string) error {
+func Parse(fs *pflag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return applyEnv(fs)
+	return ApplyEnv(fs)
 }
 
-// applyEnv sets every flag not given on the command line from its BEATD_*
+// ApplyEnv sets every flag not given on the command line from its BEATD_*
 // variable, if set.
-func applyEnv(fs *pflag.FlagSet) error {
+func ApplyEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || err != nil || noEnv[f.Name] {
 			return
 		}
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
+				err = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, e)
 			}
 		}
 	})
@@ -62,15 +66,15 @@ var secretEnv = map[string]string{
 	"admin-token-file":     "BEATD_ADMIN_TOKEN",
 }
 
-// envHelp lists the variables that set fs's flags, for a command's help.
-func envHelp(fs *pflag.FlagSet) string {
+// Help lists the variables that set fs's flags, for a command's help.
+func Help(fs *pflag.FlagSet) string {
 	type row struct{ env, what string }
 	var rows []row
 	fs.VisitAll(func(f *pflag.Flag) {
 		if noEnv[f.Name] || f.Hidden {
 			return
 		}
-		rows = append(rows, row{envName(f.Name), "--" + f.Name})
+		rows = append(rows, row{EnvName(f.Name), "--" + f.Name})
 		if s, ok := secretEnv[f.Name]; ok {
 			rows = append(rows, row{s, "the secret itself, when --" + f.Name + " is not given"})
 		}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type entriesAPI struct {
 	prefix  string
 	merger  *sources.Merger
 	entries *sources.Entries
-	hist    historyReader // may be nil
+	hist    HistoryReader // may be nil
 	now     func() time.Time
 }
 

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 	}
 
 	first := runMain(t, args...)
-	waitFor(t, 15*time.Second, "three fires", func() bool { return runs(first) >= 3 })
+	testutil.Eventually(t, 15*time.Second, "three fires", func() bool { return runs(first) >= 3 })
 	before, err := first.Status(context.Background())
 	if err != nil || len(before.Entries[0].RecentRuns) == 0 {
 		t.Fatalf("status before restart: %+v, %v", before, err)

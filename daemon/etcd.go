@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"crypto/tls"
@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// etcdFlags are how every command reaches etcd.
-type etcdFlags struct {
+// EtcdFlags are how every command reaches etcd.
+type EtcdFlags struct {
 	Endpoints    string
 	Prefix       string
 	CACert       string
@@ -30,7 +30,7 @@ type etcdFlags struct {
 	autoSync time.Duration
 }
 
-func (f *etcdFlags) register(fs *pflag.FlagSet) {
+func (f *EtcdFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Endpoints, "etcd-endpoints", f.Endpoints, "comma-separated etcd client URLs; empty runs an embedded single-node etcd (run) or uses http://127.0.0.1:2379 (other commands)")
 	fs.StringVar(&f.Prefix, "prefix", f.Prefix, "key prefix of this beatd cluster in etcd")
 	fs.StringVar(&f.CACert, "etcd-cacert", "", "CA bundle to verify etcd's TLS certificate")
@@ -40,7 +40,7 @@ func (f *etcdFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.PasswordFile, "etcd-password-file", "", "file holding the etcd password")
 }
 
-func (f *etcdFlags) endpoints() []string {
+func (f *EtcdFlags) EndpointURLs() []string {
 	var out []string
 	for _, e := range strings.Split(f.Endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -50,27 +50,27 @@ func (f *etcdFlags) endpoints() []string {
 	return out
 }
 
-func (f *etcdFlags) prefix() string {
+func (f *EtcdFlags) KeyPrefix() string {
 	return keys.Prefix(f.Prefix)
 }
 
 // client dials etcd with TLS and auth as configured. Secrets are read
 // here and never logged.
-func (f *etcdFlags) client() (*clientv3.Client, error) {
-	eps := f.endpoints()
+func (f *EtcdFlags) Client() (*clientv3.Client, error) {
+	eps := f.EndpointURLs()
 	if len(eps) == 0 {
 		eps = []string{"http://127.0.0.1:2379"}
 	}
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
 	cfg.AutoSyncInterval = f.autoSync
-	tc, err := f.tlsConfig()
+	tc, err := f.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg.TLS = tc
 	if f.Username != "" {
-		pw, err := secret(f.PasswordFile, "BEATD_ETCD_PASSWORD")
+		pw, err := Secret(f.PasswordFile, "BEATD_ETCD_PASSWORD")
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +87,7 @@ func (f *etcdFlags) client() (*clientv3.Client, error) {
 }
 
 // tlsConfig is the client TLS configuration, nil without TLS flags.
-func (f *etcdFlags) tlsConfig() (*tls.Config, error) {
+func (f *EtcdFlags) TLSConfig() (*tls.Config, error) {
 	if f.CACert == "" && f.Cert == "" && f.Key == "" {
 		return nil, nil
 	}

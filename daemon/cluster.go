@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -106,7 +106,7 @@ func (m *Main) checkClusterFlags() error {
 	if c.InitialCluster == "" {
 		return nil
 	}
-	if len(m.Etcd.endpoints()) > 0 {
+	if len(m.Etcd.EndpointURLs()) > 0 {
 		return fmt.Errorf("--etcd-initial-cluster starts an embedded member; it cannot be combined with --etcd-endpoints")
 	}
 	if c.AdvertiseClientURL == "" {

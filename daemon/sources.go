@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -71,7 +71,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 	if m.Sources.priority, err = sources.ParsePriority(m.Sources.Priority); err != nil {
 		return nil, fmt.Errorf("--sources-priority: %w", err)
 	}
-	if m.Sources.readToken, err = secret(m.Sources.ReadTokenFile, "BEATD_READ_TOKEN"); err != nil {
+	if m.Sources.readToken, err = Secret(m.Sources.ReadTokenFile, "BEATD_READ_TOKEN"); err != nil {
 		return nil, err
 	}
 	m.merger = sources.New(sources.Config{
@@ -86,7 +86,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
 	}
-	m.entries = sources.NewEntries(m.etcd, m.Etcd.prefix())
+	m.entries = sources.NewEntries(m.etcd, m.Etcd.KeyPrefix())
 	// Runtime entries are in the first config, so a fresh leader does not
 	// start without them; the watch takes over from there.
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -160,12 +160,12 @@ func (m *Main) startDCB(ctx context.Context) error {
 
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
-	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.prefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: time.Now}
+	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: time.Now}
 }
 
-// withRuntimeEntries adds the entries API's entries, read from etcd, to
+// WithRuntimeEntries adds the entries API's entries, read from etcd, to
 // file's config (which may be nil), for commands that read etcd directly.
-func withRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
+func WithRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
 	docs, _, err := sources.NewEntries(cli, prefix).List(ctx)
 	if err != nil {
 		return nil, err

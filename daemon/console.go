@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // records it.
 func (m *Main) newConsole() (*console.Server, error) {
 	return console.New(console.Config{
-		Client: m.etcd, Prefix: m.Etcd.prefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
+		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
 		Term:       m.leader.Token, Timeline: m.timeline, AdminEnabled: m.adminToken != "", Logger: m.log,
@@ -59,10 +59,10 @@ func (m *Main) observeFire(entry string, slot time.Time, r broker.Result, lag ti
 // register keeps this replica's registration (address, health, term) in
 // etcd until ctx ends.
 func (m *Main) register(ctx context.Context) {
-	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.prefix(), TTL: m.LeaseTTL,
+	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), TTL: m.LeaseTTL,
 		Health: m.Ready, Logger: m.log,
 		Leading: m.leader.Term},
-		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: time.Now().UTC(), Version: versionString()})
+		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: time.Now().UTC(), Version: Version()})
 }
 
 // advertisedURL is the one base URL other hosts reach this replica's HTTP
@@ -73,7 +73,7 @@ func (m *Main) advertisedURL() string {
 	if m.AdvertiseURL != "" {
 		return strings.TrimSuffix(m.AdvertiseURL, "/")
 	}
-	return "http://" + advertised(m.httpLn.Addr().String(), m.Etcd.endpoints())
+	return "http://" + advertised(m.httpLn.Addr().String(), m.Etcd.EndpointURLs())
 }
 
 // advertised is the address other replicas reach this one's HTTP server

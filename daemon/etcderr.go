@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// endpointList names the etcd endpoints a command dials, for messages.
-func (f *etcdFlags) endpointList() string {
-	eps := f.endpoints()
+// Where names the etcd endpoints a command dials, for messages.
+func (f *EtcdFlags) Where() string {
+	eps := f.EndpointURLs()
 	if len(eps) == 0 {
 		eps = []string{defaultEtcdEndpoint}
 	}
@@ -21,12 +21,12 @@ func (f *etcdFlags) endpointList() string {
 // --etcd-endpoints: the embedded etcd of `beatd run` on its default port.
 const defaultEtcdEndpoint = "http://127.0.0.1:2379"
 
-// etcdFailure says which etcd a CLI command could not use and why, with
+// Failure says which etcd a CLI command could not use and why, with
 // the flag that points it elsewhere.
-func (f *etcdFlags) failure(what string, timeout time.Duration, err error) error {
+func (f *EtcdFlags) Failure(what string, timeout time.Duration, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: etcd at %s did not answer within %s (is etcd running there? set --etcd-endpoints or BEATD_ETCD_ENDPOINTS): %w",
-			what, f.endpointList(), timeout, err)
+			what, f.Where(), timeout, err)
 	}
-	return fmt.Errorf("%s: etcd at %s: %w", what, f.endpointList(), err)
+	return fmt.Errorf("%s: etcd at %s: %w", what, f.Where(), err)
 }

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -22,9 +22,10 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
-	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/logbridge"
+	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
@@ -36,8 +37,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// serve runs the daemon until ctx ends, then stops it gracefully.
-func (m *Main) serve(ctx context.Context) int {
+// Serve runs the daemon until ctx ends, then stops it gracefully.
+func (m *Main) Serve(ctx context.Context) int {
 	setGCPercent()
 	// go-redis and gRPC log through process-wide loggers: the process's
 	// one daemon sets them, before any client exists.
@@ -81,7 +82,7 @@ type Main struct {
 	// clock is the one clock the daemon's loops read and wait on.
 	clock          clockwork.Clock
 	ConfigPath     string
-	Etcd           etcdFlags
+	Etcd           EtcdFlags
 	Cluster        clusterFlags
 	DataDir        string
 	EtcdClientPort int
@@ -148,7 +149,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 	return &Main{
 		clock: clockwork.NewRealClock(), ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
-		LogFormat: "json", LogLevel: "info", Etcd: etcdFlags{Prefix: keys.DefaultPrefix},
+		LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
 		StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
 		MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout,
@@ -159,21 +160,21 @@ func NewMain(stdout, stderr io.Writer) *Main {
 // ParseFlags reads flags, then BEATD_* environment variables for flags not
 // given.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
-	fs := m.flags()
-	if err := parseFlags(fs, args); err != nil {
+	fs := m.Flags()
+	if err := flagenv.Parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return m.checkFlags()
+	return m.CheckFlags()
 }
 
-// flags registers run's flags on a new FlagSet.
-func (m *Main) flags() *pflag.FlagSet {
-	fs := newFlagSet("run", m.stderr)
+// Flags registers run's flags on a new FlagSet.
+func (m *Main) Flags() *pflag.FlagSet {
+	fs := flagenv.New("run", m.stderr)
 	fs.StringVar(&m.ConfigPath, "config", m.ConfigPath, "schedule file; reloaded on SIGHUP and on change")
-	m.Etcd.register(fs)
+	m.Etcd.Register(fs)
 	m.Cluster.register(fs)
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
@@ -205,8 +206,8 @@ func (m *Main) flags() *pflag.FlagSet {
 	return fs
 }
 
-// checkFlags validates the parsed flags.
-func (m *Main) checkFlags() error {
+// CheckFlags validates the parsed flags.
+func (m *Main) CheckFlags() error {
 	if err := m.checkClusterFlags(); err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func (m *Main) newLogger() *slog.Logger {
 // Run starts the daemon and returns once it is serving; Close stops it.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.newLogger().With("id", m.ID)
-	prefix := m.Etcd.prefix()
+	prefix := m.Etcd.KeyPrefix()
 	cluster := keys.Cluster(prefix)
 	// The embedded etcd boots while the config is parsed: both take a
 	// while with a large config, and there are cores for both.
@@ -244,7 +245,7 @@ func (m *Main) Run(ctx context.Context) error {
 		err error
 	}
 	var etcdc chan started
-	if len(m.Etcd.endpoints()) == 0 {
+	if len(m.Etcd.EndpointURLs()) == 0 {
 		m.logEmbedded()
 		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 			return fmt.Errorf("data dir: %w", err)
@@ -271,10 +272,10 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.configSum = fileSum(m.ConfigPath)
 	tuneGC(len(cfg.Entries))
-	if m.adminToken, err = secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
+	if m.adminToken, err = Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
 		return err
 	}
-	if m.etcd, err = m.Etcd.client(); err != nil {
+	if m.etcd, err = m.Etcd.Client(); err != nil {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
@@ -285,7 +286,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
-	brokerPass, err := secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
+	brokerPass, err := Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return err
 	}
@@ -316,7 +317,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	shortfalls := newShortfallCounter()
 	if pub == nil {
-		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: redisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
+		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 			return err
@@ -388,7 +389,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.watchConfig(runCtx)
 	}()
 	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
-		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", versionString())
+		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", Version())
 	return nil
 }
 
@@ -454,19 +455,19 @@ func noneIfZero(n int) int {
 	return n
 }
 
-// redisKeyPrefix is the prefix of beatd's own Redis keys: the flag, else
+// RedisKeyPrefix is the prefix of beatd's own Redis keys: the flag, else
 // one with the cluster as a hash tag, so Redis Cluster keeps them in one
 // slot.
-func redisKeyPrefix(flag, cluster string) string {
+func RedisKeyPrefix(flag, cluster string) string {
 	if flag != "" {
 		return flag
 	}
 	return "beatd:{" + cluster + "}:"
 }
 
-// secret reads a secret from a file, else from an environment variable.
+// Secret reads a secret from a file, else from an environment variable.
 // Secrets are never logged.
-func secret(file, env string) (string, error) {
+func Secret(file, env string) (string, error) {
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {

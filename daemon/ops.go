@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/catalog"
-	"github.com/beatd/beatd/internal/leader"
 	"github.com/beatd/beatd/internal/retry"
+	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,7 +113,7 @@ func buildInfo() prometheus.Collector {
 		}
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_build_info", Help: "Always 1; the labels say which beatd runs.",
-		ConstLabels: prometheus.Labels{"version": versionString(), "revision": revision, "goversion": runtime.Version()}})
+		ConstLabels: prometheus.Labels{"version": Version(), "revision": revision, "goversion": runtime.Version()}})
 	g.Set(1)
 	return g
 }
@@ -137,7 +137,7 @@ func (m *Main) monitor(ctx context.Context) {
 	}
 	deps := []*dep{
 		{name: "etcd", where: m.Etcd.Endpoints, probe: func(ctx context.Context) error {
-			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
 		{name: "broker", where: broker.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.brokerPing(ctx) }},
@@ -237,7 +237,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
 		PublishedAt: time.Now().UTC(), StatusURL: m.statusURL()}
-	if err := catalog.Publish(ctx, m.etcd, m.Etcd.prefix(), l.Fence, h, lc.prepared()); err != nil {
+	if err := catalog.Publish(ctx, m.etcd, m.Etcd.KeyPrefix(), l.Fence, h, lc.prepared()); err != nil {
 		return err
 	}
 	m.log.Debug("config published to etcd", "entries", lc.entries, "token", l.Token)
@@ -265,7 +265,7 @@ func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
 		go func() {
 			defer o.wg.Done()
 			rctx, cancel := context.WithTimeout(m.runCtx, 10*time.Second)
-			st, err := statusFromEtcd(rctx, m.etcd, m.Etcd.prefix(), m.sched.Config(), m.history(), time.Now())
+			st, err := StatusFromEtcd(rctx, m.etcd, m.Etcd.KeyPrefix(), m.sched.Config(), m.history(), time.Now())
 			cancel()
 			o.statusMu.Lock()
 			o.lastReadErr = err
@@ -347,9 +347,9 @@ func (m *Main) addLocalResults(st *api.Status) {
 	}
 }
 
-// statusFromEtcd is buildStatus plus the leader key's lease: a leader
+// StatusFromEtcd is buildStatus plus the leader key's lease: a leader
 // that stopped renewing it shows as unresponsive before it expires.
-func statusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist historyReader, now time.Time) (api.Status, error) {
+func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time) (api.Status, error) {
 	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now)
 	if err != nil || st.LeaderID == "" {
 		return st, err

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func (m *Main) Alive() error {
 // Ready implements api.Backend: etcd and the broker answer, and the
 // leader can publish.
 func (m *Main) Ready(ctx context.Context) error {
-	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.prefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		m.metrics.EtcdErrors.Inc()
 		return fmt.Errorf("etcd unreachable: %w", err)
 	}
@@ -75,8 +75,8 @@ func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
 	return r.ID, err
 }
 
-// historyReader reads the run history the publisher keeps with the broker.
-type historyReader interface {
+// HistoryReader reads the run history the publisher keeps with the broker.
+type HistoryReader interface {
 	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
 }
 
@@ -84,7 +84,7 @@ type historyReader interface {
 // history from the broker (hist may be nil), and merges them with a
 // config (which may be nil: then only stored entries show). A broker that
 // does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist historyReader, now time.Time) (api.Status, error) {
+func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time) (api.Status, error) {
 	var out api.Status
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
@@ -148,7 +148,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 
 // history is the run history for status, or nil with a broker that keeps
 // none (RabbitMQ).
-func (m *Main) history() historyReader {
+func (m *Main) history() HistoryReader {
 	if m.pub == nil {
 		return nil
 	}

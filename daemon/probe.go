@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -108,13 +108,13 @@ func probeBroker(ctx context.Context, log *slog.Logger, pub *redisbroker.Publish
 // whose guard can never hold, so nothing is written: etcd checks the
 // permissions of every operation in a transaction, run or not. A role
 // without readwrite on the prefix fails here.
-func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *etcdFlags) error {
-	prefix, endpoints := f.prefix(), f.Endpoints
+func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *EtcdFlags) error {
+	prefix, endpoints := f.KeyPrefix(), f.Endpoints
 	// gRPC retries a failed TLS handshake until the deadline and reports
 	// only that; a handshake of our own tells a refused certificate from a
 	// server that is down, at once.
-	if tc, err := f.tlsConfig(); err == nil && tc != nil {
-		for _, ep := range f.endpoints() {
+	if tc, err := f.TLSConfig(); err == nil && tc != nil {
+		for _, ep := range f.EndpointURLs() {
 			if err := tlsHandshake(ep, tc); err != nil {
 				return fmt.Errorf("etcd %s: start-up check failed: TLS handshake with %s: %w", endpoints, ep, err)
 			}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bufio"
@@ -78,7 +78,7 @@ func TestRunEmptyConfigAndMetrics(t *testing.T) {
 		t.Errorf("no warning for an empty config:\n%s", log.String())
 	}
 	var body string
-	waitFor(t, 10*time.Second, "dependency gauges", func() bool {
+	testutil.Eventually(t, 10*time.Second, "dependency gauges", func() bool {
 		resp, err := http.Get("http://" + m.HTTPAddress() + "/metrics")
 		if err != nil {
 			return false
