@@ -306,6 +306,15 @@ func (t *Task) SlotID(slot time.Time) [36]byte {
 	return uuid5(name)
 }
 
+// SlotIDOf is the task id of (entry, slot) in cluster, without the
+// entry's template: the same as Task.SlotID.
+func SlotIDOf(cluster, entry string, slot time.Time) [36]byte {
+	var buf [256]byte
+	name := append(buf[:0], cluster+"/"+entry+"/"...)
+	name = slot.UTC().AppendFormat(name, time.RFC3339Nano)
+	return uuid5(name)
+}
+
 func uuid5(name []byte) [36]byte {
 	var buf [512]byte
 	data := append(append(buf[:0], namespace[:]...), name...)

@@ -118,7 +118,7 @@ func IsUnreachable(err error) bool {
 // runs them on: the commands of the publish and fence scripts, the
 // scripts themselves, and the WAIT step.
 func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
-	dedup, trigger, slots := p.DedupKey([36]byte{}), p.TriggerKey("probe"), p.slotsKey()
+	dedup, trigger, entries := p.DedupKey([36]byte{}), p.TriggerKey("probe"), p.entriesKey()
 	history, counts := p.historyKey("probe"), p.countsKey()
 	sha := publishScript.Hash()
 	uses := [][]string{
@@ -128,10 +128,10 @@ func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 		{"get", p.fenceKey},
 		{"set", p.fenceKey, "1"},
 		{"exists", p.legacyKey()},
-		{"hget", slots, "probe"},
-		{"hset", slots, "probe", "1"},
-		{"hdel", slots, "probe"},
+		{"hset", entries, "probe", "1"},
+		{"hdel", entries, "probe"},
 		{"hget", counts, "probe"},
+		{"hdel", counts, "probe"},
 		{"set", trigger, "1", "NX", "PX", "1"},
 		{"del", trigger},
 		{"exists", dedup},
@@ -142,7 +142,7 @@ func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 		if k := t.QueueKey + "\x00" + t.BindingKey; !seen[k] {
 			seen[k] = true
 			uses = append(uses,
-				[]string{"evalsha", sha, "8", p.fenceKey, counts, slots, p.slotsTermKey(), p.legacyKey(), t.QueueKey, history, dedup, t.BindingKey},
+				[]string{"evalsha", sha, "9", p.fenceKey, counts, p.slotsTermKey(), p.legacyKey(), entries, t.QueueKey, history, dedup, t.BindingKey},
 				[]string{"sadd", t.BindingKey, "x"},
 				[]string{"lpush", t.QueueKey, "x"})
 		}
@@ -150,11 +150,12 @@ func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 	// The run history, after the queues: a missing LPUSH is named for
 	// the queue, where it matters most.
 	uses = append(uses,
+		[]string{"lindex", history, "0"},
 		[]string{"lpush", history, "x"},
 		[]string{"ltrim", history, "0", "1"},
 		[]string{"lrange", history, "0", "1"},
 		[]string{"del", history},
-		[]string{"hmget", slots, "probe"},
+		[]string{"hlen", entries},
 		[]string{"hmget", counts, "probe"})
 	if p.repl.want != 0 {
 		uses = append(uses, []string{"set", p.repl.syncKey, "1"}, []string{"wait", "0", "0"})

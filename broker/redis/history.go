@@ -15,46 +15,79 @@ import (
 )
 
 // The run history lives in Redis, written by the publish script itself:
-// a capped list per entry (newest first), and a run count beside each
-// entry's mark in the slots hash. It
-// costs a few bytes of Redis per fire and nothing in etcd, and every
-// replica reads it for status.
+// a capped list per entry, newest first. It costs a few bytes of Redis per
+// fire and nothing in etcd, and every replica reads it for status. The
+// newest record is also the entry's dedup: it carries the high-water mark.
 //
-// A run record is "slot,published,token,task_id,manual": the two times
-// as Unix nanoseconds, manual as 0 or 1.
+// A run record is "<mark> <runs> <slot> <published> <token> <manual>
+// [<task id>]": the mark (the last scheduled slot published, Unix
+// microseconds, empty before the first) and the run count as the script
+// prepends them, then the slot (Unix nanoseconds), the publish time (Unix
+// microseconds), the token, manual as 0 or 1, and a manual run's task id
+// (a scheduled run's is its slot's UUIDv5). The previous release wrote
+// "slot,published,token,task_id,manual", which parseRun still reads.
 
 func (p *Publisher) historyKey(entry string) string { return p.prefix + "runs:" + entry }
 func (p *Publisher) countsKey() string              { return p.prefix + "runcount" }
 
+// appendRun appends what Go knows of a run's record; the script puts the
+// mark and the count in front.
 func appendRun(dst []byte, f *celery.Fire, token int64, now time.Time) []byte {
 	dst = strconv.AppendInt(dst, f.Slot.UnixNano(), 10)
-	dst = append(dst, ',')
-	dst = strconv.AppendInt(dst, now.UnixNano(), 10)
-	dst = append(dst, ',')
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, now.UnixMicro(), 10)
+	dst = append(dst, ' ')
 	dst = strconv.AppendInt(dst, token, 10)
-	dst = append(dst, ',')
-	dst = append(dst, f.ID[:]...)
 	if f.Manual {
-		return append(dst, ",1"...)
+		dst = append(dst, " 1 "...)
+		return append(dst, f.ID[:]...)
 	}
-	return append(dst, ",0"...)
+	return append(dst, " 0"...)
 }
 
-func parseRun(b []byte) (broker.Run, error) {
+// parseRun reads a run record, and the run count it carries (0 for the
+// previous release's records, which carried none).
+func (p *Publisher) parseRun(entry string, b []byte) (broker.Run, int64, error) {
+	var r broker.Run
+	if bytes.IndexByte(b, ',') >= 0 {
+		return parseOldRun(b)
+	}
+	f := strings.Split(string(b), " ") // the mark, first, may be empty
+	if len(f) != 6 && len(f) != 7 {
+		return r, 0, fmt.Errorf("publisher: run record %q: want 6 or 7 fields", b)
+	}
+	runs, err1 := strconv.ParseInt(f[1], 10, 64)
+	slot, err2 := strconv.ParseInt(f[2], 10, 64)
+	pub, err3 := strconv.ParseInt(f[3], 10, 64)
+	tok, err4 := strconv.ParseInt(f[4], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return r, 0, fmt.Errorf("publisher: run record %q: %w", b, err)
+	}
+	r.Slot, r.PublishedAt, r.Token, r.Manual = time.Unix(0, slot).UTC(), time.UnixMicro(pub).UTC(), tok, f[5] == "1"
+	if len(f) == 7 {
+		r.TaskID = f[6]
+	} else {
+		id := celery.SlotIDOf(p.cluster, entry, r.Slot)
+		r.TaskID = string(id[:])
+	}
+	return r, runs, nil
+}
+
+func parseOldRun(b []byte) (broker.Run, int64, error) {
 	var r broker.Run
 	f := bytes.Split(b, []byte{','})
 	if len(f) != 5 {
-		return r, fmt.Errorf("publisher: run record %q: want 5 fields", b)
+		return r, 0, fmt.Errorf("publisher: run record %q: want 5 fields", b)
 	}
 	slot, err1 := strconv.ParseInt(string(f[0]), 10, 64)
 	pub, err2 := strconv.ParseInt(string(f[1]), 10, 64)
 	tok, err3 := strconv.ParseInt(string(f[2]), 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return r, fmt.Errorf("publisher: run record %q: %w", b, err)
+		return r, 0, fmt.Errorf("publisher: run record %q: %w", b, err)
 	}
 	r.Slot, r.PublishedAt = time.Unix(0, slot).UTC(), time.Unix(0, pub).UTC()
 	r.Token, r.TaskID, r.Manual = tok, string(f[3]), string(f[4]) == "1"
-	return r, nil
+	return r, 0, nil
 }
 
 func at(vals []any, i int) any {
@@ -82,7 +115,7 @@ func (h History) LastRunAt() time.Time {
 // round trip. Entries without runs are absent from the result.
 func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]History, error) {
 	out := make(map[string]History, len(names))
-	if len(names) == 0 || p.keep == 0 {
+	if len(names) == 0 || p.keep <= 0 {
 		return out, nil
 	}
 	pipe := p.rdb.Pipeline()
@@ -90,26 +123,27 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 	for i, n := range names {
 		lists[i] = pipe.LRange(ctx, p.historyKey(n), 0, int64(p.keep-1))
 	}
-	counts := pipe.HMGet(ctx, p.slotsKey(), names...)
 	legacy := pipe.HMGet(ctx, p.countsKey(), names...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("publisher: read run history: %w", err)
 	}
-	vals, old := counts.Val(), legacy.Val()
+	old := legacy.Val()
 	for i, n := range names {
 		var h History
-		for _, s := range lists[i].Val() {
-			r, err := parseRun([]byte(s))
+		for j, s := range lists[i].Val() {
+			r, runs, err := p.parseRun(n, []byte(s))
 			if err != nil {
 				return nil, err
 			}
+			if j == 0 {
+				h.Count = runs
+			}
 			h.Runs = append(h.Runs, r)
 		}
-		if s, ok := at(vals, i).(string); ok {
-			_, runs, _ := strings.Cut(s, " ")
-			h.Count, _ = strconv.ParseInt(runs, 10, 64)
-		} else if s, ok := at(old, i).(string); ok {
-			h.Count, _ = strconv.ParseInt(s, 10, 64) // not run since the upgrade
+		if h.Count == 0 {
+			if s, ok := at(old, i).(string); ok {
+				h.Count, _ = strconv.ParseInt(s, 10, 64) // not run since the upgrade
+			}
 		}
 		if len(h.Runs) > 0 || h.Count > 0 {
 			out[n] = h

@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"errors"
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/testutil"
+	goredis "github.com/redis/go-redis/v9"
+	"strings"
 )
 
 // TestHistory checks the run history the publish script keeps: newest
@@ -59,23 +62,58 @@ func TestHistory(t *testing.T) {
 		t.Error("an entry that never fired has a history")
 	}
 
-	// With the history off, the script records nothing and status reads
-	// nothing.
+	// With the history off, the list keeps only the newest record or
+	// two (it is the entry's mark), and status reads nothing.
 	off := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{off}:", History: -1})
-	if err := off.Publish(ctx, 10, fires[:1], res[:1]); err != nil || res[0] != broker.ResultOK {
-		t.Fatalf("publish without history: %v %v", res[0], err)
+	for i := range 5 {
+		f := []celery.Fire{{Task: task, Slot: slot.Add(time.Duration(10+i) * time.Second)}}
+		if err := off.Publish(ctx, 10, f, res[:1]); err != nil || res[0] != broker.ResultOK {
+			t.Fatalf("publish without history: %v %v", res[0], err)
+		}
 	}
-	if n := client.Exists(ctx, off.historyKey(task.Name), off.countsKey()).Val(); n != 0 {
-		t.Errorf("history written while off: %d keys", n)
+	if n := client.LLen(ctx, off.historyKey(task.Name)).Val(); n > 2 {
+		t.Errorf("history kept %d records while off, want the mark's 1 or 2", n)
+	}
+	if h, err := off.Histories(ctx, []string{task.Name}); err != nil || len(h) != 0 {
+		t.Errorf("history read while off: %v %v", h, err)
 	}
 }
 
 func TestParseRunRejectsGarbage(t *testing.T) {
-	for _, s := range []string{"", "1,2,3,4", "x,2,3,id,0", "1,2,3,id,0,extra"} {
-		if _, err := parseRun([]byte(s)); err == nil {
+	p := New(nil, Options{Cluster: "beatd/test"})
+	for _, s := range []string{"", "1,2,3,4", "x,2,3,id,0", "1,2,3,id,0,extra", "1 2 3", "1 x 3 4 5 0", "1 2 3 4 5 0 id extra"} {
+		if _, _, err := p.parseRun("e", []byte(s)); err == nil {
 			t.Errorf("parseRun(%q) accepted it", s)
 		}
 	}
+	// Both formats read: this release's, and the previous one's.
+	for _, tc := range []struct {
+		rec  string
+		runs int64
+	}{
+		{"1764496800000000 7 1764496800000000000 1764496800003000 4 0", 7},
+		{" 1 1764496800000000000 1764496800003000 4 1 4b8a0f3e-0000-4000-8000-000000000000", 1},
+		{"1764496800000000000,1764496800003000000,4,fa365807-3346-54d4-9845-b8ac19966ebc,0", 0},
+	} {
+		r, runs, err := p.parseRun("e", []byte(tc.rec))
+		if err != nil || runs != tc.runs || r.Token != 4 || r.TaskID == "" || r.PublishedAt.Sub(r.Slot) != 3*time.Millisecond {
+			t.Errorf("parseRun(%q) = %+v, %d, %v", tc.rec, r, runs, err)
+		}
+	}
+}
+
+// markOf is entry's high-water mark in Redis, "" if none.
+func markOf(t *testing.T, c *goredis.Client, p *Publisher, entry string) string {
+	t.Helper()
+	head, err := c.LIndex(context.Background(), p.historyKey(entry), 0).Result()
+	if errors.Is(err, goredis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark, _, _ := strings.Cut(head, " ")
+	return mark
 }
 
 // TestFailedPushLeavesNoMark: a fire whose queue key holds another type
@@ -99,7 +137,7 @@ func TestFailedPushLeavesNoMark(t *testing.T) {
 	if err == nil || res[0] != broker.ResultError || res[1] != broker.ResultOK || res[2] != broker.ResultError {
 		t.Fatalf("publish = %v %v, want the poisoned entry's fires alone to fail", res, err)
 	}
-	if v := client.HGet(ctx, p.slotsKey(), "bad").Val(); v != "" {
+	if v := markOf(t, client, p, "bad"); v != "" {
 		t.Fatalf("an entry that pushed nothing has the mark %q: its retry would be taken for a duplicate", v)
 	}
 	// Fixed, the retry pushes both, in order.

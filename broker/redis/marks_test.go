@@ -10,6 +10,8 @@ import (
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 var markSlot = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -280,7 +282,7 @@ func TestForget(t *testing.T) {
 	if err := p.Forget(ctx, 3, []string{"gone"}); err != nil {
 		t.Fatal(err)
 	}
-	if client.HExists(ctx, p.slotsKey(), "gone").Val() || client.Exists(ctx, p.historyKey("gone")).Val() != 0 {
+	if client.HExists(ctx, p.entriesKey(), "gone").Val() || client.Exists(ctx, p.historyKey("gone")).Val() != 0 {
 		t.Fatal("forgotten entry left keys")
 	}
 	f, err := p.Footprint(ctx)
@@ -289,5 +291,19 @@ func TestForget(t *testing.T) {
 	}
 	if keys := client.Keys(ctx, "beatd:{test}:*").Val(); len(keys) != int(f.Keys) {
 		t.Fatalf("footprint counts %d keys, Redis has %v", f.Keys, keys)
+	}
+}
+
+// TestFootprintWithRedisDown: a scrape while Redis is down is not an
+// error (it would fail all of /metrics); the footprint is just absent.
+func TestFootprintWithRedisDown(t *testing.T) {
+	t.Parallel()
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer c.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(c, Options{KeyPrefix: "beatd:{test}:"}).FootprintCollector())
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 0 {
+		t.Fatalf("gather with Redis down: %v, %d families", err, len(mfs))
 	}
 }

@@ -16,12 +16,13 @@ import (
 )
 
 // The keys beatd keeps in Redis, all under KeyPrefix (docs/brokers.md
-// lists them with their sizes). Per entry: one field of slotsKey and one
-// capped list (historyKey); the previous release's countsKey is read,
-// never written. Per cluster: the fence,
-// slotsTermKey, and legacyKey while it lives. Per manual trigger: one
-// triggerKey for TriggerTTL. Nothing else is written per fire.
-func (p *Publisher) slotsKey() string     { return p.prefix + "slots" }
+// lists them with their sizes). Per entry: one capped list (historyKey),
+// whose newest record carries the entry's high-water mark and run count,
+// and one field of entriesKey, written at its first fire only. Per
+// cluster: the fence, slotsTermKey, and legacyKey while it lives. Per
+// manual trigger: one triggerKey for TriggerTTL. Nothing else is written
+// per fire.
+func (p *Publisher) entriesKey() string   { return p.prefix + "entries" }
 func (p *Publisher) slotsTermKey() string { return p.prefix + "slots-term" }
 func (p *Publisher) legacyKey() string    { return p.prefix + "legacy-dedup" }
 
@@ -29,7 +30,7 @@ func (p *Publisher) legacyKey() string    { return p.prefix + "legacy-dedup" }
 func (p *Publisher) TriggerKey(request string) string { return p.prefix + "trigger:" + request }
 
 // DedupKey is the previous release's per-fire dedup key of (entry, slot).
-// This release writes it only while legacyKey exists (legacy.go).
+// This release writes it only while legacyKey exists.
 func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + string(id[:]) }
 
 // publishScript is the whole publish of a batch of fires, atomic in
@@ -39,14 +40,15 @@ func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + 
 //  2. SADD each Kombu binding the batch carries: the publisher sends each
 //     one once per term, so a restored message is never dropped;
 //  3. dedup each fire. A scheduled fire's slot is checked against its
-//     entry's high-water mark, the last slot published, one field of the
-//     slots hash: at or below it is a duplicate, and nothing else happens
-//     for that fire. A manual fire claims its trigger key (SET NX PX).
-//  4. LPUSH the message and advance the mark;
-//  5. record the run: LPUSH it on the entry's history list and count it
-//     in the entry's field of the slots hash (beside the mark: one read
-//     and one write per fire do both), so status shows the last runs
-//     after any failover without a byte of history in etcd. The list is trimmed to the history length once it
+//     entry's high-water mark, the last slot published, which the newest
+//     record of the entry's run history carries (LINDEX 0): at or below it
+//     is a duplicate, and nothing else happens for that fire. A manual
+//     fire claims its trigger key (SET NX PX).
+//  4. LPUSH the message;
+//  5. LPUSH the run record, "<mark> <runs> " and the record Go built: it
+//     advances the mark and counts the run in the same write, so a fire
+//     costs three commands (read the head, push the message, push the
+//     record), and the list is trimmed to the history length once it
 //     holds twice that, which keeps trimming off the per-fire path.
 //
 // The mark is exact because an entry's slots reach the script in order:
@@ -55,26 +57,27 @@ func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + 
 // (callPlan), and here, once a fire of an entry fails, its later fires in
 // the call are not attempted either.
 //
-// One script call carries about scriptBatch fires: the per-call cost in
-// Redis and in the client is paid once per batch, not per fire.
-//
-// A fire whose LPUSH fails (the queue key holds another type) leaves its
+// A fire whose LPUSH fails (the queue key holds another type) leaves the
 // mark (or trigger key) as it was and gets -2: it stays pending, is
-// retried, and does not hold up other entries. Binding and history are
-// best effort for the same reason: they must not lose the message.
+// retried, and does not hold up other entries. A history key of another
+// type fails the LINDEX before anything of that fire is written, which
+// aborts the call: its earlier fires are then duplicates on the retry.
 //
 // While legacyKey exists (an older release led since this release last
 // did), a scheduled fire is also a duplicate if the older release's dedup
 // key exists, and a pushed one writes that key, so neither release
-// repeats the other's slots during a rolling upgrade.
+// repeats the other's slots during a rolling upgrade. An entry whose
+// newest record is the older release's carries its count on from that
+// release's run-count hash.
 //
-// KEYS: fence, the previous release's run counts (read once per entry,
-// to carry its count on), slots, slots-term, legacy flag, then per fire:
-// queue, history, dedup (the trigger key, or the legacy dedup key); then
-// the bindings. ARGV: token, history length, number of fires, legacy TTL
-// ms, trigger TTL ms, then per fire: message, run record, entry, slot (in
-// Unix microseconds, "" for a manual fire); then the bindings' members.
-// Returns one result per fire: 1 pushed, 0 duplicate, -1 stale, -2 failed.
+// KEYS: fence, the previous release's run counts, slots-term, the legacy
+// flag, the entries registry, then per fire: queue, history, dedup (the
+// trigger key, or the legacy dedup key); then the bindings. ARGV: token,
+// history length (at least 1: the newest record is the mark), number of
+// fires, legacy TTL ms, trigger TTL ms, the history keys' prefix length,
+// then per fire: message, run record, slot (Unix microseconds, "" for a
+// manual fire); then the bindings' members. Returns one result per fire:
+// 1 pushed, 0 duplicate, -1 stale, -2 failed.
 var publishScript = redis.NewScript(`
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 local token = tonumber(ARGV[1])
@@ -86,28 +89,26 @@ if token < fence then
 end
 if token > fence then
   redis.call('SET', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[4], ARGV[1])
+  redis.call('SET', KEYS[3], ARGV[1])
 end
 for b = 6 + 3 * n, #KEYS do
-  redis.pcall('SADD', KEYS[b], ARGV[b + n])
+  redis.pcall('SADD', KEYS[b], ARGV[b + 1])
 end
 local keep = tonumber(ARGV[2])
-local legacy = redis.call('EXISTS', KEYS[5]) == 1
+local plen = tonumber(ARGV[6])
+local legacy = redis.call('EXISTS', KEYS[4]) == 1
 local failed = {}
 for i = 1, n do
-  local k, a = 3 + 3 * i, 2 + 4 * i
-  local entry, slot = ARGV[a + 2], ARGV[a + 3]
-  -- An entry's field is "<mark> <runs>": the last slot published (Unix
-  -- microseconds; empty while only manual fires ran) and how many runs
-  -- it has published.
-  local v = redis.call('HGET', KEYS[3], entry)
+  local k, a = 3 * i + 3, 3 * i + 4
+  local hist, slot = KEYS[k + 1], ARGV[a + 2]
   local mark, runs = '', nil
-  if v then
-    local sp = string.find(v, ' ', 1, true)
-    mark, runs = string.sub(v, 1, sp - 1), tonumber(string.sub(v, sp + 1))
+  local head = redis.call('LINDEX', hist, 0)
+  if head then
+    local m, r = string.match(head, '^(%d*) (%d+) ')
+    if r then mark, runs = m, tonumber(r) end
   end
   local fresh
-  if failed[entry] then
+  if failed[hist] then
     out[i] = -2
   elseif slot == '' then
     fresh = redis.call('SET', KEYS[k + 2], ARGV[1], 'NX', 'PX', ARGV[5])
@@ -118,21 +119,20 @@ for i = 1, n do
   if fresh then
     local pushed = redis.pcall('LPUSH', KEYS[k], ARGV[a])
     if type(pushed) == 'table' and pushed.err then
-      if slot == '' then redis.call('DEL', KEYS[k + 2]) else failed[entry] = true end
+      if slot == '' then redis.call('DEL', KEYS[k + 2]) else failed[hist] = true end
       out[i] = -2
     else
-      if not runs then runs = tonumber(redis.call('HGET', KEYS[2], entry) or '0') end
+      if not runs then
+        local entry = string.sub(hist, plen + 1)
+        runs = tonumber(redis.call('HGET', KEYS[2], entry) or '0')
+        redis.call('HSET', KEYS[5], entry, 1)
+      end
       if slot ~= '' then
         mark = slot
         if legacy then redis.call('SET', KEYS[k + 2], ARGV[1], 'PX', ARGV[4]) end
       end
-      redis.call('HSET', KEYS[3], entry, mark .. ' ' .. (runs + 1))
-      if keep > 0 then
-        local len = redis.pcall('LPUSH', KEYS[k + 1], ARGV[a + 1])
-        if type(len) == 'number' and len > 2 * keep then
-          redis.pcall('LTRIM', KEYS[k + 1], 0, keep - 1)
-        end
-      end
+      local len = redis.call('LPUSH', hist, mark .. ' ' .. (runs + 1) .. ' ' .. ARGV[a + 1])
+      if len > 2 * keep then redis.call('LTRIM', hist, 0, keep - 1) end
       out[i] = 1
     end
   elseif out[i] == nil then
@@ -170,8 +170,9 @@ return fence
 // forgetScript removes what Redis keeps of entries that left the config
 // for good (their etcd state is gone), fenced like a publish.
 //
-// KEYS: fence, slots, counts, then each entry's history. ARGV: token,
-// then the entries' names. Returns -1 if stale, else 0.
+// KEYS: fence, the entries registry, the previous release's run counts,
+// then each entry's history. ARGV: token, then the entries' names.
+// Returns -1 if stale, else 0.
 var forgetScript = redis.NewScript(`
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then return -1 end
 for i = 2, #ARGV do
@@ -186,8 +187,8 @@ return 0
 type Options struct {
 	// Cluster namespaces task ids: UUIDv5 of "<Cluster>/<entry>/<slot>".
 	Cluster string
-	// KeyPrefix prefixes beatd's own keys (the fence, the slots hash, the
-	// run history). Put a hash tag in it, e.g. "beatd:{default}:", and the
+	// KeyPrefix prefixes beatd's own keys (the fence, the run history, the
+	// entries registry). Put a hash tag in it, e.g. "beatd:{default}:", and the
 	// same tag in Kombu's global_keyprefix, and Redis Cluster can run the
 	// script.
 	KeyPrefix string
@@ -229,10 +230,14 @@ type Publisher struct {
 	ttlArg   string
 	trigArg  string
 	keepArg  string
-	keep     int
-	now      func() time.Time
-	bufs     sync.Pool
-	repl     *replication
+	// histPrefixLen is len(historyKey("")), for the script to find an
+	// entry's name in its history key.
+	histPrefixLen string
+	keep          int
+	cluster       string // task ids' namespace, to name a scheduled run's task
+	now           func() time.Time
+	bufs          sync.Pool
+	repl          *replication
 
 	mu    sync.Mutex
 	term  int64           // the token bindings were last written under
@@ -255,16 +260,18 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 	}
 	opts.History = max(opts.History, 0)
 	return &Publisher{
-		rdb:      rdb,
-		fenceKey: opts.KeyPrefix + "fence",
-		prefix:   opts.KeyPrefix,
-		ttlArg:   strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
-		trigArg:  strconv.FormatInt(opts.TriggerTTL.Milliseconds(), 10),
-		keepArg:  strconv.Itoa(opts.History),
-		keep:     opts.History,
-		now:      opts.Now,
-		bufs:     sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
-		repl:     newReplication(opts),
+		rdb:           rdb,
+		fenceKey:      opts.KeyPrefix + "fence",
+		prefix:        opts.KeyPrefix,
+		ttlArg:        strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
+		trigArg:       strconv.FormatInt(opts.TriggerTTL.Milliseconds(), 10),
+		keepArg:       strconv.Itoa(max(opts.History, 1)),
+		keep:          opts.History,
+		histPrefixLen: strconv.Itoa(len(opts.KeyPrefix + "runs:")),
+		cluster:       opts.Cluster,
+		now:           opts.Now,
+		bufs:          sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
+		repl:          newReplication(opts),
 	}
 }
 
@@ -345,16 +352,16 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, b
 	order, cuts := callPlan(fires)
 	cmds := make([]*redis.Cmd, len(cuts))
 	tok := strconv.FormatInt(token, 10)
-	fixed := []string{p.fenceKey, p.countsKey(), p.slotsKey(), p.slotsTermKey(), p.legacyKey()}
+	fixed := []string{p.fenceKey, p.countsKey(), p.slotsTermKey(), p.legacyKey(), p.entriesKey()}
 	want := p.repl.target(ctx, p.rdb)
 	bindings := p.bindings(token, fires)
 	lo := 0
 	for c, hi := range cuts {
 		call := order[lo:hi]
 		keys := make([]string, 0, len(fixed)+3*len(call)+len(bindings))
-		args := make([]any, 0, 5+4*len(call)+len(bindings))
+		args := make([]any, 0, 6+3*len(call)+len(bindings))
 		keys = append(keys, fixed...)
-		args = append(args, tok, p.keepArg, len(call), p.ttlArg, p.trigArg)
+		args = append(args, tok, p.keepArg, len(call), p.ttlArg, p.trigArg, p.histPrefixLen)
 		for _, i := range call {
 			f := &fires[i]
 			t := f.Task
@@ -365,10 +372,10 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, b
 			msg, run := buf[from:ends[2*i]], buf[ends[2*i]:ends[2*i+1]]
 			if f.Manual {
 				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
-				args = append(args, msg, run, t.Name, "")
+				args = append(args, msg, run, "")
 			} else {
 				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.DedupKey(f.ID))
-				args = append(args, msg, run, t.Name, strconv.FormatInt(f.Slot.UnixMicro(), 10))
+				args = append(args, msg, run, strconv.FormatInt(f.Slot.UnixMicro(), 10))
 			}
 		}
 		if c == 0 { // each new binding once: the first call carries them
@@ -514,7 +521,7 @@ func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) e
 	for len(entries) > 0 {
 		batch := entries[:min(len(entries), 256)]
 		entries = entries[len(batch):]
-		keys := []string{p.fenceKey, p.slotsKey(), p.countsKey()}
+		keys := []string{p.fenceKey, p.entriesKey(), p.countsKey()}
 		args := []any{token}
 		for _, e := range batch {
 			keys = append(keys, p.historyKey(e))

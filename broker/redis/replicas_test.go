@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +91,7 @@ func TestMinReplicas(t *testing.T) {
 					t.Fatalf("retry on the new master: %v %v", res[0], err)
 				}
 			}
-			mark, _, _ := strings.Cut(newMaster.HGet(ctx, onNew.slotsKey(), task.Name).Val(), " ")
+			mark := markOf(t, newMaster, onNew, task.Name)
 			if got := mark == strconv.FormatInt(slot.UnixMicro(), 10); got != (tc.wantOnNew == 1) {
 				t.Fatalf("slot on the new master: marked %v (mark %q), want %v", got, mark, tc.wantOnNew == 1)
 			}

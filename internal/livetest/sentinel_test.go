@@ -132,7 +132,7 @@ func runSentinelScenario(t *testing.T, db int, extra []string, faults []faultSen
 	// Every published slot is at or below its entry's high-water mark on
 	// the final master: a re-publish there would be a duplicate.
 	for entry, ts := range byEntry {
-		v := rdb.HGet(ctx, keyPrefix+"slots", entry).Val()
+		v := rdb.LIndex(ctx, keyPrefix+"runs:"+entry, 0).Val() // the newest run record leads with the mark
 		markStr, _, _ := strings.Cut(v, " ")
 		mark, err := strconv.ParseInt(markStr, 10, 64)
 		if err != nil {
