@@ -52,7 +52,7 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 	}
 
 	first := runMain(t, args...)
-	testutil.Eventually(t, 15*time.Second, "three fires", func() bool { return runs(first) >= 3 })
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "three fires", func() bool { return runs(first) >= 3 })
 	before, err := first.Status(context.Background())
 	if err != nil || len(before.Entries[0].RecentRuns) == 0 {
 		t.Fatalf("status before restart: %+v, %v", before, err)

@@ -78,7 +78,7 @@ func TestRunEmptyConfigAndMetrics(t *testing.T) {
 		t.Errorf("no warning for an empty config:\n%s", log.String())
 	}
 	var body string
-	testutil.Eventually(t, 10*time.Second, "dependency gauges", func() bool {
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "dependency gauges", func() bool {
 		resp, err := http.Get("http://" + m.HTTPAddress() + "/metrics")
 		if err != nil {
 			return false

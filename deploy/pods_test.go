@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -355,11 +356,5 @@ func observe(cli *clientv3.Client, prefix string) (election.Leader, error) {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, timeout, 50*time.Millisecond, what, cond)
 }

@@ -201,9 +201,9 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 	for _, p := range down {
 		p.kill()
 	}
-	time.Sleep(ec.ttl + time.Second)
+	time.Sleep(ec.ttl + time.Second) // the lease a leader held before the quorum went cannot outlive this
 	before := count()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // proves a negative: no publish without a quorum
 	if after := count(); after != before {
 		t.Errorf("%d publishes without an etcd quorum", after-before)
 	}

@@ -32,11 +32,11 @@ func TestProcessAMQPFailover(t *testing.T) {
 	c := newCluster(t, yamlText, 2, "--broker", rb.URL()+"?heartbeat=1")
 	lead, _ := c.leader("", 30*time.Second)
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: three seconds of slots before the first fault
 
 	lead.Kill()
 	next, _ := c.leader(lead.ID, 30*time.Second)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the scenario: the new leader alone for two seconds
 	lead.start()
 
 	rb.Kill()
@@ -48,7 +48,7 @@ func TestProcessAMQPFailover(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusServiceUnavailable
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the scenario: a second of RabbitMQ outage
 	if err := rb.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +64,9 @@ func TestProcessAMQPFailover(t *testing.T) {
 	cur, _ := c.leader("", 30*time.Second)
 	cur.Signal(syscall.SIGSTOP)
 	c.leader(cur.ID, 30*time.Second)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: frozen past the TTL, then woken
 	cur.Signal(syscall.SIGCONT)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: three seconds after the wake-up, audited
 	to := time.Now().Add(-1500 * time.Millisecond)
 	c.stopAll()
 

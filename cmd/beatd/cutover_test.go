@@ -242,7 +242,7 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 	})
 	rep.Signal(syscall.SIGTERM)
 	<-rep.Done()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the observer's last BRPOP: beatd has stopped, nothing else is sent
 	obs.close()
 	msgs := obs.snapshot()
 

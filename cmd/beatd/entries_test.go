@@ -250,7 +250,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.code, r.body)
 	}
 	deleted := time.Now()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // proves a negative: the deleted every: 1s entry would fire twice in it
 	for _, f := range c.firesOf("dyn") {
 		if f.Slot.After(deleted.Add(time.Second)) {
 			t.Errorf("fire after the delete took effect: slot %s, deleted at %s", f.Slot, deleted)
@@ -343,7 +343,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // proves a negative: a fire of clia after its delete would be in by now
 	for _, f := range c.firesOf("clia") {
 		if f.Slot.After(gone.Add(time.Second)) {
 			t.Errorf("clia fired after its delete: %s", f.Slot)

@@ -124,7 +124,7 @@ func TestProcessUnresponsiveLeader(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.LeaderUnresponsive || st.LeaderID != lead.ID {
 			t.Fatalf("live leader: exit %d %+v", code, st)
 		}
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // spreads the looks across keepalive intervals (every 3s)
 	}
 	lead.Signal(syscall.SIGSTOP)
 	defer lead.Signal(syscall.SIGCONT)

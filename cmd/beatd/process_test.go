@@ -216,7 +216,7 @@ func TestProcessKillLeader(t *testing.T) {
 	c := newCluster(t, failoverConfig, 3)
 	lead, l := c.leader("", 20*time.Second)
 	start := time.Now()
-	time.Sleep(3 * time.Second)
+	c.publishedThrough(start.Add(2*time.Second), 15*time.Second)
 	killed := time.Now()
 	lead.Signal(syscall.SIGKILL)
 	<-lead.Done()
@@ -229,8 +229,7 @@ func TestProcessKillLeader(t *testing.T) {
 	if gap > 3*time.Second {
 		t.Errorf("failover took %s, want within the 2s TTL + 1s", gap)
 	}
-	time.Sleep(3 * time.Second)
-	end := time.Now()
+	end := c.publishedThrough(time.Now().Add(2*time.Second), 15*time.Second)
 	c.stopAll()
 	msgs := c.audit("celery", "other")
 	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
@@ -241,25 +240,19 @@ func TestProcessStopLeaderPastTTL(t *testing.T) {
 	c := newCluster(t, failoverConfig, 3)
 	lead, l := c.leader("", 20*time.Second)
 	start := time.Now()
-	time.Sleep(2 * time.Second)
+	c.publishedThrough(start.Add(time.Second), 15*time.Second)
 	lead.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
 	_, l2 := c.leader(lead.ID, 10*time.Second)
-	time.Sleep(3 * time.Second) // well past the 2s TTL
+	// Keep it frozen until the new leader has published well past the 2s
+	// TTL, then wake it: it must notice it is deposed and stand by.
+	c.publishedThrough(stopped.Add(3*time.Second), 15*time.Second)
 	lead.Signal(syscall.SIGCONT)
-	// The woken leader must notice it is deposed and stand by.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if v, ok := lead.Metric("beatd_is_leader"); ok && v == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the woken leader still claims to lead")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second)
-	end := time.Now()
+	waitFor(t, 10*time.Second, "the woken leader to stand by", func() bool {
+		v, ok := lead.Metric("beatd_is_leader")
+		return ok && v == 0
+	})
+	end := c.publishedThrough(time.Now().Add(2*time.Second), 15*time.Second)
 	c.stopAll()
 	msgs := c.audit("celery", "other")
 	c.checkExactlyOnce(msgs, start.Add(time.Second), end.Add(-time.Second))
@@ -278,7 +271,7 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 	c := newCluster(t, failoverConfig, 3)
 	lead, l := c.leader("", 20*time.Second)
 	start := time.Now()
-	time.Sleep(2 * time.Second)
+	c.publishedThrough(start.Add(time.Second), 15*time.Second)
 	sent := time.Now()
 	lead.Signal(syscall.SIGTERM)
 	_, l2 := c.leader(lead.ID, 5*time.Second)
@@ -294,8 +287,7 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("did not exit after SIGTERM")
 	}
-	time.Sleep(2 * time.Second)
-	end := time.Now()
+	end := c.publishedThrough(time.Now().Add(2*time.Second), 15*time.Second)
 	c.stopAll()
 	c.checkExactlyOnce(c.audit("celery", "other"), start.Add(time.Second), end.Add(-time.Second))
 	t.Logf("SIGTERM handover in %s (tokens %d -> %d)", handover.Round(time.Millisecond), l.Token, l2.Token)
@@ -330,22 +322,17 @@ func TestProcessHotReload(t *testing.T) {
 	if !strings.Contains(string(logb), c.config+":3:31: every") {
 		t.Errorf("reload error lacks %q in %s (%d bytes):\n%s", c.config+":3:31: every", lead.LogPath, len(logb), logb)
 	}
-	before := 0
-	for _, m := range c.audit("celery") {
-		if m.Entry == "b" {
-			before++
+	fires := func() int {
+		n := 0
+		for _, m := range c.audit("celery") {
+			if m.Entry == "b" {
+				n++
+			}
 		}
+		return n
 	}
-	time.Sleep(2500 * time.Millisecond)
-	after := 0
-	for _, m := range c.audit("celery") {
-		if m.Entry == "b" {
-			after++
-		}
-	}
-	if after <= before {
-		t.Errorf("entry b stopped after a bad reload (%d -> %d fires)", before, after)
-	}
+	before := fires()
+	waitFor(t, 10*time.Second, "entry b to go on firing after the bad reload", func() bool { return fires() > before+1 })
 }
 
 func TestProcessAdmin(t *testing.T) {
@@ -408,7 +395,7 @@ func TestProcessAdmin(t *testing.T) {
 		return n
 	}
 	paused := count()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // proves a negative: an every: 1s entry not paused fires twice in it
 	if n := count(); n > paused+1 { // one publish may have been in flight
 		t.Errorf("paused entry fired %d times", n-paused)
 	}
@@ -416,7 +403,7 @@ func TestProcessAdmin(t *testing.T) {
 	lead, _ := c.leader("", time.Second)
 	lead.Signal(syscall.SIGTERM)
 	c.leader(lead.ID, 5*time.Second)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // proves a negative: the new leader would have fired it by now
 	if n := count(); n > paused+1 {
 		t.Errorf("pause lost across failover: %d fires", n-paused)
 	}
@@ -428,6 +415,32 @@ func TestProcessAdmin(t *testing.T) {
 		t.Fatalf("resume: %s", out)
 	}
 	waitFor(t, 5*time.Second, "the resumed entry to fire", func() bool { return count() > paused+1 })
+}
+
+// publishedThrough waits until every entry has a message for a slot at
+// or after t, so a window of the test's run really saw publishes (on a
+// loaded machine time passing proves nothing), and returns when it did.
+func (c *cluster) publishedThrough(t time.Time, timeout time.Duration) time.Time {
+	c.t.Helper()
+	cfg, err := config.LoadFile(c.config)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	waitFor(c.t, timeout, "publishes through "+t.Format(time.TimeOnly), func() bool {
+		last := map[string]time.Time{}
+		for _, m := range c.audit("celery", "other") {
+			if m.Slot.After(last[m.Entry]) {
+				last[m.Entry] = m.Slot
+			}
+		}
+		for _, e := range cfg.Entries {
+			if last[e.Name].Before(t) {
+				return false
+			}
+		}
+		return true
+	})
+	return time.Now()
 }
 
 // waitFor polls cond, which reads a process or a server, until it holds.

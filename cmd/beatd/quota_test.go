@@ -75,7 +75,7 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "/readyz 503", func() bool { return httpStatus(r.URL("/readyz")) == http.StatusServiceUnavailable })
 	// Keep it full for a few slots: firing goes on.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: three seconds of a full etcd
 	if v, _ := r.Metric("beatd_state_unpersisted_age_seconds"); v < 1 {
 		t.Errorf("beatd_state_unpersisted_age_seconds = %v while etcd was full for 3s", v)
 	}
@@ -113,7 +113,7 @@ func TestProcessEtcdQuotaFull(t *testing.T) {
 	if st, ok := tab.Get("a"); !ok || st.LastSlot.Before(recovered.Add(-time.Second)) {
 		t.Errorf("state of a after recovery: %+v, want a slot from after %s", st, recovered.Format(time.RFC3339Nano))
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // the scenario: a second of normal running before the stop
 	r.Signal(syscall.SIGTERM)
 	<-r.Done()
 

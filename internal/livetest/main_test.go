@@ -215,13 +215,7 @@ func (p *proc) fired() int { return strings.Count(p.output(), `"msg":"fired"`) }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.EventuallyEvery(t, timeout, 50*time.Millisecond, what, ok)
 }
 
 func tail(s string, n int) string {

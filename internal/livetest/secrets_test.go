@@ -80,7 +80,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// The broker dies, and comes back with another password: AUTH fails
 	// until the password is set back.
 	rs.Stop()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the scenario: three seconds of outage, whose logs are grabbed
 	grab()
 	rs.Start()
 	const rotated = "rotatedSecret-Qa1z"
