@@ -322,15 +322,7 @@ func TestProcessHotReload(t *testing.T) {
 	if !strings.Contains(string(logb), c.config+":3:31: every") {
 		t.Errorf("reload error lacks %q in %s (%d bytes):\n%s", c.config+":3:31: every", lead.LogPath, len(logb), logb)
 	}
-	fires := func() int {
-		n := 0
-		for _, m := range c.audit("celery") {
-			if m.Entry == "b" {
-				n++
-			}
-		}
-		return n
-	}
+	fires := func() int { return len(c.firesOf("b")) }
 	before := fires()
 	waitFor(t, 10*time.Second, "entry b to go on firing after the bad reload", func() bool { return fires() > before+1 })
 }
@@ -385,15 +377,7 @@ func TestProcessAdmin(t *testing.T) {
 	if out := cli("pause", "every"); !strings.Contains(out, "done") {
 		t.Fatalf("pause: %s", out)
 	}
-	count := func() int {
-		n := 0
-		for _, m := range c.audit("celery") {
-			if m.Entry == "every" {
-				n++
-			}
-		}
-		return n
-	}
+	count := func() int { return len(c.firesOf("every")) }
 	paused := count()
 	time.Sleep(2500 * time.Millisecond) // proves a negative: an every: 1s entry not paused fires twice in it
 	if n := count(); n > paused+1 { // one publish may have been in flight
