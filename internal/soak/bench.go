@@ -122,7 +122,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 			}
 		}
 	}()
-	rs, err := StartRedis(ps, dir)
+	rs, err := StartRedis(ps, dir, false)
 	if err != nil {
 		failed = true
 		return nil, err

@@ -63,6 +63,9 @@ type Consumer struct {
 	queue    string
 	mode     LagMode
 	interval time.Duration
+	// every, when set, drains the queue once per period instead of
+	// continuously: a Celery worker pool that falls behind and catches up.
+	every time.Duration
 
 	mu       sync.Mutex
 	entries  map[string]*entryState
@@ -71,6 +74,9 @@ type Consumer struct {
 	total    Window
 	err      error
 	slotMemo map[string]time.Time
+	// bySecond counts the messages by their slot's Unix second (LagSlot):
+	// what was delivered of each second's due slots, whenever received.
+	bySecond map[int64]int
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -78,9 +84,15 @@ type Consumer struct {
 
 // StartConsumer starts draining queue until Stop.
 func StartConsumer(rdb *redis.Client, queue string, mode LagMode, interval time.Duration) *Consumer {
+	return StartConsumerEvery(rdb, queue, mode, interval, 0)
+}
+
+// StartConsumerEvery is StartConsumer draining the queue once every
+// every (0: continuously).
+func StartConsumerEvery(rdb *redis.Client, queue string, mode LagMode, interval, every time.Duration) *Consumer {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Consumer{rdb: rdb, queue: queue, mode: mode, interval: interval, entries: map[string]*entryState{},
-		cur: &Window{Start: time.Now()}, slotMemo: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	c := &Consumer{rdb: rdb, queue: queue, mode: mode, interval: interval, every: every, entries: map[string]*entryState{},
+		cur: &Window{Start: time.Now()}, slotMemo: map[string]time.Time{}, bySecond: map[int64]int{}, cancel: cancel, done: make(chan struct{})}
 	c.total.Start = c.cur.Start
 	go c.loop(ctx)
 	return c
@@ -131,11 +143,28 @@ func (c *Consumer) Total() Window {
 	return t
 }
 
+// SlotCounts is, by Unix second, how many messages carried a slot in that
+// second (LagSlot only).
+func (c *Consumer) SlotCounts() map[int64]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int64]int, len(c.bySecond))
+	for k, v := range c.bySecond {
+		out[k] = v
+	}
+	return out
+}
+
+const consumeBatch = 2000
+
 func (c *Consumer) loop(ctx context.Context) {
 	defer close(c.done)
-	const batch = 2000
+	if c.every > 0 {
+		c.loopEvery(ctx)
+		return
+	}
 	for ctx.Err() == nil {
-		vals, err := c.rdb.RPopCount(ctx, c.queue, batch).Result()
+		vals, err := c.rdb.RPopCount(ctx, c.queue, consumeBatch).Result()
 		if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
 			// Empty: block briefly rather than spin.
 			var kv []string
@@ -151,11 +180,7 @@ func (c *Consumer) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.mu.Lock()
-			if c.err == nil {
-				c.err = fmt.Errorf("soak: consume %q: %w", c.queue, err)
-			}
-			c.mu.Unlock()
+			c.fail(err)
 			select {
 			case <-ctx.Done():
 				return
@@ -164,6 +189,40 @@ func (c *Consumer) loop(ctx context.Context) {
 			continue
 		}
 		c.record(time.Now(), vals)
+	}
+}
+
+// loopEvery empties the queue once per period, in batches.
+func (c *Consumer) loopEvery(ctx context.Context) {
+	tick := time.NewTicker(c.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for ctx.Err() == nil {
+			vals, err := c.rdb.RPopCount(ctx, c.queue, consumeBatch).Result()
+			if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
+				break
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					c.fail(err)
+				}
+				break
+			}
+			c.record(time.Now(), vals)
+		}
+	}
+}
+
+func (c *Consumer) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = fmt.Errorf("soak: consume %q: %w", c.queue, err)
 	}
 }
 
@@ -212,6 +271,10 @@ func (c *Consumer) record(now time.Time, vals []string) {
 		}
 		var lag time.Duration
 		if c.mode == LagSlot {
+			if c.bySecond == nil {
+				c.bySecond = map[int64]int{}
+			}
+			c.bySecond[slot.Unix()]++
 			lag = now.Sub(slot)
 			if !e.lastSlot.IsZero() {
 				switch {

@@ -35,6 +35,9 @@ type ProcStats struct {
 	CPU time.Duration
 	// RSS is the sum of the tree's resident sets; HWM is the root's peak.
 	RSS, HWM int64
+	// RSSAnon is the anonymous part of RSS (heaps, stacks); the rest is
+	// file-backed: the binary and mapped files (etcd's bbolt DB).
+	RSSAnon int64
 	// WriteBytes is what the tree caused to be written to storage
 	// (/proc/PID/io write_bytes).
 	WriteBytes int64
@@ -55,8 +58,9 @@ func ReadProcStats(pid int) (ProcStats, error) {
 		}
 		st.CPU += cpu
 		st.Procs++
-		rss, hwm := readMem(p)
+		rss, hwm, anon := readMem(p)
 		st.RSS += rss
+		st.RSSAnon += anon
 		if i == 0 {
 			st.HWM = hwm
 		}
@@ -102,11 +106,11 @@ func statFields(b []byte) ([]string, error) {
 	return f, nil
 }
 
-// readMem returns VmRSS and VmHWM in bytes (0 when unreadable).
-func readMem(pid int) (rss, hwm int64) {
+// readMem returns VmRSS, VmHWM and RssAnon in bytes (0 when unreadable).
+func readMem(pid int) (rss, hwm, anon int64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -115,9 +119,11 @@ func readMem(pid int) (rss, hwm int64) {
 			rss = parseKB(v)
 		} else if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 			hwm = parseKB(v)
+		} else if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			anon = parseKB(v)
 		}
 	}
-	return rss, hwm
+	return rss, hwm, anon
 }
 
 func parseKB(v string) int64 {
@@ -229,4 +235,28 @@ func ReadMachine() Machine {
 		m.Load1 = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	return m
+}
+
+// hostCPU is the host's busy CPU time since boot (user, nice, system,
+// irq, softirq and steal of /proc/stat's cpu line; idle and iowait not)
+// in seconds, and the 1-minute load average; zeros when unreadable.
+func hostCPU() (busy, load1 float64) {
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) >= 9 && f[0] == "cpu" {
+			var ticks int64
+			for _, i := range []int{1, 2, 3, 6, 7, 8} {
+				v, _ := strconv.ParseInt(f[i], 10, 64)
+				ticks += v
+			}
+			busy = float64(ticks) / clockTick
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			load1, _ = strconv.ParseFloat(f[0], 64)
+		}
+	}
+	return busy, load1
 }

@@ -21,18 +21,46 @@ type Redis struct {
 	*harness.RedisProc
 }
 
+// RedisAOFArgs make Redis persist as a production user runs it: an
+// append-only file fsynced once a second (harness.RedisArgs' AOF fsyncs
+// every write, which no Celery broker does), with Redis's default
+// rewrite thresholds (auto-aof-rewrite-percentage 100, min-size 64mb).
+var RedisAOFArgs = []string{"--appendonly", "yes", "--appendfsync", "everysec"}
+
 // StartRedis starts redis-server on a free loopback port, without
-// persistence: the runs measure the scheduler, not Redis's disk.
-func StartRedis(ps *Procs, dir string) (*Redis, error) {
+// persistence (the runs measure the scheduler, not Redis's disk), or with
+// an append-only file when aof is set (RedisAOFArgs).
+func StartRedis(ps *Procs, dir string, aof bool) (*Redis, error) {
 	p, err := harness.NewRedis(dir, false)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
+	}
+	if aof {
+		p.Args = withRedisArgs(p.Args, RedisAOFArgs)
 	}
 	p.Procs = ps
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	return &Redis{RedisProc: p}, nil
+}
+
+// withRedisArgs replaces the directives of args that set names set (each
+// a "--name value" pair) and appends set.
+func withRedisArgs(args, set []string) []string {
+	names := map[string]bool{}
+	for i := 0; i+1 < len(set); i += 2 {
+		names[set[i]] = true
+	}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if names[args[i]] && i+1 < len(args) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return append(out, set...)
 }
 
 // Client opens a client on database db.
@@ -205,4 +233,64 @@ func (now KeyVersions) PutsSince(before KeyVersions) (puts, bytes int64) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// RedisInfo is what a sample keeps of the broker's INFO besides its
+// memory: its persistence and its forks, which stall it.
+type RedisInfo struct {
+	OK bool `json:"ok"`
+	// Commands is total_commands_processed (a script's calls included).
+	Commands int64 `json:"total_commands_processed"`
+	// AOFSize is aof_current_size (0 without an AOF).
+	AOFSize int64 `json:"aof_current_size"`
+	// AOFRewrites counts the rewrites done, AOFRewriting is set while one
+	// runs; Forks is total_forks and LatestForkUs the last fork's stall.
+	AOFRewrites  int64 `json:"aof_rewrites"`
+	AOFRewriting bool  `json:"aof_rewrite_in_progress"`
+	Forks        int64 `json:"total_forks"`
+	LatestForkUs int64 `json:"latest_fork_usec"`
+	// AOFDelayedFsync counts the times Redis wrote its AOF buffer while
+	// an fsync was still pending for over 2 s (the disk was behind).
+	AOFDelayedFsync int64 `json:"aof_delayed_fsync"`
+	// AOFPendingFsync is aof_pending_bio_fsync: fsyncs queued at the sample.
+	AOFPendingFsync int64 `json:"aof_pending_bio_fsync"`
+}
+
+// readRedisInfo reads INFO persistence and stats (OK false when Redis did
+// not answer).
+func readRedisInfo(ctx context.Context, rdb *redis.Client) RedisInfo {
+	var ri RedisInfo
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "persistence", "stats").Result()
+	if err != nil {
+		return ri
+	}
+	ri.OK = true
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "total_commands_processed":
+			ri.Commands = n
+		case "aof_current_size":
+			ri.AOFSize = n
+		case "aof_rewrites":
+			ri.AOFRewrites = n
+		case "aof_rewrite_in_progress":
+			ri.AOFRewriting = n != 0
+		case "total_forks":
+			ri.Forks = n
+		case "latest_fork_usec":
+			ri.LatestForkUs = n
+		case "aof_delayed_fsync":
+			ri.AOFDelayedFsync = n
+		case "aof_pending_bio_fsync":
+			ri.AOFPendingFsync = n
+		}
+	}
+	return ri
 }

@@ -26,6 +26,10 @@ type SoakConfig struct {
 	// ExternalEtcd runs Debian's etcd binary instead of beatd's embedded
 	// one; CPU, RSS and disk then count both processes.
 	ExternalEtcd bool
+	// RedisAOF runs the broker with an append-only file fsynced every
+	// second (RedisAOFArgs), as a production Redis does; off, Redis
+	// persists nothing.
+	RedisAOF bool
 	// Out is where the JSON report goes ("" for none).
 	Out string
 	// GrowthWindow is the tail of the run whose linear fit judges growth
@@ -36,6 +40,13 @@ type SoakConfig struct {
 	// BrokerLimit judges Redis's used_memory, KeysLimit its key count
 	// (fitted as if each key were a byte).
 	BrokerLimit, KeysLimit GrowthLimit
+	// DrainEvery makes the consumer empty the queue once per period
+	// instead of continuously (0).
+	DrainEvery time.Duration
+	// SteadyAfter is the start-up part left out of the steady figures
+	// (delivered, worst window): windows starting before it (default 1
+	// minute).
+	SteadyAfter time.Duration
 	// Extra arguments for `beatd run`.
 	Extra []string
 	// Keep the run's directory (logs, data) even when it passed.
@@ -79,8 +90,30 @@ type SoakSample struct {
 	// RedisUsed is the broker's used_memory and RedisKeys the keys in
 	// beatd's database (its own, the queue and the bindings): what the
 	// user's Redis pays for beatd.
-	RedisUsed int64   `json:"redis_used_memory_bytes"`
-	RedisKeys int64   `json:"redis_keys"`
+	RedisUsed int64 `json:"redis_used_memory_bytes"`
+	RedisKeys int64 `json:"redis_keys"`
+	// RedisUsedPeak is the largest used_memory of the readings once a
+	// second over the trailing BrokerPeakWindow: what the broker's growth
+	// is judged by (RedisUsed, one reading, aliases the history's
+	// sawtooth).
+	RedisUsedPeak int64 `json:"redis_used_memory_peak_bytes"`
+	RSSAnon       int64 `json:"rss_anon_bytes"`
+	// Redis is the rest of the broker's INFO the window is judged by:
+	// its persistence (AOF size, rewrites, forks, delayed fsyncs).
+	Redis RedisInfo `json:"redis"`
+	// RedisCPU is redis-server's CPU (its reaped rewrite children
+	// included), HostBusy the whole host's, OtherCPU the host's minus
+	// beatd's, Redis's and this test process's: other load on the
+	// machine (a compile, say) in CPUs over the window.
+	RedisCPU float64 `json:"redis_cpu_s"`
+	HostBusy float64 `json:"host_busy_s"`
+	SelfCPU  float64 `json:"self_cpu_s"`
+	OtherCPU float64 `json:"other_cpus"`
+	// RedisCPUs is Redis's CPU over the window, in CPUs; Delivered the
+	// window's fires over its offered fires, in percent.
+	RedisCPUs float64 `json:"redis_cpus"`
+	Delivered float64 `json:"delivered_pct"`
+	Load1     float64 `json:"load1"`
 	DataDir   int64   `json:"data_dir_bytes"`
 	RSS       int64   `json:"rss_bytes"`
 	HWM       int64   `json:"hwm_bytes"`
@@ -103,6 +136,7 @@ type SoakReport struct {
 	Interval string   `json:"interval"`
 	Duration string   `json:"duration"`
 	Etcd     string   `json:"etcd"`
+	Redis    string   `json:"redis"`
 	Relative bool     `json:"relative"`
 	Extra    []string `json:"extra_args,omitempty"`
 	Dir      string   `json:"dir"`
@@ -128,10 +162,17 @@ type SoakReport struct {
 	PrefixMethod       string  `json:"prefix_bytes_method"`
 	RevisionsPerFire   float64 `json:"etcd_revisions_per_fire"`
 	DiskWritePerFire   float64 `json:"disk_write_bytes_per_fire"`
-	ShutdownS          float64 `json:"shutdown_s"`
-	ShutdownKilled     bool    `json:"shutdown_killed"`
-	shutdownMeasured   bool
-	keysAtStart        KeyVersions
+	// Steady: delivery from SteadyFromS on, window by window, as
+	// received in each window; SteadyBySlot: of the slots due in each
+	// window, how many were delivered by the end (after the last drain).
+	Steady           Steady  `json:"steady"`
+	SteadyBySlot     *Steady `json:"steady_by_slot,omitempty"`
+	DrainEvery       string  `json:"drain_every,omitempty"`
+	ShutdownS        float64 `json:"shutdown_s"`
+	ShutdownKilled   bool    `json:"shutdown_killed"`
+	shutdownMeasured bool
+	keysAtStart      KeyVersions
+	brokerPeakWindow time.Duration
 
 	Failures []string `json:"failures"`
 	OK       bool     `json:"ok"`
@@ -160,10 +201,16 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 		return nil, fmt.Errorf("soak: temp dir: %w", err)
 	}
 	r := &SoakReport{Machine: ReadMachine(), Binary: cfg.Bin, Entries: cfg.Entries, Interval: cfg.Interval.String(),
-		Duration: cfg.Duration.String(), Etcd: "embedded", Extra: cfg.Extra, Dir: dir, Failures: []string{},
+		Duration: cfg.Duration.String(), Etcd: "embedded", Redis: "no persistence", Extra: cfg.Extra, Dir: dir, Failures: []string{},
 		Pids: map[string]int{}}
 	if cfg.ExternalEtcd {
 		r.Etcd = "external (etcd binary)"
+	}
+	if cfg.RedisAOF {
+		r.Redis = "AOF " + strings.Join(RedisAOFArgs, " ")
+	}
+	if cfg.DrainEvery > 0 {
+		r.DrainEvery = cfg.DrainEvery.String()
 	}
 	ps := &Procs{}
 	defer func() {
@@ -199,11 +246,12 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 }
 
 func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *SoakReport) error {
-	rs, err := StartRedis(ps, dir)
+	rs, err := StartRedis(ps, dir, cfg.RedisAOF)
 	if err != nil {
 		return err
 	}
 	r.Pids["redis-server"] = rs.Pid()
+	redisPid := rs.Pid()
 	var etcdProc *Proc
 	endpoint, etcdDir := "", ""
 	if cfg.ExternalEtcd {
@@ -214,6 +262,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 		etcdProc, endpoint, etcdDir = e.Proc(), e.Endpoint, e.DataDir()
 		r.Pids["etcd"] = etcdProc.Pid()
 	}
+	r.brokerPeakWindow = BrokerPeakWindow(cfg.Interval, cfg.Sample)
 	r.Relative = SupportsRelative(ctx, cfg.Bin, dir)
 	config := filepath.Join(dir, "schedules.yaml")
 	if err := WriteBeatdSchedule(config, cfg.Entries, cfg.Interval, r.Relative); err != nil {
@@ -221,8 +270,10 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 	}
 	rdb := rs.Client(0)
 	defer rdb.Close()
-	cons := StartConsumer(rdb, "celery", LagSlot, cfg.Interval)
+	cons := StartConsumerEvery(rdb, "celery", LagSlot, cfg.Interval, cfg.DrainEvery)
 	defer cons.Stop()
+	peak := startUsedMemoryPeak(rdb, BrokerPeakWindow(cfg.Interval, cfg.Sample))
+	defer peak.Stop()
 
 	started := time.Now()
 	bd, err := StartBeatd(ctx, ps, BeatdOptions{Bin: cfg.Bin, Dir: dir, Config: config, Broker: rs.URL(0),
@@ -267,6 +318,7 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 			}
 			cpu += st.CPU
 			s.RSS += st.RSS
+			s.RSSAnon += st.RSSAnon
 			s.HWM += st.HWM
 			s.WriteBytes += st.WriteBytes
 		}
@@ -274,10 +326,21 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 		if gone && prev != nil {
 			// A process ended: keep its last reading rather than count
 			// its CPU and writes as undone.
-			s.CPU, s.RSS, s.HWM, s.WriteBytes = prev.CPU, prev.RSS, prev.HWM, prev.WriteBytes
+			s.CPU, s.RSS, s.RSSAnon, s.HWM, s.WriteBytes = prev.CPU, prev.RSS, prev.RSSAnon, prev.HWM, prev.WriteBytes
 		}
 		s.Backlog = cons.Backlog(ctx)
 		s.RedisUsed, s.RedisKeys = redisFootprint(ctx, rdb)
+		s.RedisUsedPeak = peak.Peak(time.Now(), s.RedisUsed)
+		s.Redis = readRedisInfo(ctx, rdb)
+		if st, err := ReadProcStats(redisPid); err == nil {
+			s.RedisCPU = st.CPU.Seconds()
+		} else if prev != nil {
+			s.RedisCPU = prev.RedisCPU
+		}
+		s.HostBusy, s.Load1 = hostCPU()
+		if st, err := ReadProcStats(os.Getpid()); err == nil {
+			s.SelfCPU = st.CPU.Seconds()
+		}
 		s.Etcd = probe.Sample(ctx)
 		s.DataDir = DirSize(etcdDir)
 		if prev != nil && s.Fires > 0 {
@@ -290,6 +353,15 @@ func runSoak(ctx context.Context, cfg SoakConfig, ps *Procs, dir string, r *Soak
 				s.RevisionsPerFire = float64(s.Etcd.Revision-prev.Etcd.Revision) / f
 			}
 			s.DiskWritePerFire = float64(s.WriteBytes-prev.WriteBytes) / f
+		}
+		if d := w.End.Sub(w.Start).Seconds(); prev != nil && d > 0 && s.HostBusy > 0 && prev.HostBusy > 0 {
+			s.OtherCPU = max(0, ((s.HostBusy-prev.HostBusy)-(s.CPU-prev.CPU)-(s.RedisCPU-prev.RedisCPU)-(s.SelfCPU-prev.SelfCPU))/d)
+		}
+		if d := w.End.Sub(w.Start).Seconds(); prev != nil && d > 0 {
+			s.RedisCPUs = (s.RedisCPU - prev.RedisCPU) / d
+		}
+		if s.Offered > 0 {
+			s.Delivered = 100 * float64(s.Fires) / s.Offered
 		}
 		return s
 	}
@@ -328,15 +400,86 @@ loop:
 	if stopped != nil {
 		return stopped
 	}
+	// The last window's slots are published a lag after they are due:
+	// give beatd two intervals to publish them before it stops, so the
+	// per-slot figures (counted after the drain) do not miss them.
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * cfg.Interval):
+	}
 	took, killed := bd.Stop(30 * time.Second)
 	r.ShutdownS, r.ShutdownKilled, r.shutdownMeasured = took.Seconds(), killed, true
 	if killed {
 		r.Failures = append(r.Failures, "beatd did not exit within 30s of SIGTERM")
 	}
+	// What beatd published before it stopped is still due to be counted:
+	// let the consumer empty the queue, then count each window's slots.
+	drained := drainQueue(ctx, cons, max(2*cfg.DrainEvery, 10*time.Second))
 	if err := cons.Stop(); err != nil {
 		r.Failures = append(r.Failures, err.Error())
 	}
+	if drained {
+		st := slotDelivery(r.Samples, cons.SlotCounts(), cfg.Entries, cfg.Interval, cfg.SteadyAfter)
+		r.SteadyBySlot = &st
+		if st.Windows > 0 && st.WorstPct == 0 {
+			r.Failures = append(r.Failures, fmt.Sprintf("publishing stopped: no slot due in the window ending at t=%.0fs was delivered", st.WorstT))
+		}
+	} else {
+		fmt.Fprintf(cfg.Log, "soak: the queue did not empty after beatd stopped: no per-slot delivery figures\n")
+	}
 	return nil
+}
+
+// drainQueue waits until the consumer has emptied the queue (true), or
+// timeout.
+func drainQueue(ctx context.Context, cons *Consumer, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if cons.Backlog(ctx) == 0 {
+			// The last batch popped may still be being recorded.
+			time.Sleep(500 * time.Millisecond)
+			return cons.Backlog(ctx) == 0
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
+}
+
+// slotDelivery judges the windows of samples like steadyDelivery, but
+// counts in each window the messages whose slot fell in it (counts: by
+// slot's Unix second), wherever they were received: what the scheduler
+// delivered of the window's due slots, independent of when the consumer
+// took them. A window holds the whole seconds from its start, rounded
+// up, to its end, rounded up; each is due entries x 1s/interval slots.
+func slotDelivery(samples []SoakSample, counts map[int64]int, entries int, interval, after time.Duration) Steady {
+	by := make([]SoakSample, len(samples))
+	perSecond := float64(entries) * time.Second.Seconds() / interval.Seconds()
+	for i, s := range samples {
+		by[i] = s
+		if i == 0 {
+			continue
+		}
+		from, to := ceilUnix(samples[i-1].At), ceilUnix(s.At)
+		n := 0
+		for sec := from; sec < to; sec++ {
+			n += counts[sec]
+		}
+		by[i].Fires = n
+		by[i].Offered = perSecond * float64(to-from)
+		by[i].Delivered = 0
+		if by[i].Offered > 0 {
+			by[i].Delivered = 100 * float64(n) / by[i].Offered
+		}
+	}
+	return steadyDelivery(by, after)
+}
+
+func ceilUnix(t time.Time) int64 {
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return sec
 }
 
 // waitFirstFire waits until the consumer has seen a message.
@@ -376,7 +519,9 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		r.Gaps += s.Gaps
 		// Publishing stopped: a whole window (at least one interval long)
 		// without a message, while every entry was due in it.
-		if s.Fires == 0 && s.Offered >= float64(cfg.Entries) {
+		// (With a periodic drain a window may receive nothing: the slots
+		// judge it then, after the last drain.)
+		if s.Fires == 0 && s.Offered >= float64(cfg.Entries) && cfg.DrainEvery == 0 {
 			r.Failures = append(r.Failures, fmt.Sprintf("publishing stopped: no message in the window ending at t=%.0fs (sample %d)", s.T, i+1))
 		}
 		if len(s.Etcd.Alarms) > 0 {
@@ -387,6 +532,7 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		}
 	}
 	r.Lag = lag.Stats()
+	r.Steady = steadyDelivery(r.Samples, cfg.SteadyAfter)
 	if r.Repeats > 0 {
 		r.Failures = append(r.Failures, fmt.Sprintf("%d messages repeated or reordered an entry's slot", r.Repeats))
 	}
@@ -441,7 +587,7 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		inUse = append(inUse, float64(s.Etcd.DBSizeInUse))
 		rss = append(rss, float64(s.RSS))
 		dd = append(dd, float64(s.DataDir))
-		rmem = append(rmem, float64(s.RedisUsed))
+		rmem = append(rmem, float64(s.RedisUsedPeak))
 		rkeys = append(rkeys, float64(s.RedisKeys))
 	}
 	r.Growth = []Growth{
@@ -449,7 +595,7 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 		FitGrowth("RSS", ts, rss, cfg.RSSLimit, true),
 		FitGrowth("etcd DB size in use", ts, inUse, cfg.DBLimit, false),
 		FitGrowth("data dir", ts, dd, cfg.DBLimit, false),
-		FitGrowth("Redis used_memory", ts, rmem, cfg.BrokerLimit, true),
+		FitGrowth("Redis used_memory peak", ts, rmem, cfg.BrokerLimit, true),
 		FitGrowth("Redis keys (as bytes)", ts, rkeys, cfg.KeysLimit, true),
 	}
 	if n := last.RedisKeys; n > int64(5*cfg.Entries+100) {
@@ -471,8 +617,9 @@ func (r *SoakReport) summarise(ctx context.Context, cfg SoakConfig, probe *EtcdP
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func writeSoakHeader(w io.Writer) {
-	fmt.Fprintf(w, "%6s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s %9s %8s\n",
-		"t(s)", "fires", "fires/s", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue", "redis MiB", "keys")
+	fmt.Fprintf(w, "%6s %7s %8s %6s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %6s %7s %9s %8s %6s %7s %7s %5s %5s\n",
+		"t(s)", "fires", "fires/s", "deliv%", "lag p50", "lag p99", "db MiB", "inuse", "dir MiB", "rss MiB", "cpu s", "cpu/fire", "etcd B/f", "disk B/f", "gaps", "queue", "redis MiB", "keys",
+		"r cpus", "aof MiB", "rewrite", "other", "load1")
 }
 
 func writeSoakRow(w io.Writer, s SoakSample) {
@@ -480,9 +627,14 @@ func writeSoakRow(w io.Writer, s SoakSample) {
 	if s.PutBytesPerFire > 0 {
 		put = fmt.Sprintf("%.0f", s.PutBytesPerFire)
 	}
-	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d %9.1f %8d\n",
-		s.T, s.Fires, s.FiresPS, s.Lag.P50ms, s.Lag.P99ms, mib(s.Etcd.DBSize), mib(s.Etcd.DBSizeInUse), mib(s.DataDir),
-		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog, mib(s.RedisUsed), s.RedisKeys)
+	rewrite := fmt.Sprintf("%d", s.Redis.AOFRewrites)
+	if s.Redis.AOFRewriting {
+		rewrite += "+"
+	}
+	fmt.Fprintf(w, "%6.0f %7d %8.0f %6.1f %6.1fms %6.1fms %8.1f %8.1f %8.1f %8.1f %8.1f %6.0fus %8s %8.0f %6d %7d %9.1f %8d %6.2f %7.1f %7s %5.2f %5.2f\n",
+		s.T, s.Fires, s.FiresPS, s.Delivered, s.Lag.P50ms, s.Lag.P99ms, mib(s.Etcd.DBSize), mib(s.Etcd.DBSizeInUse), mib(s.DataDir),
+		mib(s.RSS), s.CPU, s.CPUPerFireUs, put, s.DiskWritePerFire, s.Gaps, s.Backlog, mib(s.RedisUsed), s.RedisKeys,
+		s.RedisCPUs, mib(s.Redis.AOFSize), rewrite, s.OtherCPU, s.Load1)
 }
 
 // WriteSummary prints the verdict and the per-fire figures.
@@ -503,7 +655,8 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "  bytes written to disk per fire (/proc write_bytes, WAL + bbolt + logs): %.0f B\n", r.DiskWritePerFire)
 	if len(r.Samples) > 0 {
 		l := r.Samples[len(r.Samples)-1]
-		fmt.Fprintf(w, "  at the end: etcd DB %.1f MiB (in use %.1f), data dir %.1f MiB, RSS %.1f MiB (peak %.1f), Redis %.1f MiB in %d keys\n", mib(l.Etcd.DBSize), mib(l.Etcd.DBSizeInUse), mib(l.DataDir), mib(l.RSS), mib(l.HWM), mib(l.RedisUsed), l.RedisKeys)
+		fmt.Fprintf(w, "  at the end: etcd DB %.1f MiB (in use %.1f), data dir %.1f MiB, RSS %.1f MiB (anonymous %.1f, peak %.1f), Redis %.1f MiB (peak of the last %s %.1f) in %d keys\n",
+			mib(l.Etcd.DBSize), mib(l.Etcd.DBSizeInUse), mib(l.DataDir), mib(l.RSS), mib(l.RSSAnon), mib(l.HWM), mib(l.RedisUsed), r.brokerPeakWindow, mib(l.RedisUsedPeak), l.RedisKeys)
 	}
 	for _, g := range r.Growth {
 		judged := "informational"
@@ -517,6 +670,23 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 	}
 	if len(r.Growth) > 0 && r.Growth[0].Note != "" {
 		fmt.Fprintf(w, "  growth window: %s\n", r.Growth[0].Note)
+	}
+	if r.DrainEvery != "" {
+		fmt.Fprintf(w, "  the consumer drained the queue every %s\n", r.DrainEvery)
+	}
+	if st := r.Steady; st.Windows > 0 {
+		fmt.Fprintf(w, "  steady part, as received (windows from t=%.0fs): %d of %.0f offered (%.1f%%, target >= 98%%: %s); worst window %.1f%% at t=%.0fs; windows < 80%%: %d (target 0: %s), < 90%%: %d, of %d\n",
+			st.FromS, st.Fires, st.Offered, st.DeliveredPct, metMark(st.DeliveredPct >= 98), st.WorstPct, st.WorstT, st.Below80, metMark(st.Below80 == 0), st.Below90, st.Windows)
+		for _, d := range st.Dips {
+			fmt.Fprintf(w, "    dip %s\n", d)
+		}
+	}
+	if st := r.SteadyBySlot; st != nil && st.Windows > 0 {
+		fmt.Fprintf(w, "  steady part, due slots delivered (by each message's slot, counted after the last drain): %d of %.0f due (%.2f%%, target >= 98%%: %s); worst window %.1f%% at t=%.0fs; windows < 80%%: %d (target 0: %s), < 90%%: %d, of %d\n",
+			st.Fires, st.Offered, st.DeliveredPct, metMark(st.DeliveredPct >= 98), st.WorstPct, st.WorstT, st.Below80, metMark(st.Below80 == 0), st.Below90, st.Windows)
+		for _, d := range st.Dips {
+			fmt.Fprintf(w, "    dip (by slot) %s\n", d)
+		}
 	}
 	if r.shutdownMeasured {
 		fmt.Fprintf(w, "  shutdown after SIGTERM: %.2fs\n", r.ShutdownS)
@@ -541,4 +711,66 @@ func redisFootprint(ctx context.Context, rdb *redis.Client) (used, keys int64) {
 		keys = n
 	}
 	return used, keys
+}
+
+// Steady is the delivery of a soak's steady part: every window that
+// started at or after FromS.
+type Steady struct {
+	FromS        float64 `json:"from_s"`
+	Windows      int     `json:"windows"`
+	Fires        int     `json:"fires"`
+	Offered      float64 `json:"offered"`
+	DeliveredPct float64 `json:"delivered_pct"`
+	WorstPct     float64 `json:"worst_window_pct"`
+	WorstT       float64 `json:"worst_window_t_s"`
+	Below80      int     `json:"windows_below_80pct"`
+	Below90      int     `json:"windows_below_90pct"`
+	// Dips describe the windows below 90 %: what Redis, beatd and the
+	// rest of the host did in them.
+	Dips []string `json:"dips,omitempty"`
+}
+
+// steadyDelivery judges the windows of samples that start at or after
+// after (1 minute when 0).
+func steadyDelivery(samples []SoakSample, after time.Duration) Steady {
+	if after <= 0 {
+		after = time.Minute
+	}
+	st := Steady{FromS: after.Seconds(), WorstPct: -1}
+	for i := 1; i < len(samples); i++ {
+		prev, s := samples[i-1], samples[i]
+		if prev.T < st.FromS-0.5 || s.Offered <= 0 {
+			continue
+		}
+		st.Windows++
+		st.Fires += s.Fires
+		st.Offered += s.Offered
+		if st.WorstPct < 0 || s.Delivered < st.WorstPct {
+			st.WorstPct, st.WorstT = s.Delivered, s.T
+		}
+		if s.Delivered < 80 {
+			st.Below80++
+		}
+		if s.Delivered < 90 {
+			st.Below90++
+			rw := ""
+			if s.Redis.AOFRewriting || s.Redis.AOFRewrites > prev.Redis.AOFRewrites {
+				rw = fmt.Sprintf(", AOF rewrite (%d done, in progress %v)", s.Redis.AOFRewrites-prev.Redis.AOFRewrites, s.Redis.AOFRewriting)
+			}
+			st.Dips = append(st.Dips, fmt.Sprintf("t=%.0fs: %.1f%% delivered, lag p99 %.0fms max %.0fms, queue %d, beatd %.0fus/fire, Redis %.2f CPUs%s, forks +%d (last %.1fms), delayed fsyncs +%d, AOF %.0f MiB, other load %.2f CPUs, load1 %.2f",
+				s.T, s.Delivered, s.Lag.P99ms, s.Lag.MaxMs, s.Backlog, s.CPUPerFireUs, s.RedisCPUs, rw, s.Redis.Forks-prev.Redis.Forks,
+				float64(s.Redis.LatestForkUs)/1000, s.Redis.AOFDelayedFsync-prev.Redis.AOFDelayedFsync, mib(s.Redis.AOFSize), s.OtherCPU, s.Load1))
+		}
+	}
+	if st.Offered > 0 {
+		st.DeliveredPct = 100 * float64(st.Fires) / st.Offered
+	}
+	return st
+}
+
+func metMark(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }

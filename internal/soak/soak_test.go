@@ -26,6 +26,9 @@ var (
 	sampleFlag   = flag.Duration("sample", 10*time.Second, "soak: sample period")
 	windowFlag   = flag.Duration("growth-window", 5*time.Minute, "soak: tail of the run whose linear fit judges growth")
 	etcdFlag     = flag.String("etcd", "embedded", "soak: embedded or external (the etcd binary)")
+	steadyFlag   = flag.Duration("steady-after", time.Minute, "soak: start-up left out of the steady delivery figures")
+	drainFlag    = flag.Duration("drain-every", 0, "soak: the consumer empties the queue once per period (default 0: continuously)")
+	redisAOFFlag = flag.Bool("redis-aof", false, "soak: run Redis with appendonly yes, appendfsync everysec (default: no persistence)")
 	outFlag      = flag.String("out", "", "JSON report path")
 	extraFlag    = flag.String("extra", "", "extra arguments for beatd run, space-separated")
 	keepFlag     = flag.Bool("keep", false, "keep the run directory (logs, data) even on success")
@@ -74,7 +77,7 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("-etcd %q: want embedded or external", *etcdFlag)
 	}
 	_, err := RunSoak(ctx, SoakConfig{Bin: beatdBinary(t, ctx), Entries: *entriesFlag, Interval: *intervalFlag,
-		Duration: *durFlag, Sample: *sampleFlag, ExternalEtcd: *etcdFlag == "external", Out: *outFlag,
+		Duration: *durFlag, Sample: *sampleFlag, ExternalEtcd: *etcdFlag == "external", RedisAOF: *redisAOFFlag, SteadyAfter: *steadyFlag, DrainEvery: *drainFlag, Out: *outFlag,
 		GrowthWindow: *windowFlag, DBLimit: DefaultDBLimit, RSSLimit: DefaultRSSLimit, BrokerLimit: DefaultBrokerLimit, KeysLimit: DefaultKeysLimit, Extra: splitArgs(*extraFlag),
 		Keep: *keepFlag, Log: os.Stdout})
 	if err != nil {

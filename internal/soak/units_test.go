@@ -240,7 +240,7 @@ func TestConsumerDrainsRedis(t *testing.T) {
 	ctx := context.Background()
 	ps := &Procs{}
 	defer ps.StopAll(5 * time.Second)
-	rs, err := StartRedis(ps, t.TempDir())
+	rs, err := StartRedis(ps, t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,5 +338,95 @@ func TestBenchTargets(t *testing.T) {
 	}, "\n")
 	if got != want {
 		t.Errorf("targets:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestRedisAOF: -redis-aof runs redis-server with an append-only file
+// fsynced every second, and nothing else of its arguments changes.
+func TestRedisAOF(t *testing.T) {
+	got := withRedisArgs([]string{"--port", "1", "--save", "", "--appendonly", "no"}, RedisAOFArgs)
+	want := []string{"--port", "1", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("withRedisArgs = %q, want %q", got, want)
+	}
+	ps := &Procs{}
+	defer ps.StopAll(5 * time.Second)
+	rs, err := StartRedis(ps, t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := rs.Client(0)
+	defer rdb.Close()
+	ctx := context.Background()
+	for k, v := range map[string]string{"appendonly": "yes", "appendfsync": "everysec"} {
+		m, err := rdb.ConfigGet(ctx, k).Result()
+		if err != nil || m[k] != v {
+			t.Fatalf("CONFIG GET %s = %v (%v), want %s", k, m, err, v)
+		}
+	}
+	if ri := readRedisInfo(ctx, rdb); !ri.OK || ri.Commands == 0 {
+		t.Fatalf("readRedisInfo = %+v", ri)
+	}
+}
+
+// TestSteadyDelivery leaves out the start-up and counts the dips.
+func TestSteadyDelivery(t *testing.T) {
+	var ss []SoakSample
+	for i, pct := range []float64{0, 10, 100, 100, 70, 85, 100} {
+		s := SoakSample{T: float64(10 * i), Offered: 1000, Fires: int(10 * pct), Delivered: pct}
+		if i == 0 {
+			s.Offered = 0
+		}
+		ss = append(ss, s)
+	}
+	st := steadyDelivery(ss, 20*time.Second)
+	if st.Windows != 4 || st.Fires != 3550 || st.Below80 != 1 || st.Below90 != 2 || st.WorstPct != 70 || st.WorstT != 40 || len(st.Dips) != 2 {
+		t.Fatalf("steadyDelivery = %+v", st)
+	}
+	if math.Abs(st.DeliveredPct-88.75) > 1e-9 {
+		t.Fatalf("delivered %.2f%%, want 88.75%%", st.DeliveredPct)
+	}
+}
+
+// TestUsedMemoryPeak: the peak covers the trailing window only, and the
+// window outlasts a cycle of the run history at the default sampling.
+func TestUsedMemoryPeak(t *testing.T) {
+	if w := BrokerPeakWindow(time.Second, 10*time.Second); w <= 21*time.Second {
+		t.Fatalf("BrokerPeakWindow(1s, 10s) = %s: not longer than a history cycle", w)
+	}
+	p := &usedMemoryPeak{window: 30 * time.Second}
+	t0 := time.Unix(1000, 0)
+	for i, v := range []int64{50, 90, 40, 60} {
+		p.add(t0.Add(time.Duration(10*i)*time.Second), v)
+	}
+	if got := p.Peak(t0.Add(30*time.Second), 55); got != 90 {
+		t.Fatalf("peak at t=30s = %d, want 90", got)
+	}
+	if got := p.Peak(t0.Add(45*time.Second), 55); got != 60 {
+		t.Fatalf("peak at t=45s = %d, want 60 (the 90 at t=10s is out of the window)", got)
+	}
+	p.add(t0.Add(50*time.Second), 10)
+	if len(p.at) != 3 {
+		t.Fatalf("%d readings kept, want 3 (t=20s..50s)", len(p.at))
+	}
+}
+
+// TestSlotDelivery counts each window's due slots wherever they were
+// received: a window that received nothing (a periodic drain) but whose
+// slots all came later is fully delivered.
+func TestSlotDelivery(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var ss []SoakSample
+	for i := 0; i <= 4; i++ {
+		ss = append(ss, SoakSample{T: float64(10 * i), At: t0.Add(time.Duration(10*i)*time.Second + 20*time.Millisecond)})
+	}
+	counts := map[int64]int{}
+	for sec := int64(1001); sec <= 1040; sec++ {
+		counts[sec] = 100 // 100 entries every second
+	}
+	counts[1025] = 0 // a second beatd lost
+	st := slotDelivery(ss, counts, 100, time.Second, 10*time.Second)
+	if st.Windows != 3 || st.Offered != 3000 || st.Fires != 2900 || st.Below80 != 0 || st.Below90 != 0 || st.WorstPct != 90 || st.WorstT != 30 {
+		t.Fatalf("slotDelivery = %+v", st)
 	}
 }
