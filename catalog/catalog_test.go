@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

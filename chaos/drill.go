@@ -19,7 +19,7 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	"github.com/redis/go-redis/v9"
 )
 

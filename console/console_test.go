@@ -18,7 +18,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 )

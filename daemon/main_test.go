@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // runMain starts a Main in-process, as main does, and closes it when the

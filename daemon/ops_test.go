@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // syncBuffer is a log sink safe for the daemon's goroutines.

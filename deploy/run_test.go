@@ -16,7 +16,7 @@ import (
 
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

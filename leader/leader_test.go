@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	beatdtest "github.com/beatd/beatd/internal/testutil"
+	beatdtest "github.com/beatd/beatd/testkit/testutil"
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/scheduler"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 var helper = Helper{Python: testutil.CeleryPython, Script: "../contrib/celery_dump.py"}

@@ -13,7 +13,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
-	beatdtest "github.com/beatd/beatd/internal/testutil"
+	beatdtest "github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -275,7 +275,7 @@ func (h *harness) waitPublished(n int) []string {
 	return h.disp.list()
 }
 
-// eventually is internal/testutil's Eventually (testutil is prometheus's
+// eventually is testkit/testutil's Eventually (testutil is prometheus's
 // package in this file).
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 var pgOnce struct {

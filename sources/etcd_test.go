@@ -13,7 +13,7 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/internal/embedetcd"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )

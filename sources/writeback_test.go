@@ -10,7 +10,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // fakeHistory stands in for the broker's run history (a pure unit: the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestAMQPCeleryWorkerRuns publishes through RabbitMQ to a real Celery

@@ -10,7 +10,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // One rabbitmq-server for the package, started by the first AMQP test

@@ -10,7 +10,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestAMQPUnroutableIsAnError: a message the broker cannot route is

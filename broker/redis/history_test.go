@@ -9,7 +9,7 @@ import (
 	"errors"
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	goredis "github.com/redis/go-redis/v9"
 	"strings"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // BenchmarkPublishWait measures what --broker-min-replicas 1 costs: the

@@ -12,7 +12,7 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/chaos"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestProcessAMQPFailover runs two beatd processes on RabbitMQ through a

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // write100k writes a config of 100,000 entries: intervals, Celery crontabs

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/flagenv"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // sent is one message seen in the broker, from celery beat or beatd.

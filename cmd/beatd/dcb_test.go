@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestProcessDjangoCeleryBeat runs beatd on a real django-celery-beat

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 func TestImportCommand(t *testing.T) {

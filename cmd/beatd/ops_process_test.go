@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 	"gopkg.in/yaml.v3"
 )
 

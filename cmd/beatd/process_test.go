@@ -17,8 +17,8 @@ import (
 
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/internal/harness"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/harness"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

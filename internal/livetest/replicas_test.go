@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestMinReplicasWhileReplicaDown is the trade-off of an explicit

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
-	"github.com/beatd/beatd/internal/testutil"
+	"github.com/beatd/beatd/testkit/harness"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/redis/go-redis/v9"
 )
 

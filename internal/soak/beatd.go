@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // ModuleRoot finds the directory of go.mod from the working directory up.

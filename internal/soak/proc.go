@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // clockTick is USER_HZ, the unit of utime and stime in /proc/PID/stat. It

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // A message as beatd writes it (Python-style separators) and one with

@@ -3,7 +3,7 @@ package testutil
 import (
 	"testing"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

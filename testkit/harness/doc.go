@@ -2,5 +2,5 @@
 // and soak runs need (redis-server, an etcd cluster, beatd replicas) on
 // free loopback ports, and waits for them to be ready. It imports no
 // testing package, so chaos and internal/soak use it at run time;
-// internal/testutil wraps it for tests.
+// testkit/testutil wraps it for tests.
 package harness

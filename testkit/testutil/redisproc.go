@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	"github.com/redis/go-redis/v9"
 )
 

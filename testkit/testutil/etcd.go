@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/embedetcd"
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

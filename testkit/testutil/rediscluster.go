@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/beatd/beatd/internal/harness"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // RedisCluster is a Redis Cluster of masters without replicas, created
