@@ -16,9 +16,9 @@ import (
 
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/harness"
 	"github.com/beatd/beatd/testkit/testutil"
-	"github.com/beatd/beatd/store"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"

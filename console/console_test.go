@@ -18,9 +18,9 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 func TestTimeline(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
-	beatdtest "github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
+	beatdtest "github.com/beatd/beatd/testkit/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

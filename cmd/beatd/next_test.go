@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/election"
-	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // TestNextReadsState: with --etcd-endpoints, `beatd next` answers as the

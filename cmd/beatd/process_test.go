@@ -380,7 +380,7 @@ func TestProcessAdmin(t *testing.T) {
 	count := func() int { return len(c.firesOf("every")) }
 	paused := count()
 	time.Sleep(2500 * time.Millisecond) // proves a negative: an every: 1s entry not paused fires twice in it
-	if n := count(); n > paused+1 { // one publish may have been in flight
+	if n := count(); n > paused+1 {     // one publish may have been in flight
 		t.Errorf("paused entry fired %d times", n-paused)
 	}
 	// A pause survives failover.

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/testkit/testutil"
 	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

@@ -17,9 +17,9 @@ import (
 	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/harness"
 	"github.com/beatd/beatd/testkit/testutil"
-	"github.com/beatd/beatd/store"
 	"github.com/redis/go-redis/v9"
 )
 
