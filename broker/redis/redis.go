@@ -13,6 +13,7 @@ import (
 	"github.com/beatd/beatd/celery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"sync/atomic"
 )
 
 // The keys beatd keeps in Redis, all under KeyPrefix (docs/brokers.md
@@ -239,6 +240,9 @@ type Publisher struct {
 	bufs          sync.Pool
 	repl          *replication
 
+	// legacy: this term found the legacy window open (RaiseFence).
+	legacy atomic.Bool
+
 	mu    sync.Mutex
 	term  int64           // the token bindings were last written under
 	bound map[string]bool // bindings (key + "\x00" + member) written in term
@@ -291,6 +295,14 @@ func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
 		p.repl.failed()
 		return fmt.Errorf("publisher: raise fence: %w", err)
 	}
+	// Only a term that opened (or found) the legacy window sends the old
+	// dedup keys' names; the flag cannot appear later in the term, since
+	// only a fence raise sets it.
+	n, err := p.rdb.Exists(ctx, p.legacyKey()).Result()
+	if err != nil {
+		return fmt.Errorf("publisher: raise fence: %w", err)
+	}
+	p.legacy.Store(n == 1)
 	return nil
 }
 
@@ -313,27 +325,14 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fir
 		return nil
 	}
 	now := p.now()
-	bp := p.bufs.Get().(*[]byte)
-	defer p.bufs.Put(bp)
-	buf := (*bp)[:0]
-	// Each fire takes two consecutive spans of buf: its message, then its
-	// run record.
-	ends := make([]int, 2*len(fires))
-	for i := range fires {
-		buf = fires[i].Task.AppendMessage(buf, &fires[i], token, now)
-		ends[2*i] = len(buf)
-		buf = appendRun(buf, &fires[i], token, now)
-		ends[2*i+1] = len(buf)
-	}
-	*bp = buf
-	err := p.run(ctx, token, fires, buf, ends, results)
+	err := p.run(ctx, token, fires, now, results)
 	if err != nil && isNoScript(err) {
 		// The script cache was flushed (a restart or SCRIPT FLUSH): load it
 		// and try once more. Anything already pushed dedups.
 		if lerr := publishScript.Load(ctx, p.rdb).Err(); lerr != nil {
 			return fmt.Errorf("publisher: load script: %w", lerr)
 		}
-		err = p.run(ctx, token, fires, buf, ends, results)
+		err = p.run(ctx, token, fires, now, results)
 	}
 	if err != nil {
 		p.repl.failed()
@@ -347,14 +346,48 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fir
 	return nil
 }
 
-func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, buf []byte, ends []int, results []broker.Result) error {
-	pipe := p.rdb.Pipeline()
+// flightFires is about how many fires one pipeline carries. A Publish
+// sends its script calls in flights of this size, each on its own
+// connection as soon as it is encoded, so Redis runs one flight while the
+// next is encoded: a burst costs about the larger of the two, not their
+// sum. The order between flights does not matter: an entry's fires are
+// all in one call.
+const flightFires = 128
+
+func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, now time.Time, results []broker.Result) error {
 	order, cuts := callPlan(fires)
 	cmds := make([]*redis.Cmd, len(cuts))
 	tok := strconv.FormatInt(token, 10)
 	fixed := []string{p.fenceKey, p.countsKey(), p.slotsTermKey(), p.legacyKey(), p.entriesKey()}
 	want := p.repl.target(ctx, p.rdb)
 	bindings := p.bindings(token, fires)
+	legacy := p.legacy.Load()
+	bp := p.bufs.Get().(*[]byte)
+	defer p.bufs.Put(bp)
+	// The flights read spans of buf while later calls append to it: an
+	// append never writes a byte a span holds, and a span keeps the array
+	// it was cut from if buf grows.
+	buf := (*bp)[:0]
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		execErr  error
+		pipe     = p.rdb.Pipeline()
+		inFlight int
+	)
+	send := func(pipe redis.Pipeliner) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := pipe.Exec(ctx); err != nil {
+				mu.Lock()
+				if execErr == nil {
+					execErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
 	lo := 0
 	for c, hi := range cuts {
 		call := order[lo:hi]
@@ -365,16 +398,20 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, b
 		for _, i := range call {
 			f := &fires[i]
 			t := f.Task
-			from := 0
-			if i > 0 {
-				from = ends[2*i-1]
-			}
-			msg, run := buf[from:ends[2*i]], buf[ends[2*i]:ends[2*i+1]]
+			start := len(buf)
+			buf = t.AppendMessage(buf, f, token, now)
+			mid := len(buf)
+			buf = appendRun(buf, f, token, now)
+			msg, run := buf[start:mid:mid], buf[mid:len(buf):len(buf)]
 			if f.Manual {
 				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
 				args = append(args, msg, run, "")
 			} else {
-				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.DedupKey(f.ID))
+				dedup := t.QueueKey // unread outside the legacy window: no key built per fire
+				if legacy {
+					dedup = p.DedupKey(f.ID)
+				}
+				keys = append(keys, t.QueueKey, p.historyKey(t.Name), dedup)
 				args = append(args, msg, run, strconv.FormatInt(f.Slot.UnixMicro(), 10))
 			}
 		}
@@ -386,9 +423,24 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, b
 		}
 		cmds[c] = publishScript.EvalSha(ctx, pipe, keys, args...)
 		lo = hi
+		if inFlight += len(call); inFlight >= flightFires || c == len(cuts)-1 {
+			send(pipe)
+			pipe, inFlight = p.rdb.Pipeline(), 0
+		}
 	}
-	wait := p.repl.queue(ctx, pipe, want, tok)
-	_, err := pipe.Exec(ctx)
+	wg.Wait()
+	*bp = buf[:0]
+	err := execErr
+	// WAIT counts the replicas that hold this connection's writes: its own
+	// write to replsync, after every flight's, covers them all.
+	var wait *redis.IntCmd
+	if want > 0 {
+		wp := p.rdb.Pipeline()
+		wait = p.repl.queue(ctx, wp, want, tok)
+		if _, werr := wp.Exec(ctx); werr != nil && err == nil && wait.Err() == nil {
+			err = werr
+		}
+	}
 	var first error
 	lo = 0
 	for c, cmd := range cmds {
