@@ -48,7 +48,7 @@ SOAK_OUT ?= soak.json
 SOAK_ARGS ?=
 soak:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
-	$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./internal/soak -args -soak -beatd $(CURDIR)/$(BIN) \
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./testkit/soak -args -soak -beatd $(CURDIR)/$(BIN) \
 		-entries $(SOAK_ENTRIES) -duration $(SOAK_DURATION) -sample $(SOAK_SAMPLE) -etcd $(SOAK_ETCD) \
 		-out $(abspath $(SOAK_OUT)) $(SOAK_ARGS)
 
@@ -60,7 +60,7 @@ BENCH_OUT ?= bench-celery.json
 BENCH_ARGS ?=
 bench-celery:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
-	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchCelery$$' ./internal/soak -args -bench-celery -beatd $(CURDIR)/$(BIN) \
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchCelery$$' ./testkit/soak -args -bench-celery -beatd $(CURDIR)/$(BIN) \
 		-bench-duration $(BENCH_DURATION) -out $(abspath $(BENCH_OUT)) $(BENCH_ARGS)
 
 # The failover drill on RabbitMQ (minutes): every fault kind at least twice,

@@ -70,7 +70,7 @@ func splitArgs(s string) []string { return strings.Fields(s) }
 
 func TestSoak(t *testing.T) {
 	if !*soakFlag {
-		t.Skip("the soak is opt-in: make soak (or go test ./internal/soak -run TestSoak -args -soak)")
+		t.Skip("the soak is opt-in: make soak (or go test ./testkit/soak -run TestSoak -args -soak)")
 	}
 	ctx := signalContext(t)
 	if *etcdFlag != "embedded" && *etcdFlag != "external" {
@@ -87,7 +87,7 @@ func TestSoak(t *testing.T) {
 
 func TestBenchCelery(t *testing.T) {
 	if !*benchFlag {
-		t.Skip("the side-by-side benchmark is opt-in: make bench-celery (or go test ./internal/soak -run TestBenchCelery -args -bench-celery)")
+		t.Skip("the side-by-side benchmark is opt-in: make bench-celery (or go test ./testkit/soak -run TestBenchCelery -args -bench-celery)")
 	}
 	ctx := signalContext(t)
 	var counts []int
