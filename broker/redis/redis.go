@@ -245,7 +245,7 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	term  int64           // the token bindings were last written under
-	bound map[string]bool // bindings (key + "\x00" + member) written in term
+	bound map[binding]bool // bindings written in term
 }
 
 // New returns a Publisher on rdb.
@@ -540,7 +540,7 @@ func (p *Publisher) bindings(token int64, fires []celery.Fire) []binding {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if token != p.term || p.bound == nil {
-		p.term, p.bound = token, map[string]bool{}
+		p.term, p.bound = token, map[binding]bool{}
 	}
 	var out []binding
 	for i := range fires {
@@ -548,10 +548,10 @@ func (p *Publisher) bindings(token int64, fires []celery.Fire) []binding {
 		if t.BindingKey == "" {
 			continue
 		}
-		k := t.BindingKey + "\x00" + t.BindingMember
-		if !p.bound[k] {
+		// A struct key: no string is built per fire to look it up.
+		if k := (binding{t.BindingKey, t.BindingMember}); !p.bound[k] {
 			p.bound[k] = true
-			out = append(out, binding{t.BindingKey, t.BindingMember})
+			out = append(out, k)
 		}
 	}
 	return out
@@ -562,7 +562,7 @@ func (p *Publisher) unbind(bs []binding) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range bs {
-		delete(p.bound, b.key+"\x00"+b.member)
+		delete(p.bound, b)
 	}
 }
 
