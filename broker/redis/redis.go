@@ -244,7 +244,7 @@ type Publisher struct {
 	legacy atomic.Bool
 
 	mu    sync.Mutex
-	term  int64           // the token bindings were last written under
+	term  int64            // the token bindings were last written under
 	bound map[binding]bool // bindings written in term
 }
 
