@@ -59,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StatePersistFailing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_persist_failing",
 			Help: "1 while the leader's state writes to etcd fail (it keeps firing; the state waits in memory)."}),
 		StateUnpersistedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_unpersisted_age_seconds",
-			Help: "Age of the oldest state change the leader has not yet written to etcd; past the dedup TTL a failover could duplicate."}),
+			Help: "Age of the oldest state change the leader has not yet written to etcd. With Redis no age is dangerous (the entries' marks outlive it); on RabbitMQ a backlog past the journal's horizon could duplicate."}),
 	}
 	m.Fires = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_fires_total",
 		Help: "Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit."},

@@ -19,10 +19,12 @@ import (
 // (a map bounded by the number of entries, never a queue that can fill
 // up); it writes what changed at most once per interval, packed into
 // buckets. Losing a write it had not made yet is safe: the next leader
-// re-publishes those slots and the dedup keys make that a no-op. While
-// etcd refuses writes (unreachable, NOSPACE) the loop keeps firing and
-// the backlog only grows in place; past the dedup TTL a failover could
-// duplicate, which it says loudly.
+// re-publishes those slots and the broker's dedup (Redis: each entry's
+// high-water mark, which never expires) makes that a no-op. While etcd
+// refuses writes (unreachable, NOSPACE) the loop keeps firing and the
+// backlog only grows in place; where the broker's dedup has a horizon
+// (Config.DedupTTL > 0), a backlog past it could duplicate on failover,
+// which it says loudly.
 type persister struct {
 	store    StateStore
 	guard    election.Fence
@@ -65,8 +67,9 @@ const writeAttemptTimeout = 2 * time.Second
 // failLogEvery spaces the ERROR lines while writes fail.
 const failLogEvery = time.Minute
 
-// dedupMargin is how far below the dedup TTL the backlog's age counts as
-// dangerous: a failover then re-publishes slots whose dedup keys expired.
+// dedupMargin is how far below the broker's dedup horizon the backlog's
+// age counts as dangerous: a failover then re-publishes slots the broker
+// no longer remembers.
 const dedupMargin = time.Hour
 
 func newPersister(s StateStore, g election.Fence, t *store.Table, c Config) *persister {
@@ -316,7 +319,7 @@ func (p *persister) report(now time.Time, lastLog *time.Time) {
 	*lastLog = now
 	danger := p.dedupTTL > 0 && age > p.dedupTTL-min(dedupMargin, p.dedupTTL/2)
 	if danger {
-		p.log.Error("STATE NOT PERSISTED FOR LONGER THAN THE DEDUP TTL ALLOWS: a failover now could publish slots twice; fix etcd",
+		p.log.Error("STATE NOT PERSISTED FOR LONGER THAN THE BROKER'S DEDUP HORIZON: a failover now could publish slots twice; fix etcd",
 			"err", failing, "backlog_age", age.String(), "dedup_ttl", p.dedupTTL.String(), "dirty_buckets", p.table.Dirty())
 		return
 	}
