@@ -413,13 +413,9 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 		case fillID:
 			v = m.ID
 		case fillExpires:
-			switch {
-			case t.expires.After > 0:
-				v = string(appendISO(nil, now.Add(t.expires.After).UTC()))
-			case !t.expires.At.IsZero():
-				v = string(appendISO(nil, t.expires.At))
-			default:
-				v = nil
+			v = nil
+			if d := t.expires.Deadline(now); !d.IsZero() {
+				v = string(appendISO(nil, d))
 			}
 		}
 		m.Headers = append(m.Headers, Header{hd.key, v})
@@ -430,11 +426,7 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 		m.Headers = append(m.Headers, Header{"beat_manual", true})
 	}
 	if t.expires.IsSet() {
-		ms := t.expires.After.Milliseconds()
-		if !t.expires.At.IsZero() {
-			ms = max(0, t.expires.At.Sub(now).Milliseconds())
-		}
-		m.Expiration = strconv.FormatInt(ms, 10)
+		m.Expiration = strconv.FormatInt(t.expires.TTL(now), 10)
 	}
 	return m
 }
@@ -452,26 +444,17 @@ func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []
 		case fillID:
 			dst = append(dst, f.ID[:]...)
 		case fillExpires:
-			switch {
-			case t.expires.After > 0:
+			if d := t.expires.Deadline(now); !d.IsZero() {
 				dst = append(dst, '"')
-				dst = appendISO(dst, now.Add(t.expires.After).UTC())
+				dst = appendISO(dst, d)
 				dst = append(dst, '"')
-			case !t.expires.At.IsZero():
-				dst = append(dst, '"')
-				dst = appendISO(dst, t.expires.At)
-				dst = append(dst, '"')
-			default:
+			} else {
 				dst = append(dst, "null"...)
 			}
 		case fillExpiration:
 			if t.expires.IsSet() {
-				ms := t.expires.After.Milliseconds()
-				if !t.expires.At.IsZero() {
-					ms = max(0, t.expires.At.Sub(now).Milliseconds())
-				}
 				dst = append(dst, `"expiration": "`...)
-				dst = strconv.AppendInt(dst, ms, 10)
+				dst = strconv.AppendInt(dst, t.expires.TTL(now), 10)
 				dst = append(dst, `", `...)
 			}
 		case fillSlot:

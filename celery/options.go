@@ -25,6 +25,24 @@ type Expiry struct {
 // IsSet reports whether an expiry was configured.
 func (e Expiry) IsSet() bool { return e.After > 0 || !e.At.IsZero() }
 
+// Deadline is when a message published at now expires (Celery's expires
+// header), or zero when no expiry is set.
+func (e Expiry) Deadline(now time.Time) time.Time {
+	if e.After > 0 {
+		return now.Add(e.After).UTC()
+	}
+	return e.At
+}
+
+// TTL is the message's time to live in milliseconds from now (the broker
+// expiration property), at least 0; meaningful only when IsSet.
+func (e Expiry) TTL(now time.Time) int64 {
+	if !e.At.IsZero() {
+		return max(0, e.At.Sub(now).Milliseconds())
+	}
+	return e.After.Milliseconds()
+}
+
 // ReservedHeaders are the message headers an entry's options.headers may
 // not set: they carry the task's identity and the fence, which beatd
 // writes. The config rejects them (with the line), and the publisher

@@ -1,7 +1,5 @@
 package celery
 
-import ()
-
 // Spec is what a task's messages say: the task, its arguments and Celery's
 // send options. It is the publisher's own description, so how entries are
 // written (schedules.yaml, the API, django-celery-beat) stays out of this

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/beatd/beatd/internal/keys"
 
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"

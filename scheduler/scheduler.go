@@ -778,17 +778,8 @@ func (l *loop) applyReload(now time.Time) {
 	// Removed entries keep their state (and broker keys) for
 	// RemovedGrace, in case they come back; the sweep drops them after.
 	var marked []store.EntryState
-	for name := range old.byName {
-		if _, ok := set.byName[name]; !ok {
-			if st := l.states[name]; st != nil && st.RemovedAt.IsZero() {
-				st.RemovedAt = now
-				marked = append(marked, *st)
-			}
-		}
-	}
-	for name := range set.byName {
-		if st := l.states[name]; st != nil && !st.RemovedAt.IsZero() {
-			st.RemovedAt = time.Time{}
+	for name, st := range l.states {
+		if changed, _ := st.Reconcile(set.byName[name] != nil, now, l.s.cfg.RemovedGrace); changed {
 			marked = append(marked, *st)
 		}
 	}
@@ -814,12 +805,21 @@ func (l *loop) applyReload(now time.Time) {
 // than RemovedGrace ago, as a new term's start does.
 func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
 	l.nextSweep = now.Add(sweepEvery)
-	var gone []string
+	var (
+		gone    []string
+		changed []store.EntryState
+	)
 	for name, st := range l.states {
-		if l.set.byName[name] == nil && !st.RemovedAt.IsZero() && now.Sub(st.RemovedAt) > l.s.cfg.RemovedGrace {
+		switch c, g := st.Reconcile(l.set.byName[name] != nil, now, l.s.cfg.RemovedGrace); {
+		case g:
 			gone = append(gone, name)
 			delete(l.states, name)
+		case c:
+			changed = append(changed, *st)
 		}
+	}
+	if len(changed) > 0 {
+		l.persist.save(changed...)
 	}
 	if len(gone) == 0 {
 		return nil

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/keys"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"strconv"
 )
 
 // ErrNotLeader means a guarded write was refused: the leader key is gone

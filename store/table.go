@@ -185,6 +185,27 @@ func (t *Table) MarkClean() {
 	t.legacy = nil
 }
 
+// Reconcile applies the removal rules to st, whether its entry is in the
+// config at now: a removed entry is marked (RemovedAt), one back in the
+// config unmarked. changed says st changed; gone, that it has been removed
+// for longer than grace and its state is to be deleted. Prune at a term's
+// start and the leader's reloads and sweeps all use it.
+func (st *EntryState) Reconcile(configured bool, now time.Time, grace time.Duration) (changed, gone bool) {
+	switch {
+	case configured:
+		if !st.RemovedAt.IsZero() { // back in the config
+			st.RemovedAt = time.Time{}
+			return true, false
+		}
+	case st.RemovedAt.IsZero():
+		st.RemovedAt = now
+		return true, false
+	case now.Sub(st.RemovedAt) > grace:
+		return false, true
+	}
+	return false, false
+}
+
 // Prune applies the removed-entry rule to every entry not configured: the
 // first time it is seen it is marked removed at now; once marked for
 // longer than grace it is deleted. An entry configured again is unmarked.
@@ -192,18 +213,15 @@ func (t *Table) MarkClean() {
 func (t *Table) Prune(configured func(string) bool, now time.Time, grace time.Duration) (marked, deleted []string) {
 	var set []EntryState
 	t.Range(func(st EntryState) bool {
+		changed, gone := st.Reconcile(configured(st.Name), now, grace)
 		switch {
-		case configured(st.Name):
-			if !st.RemovedAt.IsZero() { // back in the config
-				st.RemovedAt = time.Time{}
-				set = append(set, st)
-			}
-		case st.RemovedAt.IsZero():
-			st.RemovedAt = now
-			set = append(set, st)
-			marked = append(marked, st.Name)
-		case now.Sub(st.RemovedAt) > grace:
+		case gone:
 			deleted = append(deleted, st.Name)
+		case changed:
+			set = append(set, st)
+			if !st.RemovedAt.IsZero() {
+				marked = append(marked, st.Name)
+			}
 		}
 		return true
 	})

@@ -3,12 +3,13 @@ package amqp
 import (
 	"crypto/tls"
 	"fmt"
-	"github.com/beatd/beatd/broker"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/beatd/beatd/broker"
 )
 
 // AMQPURL is one Celery AMQP broker URL, parsed as Kombu parses it.

@@ -2,16 +2,16 @@ package redis
 
 import (
 	"context"
-	"github.com/beatd/beatd/config"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
-	"errors"
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/testutil"
 	goredis "github.com/redis/go-redis/v9"
-	"strings"
 )
 
 // TestHistory checks the run history the publish script keeps: newest

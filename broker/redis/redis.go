@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"sync/atomic"
 )
 
 // The keys beatd keeps in Redis, all under KeyPrefix (docs/brokers.md
@@ -315,11 +315,11 @@ func (p *Publisher) Fence(ctx context.Context) (int64, error) {
 	return v, err
 }
 
-// Publish pushes every fire in one pipelined round trip and stores each
-// outcome in results (len(results) must equal len(fires)). A non-nil error
-// means some fires may not have been attempted; their result is
-// ResultError and retrying them is safe, since the dedup key makes a
-// repeat a no-op.
+// Publish pushes every fire, in flights of pipelined script calls, and
+// stores each outcome in results (len(results) must equal len(fires)). A
+// non-nil error means some fires may not have been attempted; their result
+// is ResultError and retrying them is safe, since each entry's high-water
+// mark makes a repeat a no-op.
 func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
 	if len(fires) == 0 {
 		return nil
@@ -573,8 +573,8 @@ func (p *Publisher) unbind(bs []binding) {
 	}
 }
 
-// Forget removes what Redis keeps of entries gone for good (their mark,
-// run count and history). It is fenced like a publish: ErrStale if a
+// Forget removes what Redis keeps of entries gone for good: their history
+// (which holds their mark and run count) and their registry field. It is fenced like a publish: ErrStale if a
 // newer leader holds the fence.
 func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) error {
 	for len(entries) > 0 {

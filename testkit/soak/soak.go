@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -699,14 +698,7 @@ func (r *SoakReport) WriteSummary(w io.Writer) {
 // redisFootprint reads the broker's used_memory and the keys in beatd's
 // database; -1 where Redis did not answer.
 func redisFootprint(ctx context.Context, rdb *redis.Client) (used, keys int64) {
-	used, keys = -1, -1
-	if info, err := rdb.Info(ctx, "memory").Result(); err == nil {
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-				used, _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
+	used, keys = usedMemory(ctx, rdb), -1
 	if n, err := rdb.DBSize(ctx).Result(); err == nil {
 		keys = n
 	}
