@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/sources"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/broker"
@@ -18,9 +23,40 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// backend answers the HTTP API for a replica (api.Backend): liveness,
+// readiness, status and admin requests. It holds only what answering
+// needs, so the API reads the replica without reaching into Main's wiring.
+type backend struct {
+	id        string
+	clock     clockwork.Clock
+	ctx       context.Context // the replica's run: status refreshes outlive a request, not the replica
+	etcd      *clientv3.Client
+	prefix    string
+	endpoints string // for messages that say which etcd did not answer
+	store     *store.Store
+	leader    *leader.Loop
+	sched     *scheduler.Scheduler
+	pub       *redisbroker.Publisher // nil on AMQP, which keeps no run history
+	ping      func(context.Context) error
+	merger    *sources.Merger
+	metrics   *scheduler.Metrics
+	status    statusCache
+}
+
+// statusCache is the last status read from etcd, so GET /status answers
+// within statusBudget while etcd is slow or down.
+type statusCache struct {
+	mu         sync.Mutex
+	last       *api.Status // the last status read from etcd
+	lastAt     time.Time
+	lastErr    error         // of the last read from etcd; nil once one succeeds
+	refreshing chan struct{} // closed when the refresh in flight ends
+	wg         sync.WaitGroup
+}
+
 // Alive implements api.Backend.
-func (m *Main) Alive() error {
-	if m.leader.Stopped() {
+func (b *backend) Alive() error {
+	if b.leader.Stopped() {
 		return errors.New("leadership loop stopped")
 	}
 	return nil
@@ -28,27 +64,27 @@ func (m *Main) Alive() error {
 
 // Ready implements api.Backend: etcd and the broker answer, and the
 // leader can publish.
-func (m *Main) Ready(ctx context.Context) error {
-	if _, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		m.metrics.EtcdErrors.Inc()
+func (b *backend) Ready(ctx context.Context) error {
+	if _, err := b.etcd.Get(ctx, keys.Leaders(b.prefix), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		b.metrics.EtcdErrors.Inc()
 		return fmt.Errorf("etcd unreachable: %w", err)
 	}
-	if err := m.brokerPing(ctx); err != nil {
-		m.metrics.RedisErrors.Inc()
+	if err := b.ping(ctx); err != nil {
+		b.metrics.RedisErrors.Inc()
 		return fmt.Errorf("broker unreachable: %w", err)
 	}
-	if err := m.merger.Err(); err != nil {
+	if err := b.merger.Err(); err != nil {
 		return err
 	}
-	if m.leader.Token() != 0 {
-		if err := m.sched.PublishError(); err != nil {
+	if b.leader.Token() != 0 {
+		if err := b.sched.PublishError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
 		}
-		if err := m.sched.PersistError(); err != nil {
+		if err := b.sched.PersistError(); err != nil {
 			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
 		}
-		if m.pub != nil {
-			if err := m.pub.ReplicationError(); err != nil {
+		if b.pub != nil {
+			if err := b.pub.ReplicationError(); err != nil {
 				return fmt.Errorf("leader cannot publish: %w", err)
 			}
 		}
@@ -58,21 +94,121 @@ func (m *Main) Ready(ctx context.Context) error {
 
 // Status implements api.Backend, from etcd, so standbys serve it too. It
 // answers within a second even when etcd does not, from what it last knew.
-func (m *Main) Status(ctx context.Context) (api.Status, error) {
-	st, err := m.cachedStatus(ctx)
-	st.ID = m.ID
-	st.Sources, st.Conflicts = m.merger.Health(), m.merger.Conflicts()
-	st.Leader = st.LeaderID == m.ID && st.FencingToken != 0 && m.leader.Token() == st.FencingToken
+func (b *backend) Status(ctx context.Context) (api.Status, error) {
+	st, err := b.cachedStatus(ctx)
+	st.ID = b.id
+	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
+	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
 	return st, err
 }
 
 // Request implements api.Backend.
-func (m *Main) Request(ctx context.Context, op, entry string) (string, error) {
-	if m.sched.Config().Entry(entry) == nil {
+func (b *backend) Request(ctx context.Context, op, entry string) (string, error) {
+	if b.sched.Config().Entry(entry) == nil {
 		return "", api.ErrUnknownEntry
 	}
-	r, err := m.store.PutRequest(ctx, store.Op(op), entry, time.Now())
+	r, err := b.store.PutRequest(ctx, store.Op(op), entry, b.clock.Now())
 	return r.ID, err
+}
+
+// statusBudget is how long GET /status waits for etcd before answering
+// from the last status it read, flagged stale.
+const statusBudget = 500 * time.Millisecond
+
+// cachedStatus answers from etcd if etcd answers within statusBudget,
+// else from the last status read, marked stale with its age. The read
+// goes on in the background and refreshes the cache when it ends.
+func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
+	o := &b.status
+	o.mu.Lock()
+	wait := o.refreshing
+	if wait == nil {
+		wait = make(chan struct{})
+		o.refreshing = wait
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+			st, err := StatusFromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now())
+			cancel()
+			o.mu.Lock()
+			o.lastErr = err
+			if err == nil {
+				o.last, o.lastAt = &st, b.clock.Now()
+			} else {
+				b.metrics.EtcdErrors.Inc()
+			}
+			o.refreshing = nil
+			o.mu.Unlock()
+			close(wait)
+		}()
+	}
+	o.mu.Unlock()
+	budget := statusBudget
+	t := b.clock.NewTimer(budget)
+	defer t.Stop()
+	select {
+	case <-wait:
+	case <-t.Chan():
+	case <-ctx.Done():
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var st api.Status
+	if o.last != nil {
+		st = *o.last
+		st.Entries = append([]api.EntryStatus(nil), st.Entries...)
+	} else {
+		// Nothing read yet: what the config says, with no state.
+		st = statusFromConfig(b.sched.Config(), b.clock.Now())
+	}
+	switch {
+	case !isClosed(wait):
+		st.Error = fmt.Sprintf("etcd at %s did not answer within %s; this is what the replica last knew", b.endpoints, budget)
+	case o.lastErr != nil:
+		st.Error = fmt.Sprintf("etcd at %s: %v; this is what the replica last knew", b.endpoints, o.lastErr)
+	}
+	if st.Error != "" {
+		st.Stale = true
+		if o.last != nil {
+			st.StaleSeconds = roundSeconds(b.clock.Since(o.lastAt))
+		}
+	}
+	b.addLocalResults(&st)
+	return st, nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func roundSeconds(d time.Duration) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(d.Seconds(), 'f', 1, 64), 64)
+	return v
+}
+
+// addLocalResults adds each entry's last result and error, as this
+// replica's loop remembers them (only a leader, or a replica that led,
+// has any).
+func (b *backend) addLocalResults(st *api.Status) {
+	results := b.metrics.Results()
+	for i := range st.Entries {
+		e := &st.Entries[i]
+		r, ok := results[e.Name]
+		if !ok {
+			continue
+		}
+		e.LastResult, e.LastError = r.LastResult, r.LastError
+		e.LastErrorAt, e.LastSuccessAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
+		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
+			e.NextRunAt = timePtr(r.NextFireAt)
+		}
+	}
 }
 
 // HistoryReader reads the run history the publisher keeps with the broker.
@@ -148,11 +284,11 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 
 // history is the run history for status, or nil with a broker that keeps
 // none (RabbitMQ).
-func (m *Main) history() HistoryReader {
-	if m.pub == nil {
+func (b *backend) history() HistoryReader {
+	if b.pub == nil {
 		return nil
 	}
-	return m.pub
+	return b.pub
 }
 
 func timePtr(t time.Time) *time.Time {

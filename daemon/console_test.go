@@ -40,7 +40,7 @@ func TestAdvertisedURL(t *testing.T) {
 		{"", "http://" + ln.Addr().String()},
 		{"https://beatd-0.beatd.svc:8443/", "https://beatd-0.beatd.svc:8443"},
 	} {
-		m := &Main{AdvertiseURL: tc.flag, httpLn: ln}
+		m := &Main{Options: Options{AdvertiseURL: tc.flag}, httpLn: ln}
 		if got := m.advertisedURL(); got != tc.want {
 			t.Errorf("--advertise-url %q: advertised %q, want %q", tc.flag, got, tc.want)
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,19 +26,13 @@ import (
 )
 
 // opsState is what the daemon keeps for operators: the config to publish
-// to the catalog, the last status it could read, and its dependency
-// health.
+// to the catalog and its dependency health.
 type opsState struct {
 	candidate []byte // the file loadConfig parsed last; guarded by Main.reloadMu
 	running   atomic.Pointer[loadedConfig]
 	kick      chan struct{} // a new config to publish to the catalog
 	wg        sync.WaitGroup
 
-	statusMu     sync.Mutex
-	lastStatus   *api.Status // the last status read from etcd
-	lastStatusAt time.Time
-	lastReadErr  error         // of the last read from etcd; nil once one succeeds
-	refreshing   chan struct{} // closed when the refresh in flight ends
 	dependencyUp *prometheus.GaugeVec
 }
 
@@ -157,7 +150,7 @@ func (m *Main) monitor(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			now := time.Now()
+			now := m.clock.Now()
 			switch {
 			case err != nil:
 				m.ops.dependencyUp.WithLabelValues(d.name).Set(0)
@@ -236,7 +229,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
-		PublishedAt: time.Now().UTC(), StatusURL: m.statusURL()}
+		PublishedAt: m.clock.Now().UTC(), StatusURL: m.statusURL()}
 	if err := catalog.Publish(ctx, m.etcd, m.Etcd.KeyPrefix(), l.Fence, h, lc.prepared()); err != nil {
 		return err
 	}
@@ -246,106 +239,6 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 
 // statusURL is where other hosts reach this replica's GET /status.
 func (m *Main) statusURL() string { return m.advertisedURL() + "/status" }
-
-// statusBudget is how long GET /status waits for etcd before answering
-// from the last status it read, flagged stale.
-const statusBudget = 500 * time.Millisecond
-
-// cachedStatus answers from etcd if etcd answers within statusBudget,
-// else from the last status read, marked stale with its age. The read
-// goes on in the background and refreshes the cache when it ends.
-func (m *Main) cachedStatus(ctx context.Context) (api.Status, error) {
-	o := &m.ops
-	o.statusMu.Lock()
-	wait := o.refreshing
-	if wait == nil {
-		wait = make(chan struct{})
-		o.refreshing = wait
-		o.wg.Add(1)
-		go func() {
-			defer o.wg.Done()
-			rctx, cancel := context.WithTimeout(m.runCtx, 10*time.Second)
-			st, err := StatusFromEtcd(rctx, m.etcd, m.Etcd.KeyPrefix(), m.sched.Config(), m.history(), time.Now())
-			cancel()
-			o.statusMu.Lock()
-			o.lastReadErr = err
-			if err == nil {
-				o.lastStatus, o.lastStatusAt = &st, time.Now()
-			} else {
-				m.metrics.EtcdErrors.Inc()
-			}
-			o.refreshing = nil
-			o.statusMu.Unlock()
-			close(wait)
-		}()
-	}
-	o.statusMu.Unlock()
-	budget := statusBudget
-	t := time.NewTimer(budget)
-	defer t.Stop()
-	select {
-	case <-wait:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	o.statusMu.Lock()
-	defer o.statusMu.Unlock()
-	var st api.Status
-	if o.lastStatus != nil {
-		st = *o.lastStatus
-		st.Entries = append([]api.EntryStatus(nil), st.Entries...)
-	} else {
-		// Nothing read yet: what the config says, with no state.
-		st = statusFromConfig(m.sched.Config(), time.Now())
-	}
-	switch {
-	case !isClosed(wait):
-		st.Error = fmt.Sprintf("etcd at %s did not answer within %s; this is what the replica last knew", m.Etcd.Endpoints, budget)
-	case o.lastReadErr != nil:
-		st.Error = fmt.Sprintf("etcd at %s: %v; this is what the replica last knew", m.Etcd.Endpoints, o.lastReadErr)
-	}
-	if st.Error != "" {
-		st.Stale = true
-		if o.lastStatus != nil {
-			st.StaleSeconds = roundSeconds(time.Since(o.lastStatusAt))
-		}
-	}
-	m.addLocalResults(&st)
-	return st, nil
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-func roundSeconds(d time.Duration) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(d.Seconds(), 'f', 1, 64), 64)
-	return v
-}
-
-// addLocalResults adds each entry's last result and error, as this
-// replica's loop remembers them (only a leader, or a replica that led,
-// has any).
-func (m *Main) addLocalResults(st *api.Status) {
-	results := m.metrics.Results()
-	for i := range st.Entries {
-		e := &st.Entries[i]
-		r, ok := results[e.Name]
-		if !ok {
-			continue
-		}
-		e.LastResult, e.LastError = r.LastResult, r.LastError
-		e.LastErrorAt, e.LastSuccessAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
-		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
-			e.NextRunAt = timePtr(r.NextFireAt)
-		}
-	}
-}
 
 // StatusFromEtcd is buildStatus plus the leader key's lease: a leader
 // that stopped renewing it shows as unresponsive before it expires.

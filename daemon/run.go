@@ -79,8 +79,44 @@ func (m *Main) Serve(ctx context.Context) int {
 // Main is the beatd daemon: it wires config, etcd, Redis, the election,
 // the scheduler and HTTP together.
 type Main struct {
+	Options
 	// clock is the one clock the daemon's loops read and wait on.
-	clock          clockwork.Clock
+	clock clockwork.Clock
+
+	stdout, stderr io.Writer
+	log            *slog.Logger
+	embedded       *embedetcd.Server
+	etcd           *clientv3.Client
+	rdb            redis.UniversalClient
+	pub            *redisbroker.Publisher
+	brokerPing     func(context.Context) error
+	store          *store.Store
+	leader         *leader.Loop
+	sched          *scheduler.Scheduler
+	metrics        *scheduler.Metrics
+	reloadMetrics  *reloadMetrics
+	registry       *prometheus.Registry
+	httpSrv        *http.Server
+	httpLn         net.Listener
+	api            *backend
+	adminToken     string
+	console        *console.Server
+	timeline       *console.Timeline
+	merger         *sources.Merger
+	entries        *sources.Entries
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
+	reloadMu  sync.Mutex
+	closeOnce sync.Once
+	ops       opsState
+	runCtx    context.Context
+}
+
+// Options is what a replica is told: run's flags and their environment
+// variables, parsed and checked before anything starts.
+type Options struct {
 	ConfigPath     string
 	Etcd           EtcdFlags
 	Cluster        clusterFlags
@@ -112,47 +148,18 @@ type Main struct {
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
-
-	stdout, stderr io.Writer
-	log            *slog.Logger
-	embedded       *embedetcd.Server
-	etcd           *clientv3.Client
-	rdb            redis.UniversalClient
-	pub            *redisbroker.Publisher
-	brokerPing     func(context.Context) error
-	store          *store.Store
-	leader         *leader.Loop
-	sched          *scheduler.Scheduler
-	metrics        *scheduler.Metrics
-	reloadMetrics  *reloadMetrics
-	registry       *prometheus.Registry
-	httpSrv        *http.Server
-	httpLn         net.Listener
-	adminToken     string
-	console        *console.Server
-	timeline       *console.Timeline
-	merger         *sources.Merger
-	entries        *sources.Entries
-
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
-	reloadMu  sync.Mutex
-	closeOnce sync.Once
-	ops       opsState
-	runCtx    context.Context
 }
 
 // NewMain returns a Main with the defaults.
 func NewMain(stdout, stderr io.Writer) *Main {
 	host, _ := os.Hostname()
 	return &Main{
-		clock: clockwork.NewRealClock(), ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
-		Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
-		LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
-		StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
-		EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
-		MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout,
+		clock: clockwork.NewRealClock(), Options: Options{ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
+			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
+			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
+			StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
+			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
+			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
 }
@@ -364,11 +371,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.console, err = m.newConsole(); err != nil {
 		return err
 	}
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
-		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken})),
-		ReadHeaderTimeout: 5 * time.Second}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.runCtx = cancel, runCtx
+	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
+		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerPing, merger: m.merger, metrics: m.metrics}
+	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m.api, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
+		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken})),
+		ReadHeaderTimeout: 5 * time.Second}
 	m.startOps(runCtx)
 	m.syncSources(runCtx)
 	m.wg.Add(5)
@@ -430,6 +439,9 @@ func (m *Main) Close() error {
 		}
 		m.wg.Wait()
 		m.ops.wg.Wait()
+		if m.api != nil {
+			m.api.status.wg.Wait()
+		}
 		if m.rdb != nil {
 			err = errors.Join(err, m.rdb.Close())
 		}
