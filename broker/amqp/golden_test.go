@@ -22,6 +22,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // recorder forwards TCP to a broker and keeps what clients sent.
@@ -263,13 +264,6 @@ func headerMap(tbl any) map[string]any {
 	return out
 }
 
-// Headers that are random per message, and the ones beatd adds on
-// purpose, as in the Redis transport's golden test.
-var (
-	randomHeaders = []string{"id", "root_id", "origin", "expires"}
-	beatdHeaders  = []string{"replaced_task_nesting", "stamped_headers", "stamps", "beat_entry", "beat_slot", "beat_fencing_token"}
-)
-
 func TestAMQPGoldenAgainstCelery(t *testing.T) {
 	rb := sharedRabbit(t)
 	ctx := context.Background()
@@ -419,11 +413,11 @@ func compareAMQPMessage(t *testing.T, got, want map[string]any, argsTuple bool) 
 	if o := gh["origin"].([]any)[1].(string); !strings.HasPrefix(o, "beatd@") {
 		t.Errorf("origin = %q", o)
 	}
-	for _, k := range randomHeaders {
+	for _, k := range testutil.GoldenVaryingHeaders {
 		delete(gh, k)
 		delete(wh, k)
 	}
-	for _, k := range beatdHeaders {
+	for _, k := range testutil.GoldenBeatdHeaders {
 		if _, ok := gh[k]; !ok {
 			t.Errorf("header %q missing", k)
 		}

@@ -1,9 +1,7 @@
 package redis
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,27 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// readmeACL returns the README's ACL SETUSER line for beatd's user, split
-// into arguments, so the test checks exactly what the README tells people
-// to paste.
-func readmeACL(t *testing.T) []string {
-	t.Helper()
-	f, err := os.Open("../../docs/brokers.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "ACL SETUSER beatd ") {
-			return strings.Fields(line)
-		}
-	}
-	t.Fatal("docs/brokers.md has no `ACL SETUSER beatd ...` line")
-	return nil
-}
-
 // TestCheckACL runs the start-up check as ACL users on a real Redis: the
 // README's least-privilege user passes and publishes (with WAIT); users
 // missing one command or one key pattern get an error naming it, at
@@ -46,22 +23,16 @@ func TestCheckACL(t *testing.T) {
 	testutil.MustStartReplica(t, master.Addr())
 	admin := master.Client()
 	task := compileTest(t, "    {task: tasks.add, every: 1s, args: [1, 2]}")
-	readme := readmeACL(t)
-	// Replace the README's password placeholder.
-	for i, a := range readme {
-		if strings.HasPrefix(a, ">") {
-			readme[i] = ">pw"
-		}
-	}
+	readme := testutil.DocumentedACL(t, "pw")
 	for _, tc := range []struct {
 		name    string
 		rules   []string // ACL SETUSER arguments after the user name
 		wantErr string   // "" means Check passes and a publish works
 	}{
-		{"README least privilege", readme[3:], ""},
-		{"no EVALSHA", append(append([]string{}, readme[3:]...), "-evalsha"), "EVALSHA"},
-		{"no LPUSH", append(append([]string{}, readme[3:]...), "-lpush"), `LPUSH on key "celery"`},
-		{"no WAIT", append(append([]string{}, readme[3:]...), "-wait"), "WAIT"},
+		{"README least privilege", readme, ""},
+		{"no EVALSHA", append(append([]string{}, readme...), "-evalsha"), "EVALSHA"},
+		{"no LPUSH", append(append([]string{}, readme...), "-lpush"), `LPUSH on key "celery"`},
+		{"no WAIT", append(append([]string{}, readme...), "-wait"), "WAIT"},
 		{"queue key not allowed", []string{"on", ">pw", "resetkeys", "~beatd:*", "~_kombu.binding.*", "+@all"}, `"celery"`},
 		{"wrong password", []string{"on", ">other", "+@all", "~*"}, "WRONGPASS"},
 	} {

@@ -28,13 +28,9 @@ type capture struct {
 	} `json:"redis"`
 }
 
-// Fields that are random per message, and the headers beatd adds on
-// purpose (Celery 5.6's header set and beatd's identity headers).
-var (
-	randomHeaders = []string{"id", "root_id", "origin", "expires"}
-	randomProps   = []string{"correlation_id", "reply_to", "delivery_tag"}
-	beatdHeaders  = []string{"replaced_task_nesting", "stamped_headers", "stamps", "beat_entry", "beat_slot", "beat_fencing_token"}
-)
+// randomProps are the Kombu properties that differ between any two
+// messages.
+var randomProps = []string{"correlation_id", "reply_to", "delivery_tag"}
 
 // orderedKeys returns the keys of a JSON object in the order written.
 func orderedKeys(t *testing.T, raw json.RawMessage) []string {
@@ -105,7 +101,7 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	// Header order: Celery's keys in Celery's order, then beatd's additions.
 	var gOrder []string
 	for _, k := range orderedKeys(t, rawField(t, got, "headers")) {
-		if !slices.Contains(beatdHeaders, k) {
+		if !slices.Contains(testutil.GoldenBeatdHeaders, k) {
 			gOrder = append(gOrder, k)
 		}
 	}
@@ -113,11 +109,11 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	if !reflect.DeepEqual(gOrder, wOrder) {
 		t.Errorf("header order\n got %v\nwant %v", gOrder, wOrder)
 	}
-	for _, k := range randomHeaders {
+	for _, k := range testutil.GoldenVaryingHeaders {
 		delete(gh, k)
 		delete(wh, k)
 	}
-	for _, k := range beatdHeaders {
+	for _, k := range testutil.GoldenBeatdHeaders {
 		delete(gh, k)
 	}
 	if argsTuple { // Python sent a tuple; beat always sends a list.

@@ -1,7 +1,6 @@
 package livetest
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -79,34 +78,6 @@ func startTLSRedis(t *testing.T, sh *sharedRedis, authClients string) *harness.R
 	return sh.proc
 }
 
-// readmeACL is the README's ACL SETUSER line for beatd's user, with the
-// password placeholder replaced, as arguments after "ACL SETUSER beatd".
-func readmeACL(t *testing.T, password string) []any {
-	t.Helper()
-	f, err := os.Open("../../docs/brokers.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "ACL SETUSER beatd ") {
-			continue
-		}
-		var out []any
-		for _, a := range strings.Fields(line)[3:] {
-			if strings.HasPrefix(a, ">") {
-				a = ">" + password
-			}
-			out = append(out, a)
-		}
-		return out
-	}
-	t.Fatal("docs/brokers.md has no `ACL SETUSER beatd ...` line")
-	return nil
-}
-
 // TestTLSAndACL runs the beatd binary over rediss:// with
 // ssl_cert_reqs=required and a CA, as the README's least-privilege ACL
 // user: it publishes. Each wrong setting fails at start-up with an error
@@ -125,7 +96,10 @@ func TestTLSAndACL(t *testing.T) {
 			t.Fatalf("ACL SETUSER %s: %v", name, err)
 		}
 	}
-	least := readmeACL(t, pw)
+	var least []any
+	for _, r := range testutil.DocumentedACL(t, pw) {
+		least = append(least, r)
+	}
 	setUser("beatd", least...)
 	setUser("noevalsha", append(append([]any{}, least...), "-evalsha")...)
 	clientCert, clientKey, err := c.Issue("redis-client", "beatd", false)
