@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -120,36 +121,65 @@ func plain(v any) any {
 	return v
 }
 
+// go-redis and gRPC each have one process-wide logger, which they read
+// without a lock: setting it while a client runs is a data race (and two
+// daemons in one test process do). So the bridges are installed once,
+// before any client exists, and forward to a logger swapped atomically.
+func init() {
+	redis.SetLogger(redisLogger{})
+	grpclog.SetLoggerV2(grpcLogger{})
+}
+
+var (
+	redisTarget atomic.Pointer[slog.Logger]
+	grpcTarget  atomic.Pointer[grpcSink]
+)
+
 // SetRedisLogger sends go-redis's internal log lines (pool and
 // reconnection errors) to log, at WARN, with component=redis. go-redis
 // has one process-wide logger.
 func SetRedisLogger(log *slog.Logger) {
-	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	redisTarget.Store(log.With("component", "redis"))
 }
 
-type redisLogger struct{ log *slog.Logger }
+type redisLogger struct{}
 
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
+	log := redisTarget.Load()
+	if log == nil {
+		log = slog.Default().With("component", "redis")
+	}
+	log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
 // SetGRPCLogger sends gRPC's log (the etcd client's transport) to log with
 // component=grpc: errors, as gRPC's default logger prints, and at debug
 // level its warnings and info too (info as debug). gRPC has one
-// process-wide logger; set it before any gRPC activity.
+// process-wide logger; the last call wins, safely at any time.
 func SetGRPCLogger(log *slog.Logger) {
-	grpclog.SetLoggerV2(grpcLogger{log: log.With("component", "grpc"), debug: log.Enabled(context.Background(), slog.LevelDebug)})
+	grpcTarget.Store(&grpcSink{log: log.With("component", "grpc"), debug: log.Enabled(context.Background(), slog.LevelDebug)})
 }
 
-type grpcLogger struct {
+type grpcSink struct {
 	log   *slog.Logger
 	debug bool
 }
 
-func (g grpcLogger) emit(level slog.Level, msg string) {
+func currentGRPC() *grpcSink {
+	if t := grpcTarget.Load(); t != nil {
+		return t
+	}
+	return &grpcSink{log: slog.Default().With("component", "grpc")}
+}
+
+// grpcLogger is the bridge gRPC holds; it writes to the current sink.
+type grpcLogger struct{}
+
+func (grpcLogger) emit(level slog.Level, msg string) {
+	g := currentGRPC()
 	if level < slog.LevelError && !g.debug {
 		return // a dial retry is a warning each time: beatd reports outages itself
 	}
@@ -187,4 +217,4 @@ func (g grpcLogger) Fatalf(format string, args ...any) {
 }
 
 // V reports whether verbosity level l is logged: only at debug, level 0.
-func (g grpcLogger) V(l int) bool { return g.debug && l <= 0 }
+func (grpcLogger) V(l int) bool { return currentGRPC().debug && l <= 0 }

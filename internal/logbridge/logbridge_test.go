@@ -85,7 +85,8 @@ func TestZapMinLevel(t *testing.T) {
 func TestRedisLogger(t *testing.T) {
 	var b bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&b, nil))
-	l := redisLogger{log.With("component", "redis")}
+	SetRedisLogger(log)
+	l := redisLogger{}
 	l.Printf(context.Background(), "redis: %s:%d: connection pool: failed to dial\n", "pool.go", 770)
 	got := lines(t, &b)
 	if len(got) != 1 || got[0]["level"] != "WARN" || got[0]["component"] != "redis" || got[0]["msg"] != "redis: pool.go:770: connection pool: failed to dial" {
@@ -102,8 +103,8 @@ func TestGRPCLogger(t *testing.T) {
 		{slog.LevelDebug, []string{"DEBUG:i 0", "WARN:w 1", "ERROR:e 2"}},
 	} {
 		var b bytes.Buffer
-		g := grpcLogger{log: slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: tt.level})).With("component", "grpc"),
-			debug: tt.level <= slog.LevelDebug}
+		SetGRPCLogger(slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: tt.level})))
+		g := grpcLogger{}
 		g.Infof("i %d", 0)
 		g.Warningln("w", 1)
 		g.Errorf("e %d\n", 2)
