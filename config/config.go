@@ -73,9 +73,16 @@ type Entry struct {
 	CatchupWindow time.Duration
 	MaxCatchup    int
 	Jitter        time.Duration
-	StartAt       time.Time
-	Line, Column  int
-	relative      bool // every's grid is clock-aligned (read while decoding)
+	// Overlap is what a slot does while the previous run is unfinished;
+	// OverlapTimeout (0: see OverlapDeadline) is how long an unfinished
+	// run blocks; PauseAfterFailures (0: never) pauses the entry after
+	// that many failed runs in a row.
+	Overlap            OverlapPolicy
+	OverlapTimeout     time.Duration
+	PauseAfterFailures int
+	StartAt            time.Time
+	Line, Column       int
+	relative           bool // every's grid is clock-aligned (read while decoding)
 	// Source names where the entry came from: "" or "file" for
 	// schedules.yaml, "api", "django-celery-beat".
 	Source string
@@ -154,9 +161,11 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 // added to these lists and decoded in (*decoder).entry.
 var (
 	topKeys     = []string{"timezone", "defaults", "entries", "amqp"}
-	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled"}
-	entryKeys   = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
-		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar"}
+	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled",
+		"overlap", "overlap_timeout", "pause_after_failures"}
+	entryKeys = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
+		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
+		"overlap", "overlap_timeout", "pause_after_failures"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
@@ -210,6 +219,7 @@ type defaults struct {
 	maxCatchup    int
 	jitter        time.Duration
 	enabled       bool
+	run           runPolicy
 }
 
 // chunkThreshold is the config size from which entries are parsed in
@@ -260,7 +270,8 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 	if f, ok := top["amqp"]; ok {
 		cfg.AMQP = d.amqp(f.val)
 	}
-	def := &defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true}
+	def := &defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true,
+		run: runPolicy{overlap: OverlapAllow}}
 	if f, ok := top["defaults"]; ok {
 		hashNode(h, f.val)
 		df := d.fields(f.val, "defaults", defaultKeys)
@@ -268,6 +279,7 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 			def.options = d.fields(o.val, "defaults.options", optionKeys)
 		}
 		d.policyFields(df, &def.catchup, &def.catchupWindow, &def.maxCatchup, &def.jitter, &def.enabled)
+		d.runPolicyFields(df, &def.run)
 	}
 	h.Sum(def.hash[:0])
 	cfg.defaults = def
@@ -425,6 +437,9 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 		}
 	}
 	d.policyFields(f, &e.Catchup, &e.CatchupWindow, &e.MaxCatchup, &e.Jitter, &e.Enabled)
+	run := def.run
+	d.runPolicyFields(f, &run)
+	e.Overlap, e.OverlapTimeout, e.PauseAfterFailures = run.overlap, run.overlapTimeout, run.pauseAfter
 	if v, ok := f["start_at"]; ok {
 		e.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/store"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,6 +41,11 @@ type entryStat struct {
 	lastErrorAt int64
 	lastError   string
 	lastResult  uint8 // index in fireResults, +1; 0 for none
+	// What the workers reported (outcomes tracked): the last success and
+	// failure, the failure streak and the last runtime.
+	workerSuccess, workerFailure int64
+	failures                     int32
+	runtime                      time.Duration
 }
 
 func nanos(t time.Time) int64 {
@@ -236,6 +242,21 @@ func (m *Metrics) published(name, result string, manual bool, now time.Time, err
 	s.mu.Unlock()
 }
 
+// outcome records what the workers reported about name's run.
+func (m *Metrics) outcome(name string, o *store.Outcomes, run *store.Run) {
+	s := m.stats
+	if !s.perEntry.Load() {
+		return
+	}
+	s.mu.Lock()
+	st := s.stat(name)
+	st.workerSuccess, st.workerFailure, st.failures = nanos(o.LastSuccess), nanos(o.LastFailure), int32(o.Failures)
+	if run.Runtime > 0 {
+		st.runtime = run.Runtime
+	}
+	s.mu.Unlock()
+}
+
 // Results returns each entry's last outcome, by name.
 func (m *Metrics) Results() map[string]EntryResult {
 	s := m.stats
@@ -271,6 +292,18 @@ var (
 	descLastSuccess = prometheus.NewDesc("beatd_entry_last_success_timestamp_seconds",
 		"When the entry was last published (ok, duplicate or manual) by this replica; 0 if never. Only up to the per-entry limit.",
 		[]string{"entry"}, nil)
+	descWorkerSuccess = prometheus.NewDesc("beatd_entry_last_worker_success_timestamp_seconds",
+		"When a worker last reported a run of the entry succeeded (task events or the result backend); 0 if none since this replica led. Only up to the per-entry limit.",
+		[]string{"entry"}, nil)
+	descWorkerFailure = prometheus.NewDesc("beatd_entry_last_worker_failure_timestamp_seconds",
+		"When a run of the entry last failed on a worker, or was lost; 0 if none since this replica led. Only up to the per-entry limit.",
+		[]string{"entry"}, nil)
+	descFailures = prometheus.NewDesc("beatd_entry_consecutive_failures",
+		"Runs of the entry that failed (or were lost) in a row, as last reported. Only up to the per-entry limit.",
+		[]string{"entry"}, nil)
+	descRuntime = prometheus.NewDesc("beatd_entry_last_runtime_seconds",
+		"The runtime a worker reported for the entry's last successful run. Only up to the per-entry limit.",
+		[]string{"entry"}, nil)
 	descOldestNext = prometheus.NewDesc("beatd_oldest_next_fire_timestamp_seconds",
 		"The earliest beatd_entry_next_fire_timestamp_seconds over all entries, at any number of entries: time() minus it is how overdue the most overdue entry is. Leader only.",
 		nil, nil)
@@ -285,6 +318,10 @@ type statsCollector struct{ m *Metrics }
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descNextFire
 	ch <- descLastSuccess
+	ch <- descWorkerSuccess
+	ch <- descWorkerFailure
+	ch <- descFailures
+	ch <- descRuntime
 	ch <- descOldestNext
 	ch <- descPerEntry
 }
@@ -307,6 +344,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		next := st.next()
 		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, unixSeconds(st.lastSuccess), name)
+		if s.leading {
+			ch <- prometheus.MustNewConstMetric(descWorkerSuccess, prometheus.GaugeValue, unixSeconds(st.workerSuccess), name)
+			ch <- prometheus.MustNewConstMetric(descWorkerFailure, prometheus.GaugeValue, unixSeconds(st.workerFailure), name)
+			ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(st.failures), name)
+			if st.runtime > 0 {
+				ch <- prometheus.MustNewConstMetric(descRuntime, prometheus.GaugeValue, st.runtime.Seconds(), name)
+			}
+		}
 		if s.leading && next != 0 {
 			ch <- prometheus.MustNewConstMetric(descNextFire, prometheus.GaugeValue, unixSeconds(next), name)
 		}

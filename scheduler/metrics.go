@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/outcome"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,6 +25,12 @@ type Metrics struct {
 	// written to etcd.
 	StateUnpersistedAge prometheus.Gauge
 	PendingSlots        prometheus.Gauge
+	// Runs counts runs by what they reached on the workers (published,
+	// succeeded, failed, lost, skipped...); RunDuration is the workers'
+	// reported runtime; AutoPaused counts pause_after_failures pauses.
+	Runs        *EntryCounterVec // entry, outcome
+	RunDuration prometheus.Histogram
+	AutoPaused  prometheus.Counter
 
 	// PerEntryLimit: with more entries than this, the entry label is
 	// left empty and per-entry gauges are not exported, so 100k entries do
@@ -43,7 +50,11 @@ var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual}
 // ResultManual is the result label of a manual trigger published.
 const ResultManual = "manual"
 
-var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved}
+var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved, ReasonOverlap}
+
+// alertedOutcomes are the run outcomes whose series exist from the start,
+// so rate() and absent-free alerts work before the first of them.
+var alertedOutcomes = []outcome.Kind{outcome.Succeeded, outcome.Failed, outcome.Lost, outcome.Skipped}
 
 // NewMetrics registers the scheduler's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -64,10 +75,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Fires = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_fires_total",
 		Help: "Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit."},
 		[]string{"entry", "result"}), m: m}
+	m.Runs = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_runs_total",
+		Help: "Runs by entry and outcome as the workers reported it (published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped). The entry label is empty past the per-entry limit."},
+		[]string{"entry", "outcome"}), m: m}
+	m.RunDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "beatd_run_duration_seconds",
+		Help:    "The runtime workers report for beatd's runs (task-succeeded's runtime).",
+		Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200}})
+	m.AutoPaused = prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_entries_auto_paused_total",
+		Help: "Entries paused by pause_after_failures."})
 	m.Missed = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_missed_slots_total",
 		Help: "Slots not fired, by entry and reason. The entry label is empty past the per-entry limit."},
 		[]string{"entry", "reason"}), m: m}
-	reg.MustRegister(m.Fires.vec, m.FireLag, m.Missed.vec,
+	reg.MustRegister(m.Fires.vec, m.FireLag, m.Missed.vec, m.Runs.vec, m.RunDuration, m.AutoPaused,
 		m.Entries, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
 	return m
 }
@@ -106,6 +125,7 @@ func (m *Metrics) setEntries(sc *config.Config) {
 		// Drop the other mode's series rather than export both.
 		m.Fires.vec.Reset()
 		m.Missed.vec.Reset()
+		m.Runs.vec.Reset()
 	}
 	labels := names
 	if !perEntry {
@@ -117,6 +137,9 @@ func (m *Metrics) setEntries(sc *config.Config) {
 		}
 		for _, r := range missedReasons {
 			m.Missed.vec.WithLabelValues(n, r)
+		}
+		for _, k := range alertedOutcomes {
+			m.Runs.vec.WithLabelValues(n, k.String())
 		}
 	}
 	m.stats.retain(names, perEntry)
@@ -130,4 +153,5 @@ const (
 	ReasonSkip       = "catchup_skip"   // missed under catchup: skip
 	ReasonPaused     = "paused"
 	ReasonRemoved    = "removed" // pending when its entry left the config
+	ReasonOverlap    = "overlap" // the previous run was unfinished (overlap: skip or buffer_one)
 )

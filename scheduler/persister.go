@@ -115,7 +115,7 @@ func (p *persister) save(states ...store.EntryState) {
 	now := p.clock.Now()
 	p.mu.Lock()
 	for _, st := range states {
-		p.pending[st.Name] = pendingState{st: st}
+		p.pending[st.Name] = pendingState{st: st.Clone()}
 	}
 	p.changedLocked(now)
 	p.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/cenkalti/backoff/v5"
@@ -89,6 +90,11 @@ type Config struct {
 	// past it, one summary line a second counts the rest. Negative: no
 	// per-fire lines at all. Zero means DefaultFireLogLimit.
 	FireLogLimit int
+	// Outcomes, if set, is where the workers' reports about the runs
+	// arrive: the loop records every run's outcome in its entry's state
+	// and applies the entries' overlap and pause_after_failures. Nil:
+	// outcomes are not tracked and overlap policies do not apply.
+	Outcomes *outcome.Feed
 	// Observer, if set, is called by the loop once per fire with its
 	// outcome (the web console's fire timeline). It must not block.
 	Observer func(entry string, slot time.Time, result broker.Result, lag time.Duration, manual bool)
@@ -292,6 +298,12 @@ type loop struct {
 	// nextSweep is when the loop next looks for removed entries past
 	// their grace (sweepRemoved).
 	nextSweep time.Time
+	// reports are the outcome feed's (nil: outcomes not tracked);
+	// unfinished holds the entries whose newest run has not ended, which
+	// sweepLost looks at every lostSweep.
+	reports       <-chan outcome.Report
+	unfinished    map[string]bool
+	nextLostSweep time.Time
 }
 
 // sweepEvery is how often a long-lived term drops the state and broker
@@ -362,6 +374,11 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	_, gone := table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
 	l.nextSweep = now.Add(sweepEvery)
+	l.unfinished = map[string]bool{}
+	if f := s.cfg.Outcomes; f != nil {
+		l.reports = f.Reports()
+		l.loadOutcomes()
+	}
 	if err := l.forget(ctx, gone); err != nil {
 		return nil, err
 	}
@@ -421,6 +438,11 @@ func (l *loop) run(ctx context.Context) error {
 		if err := l.persist.failed(); err != nil {
 			return err
 		}
+		if l.reports != nil {
+			now := s.cfg.Clock.Now()
+			l.drainReports(now)
+			l.sweepLost(now)
+		}
 		if now := s.cfg.Clock.Now(); !now.Before(l.nextSweep) {
 			if err := l.sweepRemoved(ctx, now); err != nil {
 				return err
@@ -461,6 +483,9 @@ func (l *loop) run(ctx context.Context) error {
 		if len(l.heap) > 0 {
 			wait = max(l.heap[0].due.Sub(s.cfg.Clock.Now()), 0)
 		}
+		if len(l.unfinished) > 0 {
+			wait = min(wait, max(l.nextLostSweep.Sub(s.cfg.Clock.Now()), 0))
+		}
 		arm(wait)
 		if done, err := l.wait(ctx, timer); done {
 			return err
@@ -499,6 +524,8 @@ func (l *loop) wait(ctx context.Context, timer clockwork.Timer) (done bool, err 
 			return false, nil
 		}
 		l.handleRequests(reqs)
+	case r := <-l.reports:
+		l.applyReports(r, s.cfg.Clock.Now())
 	case <-l.persist.errc:
 	}
 	return false, nil
@@ -606,7 +633,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	s := l.s
 	m := s.cfg.Metrics
 	n := min(len(l.pending), s.cfg.BatchSize)
-	batch := l.pending[:n]
+	batch := l.holdOverlapping(l.pending[:n], s.cfg.Clock.Now())
 	l.fires = l.fires[:0]
 	for _, p := range batch {
 		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
@@ -615,8 +642,11 @@ func (l *loop) publishPending(ctx context.Context) error {
 		}
 		l.fires = append(l.fires, f)
 	}
-	l.results = append(l.results[:0], make([]broker.Result, n)...)
-	err := s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
+	l.results = append(l.results[:0], make([]broker.Result, len(batch))...)
+	var err error
+	if len(batch) > 0 {
+		err = s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
+	}
 	now := s.cfg.Clock.Now()
 	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
@@ -641,6 +671,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 				st.Imported = false
 				l.dirty[p.e.Name] = true
 			}
+			l.recordPublished(p, id, now)
 			if logFires {
 				if l.fireLog.allow(now, s.cfg.FireLogLimit, r, p.manual) {
 					s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
@@ -668,12 +699,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 	}
 	// One state per entry per batch, however often it fired in it.
 	if len(l.dirty) > 0 {
-		l.changed = l.changed[:0]
-		for name := range l.dirty {
-			l.changed = append(l.changed, *l.states[name])
-		}
-		clear(l.dirty)
-		l.persist.save(l.changed...)
+		l.saveDirty()
 		// While etcd refuses writes, waiting for each batch's write would
 		// make every fire late: fire on time, as with Redis, and let the
 		// state catch up (the broker's journal covers the gap).

@@ -28,7 +28,10 @@ type Request struct {
 	Op          Op        `json:"op"`
 	Entry       string    `json:"entry"`
 	RequestedAt time.Time `json:"requested_at"`
-	Key         string    `json:"-"`
+	// RespectOverlap makes a trigger obey the entry's overlap policy;
+	// by default a manual trigger publishes even while a run is unfinished.
+	RespectOverlap bool   `json:"respect_overlap,omitempty"`
+	Key            string `json:"-"`
 }
 
 func (s *Store) requestPrefix() string { return keys.Requests(s.prefix) }

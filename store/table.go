@@ -33,6 +33,16 @@ type EntryState struct {
 	// Imported says LastSlot came from another scheduler (beatd import
 	// --state), not from a beatd publish; the first fire clears it.
 	Imported bool
+	// Out is what the entry's runs did on the workers, once any outcome
+	// is tracked for it (nil before). It is shared by copies of the
+	// state: Clone before handing a state to another goroutine.
+	Out *Outcomes
+}
+
+// Clone is a copy that shares nothing with st.
+func (st EntryState) Clone() EntryState {
+	st.Out = st.Out.Clone()
+	return st
 }
 
 // CatchupFrom is the instant after which missed slots are owed.
@@ -152,6 +162,7 @@ func (t *Table) Range(f func(EntryState) bool) {
 func (t *Table) States() map[string]*EntryState {
 	out := make(map[string]*EntryState, t.n)
 	t.Range(func(st EntryState) bool {
+		st = st.Clone()
 		out[st.Name] = &st
 		return true
 	})
@@ -240,18 +251,23 @@ func (t *Table) Prune(configured func(string) bool, now time.Time, grace time.Du
 //	version byte (2) | uvarint base (Unix seconds) | records...
 //	record: uvarint len(name) | name | flags | times...
 //
-// flags say which of LastSlot, Since, RemovedAt follow (in that order)
-// and whether the entry is paused. A time is zigzag(seconds-base)<<1 |
+// flags say which of LastSlot, Since, RemovedAt follow (in that order),
+// whether the entry is paused, and whether its outcomes (Outcomes, see
+// appendOutcomes) follow the times. A bucket with no outcomes is written
+// as format 2, which the releases before outcomes read; one with any is
+// format 3. A time is zigzag(seconds-base)<<1 |
 // hasNanos as a uvarint, then the nanoseconds if any: slots are whole
 // seconds near each other, so most times take one or two bytes.
 const (
-	bucketFormat = 2
+	bucketFormat     = 3
+	formatNoOutcomes = 2
 
 	flagLast    = 1 << 0
 	flagSince   = 1 << 1
 	flagRemoved = 1 << 2
 	flagPaused  = 1 << 3
 	flagImport  = 1 << 4
+	flagOutcome = 1 << 5
 )
 
 // appendBucket encodes bucket b into dst.
@@ -263,7 +279,14 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 			base = s
 		}
 	}
-	dst = append(dst, bucketFormat)
+	format := byte(formatNoOutcomes)
+	for _, st := range m {
+		if st.Out != nil {
+			format = bucketFormat
+			break
+		}
+	}
+	dst = append(dst, format)
 	dst = binary.AppendUvarint(dst, uint64(max(base, 0)))
 	for _, st := range m {
 		dst = binary.AppendUvarint(dst, uint64(len(st.Name)))
@@ -284,11 +307,17 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 		if st.Imported {
 			f |= flagImport
 		}
+		if st.Out != nil {
+			f |= flagOutcome
+		}
 		dst = append(dst, f)
 		for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
 			if !tm.IsZero() {
 				dst = appendTime(dst, tm, base)
 			}
+		}
+		if st.Out != nil {
+			dst = appendOutcomes(dst, st.Out, base)
 		}
 	}
 	return dst
@@ -354,7 +383,7 @@ func eachRecord(b []byte, f func(EntryState)) error {
 	if b[0] > bucketFormat {
 		return fmt.Errorf("state format v%d is newer than this beatd (v%d): upgrade beatd", b[0], bucketFormat)
 	}
-	if b[0] != bucketFormat {
+	if b[0] < formatNoOutcomes {
 		return fmt.Errorf("%w: format %d", errCorrupt, b[0])
 	}
 	b = b[1:]
@@ -384,6 +413,12 @@ func eachRecord(b []byte, f func(EntryState)) error {
 			}
 			var err error
 			if *x.dst, b, err = readTime(b, base); err != nil {
+				return err
+			}
+		}
+		if flags&flagOutcome != 0 {
+			var err error
+			if st.Out, b, err = readOutcomes(b, base); err != nil {
 				return err
 			}
 		}

@@ -39,3 +39,27 @@ def hello(who="world"):
 def header(self, name):
     """Return a custom message header, as the worker saw it."""
     return self.request.get(name)
+
+
+@app.task(name="tasks.fail")
+def fail():
+    """Raise, for outcome tests: task-failed carries ZeroDivisionError."""
+    return 1 / 0
+
+
+@app.task(name="tasks.sleep")
+def sleep(seconds, mark=""):
+    """Sleep, recording the worker's own start and end times in the
+    result, so tests judge overlap from what the worker ran."""
+    import time
+    start = time.time()
+    time.sleep(seconds)
+    return {"start": start, "end": time.time(), "mark": mark}
+
+
+@app.task(name="tasks.flaky", bind=True, max_retries=1, default_retry_delay=0)
+def flaky(self):
+    """Retry once, then succeed: task-retried, then task-succeeded."""
+    if self.request.retries == 0:
+        raise self.retry(countdown=0)
+    return "ok"

@@ -1,0 +1,155 @@
+package outcome
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Source is where a report came from.
+type Source uint8
+
+// The sources of reports.
+const (
+	FromEvents  Source = iota // the workers' task events (celery worker -E)
+	FromResults               // the result backend (--result-backend)
+	numSources
+)
+
+func (s Source) String() string {
+	if s == FromResults {
+		return "result_backend"
+	}
+	return "task_events"
+}
+
+// Report is an event about one of beatd's runs, with its entry.
+type Report struct {
+	Entry string
+	Event
+	Source Source
+}
+
+// Feed is where the consumers' events meet the scheduler. It passes on
+// only reports about the task ids the leader watches (its unfinished
+// runs, at most a few per entry), so a worker's other tasks cost one map
+// lookup each and the feed's memory is bounded by the entries, never by
+// the fires. It is safe for concurrent use.
+type Feed struct {
+	clock clockwork.Clock
+	c     chan Report
+
+	mu      sync.Mutex
+	watched map[string]watch
+
+	last    [numSources]atomic.Int64 // Unix ns of the newest report of any task
+	reports [numSources]atomic.Uint64
+	matched [numSources]atomic.Uint64
+}
+
+type watch struct {
+	entry string
+	since time.Time
+}
+
+// NewFeed returns a feed whose reports wait in a buffer of size buffer
+// until the scheduler reads them.
+func NewFeed(clock clockwork.Clock, buffer int) *Feed {
+	return &Feed{clock: clock, c: make(chan Report, buffer), watched: map[string]watch{}}
+}
+
+// Reports is what the scheduler reads.
+func (f *Feed) Reports() <-chan Report { return f.c }
+
+// Watch passes on reports about task id, as entry's.
+func (f *Feed) Watch(id, entry string) {
+	f.mu.Lock()
+	f.watched[id] = watch{entry: entry, since: f.clock.Now()}
+	f.mu.Unlock()
+}
+
+// Unwatch stops passing on reports about id.
+func (f *Feed) Unwatch(id string) {
+	f.mu.Lock()
+	delete(f.watched, id)
+	f.mu.Unlock()
+}
+
+// Clear unwatches everything: a term ended.
+func (f *Feed) Clear() {
+	f.mu.Lock()
+	clear(f.watched)
+	f.mu.Unlock()
+}
+
+// WatchedSince returns the ids watched since before t, for a result
+// backend to look up what its notifications may have missed.
+func (f *Feed) WatchedSince(t time.Time, dst []string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, w := range f.watched {
+		if !w.since.After(t) {
+			dst = append(dst, id)
+		}
+	}
+	return dst
+}
+
+// Deliver passes on the watched ones of evs. It blocks while the buffer
+// is full (the scheduler is busy publishing), until ctx ends.
+func (f *Feed) Deliver(ctx context.Context, src Source, evs []Event) {
+	if len(evs) == 0 {
+		return
+	}
+	f.last[src].Store(f.clock.Now().UnixNano())
+	f.reports[src].Add(uint64(len(evs)))
+	var out []Report
+	f.mu.Lock()
+	for _, e := range evs {
+		if w, ok := f.watched[e.TaskID]; ok {
+			out = append(out, Report{Entry: w.entry, Event: e, Source: src})
+		}
+	}
+	f.mu.Unlock()
+	f.matched[src].Add(uint64(len(out)))
+	for _, r := range out {
+		select {
+		case f.c <- r:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// LastReport is when src last reported about any task (zero: never).
+func (f *Feed) LastReport(src Source) time.Time {
+	if ns := f.last[src].Load(); ns != 0 {
+		return time.Unix(0, ns).UTC()
+	}
+	return time.Time{}
+}
+
+// Collectors returns the feed's metrics.
+func (f *Feed) Collectors() []prometheus.Collector {
+	var cs []prometheus.Collector
+	for s := range numSources {
+		l := prometheus.Labels{"source": s.String()}
+		cs = append(cs,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "beatd_outcome_reports_total", ConstLabels: l,
+				Help: "Task reports read from the source, about any task."}, func() float64 { return float64(f.reports[s].Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "beatd_outcome_reports_matched_total", ConstLabels: l,
+				Help: "Task reports read from the source about one of beatd's unfinished runs."}, func() float64 { return float64(f.matched[s].Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "beatd_outcome_last_report_timestamp_seconds", ConstLabels: l,
+				Help: "When the source last reported about any task (0: never since start)."}, func() float64 {
+				if t := f.LastReport(s); !t.IsZero() {
+					return float64(t.UnixNano()) / 1e9
+				}
+				return 0
+			}))
+	}
+	return cs
+}

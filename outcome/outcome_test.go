@@ -1,0 +1,146 @@
+package outcome
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// captured reads testdata/redis-psubscribe.txt: redis-cli's PSUBSCRIBE *
+// output while a real Celery 5.2.6 worker (-P solo -E, results in Redis)
+// ran tasks.add, tasks.fail, tasks.flaky (retry once) and an expired
+// tasks.add. Its messages are (channel, payload) pairs.
+func captured(t *testing.T) (events [][]byte, metas [][]byte) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/redis-psubscribe.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i+3 < len(lines); i++ {
+		if lines[i] != "pmessage" {
+			continue
+		}
+		ch, payload := lines[i+2], []byte(lines[i+3])
+		switch {
+		case strings.Contains(ch, ".celeryev/"):
+			events = append(events, payload)
+		case strings.HasPrefix(ch, "celery-task-meta-"):
+			metas = append(metas, payload)
+		}
+		i += 3
+	}
+	return events, metas
+}
+
+func TestParseRedisEventsFromCelery(t *testing.T) {
+	msgs, _ := captured(t)
+	var got []Event
+	for _, m := range msgs {
+		var err error
+		if got, err = ParseRedisEvent(m, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type want struct {
+		id   string
+		kind Kind
+	}
+	wants := []want{
+		{"id-add", Received}, {"id-add", Started}, {"id-add", Succeeded},
+		{"id-fail", Received}, {"id-fail", Started}, {"id-fail", Failed},
+		{"id-flaky", Received}, {"id-flaky", Started}, {"id-flaky", Retried},
+		{"id-exp", Expired},
+		{"id-flaky", Received}, {"id-flaky", Started}, {"id-flaky", Succeeded},
+	}
+	if len(got) != len(wants) {
+		t.Fatalf("got %d events, want %d: %+v", len(got), len(wants), got)
+	}
+	for i, w := range wants {
+		e := got[i]
+		if e.TaskID != w.id || e.Kind != w.kind {
+			t.Errorf("event %d: %s %s, want %s %s", i, e.TaskID, e.Kind, w.id, w.kind)
+		}
+		if e.Worker != "cap@h" {
+			t.Errorf("event %d: worker %q", i, e.Worker)
+		}
+		if e.At.Before(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+			t.Errorf("event %d: time %s", i, e.At)
+		}
+	}
+	if got[2].Runtime <= 0 || got[2].Runtime > time.Second {
+		t.Errorf("succeeded runtime %s", got[2].Runtime)
+	}
+	// The solo pool sends exception "ExceptionWithTraceback()": the type
+	// comes from the traceback.
+	if f := got[5]; f.ExcType != "ZeroDivisionError" || f.ExcMessage != "division by zero" {
+		t.Errorf("failure: %q %q", f.ExcType, f.ExcMessage)
+	}
+}
+
+func TestParseResultFromCelery(t *testing.T) {
+	_, metas := captured(t)
+	byID := map[string]Event{}
+	for _, m := range metas {
+		ev, ok, err := ParseResult(m)
+		if err != nil || !ok {
+			t.Fatalf("%s: %v %v", m, ok, err)
+		}
+		byID[ev.TaskID] = ev
+	}
+	if e := byID["id-add"]; e.Kind != Succeeded || e.At.IsZero() {
+		t.Errorf("id-add: %+v", e)
+	}
+	if e := byID["id-fail"]; e.Kind != Failed || e.ExcType != "ZeroDivisionError" || e.ExcMessage != "division by zero" {
+		t.Errorf("id-fail: %+v", e)
+	}
+	if _, ok, err := ParseResult([]byte(`{"status": "PENDING", "task_id": "x"}`)); ok || err != nil {
+		t.Errorf("PENDING: ok %v err %v", ok, err)
+	}
+}
+
+func TestException(t *testing.T) {
+	for _, tc := range []struct {
+		repr, tb, typ, msg string
+	}{
+		{"ZeroDivisionError('division by zero')", "", "ZeroDivisionError", "division by zero"},
+		{"ExceptionWithTraceback()", "Traceback (most recent call last):\n  File \"t.py\", line 1, in f\n    1/0\nZeroDivisionError: division by zero\n", "ZeroDivisionError", "division by zero"},
+		{"KeyError('a')", "Traceback (most recent call last):\n  File \"t.py\"\nKeyError: 'a'", "KeyError", "'a'"},
+		{"myapp.errors.Boom(\"it's\")", "", "myapp.errors.Boom", "it's"},
+		{"ValueError('a', 2)", "", "ValueError", "'a', 2"},
+		{"SystemExit()", "Traceback...\n  File x\n    code line", "SystemExit", ""},
+		{"not a repr", "", "", "not a repr"},
+		{"", "", "", ""},
+	} {
+		typ, msg := Exception(tc.repr, tc.tb)
+		if typ != tc.typ || msg != tc.msg {
+			t.Errorf("Exception(%q, %q) = %q, %q; want %q, %q", tc.repr, tc.tb, typ, msg, tc.typ, tc.msg)
+		}
+	}
+	long := "E('" + strings.Repeat("é", 600) + "')"
+	if _, msg := Exception(long, ""); len(msg) > MaxMessage || !strings.HasSuffix(msg, "…") {
+		t.Errorf("long message not capped: %d bytes", len(msg))
+	}
+}
+
+func TestSupersedes(t *testing.T) {
+	for _, tc := range []struct {
+		ev, cur Kind
+		want    bool
+	}{
+		{Received, Published, true},
+		{Started, Received, true},
+		{Received, Started, false}, // events out of order
+		{Succeeded, Started, true},
+		{Started, Succeeded, false},
+		{Failed, Succeeded, false},
+		{Received, Retried, true},
+		{Retried, Started, true},
+		{Succeeded, Published, true},
+	} {
+		if got := tc.ev.Supersedes(tc.cur); got != tc.want {
+			t.Errorf("%s supersedes %s = %v, want %v", tc.ev, tc.cur, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package scheduler
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/outcome"
+	"github.com/beatd/beatd/store"
+)
+
+// The loop's side of outcomes: it records each published run in the
+// entry's state, watches its task id on the feed, applies the reports
+// that come back, and holds or skips the slots of entries whose
+// overlap policy says so. All of it runs on the loop's goroutine.
+
+// lostSweep is how often the loop looks for unfinished runs past their
+// overlap deadline. Only entries with an unfinished run are looked at.
+const lostSweep = time.Second
+
+// maxReportsPerTurn bounds how many reports the loop applies before it
+// looks at its slots again, so a flood of reports cannot delay a fire.
+const maxReportsPerTurn = 4096
+
+// tracking says whether the loop records outcomes at all.
+func (l *loop) tracking() bool { return l.s.cfg.Outcomes != nil }
+
+// runID is the task id of one of e's runs.
+func (l *loop) runID(name string, r *store.Run) string {
+	if r.ID != "" {
+		return r.ID
+	}
+	id := celery.SlotIDOf(l.s.cfg.Cluster, name, r.Slot)
+	return string(id[:])
+}
+
+// loadOutcomes puts the unfinished runs of the loaded state back on the
+// feed at a term's start (the previous leader's runs are still running),
+// and their entries' last outcomes in the metrics.
+func (l *loop) loadOutcomes() {
+	f := l.s.cfg.Outcomes
+	if f == nil {
+		return
+	}
+	f.Clear()
+	l.unfinished = map[string]bool{}
+	for name, st := range l.states {
+		if st.Out == nil {
+			continue
+		}
+		l.s.cfg.Metrics.outcome(name, st.Out, &store.Run{})
+		for i := range st.Out.Runs {
+			r := &st.Out.Runs[i]
+			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
+				f.Watch(l.runID(name, r), name)
+				l.unfinished[name] = true
+			}
+		}
+	}
+}
+
+// recordPublished records a published fire as the entry's newest run.
+// A duplicate of the newest run (a re-publish after failover) is not a
+// new run.
+func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
+	if !l.tracking() {
+		return
+	}
+	st := l.state(p.e.Name)
+	if st.Out == nil {
+		st.Out = &store.Outcomes{}
+	}
+	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
+		return
+	}
+	r := store.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, Published: now}
+	if p.manual {
+		r.ID = string(id[:])
+	}
+	l.pushRun(p.e.Name, st, r)
+	l.s.cfg.Outcomes.Watch(string(id[:]), p.e.Name)
+	l.unfinished[p.e.Name] = true
+	l.s.cfg.Metrics.Runs.WithLabelValues(p.e.Name, outcome.Published.String()).Inc()
+}
+
+// pushRun adds r to st's runs and stops watching the run that fell off.
+func (l *loop) pushRun(name string, st *store.EntryState, r store.Run) {
+	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
+		l.s.cfg.Outcomes.Unwatch(l.runID(name, d))
+	}
+	l.dirty[name] = true
+}
+
+// applyReports applies r and then whatever else the feed holds, up to
+// maxReportsPerTurn, and hands the changed states to the persister.
+func (l *loop) applyReports(r outcome.Report, now time.Time) {
+	l.applyReport(r, now)
+	for range maxReportsPerTurn - 1 {
+		select {
+		case r := <-l.reports:
+			l.applyReport(r, now)
+			continue
+		default:
+		}
+		break
+	}
+	l.saveDirty()
+}
+
+// drainReports applies what the feed holds without waiting.
+func (l *loop) drainReports(now time.Time) {
+	if l.reports == nil {
+		return
+	}
+	select {
+	case r := <-l.reports:
+		l.applyReports(r, now)
+	default:
+	}
+}
+
+// applyReport moves one run to what the report says it reached.
+func (l *loop) applyReport(rep outcome.Report, now time.Time) {
+	st := l.states[rep.Entry]
+	if st == nil || st.Out == nil {
+		return
+	}
+	var run *store.Run
+	for i := range st.Out.Runs {
+		r := &st.Out.Runs[i]
+		if r.Kind != outcome.Skipped && l.runID(rep.Entry, r) == rep.TaskID {
+			run = r
+			break
+		}
+	}
+	if run == nil || !rep.Kind.Supersedes(run.Kind) {
+		return
+	}
+	at := rep.At
+	if at.IsZero() {
+		at = now
+	}
+	run.Kind, run.Updated = rep.Kind, at
+	if rep.Worker != "" {
+		run.Worker = rep.Worker
+	}
+	if rep.Kind == outcome.Started {
+		run.Started = at
+	}
+	if rep.Runtime > 0 {
+		run.Runtime = rep.Runtime
+	}
+	if rep.ExcType != "" || rep.ExcMessage != "" {
+		run.ExcType, run.ExcMsg = rep.ExcType, rep.ExcMessage
+	}
+	l.dirty[rep.Entry] = true
+	if !rep.Kind.Finished() {
+		l.s.cfg.Metrics.Runs.WithLabelValues(rep.Entry, rep.Kind.String()).Inc()
+	} else {
+		l.s.cfg.Outcomes.Unwatch(rep.TaskID)
+		l.finished(rep.Entry, st, run, now)
+	}
+}
+
+// finished applies what a run's end means for its entry: counters, the
+// failure streak and pause_after_failures, and buffer_one's held slot.
+func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now time.Time) {
+	m := l.s.cfg.Metrics
+	m.Runs.WithLabelValues(name, run.Kind.String()).Inc()
+	if run.Runtime > 0 {
+		m.RunDuration.Observe(run.Runtime.Seconds())
+	}
+	o := st.Out
+	at := run.Updated
+	switch run.Kind {
+	case outcome.Succeeded:
+		o.Failures, o.LastSuccess = 0, at
+	case outcome.Failed, outcome.Lost:
+		o.Failures++
+		o.LastFailure = at
+	}
+	m.outcome(name, o, run)
+	if newest := o.Newest(); newest != run {
+		return // an older run ended; the newest still decides
+	}
+	delete(l.unfinished, name)
+	e := l.set.byName[name]
+	if e == nil {
+		return
+	}
+	if n := e.PauseAfterFailures; n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
+		st.Paused = true
+		o.PauseReason = pauseReason(o.Failures, run)
+		l.s.log.Warn("paused after consecutive failures", "entry", name, "failures", o.Failures, "reason", o.PauseReason)
+		m.AutoPaused.Inc()
+	}
+	if !o.Buffered.IsZero() {
+		slot := o.Buffered
+		o.Buffered = time.Time{}
+		if !st.Paused && e.Enabled {
+			l.pending = append(l.pending, pendingFire{e: e, slot: slot, due: slot})
+			m.queued(name, slot)
+		}
+	}
+}
+
+func pauseReason(failures int, run *store.Run) string {
+	what := run.Kind.String()
+	switch {
+	case run.ExcType != "" && run.ExcMsg != "":
+		what = run.ExcType + ": " + run.ExcMsg
+	case run.ExcType != "":
+		what = run.ExcType
+	}
+	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, run.Slot.UTC().Format(time.RFC3339), what)
+}
+
+// sweepLost marks lost the unfinished newest runs past their entry's
+// overlap deadline: the worker may have died, and no report will come.
+func (l *loop) sweepLost(now time.Time) {
+	if now.Before(l.nextLostSweep) {
+		return
+	}
+	l.nextLostSweep = now.Add(lostSweep)
+	for name := range l.unfinished {
+		st := l.states[name]
+		if st == nil || st.Out == nil {
+			delete(l.unfinished, name)
+			continue
+		}
+		l.expireRun(name, st, now)
+	}
+	l.saveDirty()
+}
+
+// expireRun marks st's newest run lost if it is past its deadline, and
+// says whether the entry still has an unfinished run.
+func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfinished bool) {
+	r := st.Out.Newest()
+	if r == nil || r.Kind.Finished() {
+		delete(l.unfinished, name)
+		return false
+	}
+	deadline := config.DefaultOverlapTimeout
+	if e := l.set.byName[name]; e != nil {
+		deadline = e.OverlapDeadline()
+	}
+	if now.Sub(r.Published) < deadline {
+		return true
+	}
+	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
+		"task_id", l.runID(name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
+	l.s.cfg.Outcomes.Unwatch(l.runID(name, r))
+	r.Kind, r.Updated = outcome.Lost, now
+	l.dirty[name] = true
+	l.finished(name, st, r, now)
+	return false
+}
+
+// holdOverlapping takes out of batch the fires that their entry's
+// overlap policy holds back: while the entry's newest run is unfinished
+// (or an earlier fire of it is in the batch), skip records the slot as
+// skipped and buffer_one keeps one slot for when the run ends. The rest
+// are returned, in order.
+func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire {
+	if !l.tracking() {
+		return batch
+	}
+	kept := batch[:0]
+	var inBatch map[string]bool
+	for _, p := range batch {
+		pol := p.e.Overlap
+		if pol == config.OverlapAllow || pol == "" || p.manual && (p.req == nil || !p.req.RespectOverlap) {
+			kept = append(kept, p)
+			continue
+		}
+		st := l.state(p.e.Name)
+		busy := inBatch[p.e.Name]
+		if !busy && st.Out != nil {
+			busy = l.expireRun(p.e.Name, st, now)
+		}
+		if !busy {
+			if inBatch == nil {
+				inBatch = map[string]bool{}
+			}
+			inBatch[p.e.Name] = true
+			kept = append(kept, p)
+			continue
+		}
+		if st.Out == nil {
+			st.Out = &store.Outcomes{}
+		}
+		if pol == config.OverlapBufferOne && st.Out.Buffered.IsZero() && !p.manual {
+			st.Out.Buffered = p.slot
+			l.dirty[p.e.Name] = true
+			continue
+		}
+		l.skipOverlap(p, st, now)
+	}
+	return kept
+}
+
+// skipOverlap records p's slot as skipped for overlap.
+func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
+	m := l.s.cfg.Metrics
+	m.Runs.WithLabelValues(p.e.Name, outcome.Skipped.String()).Inc()
+	m.Missed.WithLabelValues(p.e.Name, ReasonOverlap).Inc()
+	if p.manual {
+		if p.req != nil {
+			l.persist.complete(*p.req, nil)
+		}
+		l.s.log.Info("manual trigger skipped: the previous run is unfinished", "entry", p.e.Name)
+		return
+	}
+	l.pushRun(p.e.Name, st, store.Run{Slot: p.slot, Kind: outcome.Skipped, Published: now})
+	// A skipped slot is handled: a later leader must not catch it up.
+	if p.slot.After(st.LastSlot) {
+		st.LastSlot = p.slot
+	}
+	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
+		"overlap", string(p.e.Overlap))
+}
+
+// saveDirty hands the states changed since the last save to the
+// persister.
+func (l *loop) saveDirty() {
+	if len(l.dirty) == 0 {
+		return
+	}
+	l.changed = l.changed[:0]
+	for name := range l.dirty {
+		if st := l.states[name]; st != nil {
+			l.changed = append(l.changed, *st)
+		}
+	}
+	clear(l.dirty)
+	l.persist.save(l.changed...)
+}

@@ -1,0 +1,266 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/outcome"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// outcomeHarness is a harness whose scheduler tracks outcomes from a feed
+// the test reports into, as the workers would.
+type outcomeHarness struct {
+	*harness
+	feed *outcome.Feed
+}
+
+func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, disp *fakeDispatcher) *outcomeHarness {
+	t.Helper()
+	h := newHarness(t, yaml, now)
+	if st != nil {
+		h.store = st
+	}
+	if disp != nil {
+		h.disp = disp
+	}
+	feed := outcome.NewFeed(h.clock, 64)
+	h.reg = prometheus.NewRegistry()
+	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: NewMetrics(h.reg), Cluster: "beatd/test",
+		Origin: "beatd@test", Outcomes: feed}, mustConfig(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sched = s
+	return &outcomeHarness{harness: h, feed: feed}
+}
+
+// report says, as a worker would, that entry's run of slot reached kind,
+// and waits until the loop applied it. exc is the exception's type and
+// message; a lone "stale" marks a report the loop is expected to ignore
+// (not waited for).
+func (h *outcomeHarness) report(entry string, slot time.Time, kind outcome.Kind, exc ...string) {
+	h.t.Helper()
+	id := celery.SlotIDOf("beatd/test", entry, slot)
+	ev := outcome.Event{TaskID: string(id[:]), Kind: kind, At: h.clock.Now(), Worker: "celery@w1", Runtime: 2 * time.Second}
+	if len(exc) >= 2 {
+		ev.ExcType, ev.ExcMessage = exc[0], exc[1]
+	}
+	before := h.runs(entry, kind)
+	h.feed.Deliver(context.Background(), outcome.FromEvents, []outcome.Event{ev})
+	if kind != outcome.Failed || len(exc) != 1 {
+		eventually(h.t, 5*time.Second, fmt.Sprintf("%s of %s applied", kind, entry), func() bool { return h.runs(entry, kind) > before })
+	}
+	h.settle()
+}
+
+func (h *outcomeHarness) runs(entry string, k outcome.Kind) float64 {
+	return testutil.ToFloat64(h.sched.cfg.Metrics.Runs.WithLabelValues(entry, k.String()))
+}
+
+// stop ends the term and waits for it, leaving its result for the
+// harness's cleanup.
+func (h *outcomeHarness) stop() {
+	h.cancel()
+	err := <-h.done
+	h.done <- err
+}
+
+// at moves the clock to t0+d and lets the loop settle.
+func (h *outcomeHarness) at(d time.Duration) {
+	setClock(h.clock, t0.Add(d))
+	h.settle()
+}
+
+func TestOverlapPolicies(t *testing.T) {
+	s := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	ts := func(secs ...int) []string {
+		out := make([]string, len(secs))
+		for i, v := range secs {
+			out[i] = "e " + s(v).UTC().Format(time.RFC3339)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		entry   string
+		steps   func(h *outcomeHarness)
+		want    []string
+		skipped float64
+		lost    float64
+	}{
+		{
+			name:  "allow publishes over a running run",
+			entry: "{task: t, every: 10s, relative: true}",
+			steps: func(h *outcomeHarness) { h.at(10 * time.Second); h.at(20 * time.Second); h.at(30 * time.Second) },
+			want:  ts(10, 20, 30),
+		},
+		{
+			name:  "skip skips while the run is unfinished",
+			entry: "{task: t, every: 10s, relative: true, overlap: skip}",
+			steps: func(h *outcomeHarness) {
+				h.at(10 * time.Second)
+				h.report("e", s(10), outcome.Started)
+				h.at(20 * time.Second) // started: skipped
+				h.at(30 * time.Second) // still running: skipped
+				h.report("e", s(10), outcome.Succeeded)
+				h.at(40 * time.Second)
+			},
+			want:    ts(10, 40),
+			skipped: 2,
+		},
+		{
+			name:  "buffer_one holds one slot and publishes it when the run ends",
+			entry: "{task: t, every: 10s, relative: true, overlap: buffer_one}",
+			steps: func(h *outcomeHarness) {
+				h.at(10 * time.Second)
+				h.at(20 * time.Second) // held
+				h.at(30 * time.Second) // skipped: one is held already
+				h.clock.Advance(5 * time.Second)
+				h.report("e", s(10), outcome.Failed, "ZeroDivisionError", "division by zero") // 20 goes out now
+				h.at(40 * time.Second)                                                        // 20 is running: held
+				h.report("e", s(20), outcome.Succeeded)                                       // 40 goes out
+			},
+			want:    ts(10, 20, 40),
+			skipped: 1,
+		},
+		{
+			name:  "an unfinished run stops blocking after overlap_timeout, as lost",
+			entry: "{task: t, every: 10s, relative: true, overlap: skip, overlap_timeout: 15s}",
+			steps: func(h *outcomeHarness) {
+				h.at(10 * time.Second)
+				h.report("e", s(10), outcome.Received)
+				h.at(20 * time.Second) // 10s old: skipped
+				h.at(30 * time.Second) // lost by the sweep at 25s; 30 publishes
+			},
+			want:    ts(10, 30),
+			skipped: 1,
+			lost:    1,
+		},
+		{
+			name:  "a report for an older run does not unblock the newest",
+			entry: "{task: t, every: 10s, relative: true, overlap: skip}",
+			steps: func(h *outcomeHarness) {
+				h.at(10 * time.Second)
+				h.report("e", s(10), outcome.Succeeded)
+				h.at(20 * time.Second)
+				h.report("e", s(10), outcome.Failed, "stale") // ignored: 10 already succeeded
+				h.report("e", s(20), outcome.Started)         // (applied after it, in order)
+				h.at(30 * time.Second)                        // 20 unfinished: skipped
+			},
+			want:    ts(10, 20),
+			skipped: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newOutcomeHarness(t, "entries:\n  e: "+tc.entry+"\n", t0.Add(time.Second), nil, nil)
+			h.start(7)
+			h.settle()
+			tc.steps(h)
+			eventually(t, 5*time.Second, "the publishes", func() bool { return len(h.disp.list()) >= len(tc.want) })
+			h.settle()
+			if got := h.disp.list(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Errorf("published\n%v\nwant\n%v", got, tc.want)
+			}
+			if got := h.runs("e", outcome.Skipped); got != tc.skipped {
+				t.Errorf("skipped %v, want %v", got, tc.skipped)
+			}
+			if got := h.runs("e", outcome.Lost); got != tc.lost {
+				t.Errorf("lost %v, want %v", got, tc.lost)
+			}
+		})
+	}
+}
+
+// TestPauseAfterFailures: N failed runs in a row pause the entry, with
+// the last exception as the reason; a success in between resets the count.
+func TestPauseAfterFailures(t *testing.T) {
+	h := newOutcomeHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 2}\n", t0.Add(time.Second), nil, nil)
+	h.start(7)
+	h.settle()
+	step := func(sec int, k outcome.Kind) {
+		h.at(time.Duration(sec) * time.Second)
+		h.report("e", t0.Add(time.Duration(sec)*time.Second), k, "ZeroDivisionError", "division by zero")
+	}
+	step(10, outcome.Failed)
+	step(20, outcome.Succeeded)
+	step(30, outcome.Failed)
+	step(40, outcome.Failed) // second in a row: paused
+	h.at(50 * time.Second)
+	h.at(60 * time.Second)
+	if got := len(h.disp.list()); got != 4 {
+		t.Errorf("published %d, want 4 (paused after the 40s run): %v", got, h.disp.list())
+	}
+	// The per-entry gauges say what the workers did (a leader's only).
+	wantGauges := map[string]float64{
+		"beatd_entry_consecutive_failures":                  2,
+		"beatd_entry_last_worker_failure_timestamp_seconds": float64(t0.Add(40 * time.Second).Unix()),
+		"beatd_entry_last_worker_success_timestamp_seconds": float64(t0.Add(20 * time.Second).Unix()),
+	}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if want, ok := wantGauges[mf.GetName()]; ok {
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != want {
+				t.Errorf("%s = %v, want %v", mf.GetName(), got, want)
+			}
+			delete(wantGauges, mf.GetName())
+		}
+	}
+	for name := range wantGauges {
+		t.Errorf("%s not exported", name)
+	}
+	h.stop()
+	st := h.store.get("e")
+	if st == nil || !st.Paused || st.Out == nil {
+		t.Fatalf("state %+v: not paused", st)
+	}
+	if st.Out.Failures != 2 || !strings.Contains(st.Out.PauseReason, "ZeroDivisionError: division by zero") {
+		t.Errorf("failures %d, reason %q", st.Out.Failures, st.Out.PauseReason)
+	}
+	if got := testutil.ToFloat64(h.sched.cfg.Metrics.AutoPaused); got != 1 {
+		t.Errorf("auto-paused counter %v", got)
+	}
+	if got := h.runs("e", outcome.Failed); got != 3 {
+		t.Errorf("failed runs %v", got)
+	}
+}
+
+// TestOverlapSurvivesFailover: a run in progress when its leader stops is
+// still in progress for the next leader, which keeps skipping until the
+// run's outcome arrives.
+func TestOverlapSurvivesFailover(t *testing.T) {
+	yaml := "entries:\n  e: {task: t, every: 10s, relative: true, overlap: skip}\n"
+	first := newOutcomeHarness(t, yaml, t0.Add(time.Second), nil, nil)
+	first.start(7)
+	first.settle()
+	first.at(10 * time.Second)
+	first.report("e", t0.Add(10*time.Second), outcome.Started)
+	first.stop()
+
+	st := newMemStore(8)
+	st.states = first.store.states
+	second := newOutcomeHarness(t, yaml, t0.Add(15*time.Second), st, first.disp)
+	second.start(8)
+	second.settle()
+	second.at(20 * time.Second)
+	second.at(30 * time.Second)
+	if got := first.disp.list(); len(got) != 1 {
+		t.Fatalf("the new leader published over the running run: %v", got)
+	}
+	if got := second.runs("e", outcome.Skipped); got != 2 {
+		t.Errorf("skipped %v, want 2", got)
+	}
+	second.report("e", t0.Add(10*time.Second), outcome.Succeeded)
+	second.at(40 * time.Second)
+	if got := first.disp.list(); len(got) != 2 {
+		t.Errorf("after the run ended: %v", got)
+	}
+}

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/outcome"
+)
+
+// TestOutcomesRoundTrip encodes states with and without outcomes: a bucket
+// without any is written as format 2 (what earlier releases read), one with
+// outcomes as format 3, and both decode to what was stored.
+func TestOutcomesRoundTrip(t *testing.T) {
+	slot := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	full := &Outcomes{
+		Failures: 2, LastSuccess: slot.Add(-time.Hour), LastFailure: slot.Add(1500 * time.Millisecond),
+		PauseReason: "2 consecutive failures; last: ZeroDivisionError: division by zero", Buffered: slot.Add(time.Minute),
+		Runs: []Run{
+			{Slot: slot, Kind: outcome.Failed, Published: slot.Add(3 * time.Millisecond), Updated: slot.Add(time.Second),
+				Started: slot.Add(500 * time.Millisecond), Runtime: 1234 * time.Microsecond, Worker: "celery@w1",
+				ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
+			{Slot: slot.Add(-time.Minute), Manual: true, ID: "0f679077-44ce-532c-9c82-f906c94d7265", Kind: outcome.Published,
+				Published: slot.Add(-time.Minute)},
+			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Skipped, Published: slot.Add(-2 * time.Minute)},
+		},
+	}
+	for _, tc := range []struct {
+		name   string
+		out    *Outcomes
+		format byte
+	}{
+		{"none", nil, 2},
+		{"empty", &Outcomes{}, 3},
+		{"full", full, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := EntryState{Name: "e", LastSlot: slot, Since: slot.Add(-time.Hour), Out: tc.out}
+			tab := NewTable()
+			tab.Set(st)
+			b := BucketOf("e")
+			enc := tab.appendBucket(nil, b)
+			if enc[0] != tc.format {
+				t.Fatalf("format %d, want %d", enc[0], tc.format)
+			}
+			got, err := DecodeBucket(enc)
+			if err != nil || len(got) != 1 {
+				t.Fatalf("decode: %v %v", got, err)
+			}
+			if !reflect.DeepEqual(got[0], st) {
+				t.Errorf("round trip:\n got %+v\nwant %+v", got[0].Out, st.Out)
+			}
+			// Every truncation is refused, never misread.
+			for n := 1; n < len(enc); n++ {
+				if _, err := DecodeBucket(enc[:n]); err == nil && n < len(enc) {
+					if recs, _ := DecodeBucket(enc[:n]); len(recs) == 1 && reflect.DeepEqual(recs[0], st) {
+						t.Fatalf("truncated to %d bytes decodes as the whole", n)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOutcomesPush(t *testing.T) {
+	var o Outcomes
+	var dropped []time.Time
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i := range KeptRuns + 2 {
+		if d := o.Push(Run{Slot: base.Add(time.Duration(i) * time.Second), Kind: outcome.Published}); d != nil {
+			dropped = append(dropped, d.Slot)
+		}
+	}
+	if len(o.Runs) != KeptRuns || !o.Runs[0].Slot.Equal(base.Add(time.Duration(KeptRuns+1)*time.Second)) {
+		t.Fatalf("runs %+v", o.Runs)
+	}
+	if len(dropped) != 2 || !dropped[0].Equal(base) {
+		t.Errorf("dropped %v", dropped)
+	}
+	o.Runs[0].Kind = outcome.Skipped
+	if n := o.Newest(); n == nil || !n.Slot.Equal(o.Runs[1].Slot) {
+		t.Errorf("newest skips skipped slots: %+v", n)
+	}
+	c := o.Clone()
+	c.Runs[1].Kind = outcome.Failed
+	if o.Runs[1].Kind == outcome.Failed {
+		t.Error("Clone shares runs")
+	}
+}
