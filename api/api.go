@@ -45,6 +45,10 @@ type Status struct {
 	// by more than one source.
 	Sources   []sources.Health   `json:"sources,omitempty"`
 	Conflicts []sources.Conflict `json:"conflicts,omitempty"`
+	// OutcomeWarning says, when no task event or result has reached this
+	// replica for --outcome-silence, that run outcomes are unknown and
+	// what to change; empty while reports come.
+	OutcomeWarning string `json:"outcome_warning,omitempty"`
 }
 
 // EntryStatus is one entry in Status.
@@ -61,11 +65,45 @@ type EntryStatus struct {
 	Paused        bool         `json:"paused"`
 	RecentRuns    []broker.Run `json:"recent_runs"`
 
-	// The last outcome, as the leader that published it remembers it.
-	LastResult    string     `json:"last_result,omitempty"`
-	LastError     string     `json:"last_error,omitempty"`
-	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
-	LastSuccessAt *time.Time `json:"last_success_at,omitempty"`
+	// The last publish, as the leader that published it remembers it:
+	// its result (ok, duplicate, error...) and error, and when an entry
+	// was last published.
+	LastResult      string     `json:"last_result,omitempty"`
+	LastError       string     `json:"last_error,omitempty"`
+	LastErrorAt     *time.Time `json:"last_error_at,omitempty"`
+	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
+
+	// What the workers reported, kept with the entry's state: the last
+	// runs and what each reached, the last success and failure on a
+	// worker, the failures in a row, and why pause_after_failures paused
+	// the entry. Running says the newest run has not finished.
+	Runs                []RunOutcome `json:"runs,omitempty"`
+	Running             bool         `json:"running,omitempty"`
+	LastSuccessAt       *time.Time   `json:"last_success_at,omitempty"`
+	LastFailureAt       *time.Time   `json:"last_failure_at,omitempty"`
+	ConsecutiveFailures int          `json:"consecutive_failures,omitempty"`
+	PauseReason         string       `json:"pause_reason,omitempty"`
+	Overlap             string       `json:"overlap,omitempty"`
+}
+
+// RunOutcome is one run of an entry and what became of it on the workers.
+type RunOutcome struct {
+	Slot    time.Time `json:"slot"`
+	TaskID  string    `json:"task_id"`
+	Manual  bool      `json:"manual,omitempty"`
+	Outcome string    `json:"outcome"` // published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped
+	// PublishedAt is when it was published, or for a skipped slot, when
+	// it was skipped.
+	PublishedAt    time.Time  `json:"published_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	UpdatedAt      *time.Time `json:"updated_at,omitempty"` // the newest report's time
+	RuntimeSeconds float64    `json:"runtime_seconds,omitempty"`
+	Worker         string     `json:"worker,omitempty"`
+	Exception      string     `json:"exception,omitempty"`
+	Message        string     `json:"exception_message,omitempty"`
+	// SkippedSlots is, for a skipped record, how many slots in a row it
+	// stands for; Slot is the newest of them.
+	SkippedSlots int `json:"skipped_slots,omitempty"`
 }
 
 // Backend is what the endpoints ask of the daemon.

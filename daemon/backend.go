@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
 	"github.com/jonboulle/clockwork"
 
@@ -40,6 +42,9 @@ type backend struct {
 	ping      func(context.Context) error
 	merger    *sources.Merger
 	metrics   *scheduler.Metrics
+	feed      *outcome.Feed
+	outcomes  outcomeFlags
+	started   time.Time
 	status    statusCache
 }
 
@@ -99,6 +104,9 @@ func (b *backend) Status(ctx context.Context) (api.Status, error) {
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
 	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
+	if b.feed != nil {
+		st.OutcomeWarning = outcomeWarning(b.feed, b.outcomes, b.started, b.clock.Now())
+	}
 	return st, err
 }
 
@@ -204,7 +212,7 @@ func (b *backend) addLocalResults(st *api.Status) {
 			continue
 		}
 		e.LastResult, e.LastError = r.LastResult, r.LastError
-		e.LastErrorAt, e.LastSuccessAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
+		e.LastErrorAt, e.LastPublishedAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
 		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
 			e.NextRunAt = timePtr(r.NextFireAt)
 		}
@@ -258,6 +266,10 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		st := states[name]
 		if st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
+			addOutcomes(&es, st.Out, keys.Cluster(prefix))
+		}
+		if e != nil && e.Overlap != "" && e.Overlap != config.OverlapAllow {
+			es.Overlap = string(e.Overlap)
 		}
 		if h, ok := runs[name]; ok {
 			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
@@ -280,6 +292,32 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		}
 	}
 	return out, nil
+}
+
+// addOutcomes fills es with what the workers reported about its runs.
+func addOutcomes(es *api.EntryStatus, o *store.Outcomes, cluster string) {
+	if o == nil {
+		return
+	}
+	es.LastSuccessAt, es.LastFailureAt = timePtr(o.LastSuccess), timePtr(o.LastFailure)
+	es.ConsecutiveFailures, es.PauseReason = o.Failures, o.PauseReason
+	if n := o.Newest(); n != nil && !n.Kind.Finished() {
+		es.Running = true
+	}
+	for _, r := range o.Runs {
+		id := r.ID
+		if id == "" {
+			sid := celery.SlotIDOf(cluster, es.Name, r.Slot)
+			id = string(sid[:])
+		}
+		ro := api.RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.Published,
+			StartedAt: timePtr(r.Started), UpdatedAt: timePtr(r.Updated), RuntimeSeconds: r.Runtime.Seconds(), Worker: r.Worker,
+			Exception: r.ExcType, Message: r.ExcMsg}
+		if r.Kind == outcome.Skipped {
+			ro.TaskID, ro.SkippedSlots = "", max(r.Skips, 1)
+		}
+		es.Runs = append(es.Runs, ro)
+	}
 }
 
 // history is the run history for status, or nil with a broker that keeps

@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/logbridge"
 	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
@@ -89,6 +90,9 @@ type Main struct {
 	etcd           *clientv3.Client
 	rdb            redis.UniversalClient
 	pub            *redisbroker.Publisher
+	resultsRDB     redis.UniversalClient // --result-backend
+	feed           *outcome.Feed
+	started        time.Time
 	brokerPing     func(context.Context) error
 	store          *store.Store
 	leader         *leader.Loop
@@ -148,6 +152,7 @@ type Options struct {
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
+	Outcomes             outcomeFlags
 }
 
 // NewMain returns a Main with the defaults.
@@ -210,6 +215,9 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
+	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")
+	fs.BoolVar(&m.Outcomes.TaskEvents, "task-events", true, "read the workers' task events (celery worker -E) from the broker for run outcomes")
+	fs.DurationVar(&m.Outcomes.Silence, "outcome-silence", DefaultOutcomeSilence, "how long without any task event or result before status and the log say no outcome source is seen")
 	return fs
 }
 
@@ -243,6 +251,8 @@ func (m *Main) newLogger() *slog.Logger {
 // Run starts the daemon and returns once it is serving; Close stops it.
 func (m *Main) Run(ctx context.Context) error {
 	m.log = m.newLogger().With("id", m.ID)
+	m.started = m.clock.Now()
+	m.feed = outcome.NewFeed(m.clock, feedBuffer)
 	prefix := m.Etcd.KeyPrefix()
 	cluster := keys.Cluster(prefix)
 	// The embedded etcd boots while the config is parsed: both take a
@@ -339,6 +349,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
 	m.reloadMetrics = newReloadMetrics(m.registry)
 	m.registry.MustRegister(shortfalls)
+	m.registry.MustRegister(m.feed.Collectors()...)
 	// Redis's marks never expire, so no state backlog is dangerous there;
 	// the AMQP path keeps its journal's horizon.
 	backlogHorizon := time.Duration(0)
@@ -351,7 +362,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}, cfg)
 	if err != nil {
 		return err
 	}
@@ -374,12 +385,17 @@ func (m *Main) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.runCtx = cancel, runCtx
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
-		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerPing, merger: m.merger, metrics: m.metrics}
+		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerPing, merger: m.merger, metrics: m.metrics,
+		feed: m.feed, outcomes: m.Outcomes, started: m.started}
 	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m.api, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
 		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken})),
 		ReadHeaderTimeout: 5 * time.Second}
 	m.startOps(runCtx)
 	m.syncSources(runCtx)
+	if err := m.startOutcomes(runCtx); err != nil {
+		cancel()
+		return err
+	}
 	m.wg.Add(5)
 	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
@@ -444,6 +460,9 @@ func (m *Main) Close() error {
 		}
 		if m.rdb != nil {
 			err = errors.Join(err, m.rdb.Close())
+		}
+		if m.resultsRDB != nil {
+			err = errors.Join(err, m.resultsRDB.Close())
 		}
 		if m.etcd != nil {
 			err = errors.Join(err, m.etcd.Close())

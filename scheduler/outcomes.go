@@ -313,7 +313,10 @@ func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
 		l.s.log.Info("manual trigger skipped: the previous run is unfinished", "entry", p.e.Name)
 		return
 	}
-	l.pushRun(p.e.Name, st, store.Run{Slot: p.slot, Kind: outcome.Skipped, Published: now})
+	if d := st.Out.Skip(p.slot, now); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
+		l.s.cfg.Outcomes.Unwatch(l.runID(p.e.Name, d))
+	}
+	l.dirty[p.e.Name] = true
 	// A skipped slot is handled: a later leader must not catch it up.
 	if p.slot.After(st.LastSlot) {
 		st.LastSlot = p.slot

@@ -28,6 +28,10 @@ type Run struct {
 	Worker    string
 	ExcType   string
 	ExcMsg    string
+	// Skips is, for a skipped record, how many slots in a row it stands
+	// for (Slot is the newest): a long run skipping every second keeps
+	// the runs before it in sight.
+	Skips int
 }
 
 // Outcomes is what an entry's runs did on the workers, kept with its
@@ -70,6 +74,17 @@ func (o *Outcomes) Newest() *Run {
 	return nil
 }
 
+// Skip records a slot skipped at now: it joins the newest record when
+// that is a skip too, else it is pushed as one.
+func (o *Outcomes) Skip(slot, now time.Time) (dropped *Run) {
+	if len(o.Runs) > 0 && o.Runs[0].Kind == outcome.Skipped {
+		r := &o.Runs[0]
+		r.Slot, r.Updated, r.Skips = slot, now, max(r.Skips, 1)+1
+		return nil
+	}
+	return o.Push(Run{Slot: slot, Kind: outcome.Skipped, Published: now, Skips: 1})
+}
+
 // Push records r as the newest run, dropping the oldest beyond KeptRuns;
 // it returns the run that fell off, if any. The newest published run is
 // never the one dropped while it is unfinished: slots skipped for overlap
@@ -103,6 +118,7 @@ const (
 	runRuntime = 1 << 4
 	runWorker  = 1 << 5
 	runExc     = 1 << 6
+	runSkips   = 1 << 7
 )
 
 func appendString(dst []byte, s string) []byte {
@@ -175,6 +191,9 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		if r.ExcType != "" || r.ExcMsg != "" {
 			rf |= runExc
 		}
+		if r.Skips > 1 {
+			rf |= runSkips
+		}
 		dst = append(dst, rf, byte(r.Kind))
 		dst = appendTime(dst, r.Slot, base)
 		dst = appendTime(dst, r.Published, base)
@@ -195,6 +214,9 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		}
 		if rf&runExc != 0 {
 			dst = appendString(appendString(dst, r.ExcType), r.ExcMsg)
+		}
+		if rf&runSkips != 0 {
+			dst = binary.AppendUvarint(dst, uint64(r.Skips))
 		}
 	}
 	return dst
@@ -281,6 +303,12 @@ func readOutcomes(b []byte, base int64) (*Outcomes, []byte, error) {
 			if r.ExcMsg, b, err = readString(b); err != nil {
 				return nil, b, err
 			}
+		}
+		if rf&runSkips != 0 {
+			if v, b, err = readUvarint(b); err != nil {
+				return nil, b, err
+			}
+			r.Skips = int(v)
 		}
 	}
 	return o, b, nil

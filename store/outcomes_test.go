@@ -22,7 +22,7 @@ func TestOutcomesRoundTrip(t *testing.T) {
 				ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
 			{Slot: slot.Add(-time.Minute), Manual: true, ID: "0f679077-44ce-532c-9c82-f906c94d7265", Kind: outcome.Published,
 				Published: slot.Add(-time.Minute)},
-			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Skipped, Published: slot.Add(-2 * time.Minute)},
+			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Skipped, Published: slot.Add(-3 * time.Minute), Skips: 60},
 		},
 	}
 	for _, tc := range []struct {
@@ -80,6 +80,12 @@ func TestOutcomesPush(t *testing.T) {
 	o.Runs[0].Kind = outcome.Skipped
 	if n := o.Newest(); n == nil || !n.Slot.Equal(o.Runs[1].Slot) {
 		t.Errorf("newest skips skipped slots: %+v", n)
+	}
+	// The newest is a skip (marked above): two more join it.
+	o.Skip(base.Add(time.Hour), base.Add(time.Hour))
+	o.Skip(base.Add(time.Hour+time.Second), base.Add(time.Hour+time.Second))
+	if len(o.Runs) != KeptRuns || o.Runs[0].Skips != 3 || o.Runs[1].Kind == outcome.Skipped {
+		t.Errorf("skips not coalesced: %+v", o.Runs)
 	}
 	c := o.Clone()
 	c.Runs[1].Kind = outcome.Failed

@@ -36,6 +36,7 @@ type statusOptions struct {
 	output  string
 	asJSON  bool
 	timeout time.Duration
+	entry   string // the one entry to show in detail
 }
 
 func (o *statusOptions) register(fs *pflag.FlagSet) {
@@ -52,13 +53,19 @@ func (o *statusOptions) register(fs *pflag.FlagSet) {
 func statusCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 	o := &statusOptions{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
 	cmd := &cobra.Command{
-		Use:   "status",
+		Use:   "status [ENTRY]",
 		Short: "show the leader and every entry's state, from etcd",
-		Long: `Show who leads and every entry's state: paused, last run, last result and error,
-next run. It reads etcd (and the leader's HTTP /status for the last results),
-so it works from anywhere that reaches etcd, without the schedule file.`,
-		Args: usageArgs(cobra.NoArgs),
-		RunE: func(c *cobra.Command, _ []string) error {
+		Long: `Show who leads and every entry's state: paused, last run, what the workers
+reported about it, last publish result and error, next run. With ENTRY, that
+entry's last runs and their outcomes (received, started, succeeded, failed
+with the exception, lost, skipped), its failure streak and why it is paused.
+It reads etcd (and the leader's HTTP /status for the last results), so it
+works from anywhere that reaches etcd, without the schedule file.`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.entry = args[0]
+			}
 			if o.asJSON {
 				o.output = "json"
 			}
@@ -135,6 +142,22 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, "last results unavailable: "+err.Error())
 		}
 	}
+	if o.entry != "" {
+		var found []api.EntryStatus
+		for _, e := range st.Entries {
+			if e.Name == o.entry {
+				found = append(found, e)
+			}
+		}
+		if len(found) == 0 {
+			fmt.Fprintf(stderr, "beatd status: no entry %q\n", o.entry)
+			return exitFail
+		}
+		st.Entries = found
+	}
+	if st.OutcomeWarning != "" {
+		notes = append(notes, st.OutcomeWarning)
+	}
 	switch o.output {
 	case "json":
 		enc := json.NewEncoder(stdout)
@@ -150,7 +173,11 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		_ = enc.Encode(v)
 		_ = enc.Close()
 	default:
-		printStatus(stdout, st, o.output == "wide")
+		if o.entry != "" {
+			printEntry(stdout, st.Entries[0])
+		} else {
+			printStatus(stdout, st, o.output == "wide")
+		}
 	}
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "note:", n)
@@ -171,9 +198,9 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if wide {
-		fmt.Fprintln(tw, "ENTRY\tTASK\tSCHEDULE\tPAUSED\tRUNS\tLAST SLOT\tLAST RUN\tRESULT\tNEXT\tLAST ERROR")
+		fmt.Fprintln(tw, "ENTRY\tTASK\tSCHEDULE\tPAUSED\tRUNS\tLAST SLOT\tLAST RUN\tRESULT\tOUTCOME\tNEXT\tLAST ERROR")
 	} else {
-		fmt.Fprintln(tw, "ENTRY\tPAUSED\tLAST RUN\tRESULT\tNEXT\tLAST ERROR")
+		fmt.Fprintln(tw, "ENTRY\tPAUSED\tLAST RUN\tRESULT\tOUTCOME\tNEXT\tLAST ERROR")
 	}
 	for _, e := range st.Entries {
 		errText := dash(e.LastError)
@@ -181,11 +208,71 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 			errText = e.LastErrorAt.Format(time.RFC3339) + " " + e.LastError
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\n", e.Name, dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
-				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), fmtTime(e.NextRunAt), oneLine(errText, 0))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
+				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), lastOutcome(e), fmtTime(e.NextRunAt), oneLine(errText, 0))
 		} else {
-			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\n", e.Name, e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), fmtTime(e.NextRunAt), oneLine(errText, 60))
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), lastOutcome(e),
+				fmtTime(e.NextRunAt), oneLine(errText, 60))
 		}
+	}
+	_ = tw.Flush()
+}
+
+// lastOutcome is what the workers reported about the newest run.
+func lastOutcome(e api.EntryStatus) string {
+	for _, r := range e.Runs {
+		if r.Outcome != "skipped" {
+			return r.Outcome
+		}
+	}
+	return "-"
+}
+
+// printEntry writes one entry's detail and its runs' outcomes.
+func printEntry(w io.Writer, e api.EntryStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("entry", e.Name)
+	row("task", dash(e.Task))
+	row("schedule", dash(e.Schedule))
+	paused := fmt.Sprint(e.Paused)
+	if e.PauseReason != "" {
+		paused += " (" + e.PauseReason + ")"
+	}
+	row("paused", paused)
+	row("overlap", dash(e.Overlap))
+	row("running", fmt.Sprint(e.Running))
+	row("last success", fmtTime(e.LastSuccessAt))
+	row("last failure", fmtTime(e.LastFailureAt))
+	row("failures in a row", fmt.Sprint(e.ConsecutiveFailures))
+	row("last published", fmtTime(e.LastPublishedAt))
+	row("next run", fmtTime(e.NextRunAt))
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	if len(e.Runs) == 0 {
+		fmt.Fprintln(w, "no run outcomes recorded")
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tOUTCOME\tPUBLISHED\tSTARTED\tRUNTIME\tWORKER\tEXCEPTION")
+	for _, r := range e.Runs {
+		rt := "-"
+		if r.RuntimeSeconds > 0 {
+			rt = (time.Duration(r.RuntimeSeconds * float64(time.Second))).Round(time.Millisecond).String()
+		}
+		exc := r.Exception
+		if r.Message != "" {
+			exc += ": " + r.Message
+		}
+		slot := r.Slot.Format(time.RFC3339)
+		if r.Manual {
+			slot += " (manual)"
+		}
+		if r.SkippedSlots > 1 {
+			exc = fmt.Sprintf("%d slots in a row, the newest shown", r.SkippedSlots)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, r.Outcome, r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
+			dash(r.Worker), dash(oneLine(exc, 80)))
 	}
 	_ = tw.Flush()
 }
@@ -236,6 +323,7 @@ func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL string) e
 		return fmt.Errorf("leader at %s: %w", statusURL, err)
 	}
 	mergeResults(st, ls.Entries)
+	st.OutcomeWarning = ls.OutcomeWarning
 	return nil
 }
 
@@ -250,7 +338,7 @@ func mergeResults(st *api.Status, from []api.EntryStatus) {
 	for i := range st.Entries {
 		e := &st.Entries[i]
 		if r := byName[e.Name]; r != nil {
-			e.LastResult, e.LastError, e.LastErrorAt, e.LastSuccessAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastSuccessAt
+			e.LastResult, e.LastError, e.LastErrorAt, e.LastPublishedAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastPublishedAt
 			if r.NextRunAt != nil && e.NextRunAt != nil {
 				e.NextRunAt = r.NextRunAt
 			}

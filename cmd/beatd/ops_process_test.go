@@ -87,8 +87,8 @@ func TestProcessOperatorCLI(t *testing.T) {
 		if e.NextRunAt == nil || e.Task != "tasks.add" || e.Schedule == "" {
 			t.Errorf("status without --config lacks the schedule or next run of %s: %+v", e.Name, e)
 		}
-		if e.LastSuccessAt == nil {
-			t.Errorf("%s: no last success", e.Name)
+		if e.LastPublishedAt == nil {
+			t.Errorf("%s: no last publish", e.Name)
 		}
 	}
 	code, out, _ = c.cli("status")

@@ -51,8 +51,42 @@ func MustStartCeleryWorkerAMQP(tb testing.TB, r *Redis, brokerURL, queues string
 	return startCeleryWorker(tb, r, queues, append([]string{"BROKER_URL=" + brokerURL}, env...)...)
 }
 
+// CeleryOptions start a worker the way outcome tests need one.
+type CeleryOptions struct {
+	Queues string // default "celery"
+	// Events starts it with -E: it sends task events.
+	Events bool
+	// Pool and Concurrency default to solo and 1.
+	Pool        string
+	Concurrency int
+	// Name is its node name (default e2e@%h).
+	Name string
+	Env  []string
+}
+
+// MustStartCeleryWorkerWith starts a worker on r as o says.
+func MustStartCeleryWorkerWith(tb testing.TB, r *Redis, o CeleryOptions) *CeleryWorker {
+	tb.Helper()
+	return startCelery(tb, r, o)
+}
+
 func startCeleryWorker(tb testing.TB, r *Redis, queues string, env ...string) *CeleryWorker {
 	tb.Helper()
+	return startCelery(tb, r, CeleryOptions{Queues: queues, Env: env})
+}
+
+func startCelery(tb testing.TB, r *Redis, o CeleryOptions) *CeleryWorker {
+	tb.Helper()
+	if o.Queues == "" {
+		o.Queues = "celery"
+	}
+	if o.Pool == "" {
+		o.Pool = "solo"
+	}
+	if o.Name == "" {
+		o.Name = "e2e@%h"
+	}
+	queues, env := o.Queues, o.Env
 	if out, err := exec.Command(CeleryPython, "-c", "import celery, redis").CombinedOutput(); err != nil {
 		tb.Fatalf("Debian's python3-celery and python3-redis are needed: apt-get install -y python3-celery python3-redis (%v: %s)", err, out)
 	}
@@ -61,9 +95,15 @@ func startCeleryWorker(tb testing.TB, r *Redis, queues string, env ...string) *C
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(CeleryPython, "-m", "celery", "-A", "tasks", "worker", "-P", "solo",
-		"-Q", queues, "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip",
-		"-n", "e2e@%h")
+	args := []string{"-m", "celery", "-A", "tasks", "worker", "-P", o.Pool,
+		"-Q", queues, "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", o.Name}
+	if o.Concurrency > 0 {
+		args = append(args, "-c", strconv.Itoa(o.Concurrency))
+	}
+	if o.Events {
+		args = append(args, "-E")
+	}
+	cmd := exec.Command(CeleryPython, args...)
 	cmd.Dir = AppDir()
 	cmd.Env = append(append(os.Environ(), "REDIS_PORT="+strconv.Itoa(r.Port), "PYTHONDONTWRITEBYTECODE=1"), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -107,6 +147,12 @@ func containsReady(log []byte) bool {
 		}
 	}
 	return false
+}
+
+// Kill sends SIGKILL to the worker and all its processes, as a crashed
+// host would: it reports nothing about the task it was running.
+func (w *CeleryWorker) Kill() {
+	_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // TaskResult is what the result backend recorded for a task.

@@ -33,6 +33,13 @@ func (r *Redis) Client() *redis.Client {
 	return c
 }
 
+// ClientDB returns a client on database db, closed when the test ends.
+func (r *Redis) ClientDB(db int) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), DB: db})
+	r.tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // MustStartRedis starts redis-server on a free port with AOF on, and stops
 // it when the test ends.
 func MustStartRedis(tb testing.TB) *Redis {
