@@ -216,6 +216,12 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	b.fill(fillID)
 	b.static(`", "reply_to": `)
 	b.json(string(replyTo[:]))
+	// As django-celery-beat sends it (a send option, so Celery puts it in
+	// the properties): django-celery-results links each result to its
+	// periodic task by it. py-amqp drops unknown properties, so the AMQP
+	// path has nothing to send.
+	b.static(`, "periodic_task_name": `)
+	b.json(e.Name)
 	b.static(`, "delivery_mode": 2, `)
 	b.fill(fillExpiration)
 	b.static(`"delivery_info": {"exchange": `)

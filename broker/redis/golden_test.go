@@ -83,6 +83,7 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	}
 	gh, wh := g["headers"].(map[string]any), w["headers"].(map[string]any)
 	gp, wp := g["properties"].(map[string]any), w["properties"].(map[string]any)
+	entry := gh["beat_entry"]
 	// Identity: id == root_id == correlation_id.
 	if gh["id"] != gh["root_id"] || gh["id"] != gp["correlation_id"] {
 		t.Errorf("id %v, root_id %v, correlation_id %v differ", gh["id"], gh["root_id"], gp["correlation_id"])
@@ -122,9 +123,20 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	if !reflect.DeepEqual(gh, wh) {
 		t.Errorf("headers\n got %v\nwant %v", gh, wh)
 	}
-	if gk, wk := orderedKeys(t, rawField(t, got, "properties")), orderedKeys(t, rawField(t, want, "properties")); !reflect.DeepEqual(gk, wk) {
-		t.Errorf("property order %v, Celery %v", gk, wk)
+	// beatd sends periodic_task_name as django-celery-beat does: Celery
+	// 5.2.6 puts that send option right after reply_to (captured from
+	// apply_async(..., periodic_task_name=...)).
+	wk := orderedKeys(t, rawField(t, want, "properties"))
+	if i := slices.Index(wk, "reply_to"); i >= 0 {
+		wk = slices.Insert(wk, i+1, "periodic_task_name")
 	}
+	if gk := orderedKeys(t, rawField(t, got, "properties")); !reflect.DeepEqual(gk, wk) {
+		t.Errorf("property order %v, want %v", gk, wk)
+	}
+	if gp["periodic_task_name"] != entry || entry == nil {
+		t.Errorf("periodic_task_name %v, entry %v", gp["periodic_task_name"], entry)
+	}
+	delete(gp, "periodic_task_name")
 	for _, k := range randomProps {
 		delete(gp, k)
 		delete(wp, k)

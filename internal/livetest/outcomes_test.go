@@ -259,6 +259,7 @@ func TestOutcomesFromResultBackendOnly(t *testing.T) {
   ok: {task: tasks.add, every: 1s, args: [1, 2]}
   boom: {task: tasks.fail, every: 1s}
   skipper: {task: tasks.sleep, every: 1s, args: [2.5, rb-skip], overlap: skip}
+  named: {task: tasks.periodic_name, every: 1s}
 `)
 	p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/results/",
 		"--broker", rs.URL(0), "--result-backend", rs.URL(1), "--task-events=false", "--lease-ttl", "2s", "--id", "r1")
@@ -267,7 +268,9 @@ func TestOutcomesFromResultBackendOnly(t *testing.T) {
 		ok, _ := entryOf(st, "ok")
 		boom, _ := entryOf(st, "boom")
 		skipper, _ := entryOf(st, "skipper")
-		return hasOutcome(ok, "succeeded") && hasOutcome(boom, "failed") && hasOutcome(skipper, "skipped") && hasOutcome(skipper, "succeeded")
+		named, _ := entryOf(st, "named")
+		return hasOutcome(ok, "succeeded") && hasOutcome(boom, "failed") && hasOutcome(skipper, "skipped") && hasOutcome(skipper, "succeeded") &&
+			len(named.Runs) > 0 && named.Runs[len(named.Runs)-1].Outcome == "succeeded"
 	})
 	st := p.status(t)
 	boom, _ := entryOf(st, "boom")
@@ -278,6 +281,19 @@ func TestOutcomesFromResultBackendOnly(t *testing.T) {
 	}
 	if st.OutcomeWarning != "" {
 		t.Errorf("outcome warning with a result backend that reports: %s", st.OutcomeWarning)
+	}
+	// django-celery-results links a result to its periodic task by the
+	// periodic_task_name beatd sends, as django-celery-beat does.
+	named, _ := entryOf(st, "named")
+	if len(named.Runs) == 0 {
+		t.Fatal("named: no runs")
+	}
+	raw, err := rs.ClientDB(1).Get(context.Background(), "celery-task-meta-"+named.Runs[len(named.Runs)-1].TaskID).Bytes()
+	var meta struct {
+		Result string `json:"result"`
+	}
+	if err != nil || json.Unmarshal(raw, &meta) != nil || meta.Result != "named" {
+		t.Errorf("the worker saw periodic_task_name %q (%v), want the entry's name", meta.Result, err)
 	}
 	time.Sleep(5 * time.Second) // an observation window: two more overlapping slots
 	assertNoOverlap(t, "skip (result backend)", executions(t, rs, "rb-skip"))

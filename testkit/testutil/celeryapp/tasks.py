@@ -63,3 +63,10 @@ def flaky(self):
     if self.request.retries == 0:
         raise self.retry(countdown=0)
     return "ok"
+
+
+@app.task(name="tasks.periodic_name", bind=True)
+def periodic_name(self):
+    """Return the periodic_task_name the message carried, where
+    django-celery-results reads it (the message properties)."""
+    return (self.request.properties or {}).get("periodic_task_name")
