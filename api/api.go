@@ -116,7 +116,9 @@ type Backend interface {
 	Status(ctx context.Context) (Status, error)
 	// Request queues an admin action; ErrUnknownEntry when the entry is
 	// not in the config.
-	Request(ctx context.Context, op, entry string) (id string, err error)
+	// respectOverlap (a trigger's ?respect_overlap=true) makes a
+	// trigger obey the entry's overlap policy.
+	Request(ctx context.Context, op, entry string, respectOverlap bool) (id string, err error)
 }
 
 // ErrUnknownEntry is returned by Backend.Request for an entry not in the
@@ -186,7 +188,7 @@ func Handler(c Config) http.Handler {
 			return
 		}
 		name := r.PathValue("name")
-		id, err := c.Backend.Request(r.Context(), op, name)
+		id, err := c.Backend.Request(r.Context(), op, name, r.URL.Query().Get("respect_overlap") == "true")
 		switch {
 		case errors.Is(err, ErrUnknownEntry):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no entry " + name})

@@ -21,7 +21,7 @@ func (f *fakeBackend) Ready(context.Context) error { return f.readyErr }
 func (f *fakeBackend) Status(context.Context) (Status, error) {
 	return Status{ID: "a", Leader: true, LeaderID: "a", FencingToken: 7, Entries: []EntryStatus{{Name: "e"}}}, nil
 }
-func (f *fakeBackend) Request(_ context.Context, op, entry string) (string, error) {
+func (f *fakeBackend) Request(_ context.Context, op, entry string, _ bool) (string, error) {
 	if entry != "e" {
 		return "", ErrUnknownEntry
 	}

@@ -111,11 +111,11 @@ func (b *backend) Status(ctx context.Context) (api.Status, error) {
 }
 
 // Request implements api.Backend.
-func (b *backend) Request(ctx context.Context, op, entry string) (string, error) {
+func (b *backend) Request(ctx context.Context, op, entry string, respectOverlap bool) (string, error) {
 	if b.sched.Config().Entry(entry) == nil {
 		return "", api.ErrUnknownEntry
 	}
-	r, err := b.store.PutRequest(ctx, store.Op(op), entry, b.clock.Now())
+	r, err := b.store.PutRequest(ctx, store.Op(op), entry, b.clock.Now(), respectOverlap)
 	return r.ID, err
 }
 

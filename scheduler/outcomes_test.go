@@ -9,6 +9,7 @@ import (
 
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/outcome"
+	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -263,4 +264,30 @@ func TestOverlapSurvivesFailover(t *testing.T) {
 	if got := first.disp.list(); len(got) != 2 {
 		t.Errorf("after the run ended: %v", got)
 	}
+}
+
+// TestManualTriggerAndOverlap: a trigger publishes over an unfinished run
+// unless it asks to respect the overlap policy; then it is skipped, and
+// its request completed all the same.
+func TestManualTriggerAndOverlap(t *testing.T) {
+	h := newOutcomeHarness(t, "entries:\n  e: {task: t, every: 1h, overlap: skip}\n", t0.Add(time.Second), nil, nil)
+	h.start(7)
+	h.settle()
+	h.store.request(store.OpTrigger, "e")
+	eventually(t, 5*time.Second, "the first trigger", func() bool { return len(h.disp.list()) == 1 })
+	h.settle()
+	// The first trigger's run is unfinished: a trigger that respects the
+	// policy is skipped, a plain one (below) is not.
+	h.store.mu.Lock()
+	h.store.requests = append(h.store.requests, store.Request{ID: "respect", Key: "respect", Op: store.OpTrigger, Entry: "e", RespectOverlap: true})
+	h.store.mu.Unlock()
+	h.store.watch <- struct{}{}
+	eventually(t, 5*time.Second, "the respecting trigger handled", func() bool { return h.runs("e", outcome.Skipped) == 1 })
+	h.settle()
+	if got := h.disp.list(); len(got) != 1 {
+		t.Errorf("published %v: the trigger that respects overlap went out over an unfinished run", got)
+	}
+	eventually(t, 5*time.Second, "the request completed", func() bool { return len(h.store.pending()) == 0 })
+	h.store.request(store.OpTrigger, "e")
+	eventually(t, 5*time.Second, "a plain trigger over the unfinished run", func() bool { return len(h.disp.list()) == 2 })
 }

@@ -37,8 +37,10 @@ type Request struct {
 func (s *Store) requestPrefix() string { return keys.Requests(s.prefix) }
 
 // PutRequest queues a request for the leader. It needs no leadership.
-func (s *Store) PutRequest(ctx context.Context, op Op, entry string, now time.Time) (Request, error) {
-	r := Request{ID: uuid.NewString(), Op: op, Entry: entry, RequestedAt: now.UTC()}
+// respectOverlap (triggers only) makes the trigger obey the entry's
+// overlap policy.
+func (s *Store) PutRequest(ctx context.Context, op Op, entry string, now time.Time, respectOverlap bool) (Request, error) {
+	r := Request{ID: uuid.NewString(), Op: op, Entry: entry, RequestedAt: now.UTC(), RespectOverlap: respectOverlap && op == OpTrigger}
 	b, _ := json.Marshal(r)
 	r.Key = s.requestPrefix() + r.RequestedAt.Format("20060102T150405.000000000Z") + "-" + r.ID
 	if _, err := s.cli.Put(ctx, r.Key, string(b)); err != nil {

@@ -353,6 +353,8 @@ type adminOptions struct {
 	timeout time.Duration
 	asJSON  bool
 	noCheck bool
+	// respectOverlap: a trigger obeys the entry's overlap policy.
+	respectOverlap bool
 }
 
 func (o *adminOptions) register(fs *pflag.FlagSet) {
@@ -384,6 +386,9 @@ func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr
 	}
 	fs := flagenv.New(string(op), stderr)
 	o.register(fs)
+	if op == store.OpTrigger {
+		fs.BoolVar(&o.respectOverlap, "respect-overlap", false, "obey the entry's overlap policy: skip the trigger while the previous run is unfinished")
+	}
 	commandFlags(cmd, fs)
 	return cmd
 }
@@ -426,7 +431,7 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 			return exitFail
 		}
 	}
-	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, op, name, time.Now())
+	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, op, name, time.Now(), o.respectOverlap)
 	if err != nil {
 		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.Failure("queue the request", o.timeout, err))
 		return exitFail
