@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/outcome"
 	"github.com/redis/go-redis/v9"
@@ -32,9 +33,18 @@ const feedBuffer = 16384
 // startOutcomes starts the consumers that feed m.feed, on every replica:
 // a standby that becomes leader then has its subscriptions already.
 func (m *Main) startOutcomes(ctx context.Context) error {
-	if m.Outcomes.TaskEvents && m.rdb != nil {
+	switch {
+	case !m.Outcomes.TaskEvents:
+	case m.rdb != nil:
 		db := clientDB(m.rdb)
 		m.wg.Go(func() { outcome.RunRedisEvents(ctx, m.rdb, db, m.feed, m.log) })
+	case amqpbroker.IsAMQPURL(m.Broker):
+		cfg := amqpbroker.EventsConfig{URL: m.Broker, Password: m.brokerPass, Name: m.ID, Clock: m.clock, Logger: m.log}
+		m.wg.Go(func() {
+			if err := amqpbroker.RunEvents(ctx, cfg, m.feed); err != nil {
+				m.log.Error("task events from RabbitMQ", "err", err)
+			}
+		})
 	}
 	if m.Outcomes.ResultBackend != "" {
 		rb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: m.Outcomes.ResultBackend})

@@ -91,6 +91,7 @@ type Main struct {
 	rdb            redis.UniversalClient
 	pub            *redisbroker.Publisher
 	resultsRDB     redis.UniversalClient // --result-backend
+	brokerPass     string
 	feed           *outcome.Feed
 	started        time.Time
 	brokerPing     func(context.Context) error
@@ -307,6 +308,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.brokerPass = brokerPass
 	m.registry = prometheus.NewRegistry()
 	var pub scheduler.Dispatcher
 	minReplicas, err := brokerMinReplicas(m.MinReplicas, m.Broker)

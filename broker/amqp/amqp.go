@@ -253,14 +253,7 @@ func (a *AMQP) fence(ctx context.Context, token int64) error {
 func (a *AMQP) connect() error {
 	var errs []error
 	for _, u := range a.urls {
-		uri := amqp.URI{Scheme: "amqp", Host: u.Host, Port: u.Port, Username: u.User, Password: u.Password, Vhost: u.VHost}
-		cfg := amqp.Config{Heartbeat: u.Heartbeat, Dial: amqp.DefaultDial(u.ConnectTimeout), Vhost: u.VHost,
-			Properties: amqp.Table{"connection_name": "beatd " + a.opts.Cluster}}
-		if u.TLS != nil {
-			uri.Scheme = "amqps"
-			cfg.TLSClientConfig = u.TLS
-		}
-		conn, err := amqp.DialConfig(uri.String(), cfg)
+		conn, err := u.Dial("beatd "+a.opts.Cluster, 0)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", u, err))
 			continue
@@ -671,13 +664,7 @@ func (a *AMQP) Ping(ctx context.Context) error {
 	if ok {
 		timeout = min(timeout, time.Until(deadline))
 	}
-	uri := amqp.URI{Scheme: "amqp", Host: u.Host, Port: u.Port, Username: u.User, Password: u.Password, Vhost: u.VHost}
-	cfg := amqp.Config{Dial: amqp.DefaultDial(timeout), Vhost: u.VHost, Heartbeat: u.Heartbeat}
-	if u.TLS != nil {
-		uri.Scheme = "amqps"
-		cfg.TLSClientConfig = u.TLS
-	}
-	conn, err := amqp.DialConfig(uri.String(), cfg)
+	conn, err := u.Dial("beatd ping "+a.opts.Cluster, max(timeout, time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("RabbitMQ %s: %w", u, err)
 	}

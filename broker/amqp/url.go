@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/broker"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // AMQPURL is one Celery AMQP broker URL, parsed as Kombu parses it.
@@ -38,6 +39,23 @@ func (u AMQPURL) String() string {
 		scheme = "amqps"
 	}
 	return fmt.Sprintf("%s://%s@%s/%s", scheme, u.User, u.Addr(), url.PathEscape(u.VHost))
+}
+
+// Dial connects to u, within timeout (0: u.ConnectTimeout), naming the
+// connection name in RabbitMQ's management views. Every connection beatd
+// makes to RabbitMQ goes through it, so TLS and heartbeats are set once.
+func (u AMQPURL) Dial(name string, timeout time.Duration) (*amqp.Connection, error) {
+	if timeout <= 0 {
+		timeout = u.ConnectTimeout
+	}
+	uri := amqp.URI{Scheme: "amqp", Host: u.Host, Port: u.Port, Username: u.User, Password: u.Password, Vhost: u.VHost}
+	cfg := amqp.Config{Heartbeat: u.Heartbeat, Dial: amqp.DefaultDial(timeout), Vhost: u.VHost,
+		Properties: amqp.Table{"connection_name": name}}
+	if u.TLS != nil {
+		uri.Scheme = "amqps"
+		cfg.TLSClientConfig = u.TLS
+	}
+	return amqp.DialConfig(uri.String(), cfg)
 }
 
 // amqpSchemes are the transports Celery reaches RabbitMQ with; beatd
