@@ -46,6 +46,7 @@ type entryStat struct {
 	workerSuccess, workerFailure int64
 	failures                     int32
 	runtime                      time.Duration
+	period                       time.Duration // between its next two slots, for "not succeeded in N periods"
 }
 
 func nanos(t time.Time) int64 {
@@ -242,6 +243,17 @@ func (m *Metrics) published(name, result string, manual bool, now time.Time, err
 	s.mu.Unlock()
 }
 
+// setPeriod records the gap between name's next two slots.
+func (m *Metrics) setPeriod(name string, d time.Duration) {
+	s := m.stats
+	if !s.perEntry.Load() || d <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.stat(name).period = d
+	s.mu.Unlock()
+}
+
 // outcome records what the workers reported about name's run.
 func (m *Metrics) outcome(name string, o *store.Outcomes, run *store.Run) {
 	s := m.stats
@@ -304,6 +316,9 @@ var (
 	descRuntime = prometheus.NewDesc("beatd_entry_last_runtime_seconds",
 		"The runtime a worker reported for the entry's last successful run. Only up to the per-entry limit.",
 		[]string{"entry"}, nil)
+	descPeriod = prometheus.NewDesc("beatd_entry_period_seconds",
+		"The gap between the entry's next two slots: alerts compare the age of its last success with it. Leader only; only up to the per-entry limit.",
+		[]string{"entry"}, nil)
 	descOldestNext = prometheus.NewDesc("beatd_oldest_next_fire_timestamp_seconds",
 		"The earliest beatd_entry_next_fire_timestamp_seconds over all entries, at any number of entries: time() minus it is how overdue the most overdue entry is. Leader only.",
 		nil, nil)
@@ -322,6 +337,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descWorkerFailure
 	ch <- descFailures
 	ch <- descRuntime
+	ch <- descPeriod
 	ch <- descOldestNext
 	ch <- descPerEntry
 }
@@ -350,6 +366,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(st.failures), name)
 			if st.runtime > 0 {
 				ch <- prometheus.MustNewConstMetric(descRuntime, prometheus.GaugeValue, st.runtime.Seconds(), name)
+			}
+			if st.period > 0 {
+				ch <- prometheus.MustNewConstMetric(descPeriod, prometheus.GaugeValue, st.period.Seconds(), name)
 			}
 		}
 		if s.leading && next != 0 {

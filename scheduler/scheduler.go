@@ -595,6 +595,9 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	if plan.next.IsZero() {
 		return // fired its last slot (a past one-off)
 	}
+	if after := e.sched.Next(plan.next); !after.IsZero() {
+		m.setPeriod(e.Name, after.Sub(plan.next))
+	}
 	next := &item{e: e, slot: plan.next, due: plan.next.Add(jitter(e.Entry, plan.next))}
 	l.items[e.Name] = next
 	l.s.cfg.Metrics.scheduled(e.Name, next.due)
