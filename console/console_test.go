@@ -18,6 +18,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
@@ -411,6 +412,39 @@ func TestNextFireOnTheLeadersGrid(t *testing.T) {
 		})
 		if strings.Contains(body, "10:00:10") && path == "/" {
 			t.Errorf("%s shows the epoch grid's 10:00:10", path)
+		}
+	}
+}
+
+// TestOutcomesShown: what the workers reported shows on the entry page
+// (pause reason, last success and failure, the streak) and the cluster
+// view lists the last hour's failed runs.
+func TestOutcomesShown(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("boom", "tasks.fail", time.Minute), every("fine", "tasks.add", time.Minute)}}
+	failedAt := now.Add(-10 * time.Minute)
+	boom := &store.EntryState{Name: "boom", LastSlot: now.Add(-10 * time.Minute), Paused: true, Out: &store.Outcomes{
+		Failures: 3, LastFailure: failedAt, LastSuccess: now.Add(-2 * time.Hour),
+		PauseReason: "paused after 3 consecutive failed runs; last: ZeroDivisionError: division by zero",
+		Runs: []store.Run{{Slot: now.Add(-10 * time.Minute), Kind: outcome.Failed, Published: now.Add(-10 * time.Minute), Updated: failedAt,
+			Worker: "celery@w1", ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
+			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, Published: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
+	fine := &store.EntryState{Name: "fine", Out: &store.Outcomes{LastSuccess: now.Add(-time.Minute),
+		Runs: []store.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
+	_, hs := testServerAt(t, func() time.Time { return now }, cfg, boom, fine)
+	var body string
+	testutil.Eventually(t, 10*time.Second, "the overview's failures", func() bool {
+		_, body = get(t, hs.URL+"/")
+		return strings.Contains(body, `data-failed="boom"`)
+	})
+	if !strings.Contains(body, "1 run failed on a worker or lost") || !strings.Contains(body, "ZeroDivisionError: division by zero") ||
+		strings.Contains(body, `data-failed="fine"`) {
+		t.Errorf("overview failures: one failed run of boom in the hour (the 3 h old one is out), none of fine:\n%s", body)
+	}
+	_, body = get(t, hs.URL+"/entry/boom")
+	for _, want := range []string{`id="pause-reason"`, "ZeroDivisionError: division by zero", "3 in a row", `id="last-success"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("entry page lacks %q", want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/retry"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -243,6 +245,42 @@ func (c *cluster) statesSnapshot() (map[string]*store.EntryState, uint64) {
 		out[n] = st
 	}
 	return out, c.gen
+}
+
+// failure is one run that failed on a worker, or was lost.
+type failure struct {
+	Entry     string
+	At        time.Time
+	Outcome   string
+	Exception string
+}
+
+// recentFailures returns the runs that failed or were lost since since,
+// newest first, at most limit of them, and how many there were. Each
+// entry's state keeps its last few runs, so this is what those show.
+func (c *cluster) recentFailures(since time.Time, limit int) (n int, out []failure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, st := range c.states {
+		if st.Out == nil || st.Out.LastFailure.Before(since) {
+			continue
+		}
+		for _, r := range st.Out.Runs {
+			if (r.Kind == outcome.Failed || r.Kind == outcome.Lost) && !r.Updated.Before(since) {
+				n++
+				exc := r.ExcType
+				if r.ExcMsg != "" {
+					exc += ": " + r.ExcMsg
+				}
+				out = append(out, failure{Entry: name, At: r.Updated, Outcome: r.Kind.String(), Exception: exc})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].At.After(out[j].At) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return n, out
 }
 
 func (c *cluster) generation() uint64 {

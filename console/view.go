@@ -14,6 +14,8 @@ import (
 
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/outcome"
+	"github.com/beatd/beatd/store"
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/schedule"
@@ -82,6 +84,10 @@ type clusterView struct {
 	BrokerRTT    string
 	Backlog      string
 	LeaderData   string // why the leader's data is missing, if it is
+	// Failures are the runs that failed on a worker or were lost in the
+	// last hour (newest first, the first 20), FailureCount all of them.
+	Failures     []failure
+	FailureCount int
 }
 
 type replicaView struct {
@@ -136,17 +142,22 @@ type rowView struct {
 }
 
 type entryView struct {
-	Name       string
-	Def        []defRow
-	Paused     bool
-	Enabled    bool
-	Zone       string
-	Next       []nextRow
-	NextNote   string
-	Runs       []runView
-	LastResult string
-	LastAt     time.Time
-	FiresHour  string
+	Name        string
+	Def         []defRow
+	Paused      bool
+	PauseReason string
+	// What the workers reported (empty before any outcome).
+	LastSuccess, LastFailure time.Time
+	Failures                 int
+	Running                  bool
+	Enabled                  bool
+	Zone                     string
+	Next                     []nextRow
+	NextNote                 string
+	Runs                     []runView
+	LastResult               string
+	LastAt                   time.Time
+	FiresHour                string
 }
 
 type defRow struct{ Key, Value string }
@@ -166,6 +177,8 @@ type runView struct {
 	Token     int64
 	Lag       string
 	Manual    bool
+	// What the workers reported about it, when known.
+	Outcome, Worker, Runtime, Exception string
 }
 
 // query is the overview's filter and page.
@@ -234,6 +247,7 @@ func (s *Server) clusterState(ctx context.Context, p *page) (election.Leader, []
 		}
 		cv.Replicas = append(cv.Replicas, rv)
 	}
+	cv.FailureCount, cv.Failures = s.cluster.recentFailures(p.Now.Add(-time.Hour), 20)
 	if took, err := s.pingBroker(ctx); err != nil {
 		cv.BrokerErr = err.Error()
 	} else {
@@ -290,6 +304,24 @@ func (s *Server) overview(ctx context.Context, q query, live bool) *page {
 	}
 	p.Entries = ev
 	return p
+}
+
+// outcomeOf finds what the workers reported about a run in st's kept
+// runs: a scheduled run by its slot, a manual one by its task id.
+func outcomeOf(st *store.EntryState, slot time.Time, taskID string, manual bool) *store.Run {
+	if st == nil || st.Out == nil {
+		return nil
+	}
+	for i := range st.Out.Runs {
+		r := &st.Out.Runs[i]
+		if r.Kind == outcome.Skipped {
+			continue
+		}
+		if manual && r.Manual && r.ID == taskID || !manual && !r.Manual && r.Slot.Equal(slot) {
+			return r
+		}
+	}
+	return nil
 }
 
 func resultWords(result string, manual bool) string {
@@ -519,6 +551,12 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	ev := &entryView{Name: name, Enabled: e.Enabled, Zone: loc.String(), Def: definition(e, s.cfg.Entries().File), FiresHour: "–"}
 	if st != nil {
 		ev.Paused = st.Paused
+		if o := st.Out; o != nil {
+			ev.PauseReason, ev.LastSuccess, ev.LastFailure, ev.Failures = o.PauseReason, o.LastSuccess, o.LastFailure, o.Failures
+			if n := o.Newest(); n != nil && !n.Kind.Finished() {
+				ev.Running = true
+			}
+		}
 	}
 	// The next 20 slots, marking where the zone's UTC offset changes, on
 	// the grid the leader runs (scheduler.Anchored).
@@ -557,6 +595,16 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 			Token: r.Token, Manual: r.Manual, Lag: fmtLag(r.PublishedAt.Sub(r.Slot))}
 		if r.Manual {
 			rv.Lag, rv.Slot = "manual", "manual ("+rv.Slot+")"
+		}
+		if o := outcomeOf(st, r.Slot, r.TaskID, r.Manual); o != nil {
+			rv.Outcome, rv.Worker = o.Kind.String(), o.Worker
+			if o.Runtime > 0 {
+				rv.Runtime = o.Runtime.Round(time.Millisecond).String()
+			}
+			rv.Exception = o.ExcType
+			if o.ExcMsg != "" {
+				rv.Exception += ": " + o.ExcMsg
+			}
 		}
 		ev.Runs = append(ev.Runs, rv)
 	}
