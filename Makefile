@@ -2,7 +2,7 @@ GO ?= go
 BIN ?= bin/beatd
 IMAGE ?= beatd:latest
 
-.PHONY: build deps test bench fuzz vectors demo soak bench-celery drill-amqp image
+.PHONY: build deps test bench fuzz vectors demo soak bench-celery bench-events drill-amqp image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -62,6 +62,14 @@ bench-celery:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/beatd
 	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchCelery$$' ./testkit/soak -args -bench-celery -beatd $(CURDIR)/$(BIN) \
 		-bench-duration $(BENCH_DURATION) -out $(abspath $(BENCH_OUT)) $(BENCH_ARGS)
+
+# beatd's task-event consumer reading what Celery's own EventDispatcher
+# sends through Redis at EVENTS_RATE a second for EVENTS_FOR: CPU per event
+# and the heap over time (fails if it grows).
+EVENTS_RATE ?= 10000
+EVENTS_FOR ?= 60s
+bench-events:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchEvents$$' ./outcome -args -bench-events -events-rate $(EVENTS_RATE) -events-for $(EVENTS_FOR)
 
 # The failover drill on RabbitMQ (minutes): every fault kind at least twice,
 # audited by draining the queue. BEATD_DRILL_SEED and BEATD_DRILL_DURATION
