@@ -55,6 +55,10 @@ type Task struct {
 	idPrefix      []byte // "<cluster>/<entry>/" for the UUIDv5 name
 	expires       Expiry
 	amqp          amqpParts
+	// sent is the task-sent event's fields that never change (name, args
+	// and kwargs reprs, routing), for --send-task-events.
+	sent        []byte
+	sentRouting []byte // queue, "exchange": …, "routing_key": …
 }
 
 // header is one Celery message header: its JSON for the Redis envelope and
@@ -232,7 +236,72 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	b.fill(fillDeliveryTag)
 	b.static(`"}}`)
 	t.parts = b.parts
+	// What Celery's send_task_message adds to the task-sent event after
+	// the task's uuid, in its order (root_id and expires are per fire).
+	sent := appendJSON(nil, "parent_id")
+	sent = append(sent, ": null, \"name\": "...)
+	sent = appendJSON(sent, e.Task)
+	sent = append(sent, ", \"args\": "...)
+	sent = appendJSON(sent, arepr)
+	sent = append(sent, ", \"kwargs\": "...)
+	sent = appendJSON(sent, kwrepr)
+	sent = append(sent, ", \"retries\": 0, \"eta\": null"...)
+	t.sent = sent
+	t.sentRouting = append(appendJSON(nil, queue), ", \"exchange\": "...)
+	t.sentRouting = appendJSON(t.sentRouting, deliveryExchange)
+	t.sentRouting = append(t.sentRouting, ", \"routing_key\": "...)
+	t.sentRouting = appendJSON(t.sentRouting, deliveryKey)
 	return t, nil
+}
+
+// SentEvent is what AppendSentEvent needs from the sender: who sends, and
+// the Lamport clock Celery's dispatcher keeps.
+type SentEvent struct {
+	Hostname string // e.g. beatd@host
+	PID      int
+	Clock    uint64
+	Now      time.Time
+}
+
+// AppendSentEvent appends the task-sent event of f (published, so its ID
+// is set) as Kombu's Redis transport publishes it on the celeryev fanout,
+// routing key task.sent: Flower and `celery events` then show beatd's
+// sends as they show a producer's with task_send_sent_event.
+func (t *Task) AppendSentEvent(dst []byte, f *Fire, ev SentEvent) []byte {
+	body := make([]byte, 0, 512)
+	body = append(body, `{"hostname": `...)
+	body = appendJSON(body, ev.Hostname)
+	body = append(body, `, "utcoffset": 0, "pid": `...)
+	body = strconv.AppendInt(body, int64(ev.PID), 10)
+	body = append(body, `, "clock": `...)
+	body = strconv.AppendUint(body, ev.Clock, 10)
+	body = append(body, `, "uuid": "`...)
+	body = append(body, f.ID[:]...)
+	body = append(body, `", "root_id": "`...)
+	body = append(body, f.ID[:]...)
+	body = append(body, `", `...)
+	body = append(body, t.sent...)
+	body = append(body, `, "expires": `...)
+	if d := t.expires.Deadline(ev.Now); !d.IsZero() {
+		body = append(body, '"')
+		body = appendISO(body, d)
+		body = append(body, '"')
+	} else {
+		body = append(body, "null"...)
+	}
+	body = append(body, `, "queue": `...)
+	body = append(body, t.sentRouting...)
+	body = append(body, `, "timestamp": `...)
+	body = strconv.AppendFloat(body, float64(ev.Now.UnixNano())/1e9, 'f', -1, 64)
+	body = append(body, `, "type": "task-sent"}`...)
+	dst = append(dst, `{"body": "`...)
+	dst = base64.StdEncoding.AppendEncode(dst, body)
+	dst = append(dst, `", "content-encoding": "utf-8", "content-type": "application/json", "headers": {"hostname": `...)
+	dst = appendJSON(dst, ev.Hostname)
+	dst = append(dst, `}, "properties": {"delivery_mode": 1, "delivery_info": {"exchange": "celeryev", "routing_key": "task.sent"}, "priority": 0, "body_encoding": "base64", "delivery_tag": "`...)
+	tag := newUUID4()
+	dst = append(dst, tag[:]...)
+	return append(dst, `"}}`...)
 }
 
 // argsRepr is Celery's saferepr(args): as_task_v2 does "args = args or ()",

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
@@ -21,6 +22,19 @@ type outcomeFlags struct {
 	// Silence is how long without any report before status and the log
 	// say no outcome source is seen.
 	Silence time.Duration
+	// SendSentEvents publishes task-sent events, as a Celery producer with
+	// task_send_sent_event does.
+	SendSentEvents bool
+}
+
+// sentEventsFrom is the hostname beatd's task-sent events carry, or ""
+// without --send-task-events.
+func (m *Main) sentEventsFrom() string {
+	if !m.Outcomes.SendSentEvents {
+		return ""
+	}
+	host, _ := os.Hostname()
+	return "beatd@" + host
 }
 
 // DefaultOutcomeSilence is --outcome-silence's default.

@@ -218,6 +218,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	m.Sources.register(fs)
 	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")
 	fs.BoolVar(&m.Outcomes.TaskEvents, "task-events", true, "read the workers' task events (celery worker -E) from the broker for run outcomes")
+	fs.BoolVar(&m.Outcomes.SendSentEvents, "send-task-events", false, "publish a task-sent event for each message (Redis), so Flower and `celery events` show beatd's sends")
 	fs.DurationVar(&m.Outcomes.Silence, "outcome-silence", DefaultOutcomeSilence, "how long without any task event or result before status and the log say no outcome source is seen")
 	return fs
 }
@@ -337,7 +338,8 @@ func (m *Main) Run(ctx context.Context) error {
 	shortfalls := newShortfallCounter()
 	if pub == nil {
 		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
-			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls})
+			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
+			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 			return err
 		}

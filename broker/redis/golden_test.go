@@ -32,28 +32,6 @@ type capture struct {
 // messages.
 var randomProps = []string{"correlation_id", "reply_to", "delivery_tag"}
 
-// orderedKeys returns the keys of a JSON object in the order written.
-func orderedKeys(t *testing.T, raw json.RawMessage) []string {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	if _, err := dec.Token(); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, k.(string))
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return keys
-}
-
 func loadCapture(t *testing.T, name string) capture {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", "celery-wire", name+".json"))
@@ -78,7 +56,7 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 		t.Fatal(err)
 	}
 	delete(w, "_decoded_body")
-	if gk, wk := orderedKeys(t, got), slices.DeleteFunc(orderedKeys(t, want), func(k string) bool { return k == "_decoded_body" }); !reflect.DeepEqual(gk, wk) {
+	if gk, wk := testutil.JSONKeys(t, got), slices.DeleteFunc(testutil.JSONKeys(t, want), func(k string) bool { return k == "_decoded_body" }); !reflect.DeepEqual(gk, wk) {
 		t.Errorf("envelope keys %v, Celery %v", gk, wk)
 	}
 	gh, wh := g["headers"].(map[string]any), w["headers"].(map[string]any)
@@ -101,12 +79,12 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	}
 	// Header order: Celery's keys in Celery's order, then beatd's additions.
 	var gOrder []string
-	for _, k := range orderedKeys(t, rawField(t, got, "headers")) {
+	for _, k := range testutil.JSONKeys(t, rawField(t, got, "headers")) {
 		if !slices.Contains(testutil.GoldenBeatdHeaders, k) {
 			gOrder = append(gOrder, k)
 		}
 	}
-	wOrder := orderedKeys(t, rawField(t, want, "headers"))
+	wOrder := testutil.JSONKeys(t, rawField(t, want, "headers"))
 	if !reflect.DeepEqual(gOrder, wOrder) {
 		t.Errorf("header order\n got %v\nwant %v", gOrder, wOrder)
 	}
@@ -126,11 +104,11 @@ func compareMessage(t *testing.T, got, want json.RawMessage, argsTuple bool) {
 	// beatd sends periodic_task_name as django-celery-beat does: Celery
 	// 5.2.6 puts that send option right after reply_to (captured from
 	// apply_async(..., periodic_task_name=...)).
-	wk := orderedKeys(t, rawField(t, want, "properties"))
+	wk := testutil.JSONKeys(t, rawField(t, want, "properties"))
 	if i := slices.Index(wk, "reply_to"); i >= 0 {
 		wk = slices.Insert(wk, i+1, "periodic_task_name")
 	}
-	if gk := orderedKeys(t, rawField(t, got, "properties")); !reflect.DeepEqual(gk, wk) {
+	if gk := testutil.JSONKeys(t, rawField(t, got, "properties")); !reflect.DeepEqual(gk, wk) {
 		t.Errorf("property order %v, want %v", gk, wk)
 	}
 	if gp["periodic_task_name"] != entry || entry == nil {

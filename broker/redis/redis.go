@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,12 @@ type Options struct {
 	MinReplicas        int
 	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
 	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
+	// SentEventsFrom, when set, publishes a task-sent event for each new
+	// message, as this hostname (e.g. beatd@host), on the celeryev fanout
+	// of database SentEventsDB: Flower and `celery events` then show
+	// beatd's sends. Best effort: a failed event does not fail the publish.
+	SentEventsFrom string
+	SentEventsDB   int
 }
 
 // DefaultHistory is the runs each entry keeps.
@@ -242,6 +249,10 @@ type Publisher struct {
 
 	// legacy: this term found the legacy window open (RaiseFence).
 	legacy atomic.Bool
+
+	sentFrom    string        // task-sent events' hostname; "" sends none
+	sentChannel string        // /<db>.celeryev/task.sent
+	sentClock   atomic.Uint64 // the events' Lamport clock
 
 	mu    sync.Mutex
 	term  int64            // the token bindings were last written under
@@ -276,6 +287,8 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		now:           opts.Now,
 		bufs:          sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
 		repl:          newReplication(opts),
+		sentFrom:      opts.SentEventsFrom,
+		sentChannel:   fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
 	}
 }
 
@@ -343,7 +356,29 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fir
 			return broker.ErrStale
 		}
 	}
+	if p.sentFrom != "" {
+		p.sendSentEvents(ctx, fires, results, now)
+	}
 	return nil
+}
+
+// sendSentEvents publishes a task-sent event for each fire pushed (not
+// for duplicates), in one pipeline.
+func (p *Publisher) sendSentEvents(ctx context.Context, fires []celery.Fire, results []broker.Result, now time.Time) {
+	pipe := p.rdb.Pipeline()
+	n := 0
+	ev := celery.SentEvent{Hostname: p.sentFrom, PID: os.Getpid(), Now: now}
+	for i := range fires {
+		if results[i] != broker.ResultOK {
+			continue
+		}
+		ev.Clock = p.sentClock.Add(1)
+		pipe.Publish(ctx, p.sentChannel, fires[i].Task.AppendSentEvent(nil, &fires[i], ev))
+		n++
+	}
+	if n > 0 {
+		_, _ = pipe.Exec(ctx) // best effort: the messages are out
+	}
 }
 
 // flightFires is about how many fires one pipeline carries. A Publish

@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,4 +64,27 @@ func moduleRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
+}
+
+// JSONKeys returns the keys of a JSON object in the order written: the
+// wire tests hold beatd to the order Python's json.dumps writes.
+func JSONKeys(t testing.TB, raw []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
 }
