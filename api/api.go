@@ -73,17 +73,22 @@ type EntryStatus struct {
 	LastErrorAt     *time.Time `json:"last_error_at,omitempty"`
 	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
 
-	// What the workers reported, kept with the entry's state: the last
-	// runs and what each reached, the last success and failure on a
-	// worker, the failures in a row, and why pause_after_failures paused
-	// the entry. Running says the newest run has not finished.
+	Outcomes
+	Overlap string `json:"overlap,omitempty"`
+}
+
+// Outcomes is what the workers reported about an entry's runs, kept with
+// its state: the last runs and what each reached, the last success and
+// failure on a worker, the failures in a row, and why
+// pause_after_failures paused the entry. Running says the newest run has
+// not finished.
+type Outcomes struct {
 	Runs                []RunOutcome `json:"runs,omitempty"`
 	Running             bool         `json:"running,omitempty"`
 	LastSuccessAt       *time.Time   `json:"last_success_at,omitempty"`
 	LastFailureAt       *time.Time   `json:"last_failure_at,omitempty"`
 	ConsecutiveFailures int          `json:"consecutive_failures,omitempty"`
 	PauseReason         string       `json:"pause_reason,omitempty"`
-	Overlap             string       `json:"overlap,omitempty"`
 }
 
 // RunOutcome is one run of an entry and what became of it on the workers.

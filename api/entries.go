@@ -47,6 +47,8 @@ type Entry struct {
 	Paused   bool         `json:"paused"`
 	NextRuns []time.Time  `json:"next_runs"`
 	LastRuns []broker.Run `json:"last_runs"`
+	// Outcomes are what the workers reported about its runs.
+	Outcomes
 	// Spec is the stored document of a runtime entry (source api), and
 	// ModRevision its etcd mod revision, for If-Match.
 	Spec        json.RawMessage `json:"spec,omitempty"`

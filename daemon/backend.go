@@ -266,7 +266,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		st := states[name]
 		if st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
-			addOutcomes(&es, st.Out, keys.Cluster(prefix))
+			addOutcomes(&es.Outcomes, name, st.Out, keys.Cluster(prefix))
 		}
 		if e != nil && e.Overlap != "" && e.Overlap != config.OverlapAllow {
 			es.Overlap = string(e.Overlap)
@@ -294,8 +294,9 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	return out, nil
 }
 
-// addOutcomes fills es with what the workers reported about its runs.
-func addOutcomes(es *api.EntryStatus, o *store.Outcomes, cluster string) {
+// addOutcomes fills es with what the workers reported about the runs of
+// entry name.
+func addOutcomes(es *api.Outcomes, name string, o *store.Outcomes, cluster string) {
 	if o == nil {
 		return
 	}
@@ -307,7 +308,7 @@ func addOutcomes(es *api.EntryStatus, o *store.Outcomes, cluster string) {
 	for _, r := range o.Runs {
 		id := r.ID
 		if id == "" {
-			sid := celery.SlotIDOf(cluster, es.Name, r.Slot)
+			sid := celery.SlotIDOf(cluster, name, r.Slot)
 			id = string(sid[:])
 		}
 		ro := api.RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.Published,

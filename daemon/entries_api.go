@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/scheduler"
 
 	"github.com/beatd/beatd/api"
@@ -115,6 +116,7 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 		st := states[name]
 		if st != nil {
 			v.Paused = st.Paused
+			addOutcomes(&v.Outcomes, name, st.Out, keys.Cluster(a.prefix))
 		}
 		if h, ok := runs[name]; ok {
 			v.LastRuns = append(v.LastRuns, h.Runs...)

@@ -144,6 +144,12 @@ func TestOutcomesFromTaskEvents(t *testing.T) {
 	if ok.LastSuccessAt == nil {
 		t.Error("ok: no last success")
 	}
+	// The entries API shows the same outcomes.
+	code, body := p.get("/api/v1/entries/ok")
+	var apiEntry api.Entry
+	if code != 200 || json.Unmarshal([]byte(body), &apiEntry) != nil || !hasOutcome(api.EntryStatus{Outcomes: apiEntry.Outcomes}, "succeeded") {
+		t.Errorf("entries API: %d %s", code, body)
+	}
 	boom, _ := entryOf(st, "boom")
 	if !strings.Contains(boom.PauseReason, "ZeroDivisionError: division by zero") || boom.ConsecutiveFailures < 3 || boom.LastFailureAt == nil {
 		t.Errorf("boom: pause reason %q, failures %d, last failure %v", boom.PauseReason, boom.ConsecutiveFailures, boom.LastFailureAt)
