@@ -39,6 +39,10 @@ var shared struct {
 	etcdOnce sync.Once
 	etcd     *testutil.SecureEtcd
 	etcdErr  error
+
+	rabbitOnce sync.Once
+	rabbit     *harness.Rabbit
+	rabbitErr  error
 }
 
 func TestMain(m *testing.M) {
@@ -61,6 +65,9 @@ func TestMain(m *testing.M) {
 	}
 	if shared.etcd != nil {
 		shared.etcd.Stop()
+	}
+	if shared.rabbit != nil {
+		shared.rabbit.Close()
 	}
 	if tlsRedisShared.proc != nil {
 		tlsRedisShared.proc.Kill()
@@ -102,6 +109,21 @@ func certs(t *testing.T) *testutil.Certs {
 		t.Fatal(shared.certsErr)
 	}
 	return shared.certs
+}
+
+// sharedRabbit is the package's rabbitmq-server, started on first use.
+func sharedRabbit(t *testing.T) *harness.Rabbit {
+	t.Helper()
+	shared.rabbitOnce.Do(func() {
+		d := filepath.Join(shared.dir, "rabbit")
+		if shared.rabbitErr = os.MkdirAll(d, 0o755); shared.rabbitErr == nil {
+			shared.rabbit, shared.rabbitErr = harness.StartRabbit(d)
+		}
+	})
+	if shared.rabbitErr != nil {
+		t.Fatal(shared.rabbitErr)
+	}
+	return shared.rabbit
 }
 
 // etcdRootPassword is the secure etcd's root password.

@@ -381,6 +381,42 @@ func runCLI(t *testing.T, args ...string) (int, string) {
 	}
 }
 
+// TestOverlapOverRabbitMQ: the same policies on RabbitMQ, with the
+// outcomes from the celeryev topic exchange: skip and buffer_one never
+// run two at once on a pool that would, pause_after_failures pauses.
+func TestOverlapOverRabbitMQ(t *testing.T) {
+	rb := sharedRabbit(t)
+	rs := testutil.MustStartRedis(t) // the workers' result backend, where the executions are read
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4,
+		Name: "rabbit@%h", Env: []string{"BROKER_URL=" + rb.URL()}})
+	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
+  skipper: {task: tasks.sleep, every: 1s, args: [2.5, amqp-skip], overlap: skip}
+  buffered: {task: tasks.sleep, every: 1s, args: [2.5, amqp-buffer], overlap: buffer_one}
+  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}
+`)
+	p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/amqp-outcomes/",
+		"--broker", rb.URL(), "--lease-ttl", "2s", "--id", "q1")
+	waitFor(t, 60*time.Second, "outcomes over RabbitMQ", func() bool {
+		st := p.status(t)
+		skipper, _ := entryOf(st, "skipper")
+		boom, _ := entryOf(st, "boom")
+		return hasOutcome(skipper, "skipped") && hasOutcome(skipper, "succeeded") && boom.Paused
+	})
+	time.Sleep(6 * time.Second) // an observation window: more overlapping slots
+	for _, mark := range []string{"amqp-skip", "amqp-buffer"} {
+		ex := executions(t, rs, mark)
+		if len(ex) < 2 {
+			t.Errorf("%s ran %d times", mark, len(ex))
+		}
+		assertNoOverlap(t, mark, ex)
+	}
+	boom, _ := entryOf(p.status(t), "boom")
+	if !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
+		t.Errorf("boom: pause reason %q", boom.PauseReason)
+	}
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
