@@ -31,10 +31,15 @@ const (
 	// Skipped: the slot was not published because the previous run was
 	// unfinished (overlap: skip or buffer_one).
 	Skipped
+	// Unreported: no outcome within the overlap_timeout, while no source
+	// reported anything at all (no workers with -E, no result backend):
+	// beatd cannot tell a dead worker from its own blindness, so the run
+	// stops blocking without counting as a failure.
+	Unreported
 	numKinds
 )
 
-var kindNames = [...]string{"unknown", "published", "received", "started", "retried", "succeeded", "failed", "revoked", "expired", "lost", "skipped"}
+var kindNames = [...]string{"unknown", "published", "received", "started", "retried", "succeeded", "failed", "revoked", "expired", "lost", "skipped", "unreported"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {

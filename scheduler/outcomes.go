@@ -249,6 +249,17 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 	if now.Sub(r.Published) < deadline {
 		return true
 	}
+	f := l.s.cfg.Outcomes
+	if !f.LastReport(outcome.FromEvents).After(r.Published) && !f.LastReport(outcome.FromResults).After(r.Published) {
+		// Nothing reported anything since the run went out: beatd is
+		// blind, not the worker dead. Stop blocking; count no failure.
+		f.Unwatch(l.runID(name, r))
+		r.Kind, r.Updated = outcome.Unreported, now
+		l.dirty[name] = true
+		delete(l.unfinished, name)
+		l.s.cfg.Metrics.Runs.WithLabelValues(name, outcome.Unreported.String()).Inc()
+		return false
+	}
 	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
 		"task_id", l.runID(name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
 	l.s.cfg.Outcomes.Unwatch(l.runID(name, r))

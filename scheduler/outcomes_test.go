@@ -135,6 +135,7 @@ func TestOverlapPolicies(t *testing.T) {
 			entry: "{task: t, every: 10s, relative: true, overlap: skip, overlap_timeout: 15s}",
 			steps: func(h *outcomeHarness) {
 				h.at(10 * time.Second)
+				h.clock.Advance(100 * time.Millisecond)
 				h.report("e", s(10), outcome.Received)
 				h.at(20 * time.Second) // 10s old: skipped
 				h.at(30 * time.Second) // lost by the sweep at 25s; 30 publishes
@@ -142,6 +143,17 @@ func TestOverlapPolicies(t *testing.T) {
 			want:    ts(10, 30),
 			skipped: 1,
 			lost:    1,
+		},
+		{
+			name:  "with no report from any source the run is unreported, not lost",
+			entry: "{task: t, every: 10s, relative: true, overlap: skip, overlap_timeout: 15s}",
+			steps: func(h *outcomeHarness) {
+				h.at(10 * time.Second)
+				h.at(20 * time.Second) // skipped
+				h.at(30 * time.Second) // unreported at 25s; 30 publishes
+			},
+			want:    ts(10, 30),
+			skipped: 1,
 		},
 		{
 			name:  "a report for an older run does not unblock the newest",
