@@ -37,6 +37,9 @@ const (
 	// stops blocking without counting as a failure.
 	Unreported
 	numKinds
+
+	// NumKinds is one more than the largest Kind, for arrays by kind.
+	NumKinds = numKinds
 )
 
 var kindNames = [...]string{"unknown", "published", "received", "started", "retried", "succeeded", "failed", "revoked", "expired", "lost", "skipped", "unreported"}

@@ -8,6 +8,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The loop's side of outcomes: it records each published run in the
@@ -25,6 +26,47 @@ const maxReportsPerTurn = 4096
 
 // tracking says whether the loop records outcomes at all.
 func (l *loop) tracking() bool { return l.s.cfg.Outcomes != nil }
+
+// DefaultOutcomeLive is Config.OutcomeLive's default.
+const DefaultOutcomeLive = 10 * time.Minute
+
+// records says whether a publish of e at now is recorded as a run: always
+// for an entry whose scheduling depends on outcomes (overlap,
+// pause_after_failures), else only while some source reports: with no
+// worker sending events, recording every fire in etcd would cost each
+// fire for nothing.
+func (l *loop) records(e *entry, now time.Time) bool {
+	if !l.tracking() {
+		return false
+	}
+	if e.TracksOutcomes() {
+		return true
+	}
+	live := l.s.cfg.OutcomeLive
+	if live <= 0 {
+		live = DefaultOutcomeLive
+	}
+	f := l.s.cfg.Outcomes
+	since := now.Add(-live)
+	return f.LastReport(outcome.FromEvents).After(since) || f.LastReport(outcome.FromResults).After(since)
+}
+
+// countRun counts one of name's runs reaching k, through the entry's
+// cached counters (a label lookup per fire costs more than the rest).
+func (l *loop) countRun(name string, k outcome.Kind) {
+	e := l.set.byName[name]
+	if e == nil {
+		l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String()).Inc()
+		return
+	}
+	if e.runs == nil {
+		e.runs = new([outcome.NumKinds]prometheus.Counter)
+	}
+	if e.runs[k] == nil {
+		e.runs[k] = l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String())
+	}
+	e.runs[k].Inc()
+}
 
 // runID is the task id of one of e's runs.
 func (l *loop) runID(name string, r *store.Run) string {
@@ -64,7 +106,7 @@ func (l *loop) loadOutcomes() {
 // A duplicate of the newest run (a re-publish after failover) is not a
 // new run.
 func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
-	if !l.tracking() {
+	if !l.records(p.e, now) {
 		return
 	}
 	st := l.state(p.e.Name)
@@ -81,7 +123,7 @@ func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
 	l.pushRun(p.e.Name, st, r)
 	l.s.cfg.Outcomes.Watch(string(id[:]), p.e.Name)
 	l.unfinished[p.e.Name] = true
-	l.s.cfg.Metrics.Runs.WithLabelValues(p.e.Name, outcome.Published.String()).Inc()
+	l.countRun(p.e.Name, outcome.Published)
 }
 
 // pushRun adds r to st's runs and stops watching the run that fell off.
@@ -156,7 +198,7 @@ func (l *loop) applyReport(rep outcome.Report, now time.Time) {
 	}
 	l.dirty[rep.Entry] = true
 	if !rep.Kind.Finished() {
-		l.s.cfg.Metrics.Runs.WithLabelValues(rep.Entry, rep.Kind.String()).Inc()
+		l.countRun(rep.Entry, rep.Kind)
 	} else {
 		l.s.cfg.Outcomes.Unwatch(rep.TaskID)
 		l.finished(rep.Entry, st, run, now)
@@ -167,7 +209,7 @@ func (l *loop) applyReport(rep outcome.Report, now time.Time) {
 // failure streak and pause_after_failures, and buffer_one's held slot.
 func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now time.Time) {
 	m := l.s.cfg.Metrics
-	m.Runs.WithLabelValues(name, run.Kind.String()).Inc()
+	l.countRun(name, run.Kind)
 	if run.Runtime > 0 {
 		m.RunDuration.Observe(run.Runtime.Seconds())
 	}
@@ -257,7 +299,7 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 		r.Kind, r.Updated = outcome.Unreported, now
 		l.dirty[name] = true
 		delete(l.unfinished, name)
-		l.s.cfg.Metrics.Runs.WithLabelValues(name, outcome.Unreported.String()).Inc()
+		l.countRun(name, outcome.Unreported)
 		return false
 	}
 	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
@@ -315,7 +357,7 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 // skipOverlap records p's slot as skipped for overlap.
 func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
 	m := l.s.cfg.Metrics
-	m.Runs.WithLabelValues(p.e.Name, outcome.Skipped.String()).Inc()
+	l.countRun(p.e.Name, outcome.Skipped)
 	m.Missed.WithLabelValues(p.e.Name, ReasonOverlap).Inc()
 	if p.manual {
 		if p.req != nil {

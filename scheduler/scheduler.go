@@ -95,6 +95,10 @@ type Config struct {
 	// and applies the entries' overlap and pause_after_failures. Nil:
 	// outcomes are not tracked and overlap policies do not apply.
 	Outcomes *outcome.Feed
+	// OutcomeLive: an entry without overlap or pause_after_failures has
+	// its runs recorded only while a source reported within this long
+	// (default DefaultOutcomeLive).
+	OutcomeLive time.Duration
 	// Observer, if set, is called by the loop once per fire with its
 	// outcome (the web console's fire timeline). It must not block.
 	Observer func(entry string, slot time.Time, result broker.Result, lag time.Duration, manual bool)
@@ -129,6 +133,9 @@ type entry struct {
 	// made at the first fire: an entry that never fired weighs 72 bytes
 	// less, which counts at 100k entries.
 	fires *[5]prometheus.Counter
+	// runs holds its beatd_runs_total counters by outcome, made at the
+	// first run that reaches each.
+	runs *[outcome.NumKinds]prometheus.Counter
 	// sched is the schedule the loop runs: the entry's, with an interval
 	// anchored where it began (startEntry). Loop-owned; the definition
 	// itself is never changed, so other goroutines read it freely.
