@@ -3,7 +3,6 @@ package celery_test
 import (
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,14 +17,9 @@ import (
 // task_send_sent_event (testdata: redis-cli PSUBSCRIBE output).
 func capturedSent(t *testing.T) (channel string, msg []byte) {
 	t.Helper()
-	data, err := os.ReadFile("testdata/task-sent-psubscribe.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i+3 < len(lines); i++ {
-		if lines[i] == "pmessage" && strings.Contains(lines[i+2], "celeryev") {
-			return lines[i+2], []byte(lines[i+3])
+	for _, m := range testutil.ReadPSubscribe(t, "testdata/task-sent-psubscribe.txt") {
+		if strings.Contains(m.Channel, "celeryev") {
+			return m.Channel, m.Payload
 		}
 	}
 	t.Fatal("no task-sent event in the capture")

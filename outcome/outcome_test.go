@@ -1,10 +1,11 @@
 package outcome
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // captured reads testdata/redis-psubscribe.txt: redis-cli's PSUBSCRIBE *
@@ -13,23 +14,13 @@ import (
 // tasks.add. Its messages are (channel, payload) pairs.
 func captured(t *testing.T) (events [][]byte, metas [][]byte) {
 	t.Helper()
-	data, err := os.ReadFile("testdata/redis-psubscribe.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	for i := 0; i+3 < len(lines); i++ {
-		if lines[i] != "pmessage" {
-			continue
-		}
-		ch, payload := lines[i+2], []byte(lines[i+3])
+	for _, m := range testutil.ReadPSubscribe(t, "testdata/redis-psubscribe.txt") {
 		switch {
-		case strings.Contains(ch, ".celeryev/"):
-			events = append(events, payload)
-		case strings.HasPrefix(ch, "celery-task-meta-"):
-			metas = append(metas, payload)
+		case strings.Contains(m.Channel, ".celeryev/"):
+			events = append(events, m.Payload)
+		case strings.HasPrefix(m.Channel, "celery-task-meta-"):
+			metas = append(metas, m.Payload)
 		}
-		i += 3
 	}
 	return events, metas
 }

@@ -88,3 +88,29 @@ func JSONKeys(t testing.TB, raw []byte) []string {
 	}
 	return keys
 }
+
+// Published is one message of a `redis-cli PSUBSCRIBE` capture.
+type Published struct {
+	Channel string
+	Payload []byte
+}
+
+// ReadPSubscribe reads a file of redis-cli's PSUBSCRIBE output (the wire
+// captures of Celery's events and results) into its messages.
+func ReadPSubscribe(t testing.TB, path string) []Published {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	var out []Published
+	for i := 0; i+3 < len(lines); i++ {
+		if lines[i] != "pmessage" {
+			continue
+		}
+		out = append(out, Published{Channel: lines[i+2], Payload: []byte(lines[i+3])})
+		i += 3
+	}
+	return out
+}
