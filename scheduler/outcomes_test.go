@@ -246,6 +246,33 @@ func TestPauseAfterFailures(t *testing.T) {
 	}
 }
 
+// TestResumeAfterAutoPause: resuming an entry paused by
+// pause_after_failures clears the reason and the count, so one more
+// failure does not pause it again.
+func TestResumeAfterAutoPause(t *testing.T) {
+	h := newOutcomeHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 2}\n", t0.Add(time.Second), nil, nil)
+	h.start(7)
+	h.settle()
+	for _, sec := range []int{10, 20} {
+		h.at(time.Duration(sec) * time.Second)
+		h.report("e", t0.Add(time.Duration(sec)*time.Second), outcome.Failed, "ValueError", "bad")
+	}
+	h.at(30 * time.Second) // paused: not published
+	h.store.request(store.OpResume, "e")
+	eventually(t, 5*time.Second, "the resume applied", func() bool { return len(h.store.pending()) == 0 })
+	h.settle()
+	h.at(40 * time.Second)
+	h.report("e", t0.Add(40*time.Second), outcome.Failed, "ValueError", "bad")
+	h.at(50 * time.Second) // one failure after the resume: still running
+	if got := h.disp.list(); len(got) != 4 {
+		t.Errorf("published %v: want 10, 20, 40, 50", got)
+	}
+	h.stop()
+	if st := h.store.get("e"); st == nil || st.Paused || st.Out.PauseReason != "" || st.Out.Failures != 1 {
+		t.Errorf("after resume and one failure: %+v %+v", st, st.Out)
+	}
+}
+
 // TestOverlapSurvivesFailover: a run in progress when its leader stops is
 // still in progress for the next leader, which keeps skipping until the
 // run's outcome arrives.

@@ -923,6 +923,11 @@ func (l *loop) handleRequests(reqs []store.Request) {
 		case store.OpResume:
 			// Slots of the pause are not owed, even to a later leader.
 			st.Paused = false
+			if st.Out != nil {
+				// A resume starts the failure count afresh: the next
+				// failure must not pause again at once.
+				st.Out.PauseReason, st.Out.Failures = "", 0
+			}
 			st.Since = l.s.cfg.Clock.Now()
 			if ev, ok := e.sched.(*schedule.Every); ok {
 				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
