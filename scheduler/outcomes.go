@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -99,6 +100,55 @@ func (l *loop) loadOutcomes() {
 				l.unfinished[name] = true
 			}
 		}
+	}
+}
+
+// adoptUnrecorded records, for the entries with an overlap policy, the
+// run the broker says was published last when the loaded state does not
+// know it (the previous leader died between the publish and its state
+// write), so the new leader does not publish over it. Best effort: a
+// broker that does not answer leaves the state as loaded.
+func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
+	lp, ok := l.s.cfg.Dispatcher.(LastPublisher)
+	if !ok {
+		return
+	}
+	var names []string
+	for name, e := range l.set.byName {
+		if e.Overlap != "" && e.Overlap != config.OverlapAllow {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	last, err := lp.LastPublished(ctx, names)
+	if err != nil {
+		l.s.log.Warn("could not read the last published runs; overlap trusts the stored state", "err", err)
+		return
+	}
+	for name, r := range last {
+		e := l.set.byName[name]
+		st := l.state(name)
+		if st.Out == nil {
+			st.Out = &store.Outcomes{}
+		}
+		known := false
+		for _, k := range st.Out.Runs {
+			known = known || k.Kind != outcome.Skipped && (r.Manual && k.ID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot))
+		}
+		n := st.Out.Newest()
+		if known || n != nil && !r.PublishedAt.After(n.Published) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
+			continue
+		}
+		run := store.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, Published: r.PublishedAt}
+		if r.Manual {
+			run.ID = r.TaskID
+		}
+		st.Out.Push(run)
+		l.baseline = append(l.baseline, *st)
+		l.s.log.Info("adopted a run the previous leader published after its last state write", "entry", name,
+			"slot", r.Slot.UTC().Format(time.RFC3339Nano), "task_id", r.TaskID)
 	}
 }
 
@@ -332,6 +382,9 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 		busy := inBatch[p.e.Name]
 		if !busy && st.Out != nil {
 			busy = l.expireRun(p.e.Name, st, now)
+			if n := st.Out.Newest(); busy && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
+				busy = false // the run itself, caught up again: the broker dedups it
+			}
 		}
 		if !busy {
 			if inBatch == nil {

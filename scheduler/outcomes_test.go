@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
@@ -329,4 +330,57 @@ func TestManualTriggerAndOverlap(t *testing.T) {
 	eventually(t, 5*time.Second, "the request completed", func() bool { return len(h.store.pending()) == 0 })
 	h.store.request(store.OpTrigger, "e")
 	eventually(t, 5*time.Second, "a plain trigger over the unfinished run", func() bool { return len(h.disp.list()) == 2 })
+}
+
+// lastDispatcher is a fakeDispatcher that also says what it published
+// last of each entry, as the Redis publisher's run records do.
+type lastDispatcher struct {
+	*fakeDispatcher
+	last map[string]broker.Run
+}
+
+func (d *lastDispatcher) LastPublished(_ context.Context, entries []string) (map[string]broker.Run, error) {
+	out := map[string]broker.Run{}
+	for _, n := range entries {
+		if r, ok := d.last[n]; ok {
+			out[n] = r
+		}
+	}
+	return out, nil
+}
+
+// TestOverlapAdoptsUnrecordedRun: the previous leader published a slot and
+// died before writing its state; the new leader learns of the run from
+// the broker and skips while it is unfinished.
+func TestOverlapAdoptsUnrecordedRun(t *testing.T) {
+	yaml := "entries:\n  e: {task: t, every: 10s, relative: true, overlap: skip}\n"
+	disp := &lastDispatcher{fakeDispatcher: newFakeDispatcher(),
+		last: map[string]broker.Run{"e": {Slot: t0.Add(10 * time.Second), PublishedAt: t0.Add(10 * time.Second)}}}
+	st := newMemStore(8)
+	st.states["e"] = &store.EntryState{Name: "e", Since: t0, LastSlot: t0} // written before the slot of 10s
+	h := newOutcomeHarness(t, yaml, t0.Add(12*time.Second), st, nil)
+	s, err := New(Config{Dispatcher: disp, Store: st, Clock: h.clock, Metrics: h.sched.cfg.Metrics, Cluster: "beatd/test",
+		Origin: "beatd@test", Outcomes: h.feed}, mustConfig(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sched, h.disp = s, disp.fakeDispatcher
+	h.start(8)
+	h.settle()
+	h.at(20 * time.Second)
+	h.at(30 * time.Second)
+	for _, p := range disp.list() {
+		if p != "e 2026-11-30T10:00:10Z" { // the catch-up of 10s is a duplicate, not a new run
+			t.Errorf("published %s over the run the broker knew of", p)
+		}
+	}
+	if got := h.runs("e", outcome.Skipped); got != 2 {
+		t.Errorf("skipped %v, want 2", got)
+	}
+	h.clock.Advance(100 * time.Millisecond)
+	h.report("e", t0.Add(10*time.Second), outcome.Succeeded)
+	h.at(40 * time.Second)
+	if got := disp.list(); len(got) == 0 || got[len(got)-1] != "e 2026-11-30T10:00:40Z" {
+		t.Errorf("after the adopted run ended: %v", got)
+	}
 }

@@ -38,6 +38,15 @@ type Forgetter interface {
 	Forget(ctx context.Context, token int64, entries []string) error
 }
 
+// LastPublisher is a Dispatcher that can say the last run it published
+// of each entry (Redis: the entry's newest run record). A new leader
+// reads it for the entries whose overlap policy must know a run in
+// progress: its predecessor may have published one after its last state
+// write.
+type LastPublisher interface {
+	LastPublished(ctx context.Context, entries []string) (map[string]broker.Run, error)
+}
+
 // StateStore persists entry state, every write guarded by leadership.
 type StateStore interface {
 	Load(ctx context.Context) (*store.Table, error)
@@ -384,6 +393,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	l.unfinished = map[string]bool{}
 	if f := s.cfg.Outcomes; f != nil {
 		l.reports = f.Reports()
+		l.adoptUnrecorded(ctx, now)
 		l.loadOutcomes()
 	}
 	if err := l.forget(ctx, gone); err != nil {
@@ -397,7 +407,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	// The first baselines (every entry of a first start) go straight
 	// into the table, not through the persister's change map.
 	for _, st := range l.baseline {
-		table.Set(st)
+		table.Set(st.Clone()) // the table is the persister's from here
 	}
 	l.baseline = nil
 	return table, nil

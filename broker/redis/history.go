@@ -151,3 +151,34 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 	}
 	return out, nil
 }
+
+// LastPublished returns the newest run record of each of entries that
+// has one: what the last leader published, even after its last state
+// write. A new leader reads it for the entries whose overlap policy
+// must know a run in progress.
+func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[string]broker.Run, error) {
+	out := make(map[string]broker.Run, len(entries))
+	if len(entries) == 0 {
+		return out, nil
+	}
+	pipe := p.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(entries))
+	for i, n := range entries {
+		cmds[i] = pipe.LIndex(ctx, p.historyKey(n), 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("publisher: read the last runs: %w", err)
+	}
+	for i, n := range entries {
+		b, err := cmds[i].Bytes()
+		if err != nil {
+			continue // none yet
+		}
+		r, _, err := p.parseRun(n, b)
+		if err != nil {
+			return nil, err
+		}
+		out[n] = r
+	}
+	return out, nil
+}

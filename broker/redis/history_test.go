@@ -164,3 +164,31 @@ func namedTask(t *testing.T, name, yaml string) *celery.Task {
 	}
 	return task
 }
+
+// TestLastPublished: the newest run record of each entry, what a new
+// leader adopts for overlap; an entry never published has none.
+func TestLastPublished(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	ctx := context.Background()
+	p := New(rs.Client(), Options{Cluster: "beatd/test", KeyPrefix: "beatd:{last}:"})
+	task := compileTest(t, "    {task: tasks.add, every: 1s}")
+	slot := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if err := p.RaiseFence(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	fires := []celery.Fire{{Task: task, Slot: slot}, {Task: task, Slot: slot.Add(time.Second)}}
+	if err := p.Publish(ctx, 1, fires, make([]broker.Result, 2)); err != nil {
+		t.Fatal(err)
+	}
+	last, err := p.LastPublished(ctx, []string{task.Name, "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := last[task.Name]
+	if !ok || !r.Slot.Equal(slot.Add(time.Second)) || r.TaskID != string(fires[1].ID[:]) || r.PublishedAt.IsZero() {
+		t.Errorf("last run %+v (%v)", r, ok)
+	}
+	if _, ok := last["never"]; ok {
+		t.Error("a run for an entry never published")
+	}
+}
