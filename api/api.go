@@ -75,6 +75,11 @@ type EntryStatus struct {
 
 	Outcomes
 	Overlap string `json:"overlap,omitempty"`
+	// Finished: it reached its end_at or made its max_runs, and will not
+	// fire again (which is not an error). RemainingRuns is what is left
+	// of its max_runs.
+	Finished      bool `json:"finished,omitempty"`
+	RemainingRuns *int `json:"remaining_runs,omitempty"`
 }
 
 // Outcomes is what the workers reported about an entry's runs, kept with

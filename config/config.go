@@ -81,8 +81,13 @@ type Entry struct {
 	OverlapTimeout     time.Duration
 	PauseAfterFailures int
 	StartAt            time.Time
-	Line, Column       int
-	relative           bool // every's grid is clock-aligned (read while decoding)
+	// EndAt (end_at) is when the entry's last slot may fall; MaxRuns
+	// (max_runs, 0: no limit) how many scheduled runs it makes in all.
+	// Past either the entry is finished, not failing.
+	EndAt        time.Time
+	MaxRuns      int
+	Line, Column int
+	relative     bool // every's grid is clock-aligned (read while decoding)
 	// Source names where the entry came from: "" or "file" for
 	// schedules.yaml, "api", "django-celery-beat".
 	Source string
@@ -165,7 +170,7 @@ var (
 		"overlap", "overlap_timeout", "pause_after_failures"}
 	entryKeys = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
-		"overlap", "overlap_timeout", "pause_after_failures"}
+		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
@@ -442,6 +447,23 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	e.Overlap, e.OverlapTimeout, e.PauseAfterFailures = run.overlap, run.overlapTimeout, run.pauseAfter
 	if v, ok := f["start_at"]; ok {
 		e.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
+	}
+	if v, ok := f["end_at"]; ok {
+		if t, ok := d.timestamp(v.val, "end_at", e.Location); ok {
+			e.EndAt = t
+			if !e.StartAt.IsZero() && !t.After(e.StartAt) {
+				d.errorf(v.val, "entry %q: end_at %s is not after start_at %s", name, t.Format(time.RFC3339), e.StartAt.Format(time.RFC3339))
+			}
+		}
+	}
+	if v, ok := f["max_runs"]; ok {
+		if n, ok := d.integer(v.val, "max_runs"); ok {
+			if n < 1 {
+				d.errorf(v.val, "entry %q: max_runs must be at least 1, got %d (leave it out for no limit)", name, n)
+			} else {
+				e.MaxRuns = n
+			}
+		}
 	}
 	if v, ok := f["relative"]; ok {
 		e.relative, _ = d.boolean(v.val, "relative")

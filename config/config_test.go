@@ -71,6 +71,17 @@ entries:
     every: 5s
     cron: "* * * * *"
 `, want: []string{"6:5: entry \"a\": every and cron both given"}},
+		{name: "end_at before start_at, max_runs 0", yaml: `
+entries:
+  a: {task: t, every: 1h, start_at: "2027-01-02T00:00:00Z", end_at: "2027-01-01T00:00:00Z"}
+  b: {task: t, every: 1h, max_runs: 0}
+`, want: []string{"3:69: entry \"a\": end_at 2027-01-01T00:00:00Z is not after start_at 2027-01-02T00:00:00Z",
+			"4:37: entry \"b\": max_runs must be at least 1, got 0"}},
+		{name: "overlap and its timeout", yaml: `
+entries:
+  a: {task: t, every: 1h, overlap: sometimes, overlap_timeout: -5s, pause_after_failures: -1}
+`, want: []string{"3:36: overlap must be allow, skip or buffer_one, got \"sometimes\"", "3:64: overlap_timeout must be positive",
+			"3:91: pause_after_failures must be between 0 (never) and 1000000, got -1"}},
 		{name: "duplicate entry", yaml: `
 entries:
   a: {task: t, every: 1s}

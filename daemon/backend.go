@@ -277,6 +277,11 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		}
 		if e != nil {
 			es.NextRunAt = timePtr(scheduler.NextFire(e, st, now))
+			var left int
+			es.Finished, left = scheduler.Finished(e, st, now)
+			if left >= 0 {
+				es.RemainingRuns = &left
+			}
 		}
 		out.Entries = append(out.Entries, es)
 		seen[name] = true

@@ -27,6 +27,10 @@ func Describe(s Schedule) string {
 		return s.cal.describe()
 	case *NotBefore:
 		return Describe(s.Schedule) + ", not before " + s.Start.Format("2006-01-02 15:04 -07:00")
+	case *Until:
+		return Describe(s.Schedule) + ", until " + s.End.Format("2006-01-02 15:04 -07:00")
+	case Never:
+		return "never"
 	case nil:
 		return "never"
 	}

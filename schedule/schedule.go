@@ -183,3 +183,42 @@ func (nb *NotBefore) Next(t time.Time) time.Time {
 func (nb *NotBefore) String() string {
 	return fmt.Sprintf("%v from %s", nb.Schedule, nb.Start.Format(time.RFC3339))
 }
+
+// Until drops the slots of a schedule that fall after End (end_at).
+type Until struct {
+	Schedule
+	End time.Time
+}
+
+// Next returns the first slot strictly after t, or zero past End.
+func (u *Until) Next(t time.Time) time.Time {
+	n := u.Schedule.Next(t)
+	if n.IsZero() || n.After(u.End) {
+		return time.Time{}
+	}
+	return n
+}
+
+func (u *Until) String() string {
+	return fmt.Sprintf("%v until %s", u.Schedule, u.End.Format(time.RFC3339))
+}
+
+// Never has no slot: an entry that has run its max_runs.
+type Never struct{}
+
+// Next returns the zero time.
+func (Never) Next(time.Time) time.Time { return time.Time{} }
+
+func (Never) String() string { return "never" }
+
+// Base strips the wrappers that only cut a schedule short (Until), for
+// callers that need the grid itself.
+func Base(s Schedule) Schedule {
+	for {
+		u, ok := s.(*Until)
+		if !ok {
+			return s
+		}
+		s = u.Schedule
+	}
+}

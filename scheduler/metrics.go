@@ -50,7 +50,7 @@ var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual}
 // ResultManual is the result label of a manual trigger published.
 const ResultManual = "manual"
 
-var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved, ReasonOverlap}
+var missedReasons = []string{ReasonWindow, ReasonOnce, ReasonMaxCatchup, ReasonSkip, ReasonPaused, ReasonRemoved, ReasonOverlap, ReasonMaxRuns}
 
 // alertedOutcomes are the run outcomes whose series exist from the start,
 // so rate() and absent-free alerts work before the first of them.
@@ -152,6 +152,7 @@ const (
 	ReasonMaxCatchup = "max_catchup"    // beyond max_catchup under catchup: all
 	ReasonSkip       = "catchup_skip"   // missed under catchup: skip
 	ReasonPaused     = "paused"
-	ReasonRemoved    = "removed" // pending when its entry left the config
-	ReasonOverlap    = "overlap" // the previous run was unfinished (overlap: skip or buffer_one)
+	ReasonRemoved    = "removed"  // pending when its entry left the config
+	ReasonOverlap    = "overlap"  // the previous run was unfinished (overlap: skip or buffer_one)
+	ReasonMaxRuns    = "max_runs" // the entry had made its max_runs
 )

@@ -20,7 +20,28 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 	} else if st != nil && !st.LastSlot.IsZero() {
 		since = st.LastSlot
 	}
-	return schedule.Anchor(e.Schedule, since)
+	if e.MaxRuns > 0 && st != nil && st.Runs >= uint64(e.MaxRuns) {
+		return schedule.Never{} // it has made its max_runs
+	}
+	s := schedule.Anchor(e.Schedule, since)
+	if !e.EndAt.IsZero() {
+		s = &schedule.Until{Schedule: s, End: e.EndAt}
+	}
+	return s
+}
+
+// Finished says e will not fire again because it reached its end_at or
+// made its max_runs (not because it is disabled or paused), and how many
+// runs it has left (-1: no max_runs).
+func Finished(e *config.Entry, st *store.EntryState, now time.Time) (finished bool, remaining int) {
+	remaining = -1
+	if e.MaxRuns > 0 {
+		remaining = e.MaxRuns
+		if st != nil {
+			remaining = max(e.MaxRuns-int(min(st.Runs, uint64(e.MaxRuns))), 0)
+		}
+	}
+	return remaining == 0 || !e.EndAt.IsZero() && Anchored(e, st, now).Next(now).IsZero(), remaining
 }
 
 // NextFire is the one answer to "when does e fire next, after now": the

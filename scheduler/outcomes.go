@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -103,10 +104,11 @@ func (l *loop) loadOutcomes() {
 	}
 }
 
-// adoptUnrecorded records, for the entries with an overlap policy, the
-// run the broker says was published last when the loaded state does not
-// know it (the previous leader died between the publish and its state
-// write), so the new leader does not publish over it. Best effort: a
+// adoptUnrecorded takes in the run the broker says was published last
+// when the loaded state does not know it (the previous leader died
+// between the publish and its state write): an entry with max_runs
+// counts it, and one with an overlap policy records it as in progress,
+// so the new leader neither runs once too often nor publishes over it. Best effort: a
 // broker that does not answer leaves the state as loaded.
 func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	lp, ok := l.s.cfg.Dispatcher.(LastPublisher)
@@ -115,7 +117,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	var names []string
 	for name, e := range l.set.byName {
-		if e.Overlap != "" && e.Overlap != config.OverlapAllow {
+		if e.Overlap != "" && e.Overlap != config.OverlapAllow || e.MaxRuns > 0 {
 			names = append(names, name)
 		}
 	}
@@ -130,6 +132,16 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	for name, r := range last {
 		e := l.set.byName[name]
 		st := l.state(name)
+		if e.MaxRuns > 0 && !r.Manual && r.Slot.After(st.LastSlot) {
+			// Published after the last state write: it counts, and
+			// is not caught up as a new run.
+			st.Runs++
+			st.LastSlot = r.Slot
+			l.baseline = append(l.baseline, *st)
+		}
+		if e.Overlap == "" || e.Overlap == config.OverlapAllow {
+			continue
+		}
 		if st.Out == nil {
 			st.Out = &store.Outcomes{}
 		}
@@ -367,12 +379,29 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 // skipped and buffer_one keeps one slot for when the run ends. The rest
 // are returned, in order.
 func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire {
-	if !l.tracking() {
-		return batch
-	}
 	kept := batch[:0]
 	var inBatch map[string]bool
+	var counted map[string]uint64
 	for _, p := range batch {
+		if p.e.MaxRuns > 0 && !p.manual {
+			// Past max_runs nothing more is published, however many slots
+			// a catch-up queued.
+			st := l.state(p.e.Name)
+			if counted == nil {
+				counted = map[string]uint64{}
+			}
+			if p.slot.After(st.LastSlot) {
+				if st.Runs+counted[p.e.Name] >= uint64(p.e.MaxRuns) {
+					l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonMaxRuns).Inc()
+					continue
+				}
+				counted[p.e.Name]++
+			}
+		}
+		if !l.tracking() {
+			kept = append(kept, p)
+			continue
+		}
 		pol := p.e.Overlap
 		if pol == config.OverlapAllow || pol == "" || p.manual && (p.req == nil || !p.req.RespectOverlap) {
 			kept = append(kept, p)
@@ -429,6 +458,16 @@ func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
 	}
 	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
 		"overlap", string(p.e.Overlap))
+}
+
+// finishEntry takes e off the heap: it has made its max_runs.
+func (l *loop) finishEntry(e *entry) {
+	if it := l.items[e.Name]; it != nil {
+		heap.Remove(&l.heap, it.index)
+		delete(l.items, e.Name)
+	}
+	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
+	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns)
 }
 
 // saveDirty hands the states changed since the last save to the

@@ -384,3 +384,63 @@ func TestOverlapAdoptsUnrecordedRun(t *testing.T) {
 		t.Errorf("after the adopted run ended: %v", got)
 	}
 }
+
+// TestMaxRunsAndEndAt: max_runs stops an entry after N scheduled runs,
+// across a failover in which the previous leader's last run was never
+// written to etcd; end_at stops one at its end. Both then show as
+// finished.
+func TestMaxRunsAndEndAt(t *testing.T) {
+	yaml := "entries:\n  n: {task: t, every: 10s, relative: true, max_runs: 3}\n" +
+		"  until: {task: t, every: 10s, relative: true, end_at: '2026-11-30T10:00:25Z'}\n"
+	h := newOutcomeHarness(t, yaml, t0.Add(time.Second), nil, nil)
+	h.start(7)
+	h.settle()
+	h.at(10 * time.Second)
+	h.at(20 * time.Second)
+	h.stop()
+	// The third run goes out from a leader that dies before its state
+	// write: the broker knows of it, etcd does not.
+	disp := &lastDispatcher{fakeDispatcher: h.disp,
+		last: map[string]broker.Run{"n": {Slot: t0.Add(30 * time.Second), PublishedAt: t0.Add(30 * time.Second)}}}
+	h.disp.seen["n 2026-11-30T10:00:30Z"] = true
+	st := newMemStore(8)
+	st.states = h.store.states
+	// Started after 10:00:40 too: catch-up once would fire that slot, a
+	// 4th run, unless the broker's 3rd is counted.
+	second := newOutcomeHarness(t, yaml, t0.Add(45*time.Second), st, nil)
+	s, err := New(Config{Dispatcher: disp, Store: st, Clock: second.clock, Metrics: second.sched.cfg.Metrics, Cluster: "beatd/test",
+		Origin: "beatd@test", Outcomes: second.feed}, mustConfig(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.sched, second.disp = s, disp.fakeDispatcher
+	second.start(8)
+	second.settle()
+	second.at(50 * time.Second)
+	second.at(60 * time.Second)
+	var n, until []string
+	for _, p := range disp.list() {
+		if strings.HasPrefix(p, "n ") {
+			n = append(n, p)
+		} else {
+			until = append(until, p)
+		}
+	}
+	if want := slots("n", "2026-11-30T10:00:10Z", "2026-11-30T10:00:20Z"); strings.Join(n, ",") != strings.Join(want, ",") {
+		t.Errorf("n published %v (plus the broker's 10:00:30): want %v and nothing after its 3rd run", n, want)
+	}
+	if want := slots("until", "2026-11-30T10:00:10Z", "2026-11-30T10:00:20Z"); strings.Join(until, ",") != strings.Join(want, ",") {
+		t.Errorf("until published %v, want %v", until, want)
+	}
+	second.stop()
+	cfg := mustConfig(t, yaml)
+	for _, name := range []string{"n", "until"} {
+		stored := st.get(name)
+		if fin, _ := Finished(cfg.Entry(name), stored, t0.Add(time.Minute)); !fin {
+			t.Errorf("%s not finished: %+v", name, stored)
+		}
+	}
+	if _, left := Finished(cfg.Entry("n"), st.get("n"), t0.Add(time.Minute)); left != 0 {
+		t.Errorf("n has %d runs left", left)
+	}
+}

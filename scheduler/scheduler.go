@@ -317,6 +317,9 @@ type loop struct {
 	// reports are the outcome feed's (nil: outcomes not tracked);
 	// unfinished holds the entries whose newest run has not ended, which
 	// sweepLost looks at every lostSweep.
+	// mustFlush: the batch changed a max_runs count, which is written
+	// before the next batch.
+	mustFlush     bool
 	reports       <-chan outcome.Report
 	unfinished    map[string]bool
 	nextLostSweep time.Time
@@ -466,6 +469,7 @@ func (l *loop) run(ctx context.Context) error {
 			}
 		}
 		if len(l.pending) > 0 {
+			l.persist.bursting.Store(true)
 			err := l.publishPending(ctx)
 			switch {
 			case err == nil:
@@ -476,6 +480,7 @@ func (l *loop) run(ctx context.Context) error {
 				return l.finish()
 			}
 			// Transient: keep the slots pending and retry with backoff.
+			l.persist.bursting.Store(false)
 			arm(l.nextBackoff())
 			select {
 			case <-ctx.Done():
@@ -494,6 +499,7 @@ func (l *loop) run(ctx context.Context) error {
 		if len(l.pending) > 0 {
 			continue
 		}
+		l.persist.bursting.Store(false)
 		// Measured from the clock as the timer is armed: time that passed
 		// since now was read must not push the deadline back.
 		wait := time.Hour
@@ -687,6 +693,15 @@ func (l *loop) publishPending(ctx context.Context) error {
 				st := l.state(p.e.Name)
 				if p.slot.After(st.LastSlot) {
 					st.LastSlot = p.slot
+					// A duplicate of a slot after the stored one is the
+					// previous leader's unrecorded run: it counts too.
+					if p.e.MaxRuns > 0 {
+						st.Runs++
+						l.mustFlush = true
+						if st.Runs >= uint64(p.e.MaxRuns) {
+							l.finishEntry(p.e)
+						}
+					}
 				}
 				st.Imported = false
 				l.dirty[p.e.Name] = true
@@ -723,7 +738,10 @@ func (l *loop) publishPending(ctx context.Context) error {
 		// While etcd refuses writes, waiting for each batch's write would
 		// make every fire late: fire on time, as with Redis, and let the
 		// state catch up (the broker's journal covers the gap).
-		if s.cfg.PersistEachBatch && l.persist.writeError() == nil {
+		if (s.cfg.PersistEachBatch || l.mustFlush) && l.persist.writeError() == nil {
+			// A max_runs count is written before the entry fires again,
+			// so a new leader cannot count short and run once too often.
+			l.mustFlush = false
 			fctx, cancel := context.WithTimeout(ctx, max(s.cfg.StateInterval, writeAttemptTimeout))
 			if ferr := l.persist.flush(fctx, true); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
 				s.log.Warn("batch state not persisted before the next batch", "err", ferr)
@@ -939,7 +957,7 @@ func (l *loop) handleRequests(reqs []store.Request) {
 				st.Out.PauseReason, st.Out.Failures = "", 0
 			}
 			st.Since = l.s.cfg.Clock.Now()
-			if ev, ok := e.sched.(*schedule.Every); ok {
+			if ev, ok := schedule.Base(e.sched).(*schedule.Every); ok {
 				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
 			}
 			l.persist.complete(r, st)

@@ -36,6 +36,9 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := EntryState{Name: "e", LastSlot: slot, Since: slot.Add(-time.Hour), Out: tc.out}
+			if tc.out != nil {
+				st.Runs = 300 // a max_runs entry's count rides along
+			}
 			tab := NewTable()
 			tab.Set(st)
 			b := BucketOf("e")

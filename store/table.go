@@ -37,6 +37,9 @@ type EntryState struct {
 	// is tracked for it (nil before). It is shared by copies of the
 	// state: Clone before handing a state to another goroutine.
 	Out *Outcomes
+	// Runs counts the scheduled runs published, kept only for entries
+	// with max_runs.
+	Runs uint64
 }
 
 // Clone is a copy that shares nothing with st.
@@ -252,8 +255,9 @@ func (t *Table) Prune(configured func(string) bool, now time.Time, grace time.Du
 //	record: uvarint len(name) | name | flags | times...
 //
 // flags say which of LastSlot, Since, RemovedAt follow (in that order),
-// whether the entry is paused, and whether its outcomes (Outcomes, see
-// appendOutcomes) follow the times. A bucket with no outcomes is written
+// whether the entry is paused, and whether its run count (max_runs
+// entries) and its outcomes (Outcomes, see appendOutcomes) follow the
+// times, in that order. A bucket with no outcomes is written
 // as format 2, which the releases before outcomes read; one with any is
 // format 3. A time is zigzag(seconds-base)<<1 |
 // hasNanos as a uvarint, then the nanoseconds if any: slots are whole
@@ -268,6 +272,7 @@ const (
 	flagPaused  = 1 << 3
 	flagImport  = 1 << 4
 	flagOutcome = 1 << 5
+	flagRuns    = 1 << 6
 )
 
 // appendBucket encodes bucket b into dst.
@@ -281,7 +286,7 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 	}
 	format := byte(formatNoOutcomes)
 	for _, st := range m {
-		if st.Out != nil {
+		if st.Out != nil || st.Runs > 0 {
 			format = bucketFormat
 			break
 		}
@@ -310,11 +315,17 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 		if st.Out != nil {
 			f |= flagOutcome
 		}
+		if st.Runs > 0 {
+			f |= flagRuns
+		}
 		dst = append(dst, f)
 		for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
 			if !tm.IsZero() {
 				dst = appendTime(dst, tm, base)
 			}
+		}
+		if st.Runs > 0 {
+			dst = binary.AppendUvarint(dst, st.Runs)
 		}
 		if st.Out != nil {
 			dst = appendOutcomes(dst, st.Out, base)
@@ -413,6 +424,12 @@ func eachRecord(b []byte, f func(EntryState)) error {
 			}
 			var err error
 			if *x.dst, b, err = readTime(b, base); err != nil {
+				return err
+			}
+		}
+		if flags&flagRuns != 0 {
+			var err error
+			if st.Runs, b, err = readUvarint(b); err != nil {
 				return err
 			}
 		}
