@@ -291,6 +291,14 @@ func (c *conv) schedule(add func(string, ...any)) error {
 	default:
 		return fmt.Errorf("schedule %s has no beatd equivalent", s.Repr)
 	}
+	if !e.End.IsZero() && s.Type != "clocked" {
+		if !e.Start.IsZero() && !e.End.After(e.Start) {
+			c.note("expires %s is not after start_time: the entry never runs", e.End.Format(time.RFC3339))
+			e.Enabled = false
+		} else {
+			add("end_at: %s", quote(e.End.Format(time.RFC3339Nano)))
+		}
+	}
 	return nil
 }
 

@@ -107,6 +107,7 @@ func parseDjango(origin string, rows []djangoRow) (*Source, error) {
 				return nil, fmt.Errorf("%s: expires: %w", where, err)
 			}
 			e.Options = append(e.Options, Option{Key: "expires", Value: json.RawMessage(strconv.Quote(t.Format(time.RFC3339Nano)))})
+			e.End = t // django-celery-beat also stops running the task then
 		} else if s := f["expire_seconds"]; len(s) > 0 && string(s) != "null" {
 			e.Options = append(e.Options, Option{Key: "expires", Value: s})
 		}

@@ -124,6 +124,7 @@ func TestDjangoImport(t *testing.T) {
 		"    every: 3h\n    start_at: \"2026-12-01T06:00:00Z\"",
 		"    timezone: \"America/New_York\"\n    crontab: {minute: \"30\", hour: \"7\", day_of_week: \"mon-fri\"",
 		`    options: {expires: "2027-06-30T12:00:00Z"}`,
+		`    end_at: "2027-06-30T12:00:00Z"`, // django-celery-beat stops running it at expires too
 		`    solar: {event: "sunset", lat: 52.52, lon: 13.4}`,
 		"  \"new year\":\n    task: \"app.tasks.greet\"\n    at: \"2027-01-01T00:00:00Z\"",
 		"  \"once-quarterly\":\n    task: \"app.tasks.once\"\n    at: \"2026-11-30T10:15:00+00:00\"",

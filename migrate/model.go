@@ -28,6 +28,7 @@ type Entry struct {
 	Enabled  bool
 	OneOff   bool
 	Start    time.Time // django-celery-beat start_time
+	End      time.Time // django-celery-beat expires: no run after it
 	Comment  string    // description
 	Problems []string  // values the source could not carry faithfully
 
