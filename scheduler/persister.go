@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/election"
@@ -38,11 +37,6 @@ type persister struct {
 	errc chan struct{} // closed when the term's writes are refused
 	kick chan struct{} // write now: a request completed, or a flush
 
-	// bursting says the loop is publishing a burst of due slots; a timed
-	// write waits for its end (up to burstDefer), so etcd's work does
-	// not take the cores the burst's publish needs.
-	bursting *atomic.Bool
-
 	mu      sync.Mutex
 	err     error
 	pending map[string]pendingState // changed since handed to the table
@@ -70,13 +64,6 @@ type pendingState struct {
 // etcd member does not hold up the next attempt or a shutdown.
 const writeAttemptTimeout = 2 * time.Second
 
-// burstDefer bounds how long a timed write waits for a burst's end, and
-// burstPoll is how often it looks: a burst of 20,000 slots takes ~200 ms.
-const (
-	burstDefer = 400 * time.Millisecond
-	burstPoll  = 25 * time.Millisecond
-)
-
 // failLogEvery spaces the ERROR lines while writes fail.
 const failLogEvery = time.Minute
 
@@ -89,7 +76,7 @@ func newPersister(s StateStore, g election.Fence, t *store.Table, c Config) *per
 	p := &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
 		interval: c.StateInterval, dedupTTL: c.DedupTTL,
 		errc: make(chan struct{}), kick: make(chan struct{}, 1), written: make(chan struct{}),
-		pending: map[string]pendingState{}, inFlight: map[string]bool{}, bursting: new(atomic.Bool)}
+		pending: map[string]pendingState{}, inFlight: map[string]bool{}}
 	if t.Dirty() > 0 {
 		// Changed before it was handed over (pruning, first baselines):
 		// unwritten, and a flush must wait for it.
@@ -224,23 +211,16 @@ func (p *persister) run(ctx context.Context) {
 	defer tick.Stop()
 	defer p.m.StatePersistFailing.Set(0)
 	defer p.m.StateUnpersistedAge.Set(0)
-	var deferred time.Duration
 	for {
 		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.Chan():
-			if p.bursting.Load() && deferred < burstDefer {
-				deferred += burstPoll
-				tick.Reset(burstPoll)
-				continue
-			}
 			tick.Reset(p.interval)
 		case <-p.kick:
 			kicked = true
 		}
-		deferred = 0
 		now := p.clock.Now()
 		if !kicked && now.Before(retryAt) {
 			p.report(now, &lastLog)

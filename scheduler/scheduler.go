@@ -469,7 +469,6 @@ func (l *loop) run(ctx context.Context) error {
 			}
 		}
 		if len(l.pending) > 0 {
-			l.persist.bursting.Store(true)
 			err := l.publishPending(ctx)
 			switch {
 			case err == nil:
@@ -480,7 +479,6 @@ func (l *loop) run(ctx context.Context) error {
 				return l.finish()
 			}
 			// Transient: keep the slots pending and retry with backoff.
-			l.persist.bursting.Store(false)
 			arm(l.nextBackoff())
 			select {
 			case <-ctx.Done():
@@ -499,7 +497,6 @@ func (l *loop) run(ctx context.Context) error {
 		if len(l.pending) > 0 {
 			continue
 		}
-		l.persist.bursting.Store(false)
 		// Measured from the clock as the timer is armed: time that passed
 		// since now was read must not push the deadline back.
 		wait := time.Hour
