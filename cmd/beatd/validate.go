@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -160,8 +161,29 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		for i := 0; i < *count; i++ {
 			t = sch.Next(t)
 			if t.IsZero() {
-				if !*asJSON && i == 0 {
-					fmt.Fprintf(tw, "%s\t%s\t%v\tnever\t\n", e.Name, e.Task, e.Schedule)
+				if i == 0 {
+					// Finished (end_at passed, max_runs made) is not an
+					// error: say which.
+					what := "never"
+					if fin, left := scheduler.Finished(e, st, start); fin && left == 0 {
+						what = fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns)
+					} else if fin {
+						what = "finished: end_at " + schedule.FormatSlot(e.EndAt.In(e.Location))
+					}
+					if *asJSON {
+						if what == "never" {
+							break
+						}
+						if err := enc.Encode(struct {
+							Entry    string `json:"entry"`
+							Finished string `json:"finished"`
+						}{e.Name, strings.TrimPrefix(what, "finished: ")}); err != nil {
+							fmt.Fprintln(stderr, err)
+							return 1
+						}
+					} else {
+						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t\n", e.Name, e.Task, e.Schedule, what)
+					}
 				}
 				break
 			}
