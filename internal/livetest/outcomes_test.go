@@ -181,7 +181,7 @@ func TestOutcomesFromTaskEvents(t *testing.T) {
 		t.Fatalf("buffer_one ran %d times", len(buf))
 	}
 	for i := 1; i < len(buf); i++ {
-		if gap := buf[i].start - buf[i-1].end; gap > 1.5 {
+		if gap := buf[i].start - buf[i-1].end; gap > 3 { // events are flushed about every second, and -race on 2 cores slows all
 			t.Errorf("buffer_one: %.2fs between a run's end and the held slot's start", gap)
 		}
 	}
