@@ -44,6 +44,8 @@ type Config struct {
 	Entries  []*Entry // sorted by name
 	// AMQP says how the workers declare their queues, for an amqp:// broker.
 	AMQP AMQPConfig
+	// Calendars are the named day sets entries exclude, by name.
+	Calendars map[string]*Calendar
 
 	// defaults are the file's, kept so entries from other sources (see
 	// ParseEntry) are read exactly as if they were in the file.
@@ -84,8 +86,11 @@ type Entry struct {
 	// EndAt (end_at) is when the entry's last slot may fall; MaxRuns
 	// (max_runs, 0: no limit) how many scheduled runs it makes in all.
 	// Past either the entry is finished, not failing.
-	EndAt        time.Time
-	MaxRuns      int
+	EndAt   time.Time
+	MaxRuns int
+	// Exclude are the calendars whose days the entry skips, read in its
+	// zone.
+	Exclude      []*Calendar
 	Line, Column int
 	relative     bool // every's grid is clock-aligned (read while decoding)
 	// Source names where the entry came from: "" or "file" for
@@ -165,12 +170,12 @@ func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
 // The schema lives here: the keys each mapping accepts. A new field is
 // added to these lists and decoded in (*decoder).entry.
 var (
-	topKeys     = []string{"timezone", "defaults", "entries", "amqp"}
+	topKeys     = []string{"timezone", "defaults", "entries", "amqp", "calendars"}
 	defaultKeys = []string{"options", "catchup", "catchup_window", "max_catchup", "jitter", "enabled",
 		"overlap", "overlap_timeout", "pause_after_failures"}
 	entryKeys = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
-		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs"}
+		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs", "exclude"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
@@ -225,6 +230,7 @@ type defaults struct {
 	jitter        time.Duration
 	enabled       bool
 	run           runPolicy
+	calendars     map[string]*Calendar
 }
 
 // chunkThreshold is the config size from which entries are parsed in
@@ -285,6 +291,11 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 		}
 		d.policyFields(df, &def.catchup, &def.catchupWindow, &def.maxCatchup, &def.jitter, &def.enabled)
 		d.runPolicyFields(df, &def.run)
+	}
+	if f, ok := top["calendars"]; ok {
+		hashNode(h, f.val)
+		def.calendars = d.calendars(f.val)
+		cfg.Calendars = def.calendars
 	}
 	h.Sum(def.hash[:0])
 	cfg.defaults = def
@@ -455,6 +466,9 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 				d.errorf(v.val, "entry %q: end_at %s is not after start_at %s", name, t.Format(time.RFC3339), e.StartAt.Format(time.RFC3339))
 			}
 		}
+	}
+	if v, ok := f["exclude"]; ok {
+		e.Exclude = d.exclude(v.val, name, def)
 	}
 	if v, ok := f["max_runs"]; ok {
 		if n, ok := d.integer(v.val, "max_runs"); ok {

@@ -77,6 +77,13 @@ entries:
   b: {task: t, every: 1h, max_runs: 0}
 `, want: []string{"3:69: entry \"a\": end_at 2027-01-01T00:00:00Z is not after start_at 2027-01-02T00:00:00Z",
 			"4:37: entry \"b\": max_runs must be at least 1, got 0"}},
+		{name: "calendars", yaml: `
+calendars:
+  hols: ["2027-13-01", "2027-02-10..2027-02-01", funday]
+entries:
+  a: {task: t, every: 1h, exclude: [hols, nope]}
+`, want: []string{"3:10: calendar \"hols\": \"2027-13-01\" is not a date", "3:24: calendar \"hols\": \"2027-02-10..2027-02-01\" ends before it starts",
+			"3:50: calendar \"hols\": \"funday\" is not a date", "5:43: entry \"a\": unknown calendar \"nope\"; known: hols"}},
 		{name: "overlap and its timeout", yaml: `
 entries:
   a: {task: t, every: 1h, overlap: sometimes, overlap_timeout: -5s, pause_after_failures: -1}

@@ -211,14 +211,41 @@ func (Never) Next(time.Time) time.Time { return time.Time{} }
 
 func (Never) String() string { return "never" }
 
-// Base strips the wrappers that only cut a schedule short (Until), for
+// Base strips the wrappers that only drop slots (Until, Except), for
 // callers that need the grid itself.
 func Base(s Schedule) Schedule {
 	for {
-		u, ok := s.(*Until)
-		if !ok {
+		switch w := s.(type) {
+		case *Until:
+			s = w.Schedule
+		case *Except:
+			s = w.Schedule
+		default:
 			return s
 		}
-		s = u.Schedule
 	}
+}
+
+// Except drops the slots Excluded says no to (an entry's exclusion
+// calendars). A schedule whose every slot is excluded for
+// maxExcludedRun slots in a row is taken to have none left.
+type Except struct {
+	Schedule
+	Excluded func(time.Time) bool
+}
+
+// maxExcludedRun bounds the slots Except skips in a row: ten years of
+// daily slots, so a calendar that excludes everything ends the entry
+// rather than the loop.
+const maxExcludedRun = 3660
+
+// Next returns the first slot strictly after t that is not excluded.
+func (x *Except) Next(t time.Time) time.Time {
+	for range maxExcludedRun {
+		t = x.Schedule.Next(t)
+		if t.IsZero() || !x.Excluded(t) {
+			return t
+		}
+	}
+	return time.Time{}
 }

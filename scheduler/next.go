@@ -24,6 +24,9 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 		return schedule.Never{} // it has made its max_runs
 	}
 	s := schedule.Anchor(e.Schedule, since)
+	if len(e.Exclude) > 0 {
+		s = &schedule.Except{Schedule: s, Excluded: e.Excluded}
+	}
 	if !e.EndAt.IsZero() {
 		s = &schedule.Until{Schedule: s, End: e.EndAt}
 	}
