@@ -28,7 +28,9 @@ func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, `usage:
   beatd entries list [-o table|json|yaml]
   beatd entries get NAME [-o yaml|json]
-  beatd entries apply -f FILE      (entries: {NAME: ENTRY, ...}, one etcd transaction)
+  beatd entries apply -f FILE [--atomic]
+                                   (entries: {NAME: ENTRY, ...}; in transactions of 128 entries,
+                                   or with --atomic in one, which takes at most 128)
   beatd entries delete NAME
 flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)`)
 		return 2
@@ -42,6 +44,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
 	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
+	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
@@ -55,15 +58,26 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 		token = os.Getenv("BEATD_ADMIN_TOKEN")
 	}
 	c := &entriesClient{base: strings.TrimRight(*server, "/") + "/api/v1/entries", token: token}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if verb == "apply" {
+		// Each transaction has its own deadline: a large file takes many.
+		if len(pos) == 0 && *file != "" {
+			err = c.apply(ctx, stdout, *file, *atomic)
+		} else {
+			return usage()
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "beatd entries apply:", err)
+			return 1
+		}
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	switch {
 	case verb == "list" && len(pos) == 0:
 		err = c.list(ctx, stdout, *output)
 	case verb == "get" && len(pos) == 1:
 		err = c.get(ctx, stdout, pos[0], *output)
-	case verb == "apply" && len(pos) == 0 && *file != "":
-		err = c.apply(ctx, stdout, *file)
 	case verb == "delete" && len(pos) == 1:
 		if err = c.do(ctx, "DELETE", "/"+pos[0], nil, nil); err == nil {
 			fmt.Fprintf(stdout, "entry %s deleted\n", pos[0])
@@ -179,8 +193,9 @@ func (c *entriesClient) get(ctx context.Context, w io.Writer, name, output strin
 }
 
 // apply sends a file of entries (a mapping under entries:, as in
-// schedules.yaml) to be written in one transaction.
-func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string) error {
+// schedules.yaml): in one transaction when atomic or when it fits one,
+// else in transactions of api.MaxApplyEntries, with progress.
+func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, atomic bool) error {
 	var data []byte
 	var err error
 	if path == "-" {
@@ -205,22 +220,54 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string) err
 	if len(entries.Content) == 0 {
 		return fmt.Errorf("%s: no runtime entries to apply", path)
 	}
+	total := len(entries.Content) / 2
+	chunk := api.MaxApplyEntries
+	if atomic || total <= chunk {
+		// One transaction: all or none (the server states its limit).
+		names, err := c.applyChunk(ctx, path, entries.Content)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			fmt.Fprintf(w, "entry %s applied\n", n)
+		}
+		return nil
+	}
+	// In transactions of chunk entries: what is applied stays applied if
+	// a later chunk is refused, and the error says how far it got.
+	done := 0
+	for i := 0; i < len(entries.Content); i += 2 * chunk {
+		pairs := entries.Content[i:min(i+2*chunk, len(entries.Content))]
+		if _, err := c.applyChunk(ctx, path, pairs); err != nil {
+			return fmt.Errorf("after %d of %d entries applied: %w", done, total, err)
+		}
+		done += len(pairs) / 2
+		fmt.Fprintf(w, "applied %d/%d entries\n", done, total)
+	}
+	return nil
+}
+
+// requestTimeout bounds one request of the entries client.
+const requestTimeout = 30 * time.Second
+
+// applyChunk writes the entries of pairs (key, value nodes) in one
+// transaction and returns their names.
+func (c *entriesClient) applyChunk(ctx context.Context, path string, pairs []*yaml.Node) ([]string, error) {
 	body, err := nodeJSON(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
-		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "entries"}, entries}}, 0)
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: "entries"}, {Kind: yaml.MappingNode, Content: pairs}}}, 0)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var resp struct {
 		Applied     []string `json:"applied"`
 		ModRevision int64    `json:"mod_revision"`
 	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	if err := c.do(ctx, "POST", "", body, &resp); err != nil {
-		return err
+		return nil, err
 	}
-	for _, n := range resp.Applied {
-		fmt.Fprintf(w, "entry %s applied\n", n)
-	}
-	return nil
+	return resp.Applied, nil
 }
 
 // entriesNode reads what apply accepts: a file like schedules.yaml with

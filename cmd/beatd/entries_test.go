@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -328,6 +329,27 @@ func TestProcessEntriesAPI(t *testing.T) {
 	cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN="+admin)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "/entries/clic/jitter") {
 		t.Errorf("bad apply: %v\n%s", err, out)
+	}
+	// A file past one transaction's 128 entries goes in chunks, with
+	// progress; --atomic keeps one transaction and says its limit.
+	var big strings.Builder
+	big.WriteString("entries:\n")
+	for i := range 300 {
+		fmt.Fprintf(&big, "  bulk-%03d: {task: tasks.add, cron: \"0 3 * * *\"}\n", i)
+	}
+	if err := os.WriteFile(file, []byte(big.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := cli("entries", "apply", "-f", file); !strings.Contains(out, "applied 128/300 entries") || !strings.Contains(out, "applied 300/300 entries") {
+		t.Errorf("chunked apply: %s", out)
+	}
+	if out := cli("entries", "list", "-o", "json"); strings.Count(out, `"bulk-`) != 300 {
+		t.Errorf("list after the chunked apply has %d bulk entries", strings.Count(out, `"bulk-`))
+	}
+	cmd = exec.Command(beatdBin, "entries", "apply", "--atomic", "-f", file, "--server", "http://127.0.0.1:"+strconv.Itoa(standby.HTTPPort))
+	cmd.Env = append(os.Environ(), "BEATD_ADMIN_TOKEN="+admin)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "one transaction takes at most 128") {
+		t.Errorf("atomic apply of 300: %v\n%s", err, out)
 	}
 	gone := time.Now()
 	// The standby, which followed the changes all along, takes over:
