@@ -86,5 +86,11 @@ func (e *Entry) OverlapDeadline() time.Duration {
 // TracksOutcomes says whether e's scheduling depends on its runs'
 // outcomes.
 func (e *Entry) TracksOutcomes() bool {
-	return e.Overlap != OverlapAllow && e.Overlap != "" || e.PauseAfterFailures > 0
+	return e.HoldsOverlap() || e.PauseAfterFailures > 0
+}
+
+// HoldsOverlap says whether e's overlap policy holds slots back while a
+// run is unfinished (skip, buffer_one).
+func (e *Entry) HoldsOverlap() bool {
+	return e.Overlap != OverlapAllow && e.Overlap != ""
 }

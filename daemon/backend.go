@@ -268,7 +268,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
 			addOutcomes(&es.Outcomes, name, st.Out, keys.Cluster(prefix))
 		}
-		if e != nil && e.Overlap != "" && e.Overlap != config.OverlapAllow {
+		if e != nil && e.HoldsOverlap() {
 			es.Overlap = string(e.Overlap)
 		}
 		if h, ok := runs[name]; ok {

@@ -86,10 +86,7 @@ func outcomeWarning(f *outcome.Feed, flags outcomeFlags, started, now time.Time)
 	if silence <= 0 {
 		silence = DefaultOutcomeSilence
 	}
-	last := f.LastReport(outcome.FromEvents)
-	if t := f.LastReport(outcome.FromResults); t.After(last) {
-		last = t
-	}
+	last := f.LastAnyReport()
 	if last.IsZero() {
 		last = started
 	}

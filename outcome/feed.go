@@ -133,6 +133,16 @@ func (f *Feed) LastReport(src Source) time.Time {
 	return time.Time{}
 }
 
+// LastAnyReport is when any source last reported about any task (zero:
+// never): whether beatd can see outcomes at all.
+func (f *Feed) LastAnyReport() time.Time {
+	last := f.LastReport(FromEvents)
+	if t := f.LastReport(FromResults); t.After(last) {
+		last = t
+	}
+	return last
+}
+
 // Collectors returns the feed's metrics.
 func (f *Feed) Collectors() []prometheus.Collector {
 	var cs []prometheus.Collector

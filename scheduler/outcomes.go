@@ -48,9 +48,7 @@ func (l *loop) records(e *entry, now time.Time) bool {
 	if live <= 0 {
 		live = DefaultOutcomeLive
 	}
-	f := l.s.cfg.Outcomes
-	since := now.Add(-live)
-	return f.LastReport(outcome.FromEvents).After(since) || f.LastReport(outcome.FromResults).After(since)
+	return l.s.cfg.Outcomes.LastAnyReport().After(now.Add(-live))
 }
 
 // countRun counts one of name's runs reaching k, through the entry's
@@ -117,7 +115,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	var names []string
 	for name, e := range l.set.byName {
-		if e.Overlap != "" && e.Overlap != config.OverlapAllow || e.MaxRuns > 0 {
+		if e.HoldsOverlap() || e.MaxRuns > 0 {
 			names = append(names, name)
 		}
 	}
@@ -139,7 +137,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 			st.LastSlot = r.Slot
 			l.baseline = append(l.baseline, *st)
 		}
-		if e.Overlap == "" || e.Overlap == config.OverlapAllow {
+		if !e.HoldsOverlap() {
 			continue
 		}
 		if st.Out == nil {
@@ -354,7 +352,7 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 		return true
 	}
 	f := l.s.cfg.Outcomes
-	if !f.LastReport(outcome.FromEvents).After(r.Published) && !f.LastReport(outcome.FromResults).After(r.Published) {
+	if !f.LastAnyReport().After(r.Published) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
 		f.Unwatch(l.runID(name, r))
@@ -403,7 +401,7 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 			continue
 		}
 		pol := p.e.Overlap
-		if pol == config.OverlapAllow || pol == "" || p.manual && (p.req == nil || !p.req.RespectOverlap) {
+		if !p.e.HoldsOverlap() || p.manual && (p.req == nil || !p.req.RespectOverlap) {
 			kept = append(kept, p)
 			continue
 		}

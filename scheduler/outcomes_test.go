@@ -22,7 +22,10 @@ type outcomeHarness struct {
 	feed *outcome.Feed
 }
 
-func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, disp *fakeDispatcher) *outcomeHarness {
+// newOutcomeHarness makes one on st and disp when given; with last, its
+// dispatcher also says what it published last of each entry (as the
+// Redis publisher's run records do).
+func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, disp *fakeDispatcher, last ...map[string]broker.Run) *outcomeHarness {
 	t.Helper()
 	h := newHarness(t, yaml, now)
 	if st != nil {
@@ -31,9 +34,13 @@ func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, d
 	if disp != nil {
 		h.disp = disp
 	}
+	var d Dispatcher = h.disp
+	if len(last) > 0 {
+		d = &lastDispatcher{fakeDispatcher: h.disp, last: last[0]}
+	}
 	feed := outcome.NewFeed(h.clock, 64)
 	h.reg = prometheus.NewRegistry()
-	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: NewMetrics(h.reg), Cluster: "beatd/test",
+	s, err := New(Config{Dispatcher: d, Store: h.store, Clock: h.clock, Metrics: NewMetrics(h.reg), Cluster: "beatd/test",
 		Origin: "beatd@test", Outcomes: feed}, mustConfig(t, yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -354,17 +361,11 @@ func (d *lastDispatcher) LastPublished(_ context.Context, entries []string) (map
 // the broker and skips while it is unfinished.
 func TestOverlapAdoptsUnrecordedRun(t *testing.T) {
 	yaml := "entries:\n  e: {task: t, every: 10s, relative: true, overlap: skip}\n"
-	disp := &lastDispatcher{fakeDispatcher: newFakeDispatcher(),
-		last: map[string]broker.Run{"e": {Slot: t0.Add(10 * time.Second), PublishedAt: t0.Add(10 * time.Second)}}}
 	st := newMemStore(8)
 	st.states["e"] = &store.EntryState{Name: "e", Since: t0, LastSlot: t0} // written before the slot of 10s
-	h := newOutcomeHarness(t, yaml, t0.Add(12*time.Second), st, nil)
-	s, err := New(Config{Dispatcher: disp, Store: st, Clock: h.clock, Metrics: h.sched.cfg.Metrics, Cluster: "beatd/test",
-		Origin: "beatd@test", Outcomes: h.feed}, mustConfig(t, yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.sched, h.disp = s, disp.fakeDispatcher
+	h := newOutcomeHarness(t, yaml, t0.Add(12*time.Second), st, nil,
+		map[string]broker.Run{"e": {Slot: t0.Add(10 * time.Second), PublishedAt: t0.Add(10 * time.Second)}})
+	disp := h.disp
 	h.start(8)
 	h.settle()
 	h.at(20 * time.Second)
@@ -400,20 +401,14 @@ func TestMaxRunsAndEndAt(t *testing.T) {
 	h.stop()
 	// The third run goes out from a leader that dies before its state
 	// write: the broker knows of it, etcd does not.
-	disp := &lastDispatcher{fakeDispatcher: h.disp,
-		last: map[string]broker.Run{"n": {Slot: t0.Add(30 * time.Second), PublishedAt: t0.Add(30 * time.Second)}}}
 	h.disp.seen["n 2026-11-30T10:00:30Z"] = true
 	st := newMemStore(8)
 	st.states = h.store.states
 	// Started after 10:00:40 too: catch-up once would fire that slot, a
 	// 4th run, unless the broker's 3rd is counted.
-	second := newOutcomeHarness(t, yaml, t0.Add(45*time.Second), st, nil)
-	s, err := New(Config{Dispatcher: disp, Store: st, Clock: second.clock, Metrics: second.sched.cfg.Metrics, Cluster: "beatd/test",
-		Origin: "beatd@test", Outcomes: second.feed}, mustConfig(t, yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	second.sched, second.disp = s, disp.fakeDispatcher
+	second := newOutcomeHarness(t, yaml, t0.Add(45*time.Second), st, h.disp,
+		map[string]broker.Run{"n": {Slot: t0.Add(30 * time.Second), PublishedAt: t0.Add(30 * time.Second)}})
+	disp := second.disp
 	second.start(8)
 	second.settle()
 	second.at(50 * time.Second)
