@@ -96,7 +96,13 @@ func startCelery(tb testing.TB, r *Redis, o CeleryOptions) *CeleryWorker {
 		tb.Fatal(err)
 	}
 	args := []string{"-m", "celery", "-A", "tasks", "worker", "-P", o.Pool,
-		"-Q", queues, "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip", "-n", o.Name}
+		"-Q", queues, "--loglevel=INFO", "--without-mingle", "--without-gossip", "-n", o.Name}
+	if !o.Events {
+		// A worker sending events keeps its heartbeats, as a real -E worker
+		// does: their timer also wakes the event loop that flushes buffered
+		// task events, which can otherwise wait for the next I/O.
+		args = append(args, "--without-heartbeat")
+	}
 	if o.Concurrency > 0 {
 		args = append(args, "-c", strconv.Itoa(o.Concurrency))
 	}
