@@ -4,7 +4,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -12,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/sources"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -124,11 +125,27 @@ type Backend interface {
 	// the leader, whether publishing works).
 	Ready(ctx context.Context) error
 	Status(ctx context.Context) (Status, error)
-	// Request queues an admin action; ErrUnknownEntry when the entry is
-	// not in the config.
-	// respectOverlap (a trigger's ?respect_overlap=true) makes a
-	// trigger obey the entry's overlap policy.
-	Request(ctx context.Context, op, entry string, respectOverlap bool) (id string, err error)
+	// Request queues an admin action (trigger, pause or resume) and its
+	// audit record; ErrUnknownEntry when the entry is not in the config.
+	Request(ctx context.Context, a Action) (id string, err error)
+}
+
+// Action is a change someone asked for: what, to which entry, who (the
+// token's identity), through what (api, cli or console), and why.
+type Action struct {
+	Op    string
+	Entry string
+	// RespectOverlap (a trigger's ?respect_overlap=true) makes a trigger
+	// obey the entry's overlap policy.
+	RespectOverlap bool
+	Note           string
+	Who            auth.Identity
+	Via            string
+}
+
+// Audit is the record it leaves.
+func (a Action) Audit() *store.AuditRecord {
+	return &store.AuditRecord{Actor: a.Who.Name, Role: a.Who.Role.String(), Via: a.Via, Action: a.Op, Entry: a.Entry, Note: a.Note}
 }
 
 // ErrUnknownEntry is returned by Backend.Request for an entry not in the
@@ -139,19 +156,28 @@ var ErrUnknownEntry = errors.New("api: unknown entry")
 type Config struct {
 	Backend  Backend
 	Gatherer prometheus.Gatherer
-	// AdminToken guards the admin endpoints; empty disables them (403).
-	AdminToken string
-	Logger     *slog.Logger
-	// Entries serves /api/v1/entries when set; ReadToken, when set, is
-	// required (or the admin token) to read it.
-	Entries   EntriesBackend
-	ReadToken string
+	// Tokens says who a bearer token is and what it may do. Nil (or no
+	// token configured) disables everything that needs a role; reads need
+	// one only when Tokens.Guarded.
+	Tokens *auth.Tokens
+	// RequireNotes refuses a pause without a note.
+	RequireNotes bool
+	Logger       *slog.Logger
+	// Entries serves /api/v1/entries when set.
+	Entries EntriesBackend
+	// Ops serves backfills and the audit trail when set.
+	Ops OpsBackend
+	// Now reads the clock (audit times); time.Now when nil.
+	Now func() time.Time
 }
 
 // Handler returns the HTTP handler.
 func Handler(c Config) http.Handler {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -181,36 +207,49 @@ func Handler(c Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
-	mux.HandleFunc("POST /entries/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
+	admin := c.need(auth.RoleOperate, func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		op := r.PathValue("op")
 		if op != "trigger" && op != "pause" && op != "resume" {
 			http.NotFound(w, r)
 			return
 		}
-		if c.AdminToken == "" {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "admin endpoints are disabled: set --admin-token-file or BEATD_ADMIN_TOKEN"})
-			return
+		var body struct {
+			Note string `json:"note"`
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(c.AdminToken)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+		if !readOptional(w, r, &body) {
 			return
 		}
 		name := r.PathValue("name")
-		id, err := c.Backend.Request(r.Context(), op, name, r.URL.Query().Get("respect_overlap") == "true")
+		a := Action{Op: op, Entry: name, RespectOverlap: r.URL.Query().Get("respect_overlap") == "true",
+			Note: noteOf(r, body.Note), Who: who, Via: via(r)}
+		if op == "pause" && c.RequireNotes && strings.TrimSpace(a.Note) == "" {
+			writeError(w, http.StatusUnprocessableEntity, "/note", "a pause needs a note saying why (this cluster runs with --require-notes)")
+			return
+		}
+		id, err := c.Backend.Request(r.Context(), a)
 		switch {
 		case errors.Is(err, ErrUnknownEntry):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no entry " + name})
 		case err != nil:
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		default:
-			c.Logger.Info("admin request", "op", op, "entry", name, "request", id)
+			c.Logger.Info("admin request", "op", op, "entry", name, "request", id, "actor", who.Name, "via", a.Via)
 			writeJSON(w, http.StatusAccepted, map[string]string{"request": id, "op": op, "entry": name})
 		}
 	})
+	mux.HandleFunc("POST /entries/{name}/{op}", admin)
+	mux.HandleFunc("POST /api/v1/entries/{name}/{op}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("op") == "backfill" && c.Ops != nil {
+			c.backfill(w, r)
+			return
+		}
+		admin(w, r)
+	})
 	if c.Entries != nil {
 		registerEntries(mux, c)
+	}
+	if c.Ops != nil {
+		registerOps(mux, c)
 	}
 	return mux
 }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type fakeBackend struct {
 	aliveErr, readyErr error
 	requests           []string
+	actions            []Action
 }
 
 func (f *fakeBackend) Alive() error                { return f.aliveErr }
@@ -21,12 +23,23 @@ func (f *fakeBackend) Ready(context.Context) error { return f.readyErr }
 func (f *fakeBackend) Status(context.Context) (Status, error) {
 	return Status{ID: "a", Leader: true, LeaderID: "a", FencingToken: 7, Entries: []EntryStatus{{Name: "e"}}}, nil
 }
-func (f *fakeBackend) Request(_ context.Context, op, entry string, _ bool) (string, error) {
-	if entry != "e" {
+func (f *fakeBackend) Request(_ context.Context, a Action) (string, error) {
+	if a.Entry != "e" {
 		return "", ErrUnknownEntry
 	}
-	f.requests = append(f.requests, op+" "+entry)
+	f.requests = append(f.requests, a.Op+" "+a.Entry)
+	f.actions = append(f.actions, a)
 	return "req-1", nil
+}
+
+// adminOnly is the tokens of a cluster with only --admin-token-file.
+func adminOnly(t *testing.T, token string) *auth.Tokens {
+	t.Helper()
+	tk, err := auth.New(auth.Options{Admin: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
 }
 
 func TestAdminAuth(t *testing.T) {
@@ -49,7 +62,7 @@ func TestAdminAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &fakeBackend{}
-			h := Handler(Config{Backend: b, Gatherer: prometheus.NewRegistry(), AdminToken: tt.token})
+			h := Handler(Config{Backend: b, Gatherer: prometheus.NewRegistry(), Tokens: adminOnly(t, tt.token)})
 			req := httptest.NewRequest("POST", tt.path, nil)
 			if tt.auth != "" {
 				req.Header.Set("Authorization", tt.auth)

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +17,9 @@ import (
 
 	"github.com/beatd/beatd/config"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/sources"
 )
 
@@ -120,7 +121,7 @@ func registerEntries(mux *http.ServeMux, c Config) {
 		}
 		writeJSON(w, http.StatusOK, e)
 	}))
-	mux.HandleFunc("PUT /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		name := r.PathValue("name")
 		spec, ok := readDoc(w, r, MaxEntryBody)
 		if !ok {
@@ -142,13 +143,14 @@ func registerEntries(mux *http.ServeMux, c Config) {
 			c.backendError(w, err, "")
 			return
 		}
-		c.Logger.Info("entry written", "entry", name, "source", sources.API, "revision", rev)
+		c.Logger.Info("entry written", "entry", name, "source", sources.API, "revision", rev, "actor", who.Name)
+		c.record(r, who, &store.AuditRecord{Action: "put", Entry: name, Detail: "mod_revision " + strconv.FormatInt(rev, 10)})
 		w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(rev, 10)))
 		writeJSON(w, http.StatusOK, map[string]any{"name": name, "source": sources.API, "mod_revision": rev})
 	}))
 	// POST /api/v1/entries applies a set of entries in one transaction:
 	// {"entries": {"NAME": {...}, ...}}.
-	mux.HandleFunc("POST /api/v1/entries", c.write(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /api/v1/entries", c.write(func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		body, ok := readDoc(w, r, MaxApplyBody)
 		if !ok {
 			return
@@ -188,10 +190,11 @@ func registerEntries(mux *http.ServeMux, c Config) {
 		for i, d := range docs {
 			names[i] = d.Name
 		}
-		c.Logger.Info("entries applied", "entries", names, "source", sources.API, "revision", rev)
+		c.Logger.Info("entries applied", "entries", len(names), "source", sources.API, "revision", rev, "actor", who.Name)
+		c.record(r, who, &store.AuditRecord{Action: "put", Entries: names, Detail: "mod_revision " + strconv.FormatInt(rev, 10)})
 		writeJSON(w, http.StatusOK, map[string]any{"applied": names, "mod_revision": rev})
 	}))
-	mux.HandleFunc("DELETE /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE /api/v1/entries/{name}", c.write(func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		name := r.PathValue("name")
 		rev, set, err := preconditions(r)
 		if err != nil {
@@ -205,7 +208,8 @@ func registerEntries(mux *http.ServeMux, c Config) {
 			c.backendError(w, err, "")
 			return
 		}
-		c.Logger.Info("entry deleted", "entry", name, "source", sources.API)
+		c.Logger.Info("entry deleted", "entry", name, "source", sources.API, "actor", who.Name)
+		c.record(r, who, &store.AuditRecord{Action: "delete", Entry: name})
 		w.WriteHeader(http.StatusNoContent)
 	}))
 }
@@ -280,42 +284,5 @@ func (c Config) backendError(w http.ResponseWriter, err error, base string) {
 	default:
 		c.Logger.Error("entries API", "err", err)
 		writeError(w, http.StatusServiceUnavailable, "", err.Error())
-	}
-}
-
-// bearer reports whether the request carries token, compared in constant
-// time.
-func bearer(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
-}
-
-// read guards a read: open unless a read token is set; the admin token
-// reads too.
-func (c Config) read(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if c.ReadToken != "" && !bearer(r, c.ReadToken) && !bearer(r, c.AdminToken) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
-			writeError(w, http.StatusUnauthorized, "", "missing or wrong bearer token (the read or the admin token)")
-			return
-		}
-		h(w, r)
-	}
-}
-
-// write guards a write: the admin token, and none configured disables
-// writes.
-func (c Config) write(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if c.AdminToken == "" {
-			writeError(w, http.StatusForbidden, "", "writes are disabled: set --admin-token-file or BEATD_ADMIN_TOKEN")
-			return
-		}
-		if !bearer(r, c.AdminToken) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
-			writeError(w, http.StatusUnauthorized, "", "missing or wrong admin bearer token")
-			return
-		}
-		h(w, r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,7 +37,7 @@ func TestEntriesAuthAndPreconditions(t *testing.T) {
 		{name: "read token required", method: "GET", readToken: "rd", adminToken: "adm", want: 401},
 		{name: "read token", method: "GET", auth: "Bearer rd", readToken: "rd", adminToken: "adm", want: 200},
 		{name: "admin reads", method: "GET", auth: "Bearer adm", readToken: "rd", adminToken: "adm", want: 200},
-		{name: "read token cannot write", method: "PUT", auth: "Bearer rd", readToken: "rd", adminToken: "adm", want: 401},
+		{name: "read token cannot write", method: "PUT", auth: "Bearer rd", readToken: "rd", adminToken: "adm", want: 403},
 		{name: "writes disabled", method: "PUT", auth: "Bearer x", want: 403},
 		{name: "token prefix is not the token", method: "PUT", auth: "Bearer ad", adminToken: "adm", want: 401},
 		{name: "unconditional", method: "PUT", auth: "Bearer adm", adminToken: "adm", want: 200},
@@ -49,8 +50,11 @@ func TestEntriesAuthAndPreconditions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fe := &fakeEntries{}
-			h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: fe,
-				AdminToken: tt.adminToken, ReadToken: tt.readToken})
+			tk, err := auth.New(auth.Options{Admin: tt.adminToken, Read: tt.readToken})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: fe, Tokens: tk})
 			path := "/api/v1/entries"
 			var body string
 			if tt.method == "PUT" {
@@ -87,7 +91,7 @@ func TestEntriesAuthAndPreconditions(t *testing.T) {
 
 func TestEntriesApplyLimits(t *testing.T) {
 	t.Parallel()
-	h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: &fakeEntries{}, AdminToken: "adm"})
+	h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: &fakeEntries{}, Tokens: adminOnly(t, "adm")})
 	body := func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {

@@ -43,4 +43,5 @@ type Run struct {
 	Token       int64     `json:"token"`
 	TaskID      string    `json:"task_id"`
 	Manual      bool      `json:"manual,omitempty"`
+	Backfill    bool      `json:"backfill,omitempty"` // a past slot published by a backfill
 }

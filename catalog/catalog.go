@@ -56,6 +56,9 @@ type Header struct {
 	// StatusURL is the leader's GET /status, where the CLI reads what only
 	// the leader knows (each entry's last result and error).
 	StatusURL string `json:"status_url,omitempty"`
+	// RequireNotes: the leader runs with --require-notes, so the CLI
+	// refuses a pause without --note before it writes to etcd.
+	RequireNotes bool `json:"require_notes,omitempty"`
 }
 
 func headerKey(prefix string) string  { return keys.CatalogHeader(prefix) }

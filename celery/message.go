@@ -359,6 +359,10 @@ type Fire struct {
 	// trigger key derive from it, so a new leader that publishes the same
 	// request again is deduplicated. Empty: a one-time manual fire.
 	Request string
+	// Backfill is the backfill job a past slot is published for: the
+	// slot's task id is a scheduled fire's, and the broker dedups it
+	// against the job's cursor instead of the entry's high-water mark.
+	Backfill string
 	// ID is the task id; AppendMessage sets it.
 	ID [36]byte
 }

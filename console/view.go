@@ -158,6 +158,11 @@ type entryView struct {
 	LastResult               string
 	LastAt                   time.Time
 	FiresHour                string
+	// Audit is who changed the entry, when and why, newest first;
+	// Backfills its backfills on record. Read for a full page only.
+	Audit     []store.AuditRecord
+	Backfills []store.Backfill
+	AuditErr  string
 }
 
 type defRow struct{ Key, Value string }
@@ -624,8 +629,37 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 			ev.FiresHour = "0"
 		}
 	}
+	if !live {
+		s.history(ctx, ev)
+	}
 	p.Entry = ev
 	return p
+}
+
+// entryAudit is how many audit records an entry's page shows.
+const entryAudit = 20
+
+// history reads the entry's audit records and backfills.
+func (s *Server) history(ctx context.Context, ev *entryView) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st := store.New(s.cfg.Client, s.cfg.Prefix)
+	recs, err := st.AuditLog(ctx, ev.Name, entryAudit)
+	if err != nil {
+		ev.AuditErr = err.Error()
+		return
+	}
+	ev.Audit = recs
+	jobs, err := st.Backfills(ctx)
+	if err != nil {
+		ev.AuditErr = err.Error()
+		return
+	}
+	for i := len(jobs) - 1; i >= 0; i-- {
+		if jobs[i].Entry == ev.Name {
+			ev.Backfills = append(ev.Backfills, jobs[i])
+		}
+	}
 }
 
 func offset(t time.Time) int {

@@ -110,15 +110,6 @@ func (b *backend) Status(ctx context.Context) (api.Status, error) {
 	return st, err
 }
 
-// Request implements api.Backend.
-func (b *backend) Request(ctx context.Context, op, entry string, respectOverlap bool) (string, error) {
-	if b.sched.Config().Entry(entry) == nil {
-		return "", api.ErrUnknownEntry
-	}
-	r, err := b.store.PutRequest(ctx, store.Op(op), entry, b.clock.Now(), respectOverlap)
-	return r.ID, err
-}
-
 // statusBudget is how long GET /status waits for etcd before answering
 // from the last status it read, flagged stale.
 const statusBudget = 500 * time.Millisecond

@@ -229,7 +229,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
-		PublishedAt: m.clock.Now().UTC(), StatusURL: m.statusURL()}
+		PublishedAt: m.clock.Now().UTC(), StatusURL: m.statusURL(), RequireNotes: m.RequireNotes}
 	if err := catalog.Publish(ctx, m.etcd, m.Etcd.KeyPrefix(), l.Fence, h, lc.prepared()); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/broker"
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
@@ -105,6 +106,7 @@ type Main struct {
 	httpLn         net.Listener
 	api            *backend
 	adminToken     string
+	tokens         *auth.Tokens
 	console        *console.Server
 	timeline       *console.Timeline
 	merger         *sources.Merger
@@ -143,13 +145,18 @@ type Options struct {
 	LogFormat      string
 	LogLevel       string
 	AdminTokenFile string
-	StateInterval  time.Duration
-	RunHistory     int
-	LogFires       int
-	EtcdCompact    time.Duration
-	EtcdQuota      int64
-	EtcdRetention  string
-	AdvertiseURL   string
+	// TokensFile names the tokens (name → role and SHA-256); RequireNotes
+	// refuses a pause without a note; AuditKeep bounds the audit trail.
+	TokensFile    string
+	RequireNotes  bool
+	AuditKeep     int
+	StateInterval time.Duration
+	RunHistory    int
+	LogFires      int
+	EtcdCompact   time.Duration
+	EtcdQuota     int64
+	EtcdRetention string
+	AdvertiseURL  string
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
@@ -207,6 +214,9 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "json or text")
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (else BEATD_ADMIN_TOKEN); without one the admin endpoints are disabled")
+	fs.StringVar(&m.TokensFile, "tokens-file", "", "file of named bearer tokens with roles (read, operate, admin), each stored as its SHA-256 (beatd token new makes one); reloaded on change")
+	fs.BoolVar(&m.RequireNotes, "require-notes", false, "refuse a pause that gives no note saying why")
+	fs.IntVar(&m.AuditKeep, "audit-keep", store.DefaultAuditKeep, "audit records kept in etcd; the oldest go past it")
 	fs.DurationVar(&m.StateInterval, "state-interval", m.StateInterval, "the most often each entry's state is written to etcd; a failover re-publishes (deduplicated) what was fired since")
 	fs.IntVar(&m.RunHistory, "run-history", m.RunHistory, "runs each entry keeps in Redis for status (0 keeps none)")
 	fs.IntVar(&m.LogFires, "log-fires", m.LogFires, "per-fire INFO lines a second before they are summarised in one line a second (0: no per-fire lines)")
@@ -298,6 +308,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = store.New(m.etcd, prefix)
+	m.store.SetAuditKeep(m.AuditKeep)
 	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
 		return err
 	}
@@ -383,6 +394,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
+	if m.tokens, err = auth.New(auth.Options{File: m.TokensFile, Admin: m.adminToken, Read: m.Sources.readToken, Logger: m.log, Now: m.clock.Now}); err != nil {
+		return err
+	}
 	if m.console, err = m.newConsole(); err != nil {
 		return err
 	}
@@ -391,8 +405,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerPing, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started}
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m.api, Gatherer: m.registry, AdminToken: m.adminToken, Logger: m.log,
-		Entries: m.entriesAPI(), ReadToken: m.Sources.readToken})),
+	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
+		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now})),
 		ReadHeaderTimeout: 5 * time.Second}
 	m.startOps(runCtx)
 	m.syncSources(runCtx)

@@ -45,7 +45,10 @@ const DefaultPerEntryLimit = 1000
 
 // Fire results counted in beatd_fires_total: broker.Result's names,
 // plus ResultManual for a trigger published.
-var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual}
+var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual, ResultBackfill}
+
+// ResultBackfill is the result label of a backfill's slot published.
+const ResultBackfill = "backfill"
 
 // ResultManual is the result label of a manual trigger published.
 const ResultManual = "manual"

@@ -23,7 +23,11 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 	if e.MaxRuns > 0 && st != nil && st.Runs >= uint64(e.MaxRuns) {
 		return schedule.Never{} // it has made its max_runs
 	}
-	s := schedule.Anchor(e.Schedule, since)
+	return bounded(e, schedule.Anchor(e.Schedule, since))
+}
+
+// bounded wraps s in e's exclusions and end_at.
+func bounded(e *config.Entry, s schedule.Schedule) schedule.Schedule {
 	if len(e.Exclude) > 0 {
 		s = &schedule.Except{Schedule: s, Excluded: e.Excluded}
 	}

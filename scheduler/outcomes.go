@@ -381,6 +381,10 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 	var inBatch map[string]bool
 	var counted map[string]uint64
 	for _, p := range batch {
+		if p.bf != nil {
+			kept = append(kept, p) // a past slot: no run of it is in progress, and it is not counted
+			continue
+		}
 		if p.e.MaxRuns > 0 && !p.manual {
 			// Past max_runs nothing more is published, however many slots
 			// a catch-up queued.

@@ -141,7 +141,7 @@ type entry struct {
 	// fires holds the fire counters by broker.Result, then manual,
 	// made at the first fire: an entry that never fired weighs 72 bytes
 	// less, which counts at 100k entries.
-	fires *[5]prometheus.Counter
+	fires *[6]prometheus.Counter
 	// runs holds its beatd_runs_total counters by outcome, made at the
 	// first run that reaches each.
 	runs *[outcome.NumKinds]prometheus.Counter
@@ -290,6 +290,7 @@ type pendingFire struct {
 	due    time.Time
 	manual bool
 	req    *store.Request // the trigger request it answers
+	bf     *backfillRun   // the backfill it is a slot of
 }
 
 // loop is one term's state, owned by Run's goroutine.
@@ -323,6 +324,12 @@ type loop struct {
 	reports       <-chan outcome.Report
 	unfinished    map[string]bool
 	nextLostSweep time.Time
+	// backfills are the backfills this term runs, by id; bfRetry the
+	// backfill requests whose start failed and is retried; feedWait is
+	// when the backfills next need the loop (0: they do not).
+	backfills map[string]*backfillRun
+	bfRetry   []store.Request
+	feedWait  time.Duration
 }
 
 // sweepEvery is how often a long-lived term drops the state and broker
@@ -358,7 +365,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
-	l.handleRequests(reqs)
+	l.handleRequests(ctx, reqs)
 	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
 	return l.run(ctx)
 }
@@ -468,6 +475,11 @@ func (l *loop) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if len(l.backfills) > 0 || len(l.bfRetry) > 0 {
+			l.feedWait = l.feedBackfills(ctx, s.cfg.Clock.Now())
+		} else {
+			l.feedWait = 0
+		}
 		if len(l.pending) > 0 {
 			err := l.publishPending(ctx)
 			switch {
@@ -506,6 +518,11 @@ func (l *loop) run(ctx context.Context) error {
 		if len(l.unfinished) > 0 {
 			wait = min(wait, max(l.nextLostSweep.Sub(s.cfg.Clock.Now()), 0))
 		}
+		if l.feedWait > 0 {
+			wait = min(wait, l.feedWait)
+		} else if len(l.backfills) > 0 {
+			wait = min(wait, backfillSave) // progress to write, or the end to record
+		}
 		arm(wait)
 		if done, err := l.wait(ctx, timer); done {
 			return err
@@ -529,6 +546,7 @@ func (l *loop) wait(ctx context.Context, timer clockwork.Timer) (done bool, err 
 	case <-timer.Chan():
 	case <-s.reload:
 		l.applyReload(s.cfg.Clock.Now())
+		l.reloadBackfills(ctx, s.cfg.Clock.Now())
 	case _, ok := <-l.requests:
 		if !ok {
 			l.requests = nil
@@ -543,7 +561,7 @@ func (l *loop) wait(ctx context.Context, timer clockwork.Timer) (done bool, err 
 			s.log.Warn("list admin requests", "err", err)
 			return false, nil
 		}
-		l.handleRequests(reqs)
+		l.handleRequests(ctx, reqs)
 	case r := <-l.reports:
 		l.applyReports(r, s.cfg.Clock.Now())
 	case <-l.persist.errc:
@@ -663,6 +681,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 		if p.req != nil {
 			f.Request = p.req.ID
 		}
+		if p.bf != nil {
+			f.Backfill = p.bf.job.ID
+		}
 		l.fires = append(l.fires, f)
 	}
 	l.results = append(l.results[:0], make([]broker.Result, len(batch))...)
@@ -675,12 +696,21 @@ func (l *loop) publishPending(ctx context.Context) error {
 	var failed []pendingFire
 	for i, p := range batch {
 		r := l.results[i]
-		p.e.countFire(m, r, p.manual, now, err)
+		p.e.countFire(m, r, p.manual, p.bf != nil, now, err)
 		if s.cfg.Observer != nil {
-			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual)
+			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual || p.bf != nil)
 		}
-		switch r {
-		case broker.ResultOK, broker.ResultDuplicate:
+		switch {
+		case p.bf != nil && (r == broker.ResultOK || r == broker.ResultDuplicate):
+			// A past slot: the entry's own state (its last slot, its
+			// runs and their outcomes) is not the backfill's.
+			l.backfillPublished(p)
+			if logFires && l.fireLog.allow(now, s.cfg.FireLogLimit, r, true) {
+				id := l.fires[i].ID
+				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+					"task_id", string(id[:]), "result", r.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
+			}
+		case r == broker.ResultOK || r == broker.ResultDuplicate:
 			lag := now.Sub(p.due)
 			if !p.manual {
 				m.FireLag.Observe(lag.Seconds())
@@ -713,7 +743,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			if p.req != nil {
 				l.persist.complete(*p.req, nil)
 			}
-		case broker.ResultStale:
+		case r == broker.ResultStale:
 			stale := 0
 			for _, r := range l.results {
 				if r == broker.ResultStale {
@@ -785,13 +815,16 @@ func (l *loop) compiled(e *entry) *celery.Task {
 	return e.task
 }
 
-func (e *entry) countFire(m *Metrics, r broker.Result, manual bool, now time.Time, err error) {
+func (e *entry) countFire(m *Metrics, r broker.Result, manual, backfill bool, now time.Time, err error) {
 	i, label := int(r), r.String()
-	if manual && r == broker.ResultOK {
-		i, label = len(e.fires)-1, ResultManual
+	switch {
+	case manual && r == broker.ResultOK:
+		i, label = len(e.fires)-2, ResultManual
+	case backfill && r == broker.ResultOK:
+		i, label = len(e.fires)-1, ResultBackfill
 	}
 	if e.fires == nil {
-		e.fires = new([5]prometheus.Counter)
+		e.fires = new([6]prometheus.Counter)
 	}
 	if e.fires[i] == nil {
 		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)
@@ -923,9 +956,22 @@ func (l *loop) flushBaseline() {
 // handleRequests applies admin requests. A trigger becomes a pending manual
 // fire, completed once published; pause and resume complete at once, in
 // order with state writes.
-func (l *loop) handleRequests(reqs []store.Request) {
+func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) {
+	now := l.s.cfg.Clock.Now()
 	for _, r := range reqs {
 		if l.persist.seen(r.ID) {
+			continue
+		}
+		switch r.Op {
+		case store.OpBackfill:
+			l.persist.markSeen(r.ID)
+			if !l.startBackfill(ctx, r, now) {
+				l.bfRetry = append(l.bfRetry, r)
+			}
+			continue
+		case store.OpCancelBackfill:
+			l.persist.markSeen(r.ID)
+			l.cancelBackfill(ctx, r, reqs, now)
 			continue
 		}
 		e := l.set.byName[r.Entry]
@@ -943,6 +989,13 @@ func (l *loop) handleRequests(reqs []store.Request) {
 			l.persist.markSeen(r.ID)
 		case store.OpPause:
 			st.Paused = true
+			if r.Actor != "" || r.Note != "" {
+				// Status shows who paused it and why, until a resume.
+				if st.Out == nil {
+					st.Out = &store.Outcomes{}
+				}
+				st.Out.PauseReason = manualPauseReason(r)
+			}
 			l.persist.complete(r, st)
 			l.s.log.Info("paused", "entry", e.Name)
 		case store.OpResume:
@@ -963,6 +1016,19 @@ func (l *loop) handleRequests(reqs []store.Request) {
 			l.persist.complete(r, nil)
 		}
 	}
+}
+
+// manualPauseReason is what status says of a manual pause: who, when, why.
+func manualPauseReason(r store.Request) string {
+	why := "paused"
+	if r.Actor != "" {
+		why += " by " + r.Actor
+	}
+	why += " at " + r.RequestedAt.UTC().Format(time.RFC3339)
+	if r.Note != "" {
+		why += ": " + r.Note
+	}
+	return why
 }
 
 // finishBudget bounds the final state write on shutdown. Persisting is an

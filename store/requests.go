@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/beatd/beatd/internal/keys"
 	"time"
+
+	"github.com/beatd/beatd/internal/keys"
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,6 +21,11 @@ const (
 	OpTrigger Op = "trigger"
 	OpPause   Op = "pause"
 	OpResume  Op = "resume"
+	// OpBackfill starts (or, for a new leader, resumes) the backfill job
+	// the request names; the request is completed when the job ends.
+	OpBackfill Op = "backfill"
+	// OpCancelBackfill stops the backfill job it names.
+	OpCancelBackfill Op = "backfill-cancel"
 )
 
 // Request asks the leader to act on an entry.
@@ -30,23 +36,45 @@ type Request struct {
 	RequestedAt time.Time `json:"requested_at"`
 	// RespectOverlap makes a trigger obey the entry's overlap policy;
 	// by default a manual trigger publishes even while a run is unfinished.
-	RespectOverlap bool   `json:"respect_overlap,omitempty"`
-	Key            string `json:"-"`
+	RespectOverlap bool `json:"respect_overlap,omitempty"`
+	// Actor is who asked (a token's name), Note why: a pause keeps both
+	// with the entry's state, for status to show.
+	Actor string `json:"actor,omitempty"`
+	Note  string `json:"note,omitempty"`
+	// Backfill is the job a backfill or backfill-cancel request names.
+	Backfill string `json:"backfill,omitempty"`
+	Key      string `json:"-"`
 }
 
 func (s *Store) requestPrefix() string { return keys.Requests(s.prefix) }
 
-// PutRequest queues a request for the leader. It needs no leadership.
-// respectOverlap (triggers only) makes the trigger obey the entry's
-// overlap policy.
-func (s *Store) PutRequest(ctx context.Context, op Op, entry string, now time.Time, respectOverlap bool) (Request, error) {
-	r := Request{ID: uuid.NewString(), Op: op, Entry: entry, RequestedAt: now.UTC(), RespectOverlap: respectOverlap && op == OpTrigger}
-	b, _ := json.Marshal(r)
-	r.Key = s.requestPrefix() + r.RequestedAt.Format("20060102T150405.000000000Z") + "-" + r.ID
-	if _, err := s.cli.Put(ctx, r.Key, string(b)); err != nil {
-		return r, fmt.Errorf("store: queue %s %q: %w", op, entry, err)
+// PutRequest queues r for the leader, with its audit record (nil for
+// none) in the same transaction, so no change goes unrecorded. It needs
+// no leadership. It sets r's ID (unless set), its time and its key.
+func (s *Store) PutRequest(ctx context.Context, r Request, audit *AuditRecord, now time.Time) (Request, error) {
+	ops := []clientv3.Op{s.requestOp(&r, now)}
+	if audit != nil {
+		audit.At, audit.Request = now, r.ID
+		ops = append(ops, s.auditOp(audit))
+	}
+	if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return r, fmt.Errorf("store: queue %s %q: %w", r.Op, r.Entry, err)
+	}
+	if audit != nil {
+		_ = s.TrimAudit(ctx) // best effort: the next record trims too
 	}
 	return r, nil
+}
+
+func (s *Store) requestOp(r *Request, now time.Time) clientv3.Op {
+	if r.ID == "" {
+		r.ID = uuid.NewString()
+	}
+	r.RequestedAt = now.UTC()
+	r.RespectOverlap = r.RespectOverlap && r.Op == OpTrigger
+	b, _ := json.Marshal(r)
+	r.Key = s.requestPrefix() + r.RequestedAt.Format("20060102T150405.000000000Z") + "-" + r.ID
+	return clientv3.OpPut(r.Key, string(b))
 }
 
 // PendingRequests lists queued requests, oldest first, and the revision to

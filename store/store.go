@@ -37,8 +37,9 @@ const DefaultRemovedGrace = 7 * 24 * time.Hour
 
 // Store reads and writes entry state under a prefix.
 type Store struct {
-	cli    *clientv3.Client
-	prefix string
+	cli       *clientv3.Client
+	prefix    string
+	auditKeep int
 }
 
 // New returns a Store for the cluster under prefix, e.g. "/beatd/default/".

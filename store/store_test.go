@@ -224,10 +224,10 @@ func TestRequests(t *testing.T) {
 	}
 	notify := s.WatchRequests(ctx, rev)
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	if _, err := s.PutRequest(ctx, OpPause, "x", now, false); err != nil {
+	if _, err := s.PutRequest(ctx, Request{Op: OpPause, Entry: "x"}, nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PutRequest(ctx, OpTrigger, "y", now.Add(time.Second), false); err != nil {
+	if _, err := s.PutRequest(ctx, Request{Op: OpTrigger, Entry: "y"}, nil, now.Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	select {

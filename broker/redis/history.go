@@ -38,9 +38,12 @@ func appendRun(dst []byte, f *celery.Fire, token int64, now time.Time) []byte {
 	dst = strconv.AppendInt(dst, now.UnixMicro(), 10)
 	dst = append(dst, ' ')
 	dst = strconv.AppendInt(dst, token, 10)
-	if f.Manual {
+	switch {
+	case f.Manual:
 		dst = append(dst, " 1 "...)
 		return append(dst, f.ID[:]...)
+	case f.Backfill != "":
+		return append(dst, " 2"...)
 	}
 	return append(dst, " 0"...)
 }
@@ -63,7 +66,7 @@ func (p *Publisher) parseRun(entry string, b []byte) (broker.Run, int64, error) 
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return r, 0, fmt.Errorf("publisher: run record %q: %w", b, err)
 	}
-	r.Slot, r.PublishedAt, r.Token, r.Manual = time.Unix(0, slot).UTC(), time.UnixMicro(pub).UTC(), tok, f[5] == "1"
+	r.Slot, r.PublishedAt, r.Token, r.Manual, r.Backfill = time.Unix(0, slot).UTC(), time.UnixMicro(pub).UTC(), tok, f[5] == "1", f[5] == "2"
 	if len(f) == 7 {
 		r.TaskID = f[6]
 	} else {
@@ -182,3 +185,33 @@ func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[st
 	}
 	return out, nil
 }
+
+// Runs returns the entry's run history, newest first (the last
+// --run-history runs).
+func (p *Publisher) Runs(ctx context.Context, entry string) ([]broker.Run, error) {
+	h, err := p.Histories(ctx, []string{entry})
+	if err != nil {
+		return nil, err
+	}
+	return h[entry].Runs, nil
+}
+
+// EndBackfill drops a finished backfill's cursor, fenced like a publish.
+func (p *Publisher) EndBackfill(ctx context.Context, token int64, id string) error {
+	n, err := endBackfillScript.Run(ctx, p.rdb, []string{p.fenceKey, p.BackfillKey(id)}, token).Int64()
+	if err != nil {
+		return fmt.Errorf("publisher: end backfill %s: %w", id, err)
+	}
+	if n < 0 {
+		return broker.ErrStale
+	}
+	return nil
+}
+
+// endBackfillScript deletes a backfill's cursor unless a newer leader
+// holds the fence. KEYS: fence, cursor. ARGV: token. -1 if stale.
+var endBackfillScript = redis.NewScript(`
+if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then return -1 end
+redis.call('DEL', KEYS[2])
+return 0
+`)

@@ -22,14 +22,18 @@ import (
 // whose newest record carries the entry's high-water mark and run count,
 // and one field of entriesKey, written at its first fire only. Per
 // cluster: the fence, slotsTermKey, and legacyKey while it lives. Per
-// manual trigger: one triggerKey for TriggerTTL. Nothing else is written
-// per fire.
+// manual trigger: one triggerKey for TriggerTTL. Per running backfill:
+// one BackfillKey. Nothing else is written per fire.
 func (p *Publisher) entriesKey() string   { return p.prefix + "entries" }
 func (p *Publisher) slotsTermKey() string { return p.prefix + "slots-term" }
 func (p *Publisher) legacyKey() string    { return p.prefix + "legacy-dedup" }
 
 // TriggerKey marks a manual trigger (by its request id) as pushed.
 func (p *Publisher) TriggerKey(request string) string { return p.prefix + "trigger:" + request }
+
+// BackfillKey is a running backfill's cursor: the last slot it pushed.
+// One key per unfinished backfill; EndBackfill drops it.
+func (p *Publisher) BackfillKey(id string) string { return p.prefix + "backfill:" + id }
 
 // DedupKey is the previous release's per-fire dedup key of (entry, slot).
 // This release writes it only while legacyKey exists.
@@ -45,7 +49,11 @@ func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + 
 //     entry's high-water mark, the last slot published, which the newest
 //     record of the entry's run history carries (LINDEX 0): at or below it
 //     is a duplicate, and nothing else happens for that fire. A manual
-//     fire claims its trigger key (SET NX PX).
+//     fire claims its trigger key (SET NX PX). A backfill's fire (its
+//     slot argument starts with "b") is checked against its job's
+//     cursor, the last slot the job published: at or below it is a
+//     duplicate; a push moves the cursor (for the legacy TTL, or until
+//     the job ends) and leaves the mark alone, since the slot is past.
 //  4. LPUSH the message;
 //  5. LPUSH the run record, "<mark> <runs> " and the record Go built: it
 //     advances the mark and counts the run in the same write, so a fire
@@ -110,10 +118,15 @@ for i = 1, n do
     if r then mark, runs = m, tonumber(r) end
   end
   local fresh
+  local bf = string.byte(slot) == 98
   if failed[hist] then
     out[i] = -2
   elseif slot == '' then
     fresh = redis.call('SET', KEYS[k + 2], ARGV[1], 'NX', 'PX', ARGV[5])
+  elseif bf then
+    slot = string.sub(slot, 2)
+    local cur = redis.call('GET', KEYS[k + 2])
+    fresh = not cur or tonumber(cur) < tonumber(slot)
   else
     fresh = mark == '' or tonumber(mark) < tonumber(slot)
     if fresh and legacy and redis.call('EXISTS', KEYS[k + 2]) == 1 then fresh = false end
@@ -129,7 +142,9 @@ for i = 1, n do
         runs = tonumber(redis.call('HGET', KEYS[2], entry) or '0')
         redis.call('HSET', KEYS[5], entry, 1)
       end
-      if slot ~= '' then
+      if bf then
+        redis.call('SET', KEYS[k + 2], slot, 'PX', ARGV[4])
+      elseif slot ~= '' then
         mark = slot
         if legacy then redis.call('SET', KEYS[k + 2], ARGV[1], 'PX', ARGV[4]) end
       end
@@ -448,10 +463,14 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 			mid := len(buf)
 			buf = appendRun(buf, f, token, now)
 			msg, run := buf[start:mid:mid], buf[mid:len(buf):len(buf)]
-			if f.Manual {
+			switch {
+			case f.Manual:
 				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
 				args = append(args, msg, run, "")
-			} else {
+			case f.Backfill != "":
+				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.BackfillKey(f.Backfill))
+				args = append(args, msg, run, "b"+strconv.FormatInt(f.Slot.UnixMicro(), 10))
+			default:
 				dedup := t.QueueKey // unread outside the legacy window: no key built per fire
 				if legacy {
 					dedup = p.DedupKey(f.ID)

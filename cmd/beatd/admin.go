@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -355,6 +356,11 @@ type adminOptions struct {
 	noCheck bool
 	// respectOverlap: a trigger obeys the entry's overlap policy.
 	respectOverlap bool
+	note           string
+	// server, when set, sends the request to beatd's HTTP API with
+	// token, instead of writing it to etcd.
+	server    string
+	tokenFile string
 }
 
 func (o *adminOptions) register(fs *pflag.FlagSet) {
@@ -363,6 +369,9 @@ func (o *adminOptions) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "deadline for checking the entry and queueing the request in etcd")
 	fs.BoolVar(&o.asJSON, "json", false, "print the outcome as JSON")
 	fs.BoolVar(&o.noCheck, "no-check", false, "queue the request without checking the entry exists in the leader's config")
+	fs.StringVar(&o.note, "note", "", "why: kept in the audit trail (and, for a pause, shown by status); a leader run with --require-notes refuses a pause without one")
+	fs.StringVar(&o.server, "server", "", "send the request to beatd's HTTP API at this URL, authenticated by --token-file, instead of writing it to etcd (BEATD_SERVER)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "with --server: file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
 }
 
 // adminCommand is trigger, pause or resume: it checks the entry against
@@ -414,6 +423,9 @@ func (o *adminOptions) entryNames(ctx context.Context) []cobra.Completion {
 }
 
 func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
+	if o.server != "" {
+		return o.runHTTP(ctx, op, name, stdout, stderr)
+	}
 	cli, err := o.etcd.Client()
 	if err != nil {
 		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
@@ -431,7 +443,15 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 			return exitFail
 		}
 	}
-	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, op, name, time.Now(), o.respectOverlap)
+	if op == store.OpPause && strings.TrimSpace(o.note) == "" {
+		if h, err := catalog.ReadHeader(tctx, cli, o.etcd.KeyPrefix()); err == nil && h.RequireNotes {
+			fmt.Fprintf(stderr, "beatd pause %s: the leader runs with --require-notes: say why with --note\n", name)
+			return exitUsage
+		}
+	}
+	req := store.Request{Op: op, Entry: name, RespectOverlap: o.respectOverlap, Actor: o.etcdActor(), Note: strings.TrimSpace(o.note)}
+	rec := &store.AuditRecord{Actor: req.Actor, Role: "etcd", Via: "etcd", Action: string(op), Entry: name, Note: req.Note, Detail: localUser()}
+	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, req, rec, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.Failure("queue the request", o.timeout, err))
 		return exitFail
@@ -444,11 +464,61 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 		}
 		outcome = "done"
 	}
+	o.print(stdout, op, name, r.ID, outcome)
+	return 0
+}
+
+func (o *adminOptions) print(stdout io.Writer, op store.Op, name, id, outcome string) {
 	if o.asJSON {
-		_ = json.NewEncoder(stdout).Encode(map[string]string{"op": string(op), "entry": name, "request": r.ID, "outcome": outcome})
+		_ = json.NewEncoder(stdout).Encode(map[string]string{"op": string(op), "entry": name, "request": id, "outcome": outcome})
 	} else {
 		fmt.Fprintf(stdout, "%s %s: %s\n", op, name, outcome)
 	}
+}
+
+// etcdActor names, in the audit trail, a change written straight to
+// etcd: whoever holds etcd credentials holds the schedule, so the record
+// says so, with the etcd user when there is one.
+func (o *adminOptions) etcdActor() string {
+	if o.etcd.Username != "" {
+		return "etcd:" + o.etcd.Username
+	}
+	return "etcd"
+}
+
+// localUser is who ran the CLI on which host, for the audit record of a
+// change written straight to etcd (it has no token to name it).
+func localUser() string {
+	host, _ := os.Hostname()
+	u := os.Getenv("USER")
+	if u == "" {
+		u = "?"
+	}
+	return "cli as " + u + "@" + host
+}
+
+// runHTTP sends trigger, pause or resume to beatd's API.
+func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
+	c, err := newAPIClient(o.server, o.tokenFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
+		return exitFail
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	path := "/api/v1/entries/" + url.PathEscape(name) + "/" + string(op)
+	if o.respectOverlap {
+		path += "?respect_overlap=true"
+	}
+	body, _ := json.Marshal(map[string]string{"note": strings.TrimSpace(o.note)})
+	var out struct {
+		Request string `json:"request"`
+	}
+	if err := c.do(ctx, http.MethodPost, path, body, &out); err != nil {
+		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, err)
+		return exitFail
+	}
+	o.print(stdout, op, name, out.Request, "accepted")
 	return 0
 }
 

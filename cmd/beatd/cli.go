@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -100,6 +101,9 @@ validated and applied by a running replica, as the API does.`,
 		adminCommand(ctx, store.OpTrigger, "ask the leader to publish an entry now", stdout, stderr),
 		adminCommand(ctx, store.OpPause, "pause an entry (survives failover)", stdout, stderr),
 		adminCommand(ctx, store.OpResume, "resume a paused entry", stdout, stderr),
+		backfillCommand(ctx, stdout, stderr),
+		auditCommand(ctx, stdout, stderr),
+		tokenCommand(os.Stdin, stdout, stderr),
 		&cobra.Command{
 			Use:   "import [flags] SRC",
 			Short: "convert a celery beat, django-celery-beat or RedBeat schedule (and its state)",

@@ -44,20 +44,18 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
 	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
+	note := fs.String("note", "", "why: kept in the audit trail with each change")
 	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
 	pos := fs.Args()
-	token, err := daemon.Secret(*tokenFile, "BEATD_TOKEN")
+	api, err := newAPIClient(*server, *tokenFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", err)
 		return 1
 	}
-	if token == "" {
-		token = os.Getenv("BEATD_ADMIN_TOKEN")
-	}
-	c := &entriesClient{base: strings.TrimRight(*server, "/") + "/api/v1/entries", token: token}
+	c := &entriesClient{base: api.base + "/api/v1/entries", token: api.token, note: *note}
 	if verb == "apply" {
 		// Each transaction has its own deadline: a large file takes many.
 		if len(pos) == 0 && *file != "" {
@@ -92,8 +90,24 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	return 0
 }
 
+// entriesClient is a client of beatd's HTTP API (the entries API and
+// the rest under /api/v1).
 type entriesClient struct {
 	base, token string
+	note        string // sent with each change, for the audit trail
+}
+
+// newAPIClient is a client of the API at server, with the token from
+// tokenFile, else BEATD_TOKEN, else BEATD_ADMIN_TOKEN.
+func newAPIClient(server, tokenFile string) (*entriesClient, error) {
+	token, err := daemon.Secret(tokenFile, "BEATD_TOKEN")
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		token = os.Getenv("BEATD_ADMIN_TOKEN")
+	}
+	return &entriesClient{base: strings.TrimRight(server, "/"), token: token}, nil
 }
 
 // do sends a request and decodes a JSON answer into out; an error answer
@@ -105,6 +119,10 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set(api.ClientHeader, "cli")
+	if c.note != "" {
+		req.Header.Set(api.NoteHeader, c.note)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

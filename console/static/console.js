@@ -20,16 +20,16 @@
   // and their reason can be read; a click on one says why.
   function reason() {
     if (body.dataset.admin !== 'on') {
-      return 'Disabled: this replica has no admin token configured (--admin-token-file or BEATD_ADMIN_TOKEN), so it refuses admin actions.';
+      return 'Disabled: this replica has no tokens configured (--tokens-file, or --admin-token-file / BEATD_ADMIN_TOKEN), so it refuses admin actions.';
     }
     if (!token()) {
-      return 'Disabled: enter the admin token at the top of the page to trigger, pause or resume.';
+      return 'Disabled: enter a token (operate or admin role) at the top of the page to trigger, pause, resume or backfill.';
     }
     return '';
   }
   function applyAuth() {
     var why = reason();
-    var buttons = document.querySelectorAll('button[data-op]');
+    var buttons = document.querySelectorAll('button[data-op], button[data-bf]');
     for (var i = 0; i < buttons.length; i++) {
       var b = buttons[i];
       if (why) {
@@ -60,9 +60,11 @@
     }
     msg.className = '';
     msg.textContent = words[op] + ': sending…';
+    var noteEl = document.getElementById('action-note');
     fetch('/entries/' + encodeURIComponent(name) + '/' + op, {
       method: 'POST',
-      headers: { 'Authorization': 'Bearer ' + token() },
+      headers: { 'Authorization': 'Bearer ' + token(), 'Content-Type': 'application/json', 'X-Beatd-Client': 'console' },
+      body: JSON.stringify({ note: noteEl ? noteEl.value : '' }),
       credentials: 'omit',
       cache: 'no-store'
     }).then(function (r) {
@@ -74,9 +76,9 @@
         return;
       }
       msg.className = 'bad';
-      var detail = res.body && res.body.error ? res.body.error : 'HTTP ' + res.status;
+      var detail = errorText(res);
       if (res.status === 401) {
-        msg.textContent = 'Refused (401): the admin token is missing or wrong. ' + detail + '.';
+        msg.textContent = 'Refused (401): the token is missing or unknown. ' + detail + '.';
       } else if (res.status === 403) {
         msg.textContent = 'Refused (403): ' + detail + '.';
       } else {
@@ -85,6 +87,84 @@
     }).catch(function (e) {
       msg.className = 'bad';
       msg.textContent = words[op] + ' failed: ' + e.message;
+    });
+  }
+
+  // errorText is an error answer's message: {"error": ...} or the
+  // entries API's {"errors": [{pointer, message}]}.
+  function errorText(res) {
+    var b = res.body || {};
+    if (b.error) { return b.error; }
+    if (b.errors && b.errors.length) {
+      return b.errors.map(function (e) { return (e.pointer ? e.pointer + ': ' : '') + e.message; }).join('; ');
+    }
+    return 'HTTP ' + res.status;
+  }
+
+  // A datetime-local input's value, read as UTC.
+  function utc(v) {
+    if (!v) { return ''; }
+    return (v.length === 16 ? v + ':00' : v) + 'Z';
+  }
+
+  function backfill(form, dry) {
+    var msg = document.getElementById('backfill-msg');
+    var why = reason();
+    if (why) {
+      msg.className = 'bad';
+      msg.textContent = 'Refused, not sent. ' + why;
+      return;
+    }
+    var noteEl = document.getElementById('action-note');
+    var spec = {
+      from: utc(form.elements.from.value),
+      to: utc(form.elements.to.value),
+      dry_run: dry,
+      include_fired: form.elements.include_fired.checked,
+      note: noteEl ? noteEl.value : ''
+    };
+    if (form.elements.rate.value) { spec.rate = Number(form.elements.rate.value); }
+    msg.className = '';
+    msg.textContent = (dry ? 'Dry run' : 'Backfill') + ': sending…';
+    fetch('/api/v1/entries/' + encodeURIComponent(form.dataset.entry) + '/backfill', {
+      method: 'POST',
+      headers: { 'Authorization': 'Bearer ' + token(), 'Content-Type': 'application/json', 'X-Beatd-Client': 'console' },
+      body: JSON.stringify(spec),
+      credentials: 'omit',
+      cache: 'no-store'
+    }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (j) { return { status: r.status, body: j }; });
+    }).then(function (res) {
+      if (res.status === 200 || res.status === 202) {
+        var a = res.body;
+        msg.className = 'ok';
+        msg.textContent = '';
+        var p = document.createElement('p');
+        p.textContent = dry ?
+          'Dry run: ' + a.slots.length + ' slots, ' + a.publish + ' would be published, ' + a.fired + ' already fired.' :
+          'Backfill ' + a.backfill.id + ' queued: ' + a.publish + ' slots to publish, ' + a.fired + ' already fired. Reload to follow it.';
+        msg.appendChild(p);
+        if (dry && a.slots.length) {
+          var ul = document.createElement('ul');
+          a.slots.slice(0, 50).forEach(function (s) {
+            var li = document.createElement('li');
+            li.textContent = s.slot + (s.fired ? ' (already fired)' : '') + ' ' + s.task_id;
+            ul.appendChild(li);
+          });
+          msg.appendChild(ul);
+          if (a.slots.length > 50) {
+            var more = document.createElement('p');
+            more.textContent = '… and ' + (a.slots.length - 50) + ' more.';
+            msg.appendChild(more);
+          }
+        }
+        return;
+      }
+      msg.className = 'bad';
+      msg.textContent = (dry ? 'Dry run' : 'Backfill') + ' refused (' + res.status + '): ' + errorText(res) + '.';
+    }).catch(function (e) {
+      msg.className = 'bad';
+      msg.textContent = 'Backfill failed: ' + e.message;
     });
   }
 
@@ -144,6 +224,14 @@
       var b = e.target.closest && e.target.closest('button[data-op]');
       if (b) { act(b); }
     });
+    var bf = document.getElementById('backfill-form');
+    if (bf) {
+      bf.addEventListener('submit', function (e) {
+        e.preventDefault();
+        var by = e.submitter || document.activeElement;
+        backfill(bf, !(by && by.dataset.bf === 'run'));
+      });
+    }
     applyAuth();
     tick();
     setInterval(tick, 1000);

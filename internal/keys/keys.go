@@ -57,6 +57,12 @@ func Probe(prefix string) string { return prefix + "probe" }
 // compactor serves the whole etcd.
 const CompactionProbe = "compaction-probe"
 
+// Audit is the prefix of the audit records: who changed what, and why.
+func Audit(prefix string) string { return prefix + "audit/" }
+
+// Backfills is the prefix of the backfill jobs, by id.
+func Backfills(prefix string) string { return prefix + "backfills/" }
+
 // Requests is the prefix of queued admin requests.
 func Requests(prefix string) string { return prefix + "requests/" }
 
