@@ -13,8 +13,8 @@ import (
 
 	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/broker"
-	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )

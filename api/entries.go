@@ -19,8 +19,8 @@ import (
 
 	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/broker"
-	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/store"
 )
 
 // Body size limits of the entries API: one entry, and a set applied at

@@ -24,7 +24,9 @@ func (b *backend) Request(ctx context.Context, a api.Action) (string, error) {
 }
 
 // Audit implements api.Auditor.
-func (b *backend) Audit(ctx context.Context, rec store.AuditRecord) error { return b.store.Audit(ctx, rec) }
+func (b *backend) Audit(ctx context.Context, rec store.AuditRecord) error {
+	return b.store.Audit(ctx, rec)
+}
 
 // AuditLog implements api.Auditor.
 func (b *backend) AuditLog(ctx context.Context, entry string, limit int) ([]store.AuditRecord, error) {
@@ -32,7 +34,9 @@ func (b *backend) AuditLog(ctx context.Context, entry string, limit int) ([]stor
 }
 
 // Backfills implements api.OpsBackend.
-func (b *backend) Backfills(ctx context.Context) ([]store.Backfill, error) { return b.store.Backfills(ctx) }
+func (b *backend) Backfills(ctx context.Context) ([]store.Backfill, error) {
+	return b.store.Backfills(ctx)
+}
 
 // Backfill implements api.OpsBackend: it plans the backfill from what
 // this replica reads (the entry's state in etcd, the broker's run
