@@ -321,7 +321,7 @@ func (c *conv) oneOff(add func(string, ...any)) error {
 		return nil
 	}
 	probe := *c
-	probe.e = &Entry{Name: e.Name, Task: e.Task, Sched: e.Sched, Zone: e.Zone, Enabled: true}
+	probe.e = &Entry{Name: e.Name, Task: e.Task, Sched: e.Sched, Zone: e.Zone, Enabled: true, Start: e.Start}
 	var lines []string
 	if err := probe.schedule(func(f string, a ...any) { lines = append(lines, "    "+fmt.Sprintf(f, a...)) }); err != nil {
 		return err
@@ -330,17 +330,16 @@ func (c *conv) oneOff(add func(string, ...any)) error {
 	if err != nil {
 		return err
 	}
-	from := c.now
-	if e.Start.After(from) {
-		from = e.Start.Add(-time.Nanosecond)
-	}
-	next := schedule.Anchor(cfg.Entries[0].Schedule, c.now).Next(from)
-	if next.IsZero() {
+	if next := schedule.Anchor(cfg.Entries[0].Schedule, c.now).Next(c.now); next.IsZero() {
 		return fmt.Errorf("one_off %s schedule never fires", e.Sched.Type)
 	}
-	add("at: %s", quote(schedule.FormatSlot(next)))
-	c.note("approximation: one_off %s schedule: beatd fires it once, at its next time after the import", e.Sched.Type)
-	c.warn("one_off %s schedule imported as a one-off at %s (the next fire time after the import)", e.Sched.Type, schedule.FormatSlot(next))
+	// The schedule itself, limited to one run: beatd fires it at its next
+	// slot, as django-celery-beat does, and then shows it finished.
+	for _, l := range lines {
+		add("%s", strings.TrimPrefix(l, "    "))
+	}
+	add("max_runs: 1")
+	c.note("one_off: max_runs: 1 (it fires once, at its next slot, then is finished)")
 	return nil
 }
 

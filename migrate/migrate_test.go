@@ -127,7 +127,8 @@ func TestDjangoImport(t *testing.T) {
 		`    end_at: "2027-06-30T12:00:00Z"`, // django-celery-beat stops running it at expires too
 		`    solar: {event: "sunset", lat: 52.52, lon: 13.4}`,
 		"  \"new year\":\n    task: \"app.tasks.greet\"\n    at: \"2027-01-01T00:00:00Z\"",
-		"  \"once-quarterly\":\n    task: \"app.tasks.once\"\n    at: \"2026-11-30T10:15:00+00:00\"",
+		// one_off: the schedule, run once (max_runs: 1).
+		"  \"once-quarterly\":\n    task: \"app.tasks.once\"\n    crontab: {minute: \"*/15\", hour: \"*\", day_of_week: \"*\", day_of_month: \"*\", month_of_year: \"*\"}\n    max_runs: 1",
 		"  \"done-once\":\n    task: \"app.tasks.done\"\n    at: \"2026-11-30T10:00:00Z\"\n    enabled: false",
 		"  \"quarter-hourly\":",
 	} {
