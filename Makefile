@@ -2,7 +2,7 @@ GO ?= go
 BIN ?= bin/beatd
 IMAGE ?= beatd:latest
 
-.PHONY: build deps test bench fuzz vectors demo soak bench-celery bench-events drill-amqp image
+.PHONY: build deps test bench fuzz vectors demo soak bench-celery bench-events bench-apply drill-amqp image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -70,6 +70,13 @@ EVENTS_RATE ?= 10000
 EVENTS_FOR ?= 60s
 bench-events:
 	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchEvents$$' ./outcome -args -bench-events -events-rate $(EVENTS_RATE) -events-for $(EVENTS_FOR)
+
+# `beatd entries apply` of a 100,000-entry file against one replica (its
+# embedded etcd): the time it takes, which must stay under a minute, and
+# every entry running after.
+APPLY_ENTRIES ?= 100000
+bench-apply:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchApply$$' ./cmd/beatd -args -bench-apply -apply-entries $(APPLY_ENTRIES)
 
 # The failover drill on RabbitMQ (minutes): every fault kind at least twice,
 # audited by draining the queue. BEATD_DRILL_SEED and BEATD_DRILL_DURATION

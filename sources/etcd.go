@@ -146,29 +146,78 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := s.cli.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for resp := range wch {
-		if err := resp.Err(); err != nil {
-			return fmt.Errorf("watch runtime entries: %w", err)
+	// A change applies at once; changes that follow within coalesceFor
+	// of the last apply wait for it to pass and apply together. Each apply
+	// re-merges every entry, so a large `entries apply` (hundreds of
+	// transactions in a row) would otherwise cost transactions × entries.
+	var (
+		changed   bool
+		lastApply time.Time
+		timer     clockwork.Timer
+		due       <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		for _, ev := range resp.Events {
-			name := strings.TrimPrefix(string(ev.Kv.Key), s.prefix)
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(set, name)
-			} else {
-				set[name] = ev.Kv.Value
+	}()
+	apply := func() error {
+		changed, due, lastApply = false, nil, s.clock.Now()
+		if err := m.SetSource(API, cloneDocs(set)); err != nil {
+			return fmt.Errorf("apply runtime entries: %w", err)
+		}
+		return nil
+	}
+	for {
+		select {
+		case resp, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return errors.New("watch runtime entries: channel closed")
 			}
-		}
-		if len(resp.Events) > 0 {
-			if err := m.SetSource(API, cloneDocs(set)); err != nil {
-				return fmt.Errorf("apply runtime entries: %w", err)
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("watch runtime entries: %w", err)
+			}
+			for _, ev := range resp.Events {
+				name := strings.TrimPrefix(string(ev.Kv.Key), s.prefix)
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(set, name)
+				} else {
+					set[name] = ev.Kv.Value
+				}
+			}
+			if len(resp.Events) == 0 {
+				continue
+			}
+			changed = true
+			if wait := coalesceFor - s.clock.Since(lastApply); wait <= 0 {
+				if err := apply(); err != nil {
+					return err
+				}
+			} else if due == nil {
+				if timer == nil {
+					timer = s.clock.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				due = timer.Chan()
+			}
+		case <-due:
+			if changed {
+				if err := apply(); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return errors.New("watch runtime entries: channel closed")
 }
+
+// coalesceFor is the shortest time between two applies of the runtime
+// entries: a burst of writes is applied about this often, and in full
+// once it ends.
+const coalesceFor = 500 * time.Millisecond
 
 // cloneDocs copies the map (the merger keeps it).
 func cloneDocs(m map[string][]byte) map[string][]byte {

@@ -17,12 +17,17 @@ import (
 	"github.com/beatd/beatd/store"
 )
 
-// api runs the beatd CLI against replica r's HTTP API with the named
-// token of the test's tokens file.
+// apiCLI runs the beatd CLI against replica r's HTTP API with the named
+// token: "tok-NAME" of the test's tokens file, or for admin the replicas'
+// admin token.
 func (c *cluster) apiCLI(r *replica, token string, args ...string) (int, string, string) {
 	c.t.Helper()
 	tf := filepath.Join(c.dir, "tok-"+token)
-	if err := os.WriteFile(tf, []byte("tok-"+token), 0o600); err != nil {
+	secret := "tok-" + token
+	if token == "admin" {
+		secret = "test-token"
+	}
+	if err := os.WriteFile(tf, []byte(secret), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
 	cmd := exec.Command(beatdBin, append(args, "--server", r.URL(""), "--token-file", tf)...)
