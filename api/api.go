@@ -50,6 +50,8 @@ type Status struct {
 	// replica for --outcome-silence, that run outcomes are unknown and
 	// what to change; empty while reports come.
 	OutcomeWarning string `json:"outcome_warning,omitempty"`
+	// Backfills are the backfills not yet finished, with their progress.
+	Backfills []store.Backfill `json:"backfills,omitempty"`
 }
 
 // EntryStatus is one entry in Status.
@@ -180,23 +182,7 @@ func Handler(c Config) http.Handler {
 		c.Now = time.Now
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := c.Backend.Alive(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := c.Backend.Ready(ctx); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+	registerProbes(mux, c)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
@@ -252,6 +238,35 @@ func Handler(c Config) http.Handler {
 		registerOps(mux, c)
 	}
 	return mux
+}
+
+// ProbeHandler serves only /healthz, /readyz and /metrics: what probes
+// and Prometheus need on a plain listener (--metrics-http), with no
+// route that reads the schedule or changes it.
+func ProbeHandler(c Config) http.Handler {
+	mux := http.NewServeMux()
+	registerProbes(mux, c)
+	return mux
+}
+
+func registerProbes(mux *http.ServeMux, c Config) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.Backend.Alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := c.Backend.Ready(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -63,6 +63,10 @@ type Config struct {
 	Now          func() time.Time
 	// PageSize is the entries table's page size (default 50).
 	PageSize int
+	// HTTPClient reads the leader's data from its HTTP server (with the
+	// CA of the replicas' HTTPS); default a plain client. Its timeout is
+	// set to a second.
+	HTTPClient *http.Client
 }
 
 // Server is the console. Run mirrors etcd for it; Handler serves it.
@@ -129,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.PageSize = 50
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "console"), assets: map[string]asset{},
-		cluster: newCluster(cfg.Client, cfg.Prefix), http: &http.Client{Timeout: time.Second},
+		cluster: newCluster(cfg.Client, cfg.Prefix), http: leaderClient(cfg.HTTPClient),
 		ctx: context.Background(), ctxSet: make(chan struct{})}
 	s.runs = cfg.Runs
 	if s.runs == nil {
@@ -428,3 +432,14 @@ func thousands(n int) string {
 type noRuns struct{}
 
 func (noRuns) Recent(context.Context, []string) (map[string][]broker.Run, error) { return nil, nil }
+
+// leaderClient is c with a second's timeout (a new plain client if nil):
+// a slow leader must not hold a page.
+func leaderClient(c *http.Client) *http.Client {
+	if c == nil {
+		return &http.Client{Timeout: time.Second}
+	}
+	cc := *c
+	cc.Timeout = time.Second
+	return &cc
+}

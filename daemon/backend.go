@@ -226,9 +226,19 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		return out, err
 	}
 	out.LeaderID, out.FencingToken = leader.ID, leader.Token
-	table, err := store.New(cli, prefix).Load(ctx)
+	sto := store.New(cli, prefix)
+	table, err := sto.Load(ctx)
 	if err != nil {
 		return out, err
+	}
+	jobs, err := sto.Backfills(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, j := range jobs {
+		if j.Unfinished() {
+			out.Backfills = append(out.Backfills, j)
+		}
 	}
 	states := table.States()
 	var names []string

@@ -3,13 +3,17 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/tlsfiles"
 )
 
 // clusterFlags configure the embedded etcd as one member of a cluster that
@@ -27,9 +31,18 @@ type clusterFlags struct {
 	PeerTrustedCAFile  string
 	PeerClientCertAuth bool
 	PeerAutoTLS        bool
-	HeartbeatMs        uint
-	ElectionMs         uint
-	MoveRaftLeader     bool
+	// The member's client TLS (an https advertise client URL), and
+	// whether its clients must present a certificate of ClientCAFile.
+	ClientCertFile string
+	ClientKeyFile  string
+	ClientCAFile   string
+	ClientCertAuth bool
+	// InsecureOK states that a member listening beyond loopback without
+	// client certificate auth is meant (it silences the warning).
+	InsecureOK     bool
+	HeartbeatMs    uint
+	ElectionMs     uint
+	MoveRaftLeader bool
 }
 
 func (c *clusterFlags) register(fs *pflag.FlagSet) {
@@ -45,6 +58,11 @@ func (c *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.PeerTrustedCAFile, "etcd-peer-trusted-ca-file", "", "embedded cluster mode: CA that signs the peers' certificates")
 	fs.BoolVar(&c.PeerClientCertAuth, "etcd-peer-client-cert-auth", false, "embedded cluster mode: require peers to present a certificate signed by the trusted CA")
 	fs.BoolVar(&c.PeerAutoTLS, "etcd-peer-auto-tls", false, "embedded cluster mode: encrypt peer traffic with self-signed certificates (no peer authentication)")
+	fs.StringVar(&c.ClientCertFile, "etcd-client-cert-file", "", "embedded cluster mode: the member's TLS certificate for its client port (an https --etcd-advertise-client-url); this replica presents it as its own etcd client certificate too unless --etcd-cert is given")
+	fs.StringVar(&c.ClientKeyFile, "etcd-client-key-file", "", "embedded cluster mode: the key of --etcd-client-cert-file")
+	fs.StringVar(&c.ClientCAFile, "etcd-client-trusted-ca-file", "", "embedded cluster mode: the CA that signs the clients' certificates (and the members', for this replica's own client unless --etcd-cacert is given)")
+	fs.BoolVar(&c.ClientCertAuth, "etcd-client-cert-auth", false, "embedded cluster mode: refuse etcd clients (other replicas, the CLI) without a certificate signed by --etcd-client-trusted-ca-file")
+	fs.BoolVar(&c.InsecureOK, "etcd-insecure-ok", false, "embedded cluster mode: a member whose client port listens beyond loopback without --etcd-client-cert-auth is intended; silences the warning (the metric beatd_etcd_client_unauthenticated stays 1)")
 	fs.UintVar(&c.HeartbeatMs, "etcd-heartbeat-interval", 100, "embedded etcd: raft heartbeat interval in milliseconds")
 	fs.UintVar(&c.ElectionMs, "etcd-election-timeout", 1000, "embedded etcd: raft election timeout in milliseconds")
 	fs.BoolVar(&c.MoveRaftLeader, "etcd-move-raft-leader", true, "embedded cluster mode: the beatd leader moves raft leadership off its own member, so a kill -9 of it fails over within the lease TTL")
@@ -67,6 +85,7 @@ func (m *Main) embedConfig(ctx context.Context) embedetcd.Config {
 		AdvertiseClientURL: c.AdvertiseClientURL, ListenPeerURL: c.ListenPeerURL, ListenClientURL: c.ListenClientURL,
 		PeerCertFile: c.PeerCertFile, PeerKeyFile: c.PeerKeyFile, PeerTrustedCAFile: c.PeerTrustedCAFile,
 		PeerClientCertAuth: c.PeerClientCertAuth, PeerAutoTLS: c.PeerAutoTLS,
+		ClientCertFile: c.ClientCertFile, ClientKeyFile: c.ClientKeyFile, ClientTrustedCAFile: c.ClientCAFile, ClientCertAuth: c.ClientCertAuth,
 		HeartbeatMs: c.HeartbeatMs, ElectionMs: c.ElectionMs, ClusterLog: m.log, Context: ctx}
 }
 
@@ -112,8 +131,77 @@ func (m *Main) checkClusterFlags() error {
 	if c.AdvertiseClientURL == "" {
 		return fmt.Errorf("--etcd-initial-cluster needs --etcd-advertise-client-url (the URL the other replicas reach this member's clients port at)")
 	}
+	// Every certificate, key and CA is checked now: a bad one is one
+	// error naming its file, not a member that never joins.
+	now := m.clock.Now()
+	for _, f := range [][3]string{
+		{c.ClientCertFile, c.ClientKeyFile, c.ClientCAFile},
+		{c.PeerCertFile, c.PeerKeyFile, c.PeerTrustedCAFile},
+	} {
+		if err := tlsfiles.Check(f[0], f[1], f[2], now); err != nil {
+			return fmt.Errorf("embedded etcd TLS: %w", err)
+		}
+	}
+	// The replica is a client of its own cluster: with client TLS it
+	// presents the member's certificate and trusts the cluster's CA,
+	// unless told otherwise.
+	if c.ClientCertFile != "" {
+		if m.Etcd.Cert == "" && m.Etcd.Key == "" {
+			m.Etcd.Cert, m.Etcd.Key = c.ClientCertFile, c.ClientKeyFile
+		}
+		if m.Etcd.CACert == "" {
+			m.Etcd.CACert = c.ClientCAFile
+		}
+	}
 	// The client starts with every member's client URL and follows the
 	// member list as replicas are added and removed.
 	m.Etcd.autoSync = 10 * time.Second
 	return nil
+}
+
+// clientUnauthenticated says why the embedded member's client port lets
+// anyone who reaches it write the schedule ("" when it does not): it
+// listens beyond loopback without client certificate auth.
+func (m *Main) clientUnauthenticated() string {
+	c := m.Cluster
+	if c.InitialCluster == "" || c.ClientCertAuth {
+		return ""
+	}
+	listen := c.ListenClientURL
+	if listen == "" {
+		listen = "0.0.0.0 (the default)"
+	} else if u, err := url.Parse(listen); err == nil {
+		if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || ip != nil && ip.IsLoopback() {
+			return ""
+		}
+	}
+	return "the embedded etcd member's client port listens on " + listen + " without client certificate auth: " +
+		"whoever reaches it can rewrite the schedule, and so which tasks every worker runs. " +
+		"Set --etcd-client-cert-auth with --etcd-client-cert-file, --etcd-client-key-file and --etcd-client-trusted-ca-file " +
+		"(beatd certs init makes them), or --etcd-insecure-ok to state that this is intended"
+}
+
+// warnUnauthenticated keeps saying, once a minute, that the embedded
+// member's client port is open, until ctx ends; the gauge says it too.
+func (m *Main) warnUnauthenticated(ctx context.Context, g prometheus.Gauge) {
+	why := m.clientUnauthenticated()
+	if why == "" {
+		g.Set(0)
+		return
+	}
+	g.Set(1)
+	if m.Cluster.InsecureOK {
+		m.log.Info("embedded etcd client port without client certificate auth, as --etcd-insecure-ok states")
+		return
+	}
+	t := m.clock.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		m.log.Warn(why)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
 }

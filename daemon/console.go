@@ -2,7 +2,11 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -19,7 +23,11 @@ import (
 // server. Run history comes from the broker, where the publish script
 // records it.
 func (m *Main) newConsole() (*console.Server, error) {
-	return console.New(console.Config{
+	hc, err := m.replicaHTTP()
+	if err != nil {
+		return nil, err
+	}
+	return console.New(console.Config{HTTPClient: hc,
 		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
@@ -73,7 +81,11 @@ func (m *Main) advertisedURL() string {
 	if m.AdvertiseURL != "" {
 		return strings.TrimSuffix(m.AdvertiseURL, "/")
 	}
-	return "http://" + advertised(m.httpLn.Addr().String(), m.Etcd.EndpointURLs())
+	scheme := "http://"
+	if m.HTTPTLSCert != "" {
+		scheme = "https://"
+	}
+	return scheme + advertised(m.httpLn.Addr().String(), m.Etcd.EndpointURLs())
 }
 
 // advertised is the address other replicas reach this one's HTTP server
@@ -104,4 +116,21 @@ func advertised(listen string, etcd []string) string {
 		host = h
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// replicaHTTP is the client this replica reads other replicas' HTTP with:
+// it trusts --http-tls-ca when given (else the system's roots).
+func (m *Main) replicaHTTP() (*http.Client, error) {
+	if m.HTTPTLSCA == "" {
+		return &http.Client{}, nil
+	}
+	pem, err := os.ReadFile(m.HTTPTLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("--http-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--http-tls-ca: CA %s: no PEM certificate in it", m.HTTPTLSCA)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
 }

@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/logbridge"
+	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
@@ -103,6 +106,8 @@ type Main struct {
 	reloadMetrics  *reloadMetrics
 	registry       *prometheus.Registry
 	httpSrv        *http.Server
+	metricsSrv     *http.Server
+	argvSecrets    []string // flags whose value, given in argv, holds a password
 	httpLn         net.Listener
 	api            *backend
 	adminToken     string
@@ -142,6 +147,13 @@ type Options struct {
 	ID             string
 	LeaseTTL       time.Duration
 	HTTPAddr       string
+	// HTTPTLSCert and HTTPTLSKey serve HTTPS (read again when they
+	// change); HTTPTLSCA verifies the other replicas' HTTPS. MetricsHTTP
+	// is a plain listener for probes and metrics only.
+	HTTPTLSCert    string
+	HTTPTLSKey     string
+	HTTPTLSCA      string
+	MetricsHTTP    string
 	LogFormat      string
 	LogLevel       string
 	AdminTokenFile string
@@ -187,6 +199,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	m.NoteArgvSecrets(fs)
 	return m.CheckFlags()
 }
 
@@ -211,6 +224,10 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
 	fs.DurationVar(&m.LeaseTTL, "lease-ttl", m.LeaseTTL, "etcd lease TTL: how long a dead leader holds on")
 	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status and admin")
+	fs.StringVar(&m.HTTPTLSCert, "http-tls-cert", "", "serve --http as HTTPS with this certificate (PEM; read again when it changes, as cert-manager rotates it)")
+	fs.StringVar(&m.HTTPTLSKey, "http-tls-key", "", "the key of --http-tls-cert")
+	fs.StringVar(&m.HTTPTLSCA, "http-tls-ca", "", "CA that signs the replicas' HTTPS certificates, to verify another replica's (the console reads the leader's); default the system's")
+	fs.StringVar(&m.MetricsHTTP, "metrics-http", "", "also serve /healthz, /readyz and /metrics, and nothing else, on this plain-HTTP address (e.g. :9090 for probes and Prometheus next to an HTTPS --http)")
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "json or text")
 	fs.StringVar(&m.LogLevel, "log-level", m.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "file holding the admin bearer token (else BEATD_ADMIN_TOKEN); without one the admin endpoints are disabled")
@@ -233,6 +250,27 @@ func (m *Main) Flags() *pflag.FlagSet {
 	return fs
 }
 
+// NoteArgvSecrets remembers, for a warning at start, the flags given on
+// the command line whose value holds a password (a URL's user info): a
+// command line is readable by every local user and in the pod spec,
+// where a file or the environment is not.
+func (m *Main) NoteArgvSecrets(fs *pflag.FlagSet) {
+	for _, name := range []string{"broker", "result-backend", "etcd-endpoints"} {
+		f := fs.Lookup(name)
+		if f == nil || !flagenv.FromArgs(fs, name) {
+			continue
+		}
+		for _, v := range strings.Split(f.Value.String(), ",") {
+			if u, err := url.Parse(strings.TrimSpace(v)); err == nil && u.User != nil {
+				if _, ok := u.User.Password(); ok {
+					m.argvSecrets = append(m.argvSecrets, "--"+name)
+					break
+				}
+			}
+		}
+	}
+}
+
 // CheckFlags validates the parsed flags.
 func (m *Main) CheckFlags() error {
 	if err := m.checkClusterFlags(); err != nil {
@@ -244,6 +282,18 @@ func (m *Main) CheckFlags() error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level must be debug, info, warn or error, not %q", m.LogLevel)
+	}
+	now := m.clock.Now()
+	if err := tlsfiles.Check(m.Etcd.Cert, m.Etcd.Key, m.Etcd.CACert, now); err != nil {
+		return fmt.Errorf("etcd client TLS: %w", err)
+	}
+	if m.HTTPTLSCert != "" || m.HTTPTLSKey != "" {
+		if _, err := tlsfiles.CheckPair(m.HTTPTLSCert, m.HTTPTLSKey, now); err != nil {
+			return fmt.Errorf("--http-tls-cert: %w", err)
+		}
+	}
+	if err := tlsfiles.CheckCA(m.HTTPTLSCA); err != nil {
+		return fmt.Errorf("--http-tls-ca: %w", err)
 	}
 	return nil
 }
@@ -405,9 +455,37 @@ func (m *Main) Run(ctx context.Context) error {
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerPing, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started}
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
-		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now})),
-		ReadHeaderTimeout: 5 * time.Second}
+	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
+		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now}
+	// net/http's own messages (a failed TLS handshake: a port scan, a
+	// plain-HTTP probe) are noise at debug, in the log's format.
+	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
+	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+	if m.HTTPTLSCert != "" {
+		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("--http-tls-cert: %w", err)
+		}
+		m.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
+	}
+	if m.MetricsHTTP != "" {
+		ln, err := net.Listen("tcp", m.MetricsHTTP)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("--metrics-http: %w", err)
+		}
+		m.metricsSrv = &http.Server{Handler: console.Secure(api.ProbeHandler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+		m.wg.Go(func() {
+			if err := m.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.log.Error("metrics http server", "err", err)
+			}
+		})
+	}
+	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
+		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
+	m.registry.MustRegister(unauth)
+	m.wg.Go(func() { m.warnUnauthenticated(runCtx, unauth) })
 	m.startOps(runCtx)
 	m.syncSources(runCtx)
 	if err := m.startOutcomes(runCtx); err != nil {
@@ -419,7 +497,11 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
 	go func() {
 		defer m.wg.Done()
-		if err := m.httpSrv.Serve(m.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return m.httpSrv.Serve(m.httpLn) }
+		if m.httpSrv.TLSConfig != nil {
+			serve = func() error { return m.httpSrv.ServeTLS(m.httpLn, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("http server", "err", err)
 		}
 	}()
@@ -431,6 +513,10 @@ func (m *Main) Run(ctx context.Context) error {
 		defer m.wg.Done()
 		m.watchConfig(runCtx)
 	}()
+	for _, f := range m.argvSecrets {
+		m.log.Warn("a password was given in "+f+" on the command line, where every local user (ps, /proc) and the pod spec can read it: "+
+			"put the URL in "+flagenv.EnvName(strings.TrimPrefix(f, "--"))+" instead, or the password in its password file", "flag", f)
+	}
 	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", Version())
 	return nil
@@ -469,6 +555,9 @@ func (m *Main) Close() error {
 		if m.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = m.httpSrv.Shutdown(ctx)
+			if m.metricsSrv != nil {
+				_ = m.metricsSrv.Shutdown(ctx)
+			}
 			cancel()
 		}
 		m.wg.Wait()

@@ -139,7 +139,7 @@ func TestImage(t *testing.T) {
 			t.Errorf("%s runs as %q, want the image's user beatd", name, u)
 		}
 	}
-	cli := etcdClient(t, pods)
+	cli := etcdClient(t, pods, nil)
 	var leader string
 	waitFor(t, 60*time.Second, "a leader among the containers", func() bool {
 		l, err := observe(cli, pods[0].envValue("BEATD_PREFIX"))

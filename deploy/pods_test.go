@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -137,6 +138,9 @@ type podOptions struct {
 	mountsInPlace bool // a container bind-mounts the pod's directories
 	base          string
 	extraEnv      []string // NAME=value, after the manifest's
+	// secrets are the files of Secrets the manifests name but do not
+	// hold (a TLS Secret the operator makes): name -> key -> content.
+	secrets map[string]map[string]string
 }
 
 // buildPod turns the rendered StatefulSet's container into pod i.
@@ -178,6 +182,9 @@ func buildPod(t *testing.T, r *rendered, pn *podNet, i int, opt podOptions) *pod
 				for k, val := range s.StringData {
 					files[k] = val
 				}
+			}
+			for k, val := range opt.secrets[v.Secret.SecretName] {
+				files[k] = val
 			}
 		case claims[m.Name]:
 			// An empty volume owned by the pod's user (fsGroup).
@@ -333,13 +340,13 @@ func (p *pod) envValue(name string) string {
 }
 
 // etcdClient reaches the members' client URLs (as the pods advertise them).
-func etcdClient(t *testing.T, pods []*pod) *clientv3.Client {
+func etcdClient(t *testing.T, pods []*pod, tc *tls.Config) *clientv3.Client {
 	t.Helper()
 	var eps []string
 	for _, p := range pods {
 		eps = append(eps, p.envValue("BEATD_ETCD_ADVERTISE_CLIENT_URL"))
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop(), TLS: tc})
 	if err != nil {
 		t.Fatal(err)
 	}

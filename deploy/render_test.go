@@ -37,6 +37,7 @@ var renderings = map[string]string{
 	"external":            "external",
 	"embedded+components": "resources: [../embedded]\ncomponents: [../components/monitoring, ../components/peer-tls]\n",
 	"external+monitoring": "resources: [../external]\ncomponents: [../components/monitoring]\n",
+	"embedded+etcd-tls":   "resources: [../embedded]\ncomponents: [../components/etcd-tls]\n",
 }
 
 // rendered is one kustomize build, decoded strictly.
@@ -311,7 +312,7 @@ func TestManifestInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring"} {
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls"} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, name)
 			c := container(t, r)
@@ -343,6 +344,9 @@ func TestManifestInvariants(t *testing.T) {
 				args[f] = v
 			}
 			for _, e := range c.Env {
+				if expansionOnly[e.Name] {
+					continue
+				}
 				f, ok := flagOfEnv(e.Name)
 				if !ok {
 					t.Errorf("env %s is not a BEATD_* flag variable", e.Name)
@@ -509,6 +513,12 @@ func TestManifestInvariants(t *testing.T) {
 	}
 }
 
+// expansionOnly are variables the manifests define only to expand in
+// another's value ($(ETCD_CLIENT_SCHEME) in the advertise client URL, so
+// a component switches it to https without moving that URL above
+// BEATD_ID). beatd itself does not read them.
+var expansionOnly = map[string]bool{"ETCD_CLIENT_SCHEME": true}
+
 // checkEmbedded checks the embedded topology's wiring: the bootstrap
 // members are the StatefulSet's pods at the headless Service's DNS names
 // and the container's peer port, and the member's data is on the PVC.
@@ -544,7 +554,16 @@ func checkEmbedded(t *testing.T, r *rendered, c *corev1.Container, headless *cor
 		t.Errorf("headless Service ports %v do not match the container's %v", svcPorts, ports)
 	}
 	adv, _ := envValue(c, "BEATD_ETCD_ADVERTISE_CLIENT_URL")
-	if want := fmt.Sprintf("http://$(BEATD_ID).%s:%d", headless.Name, ports["etcd-client"]); adv != want {
+	clientScheme, _ := envValue(c, "ETCD_CLIENT_SCHEME")
+	adv = strings.ReplaceAll(adv, "$(ETCD_CLIENT_SCHEME)", clientScheme)
+	wantScheme := "http"
+	if cf, _ := envValue(c, "BEATD_ETCD_CLIENT_CERT_FILE"); cf != "" {
+		wantScheme = "https"
+		if auth, _ := envValue(c, "BEATD_ETCD_CLIENT_CERT_AUTH"); auth != "true" {
+			t.Errorf("client TLS without client certificate auth")
+		}
+	}
+	if want := fmt.Sprintf("%s://$(BEATD_ID).%s:%d", wantScheme, headless.Name, ports["etcd-client"]); adv != want {
 		t.Errorf("advertise client URL %q, want %q", adv, want)
 	}
 	advPeer, _ := envValue(c, "BEATD_ETCD_ADVERTISE_PEER_URL")

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -45,7 +46,14 @@ type embeddedCluster struct {
 
 func startEmbedded(t *testing.T, broker string, extraEnv ...string) *embeddedCluster {
 	t.Helper()
-	r := render(t, "embedded")
+	return startRendering(t, "embedded", podOptions{broker: broker, extraEnv: extraEnv}, nil)
+}
+
+// startRendering runs a rendering's StatefulSet as processes; clientTLS is
+// how the test's own etcd client reaches the members (nil: plain).
+func startRendering(t *testing.T, name string, opt podOptions, clientTLS *tls.Config) *embeddedCluster {
+	t.Helper()
+	r := render(t, name)
 	c := container(t, r)
 	var cports []int32
 	for _, p := range c.Ports {
@@ -54,7 +62,8 @@ func startEmbedded(t *testing.T, broker string, extraEnv ...string) *embeddedClu
 	n := int(*r.sts.Spec.Replicas)
 	// Ports for one more pod than the StatefulSet has: the test scales up.
 	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n+1, cports)
-	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: podOptions{schedule: runSchedule, broker: broker, base: t.TempDir(), extraEnv: extraEnv}}
+	opt.schedule, opt.base = runSchedule, t.TempDir()
+	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: opt}
 	for i := 0; i < n; i++ {
 		ec.pods = append(ec.pods, buildPod(t, r, pn, i, ec.opt))
 	}
@@ -81,7 +90,7 @@ func startEmbedded(t *testing.T, broker string, extraEnv ...string) *embeddedClu
 	for _, p := range ec.pods {
 		p.start(t)
 	}
-	ec.cli = etcdClient(t, ec.pods)
+	ec.cli = etcdClient(t, ec.pods, clientTLS)
 	return ec
 }
 

@@ -162,7 +162,9 @@ func (s *Store) SaveBackfill(ctx context.Context, g election.Fence, b *Backfill,
 	enc, _ := json.Marshal(b)
 	ops := []clientv3.Op{clientv3.OpPut(s.backfillKey(b.ID), string(enc))}
 	for _, k := range also {
-		ops = append(ops, clientv3.OpDelete(k))
+		if k != "" {
+			ops = append(ops, clientv3.OpDelete(k))
+		}
 	}
 	return s.commit(ctx, g, ops)
 }

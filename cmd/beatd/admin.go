@@ -38,10 +38,13 @@ type statusOptions struct {
 	asJSON  bool
 	timeout time.Duration
 	entry   string // the one entry to show in detail
+	// serverCA verifies the leader's https status URL.
+	serverCA string
 }
 
 func (o *statusOptions) register(fs *pflag.FlagSet) {
 	o.etcd.Register(fs)
+	fs.StringVar(&o.serverCA, "server-cacert", "", serverCACertHelp)
 	o.broker.register(fs)
 	fs.StringVar(&o.config, "config", "", "schedule file for schedules and next run times (default: the config the leader published to etcd)")
 	fs.StringVarP(&o.output, "output", "o", "", "output format: json, yaml or wide (default: a table)")
@@ -139,7 +142,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", broker.Redacted(o.broker.url), st.HistoryError))
 	}
 	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID && !st.LeaderUnresponsive {
-		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL); err != nil {
+		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL, o.serverCA); err != nil {
 			notes = append(notes, "last results unavailable: "+err.Error())
 		}
 	}
@@ -217,6 +220,10 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 		}
 	}
 	_ = tw.Flush()
+	for _, b := range st.Backfills {
+		fmt.Fprintf(w, "backfill %s of %s: %s, %d published, %d skipped of %d (%s to %s, by %s)\n", b.ID, b.Entry, b.State,
+			b.Published, b.Skipped, b.Total, b.From.UTC().Format(time.RFC3339), b.To.UTC().Format(time.RFC3339), dash(b.Actor))
+	}
 }
 
 // lastOutcome is what the workers reported about the newest run.
@@ -304,14 +311,18 @@ func fmtTime(t *time.Time) string {
 // mergeLeaderResults adds each entry's last result and error, which only
 // the leader knows, from its GET /status. It is the one place the CLI
 // reads them, so it can be re-pointed when they are stored elsewhere.
-func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL string) error {
+func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	hc, err := cliHTTP(caFile)
+	if err != nil {
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("leader at %s: %w", statusURL, err)
 	}
@@ -361,6 +372,7 @@ type adminOptions struct {
 	// token, instead of writing it to etcd.
 	server    string
 	tokenFile string
+	serverCA  string
 }
 
 func (o *adminOptions) register(fs *pflag.FlagSet) {
@@ -372,6 +384,7 @@ func (o *adminOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.note, "note", "", "why: kept in the audit trail (and, for a pause, shown by status); a leader run with --require-notes refuses a pause without one")
 	fs.StringVar(&o.server, "server", "", "send the request to beatd's HTTP API at this URL, authenticated by --token-file, instead of writing it to etcd (BEATD_SERVER)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "with --server: file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
+	fs.StringVar(&o.serverCA, "server-cacert", "", serverCACertHelp)
 }
 
 // adminCommand is trigger, pause or resume: it checks the entry against
@@ -499,7 +512,7 @@ func localUser() string {
 
 // runHTTP sends trigger, pause or resume to beatd's API.
 func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
-	c, err := newAPIClient(o.server, o.tokenFile)
+	c, err := newAPIClient(o.server, o.tokenFile, o.serverCA)
 	if err != nil {
 		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
 		return exitFail

@@ -25,6 +25,7 @@ func auditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command 
 	etcd := daemon.EtcdFlags{Prefix: keys.DefaultPrefix}
 	var (
 		server, tokenFile string
+		serverCA          string
 		limit             int
 		asJSON            bool
 		timeout           time.Duration
@@ -48,7 +49,7 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 			defer cancel()
 			var recs []store.AuditRecord
 			if server != "" {
-				cl, err := newAPIClient(server, tokenFile)
+				cl, err := newAPIClient(server, tokenFile, serverCA)
 				if err != nil {
 					fmt.Fprintln(stderr, "beatd audit:", err)
 					return codeErr(exitFail)
@@ -92,6 +93,7 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 	etcd.Register(fs)
 	fs.StringVar(&server, "server", "", "read a replica's API at this URL instead of etcd")
 	fs.StringVar(&tokenFile, "token-file", "", "with --server: file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
+	fs.StringVar(&serverCA, "server-cacert", "", serverCACertHelp)
 	fs.IntVar(&limit, "limit", 50, "the most records to show")
 	fs.BoolVar(&asJSON, "json", false, "print JSON")
 	fs.DurationVar(&timeout, "timeout", defaultTimeout, "deadline for reading the records")

@@ -23,6 +23,7 @@ import (
 // backfillOptions are backfill's flags.
 type backfillOptions struct {
 	server, tokenFile string
+	serverCA          string
 	from, to          string
 	dryRun            bool
 	rate              float64
@@ -69,6 +70,7 @@ role, since the replica reads the run history to plan it.`, scheduler.DefaultBac
 	fs := flagenv.New("backfill", stderr)
 	fs.StringVar(&o.server, "server", "http://127.0.0.1:8080", "beatd's HTTP address")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
+	fs.StringVar(&o.serverCA, "server-cacert", "", serverCACertHelp)
 	fs.StringVar(&o.from, "from", "", "the range's start (inclusive)")
 	fs.StringVar(&o.to, "to", "", "the range's end (inclusive; not in the future)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list the slots, and which already fired, without publishing")
@@ -85,7 +87,7 @@ role, since the replica reads the run history to plan it.`, scheduler.DefaultBac
 }
 
 func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []string, stdout, stderr io.Writer) int {
-	cl, err := newAPIClient(o.server, o.tokenFile)
+	cl, err := newAPIClient(o.server, o.tokenFile, o.serverCA)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd backfill:", err)
 		return exitFail

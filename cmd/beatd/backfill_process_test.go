@@ -154,6 +154,9 @@ func TestProcessBackfill(t *testing.T) {
 		j := job()
 		return j.State == store.BackfillRunning && j.Published >= 30
 	})
+	if _, out, _ := c.cli("status"); !strings.Contains(out, "backfill "+id+" of bf: running, ") {
+		t.Errorf("status does not show the running backfill:\n%s", out)
+	}
 	lead.Signal(syscall.SIGKILL)
 	<-lead.Done()
 	c.leader(lead.ID, 10*time.Second)

@@ -104,6 +104,7 @@ validated and applied by a running replica, as the API does.`,
 		backfillCommand(ctx, stdout, stderr),
 		auditCommand(ctx, stdout, stderr),
 		tokenCommand(os.Stdin, stdout, stderr),
+		certsCommand(stdout, stderr),
 		&cobra.Command{
 			Use:   "import [flags] SRC",
 			Short: "convert a celery beat, django-celery-beat or RedBeat schedule (and its state)",
@@ -209,6 +210,7 @@ health, metrics and status over HTTP. SIGHUP or a change of the file reloads
 the config; SIGINT/SIGTERM hands leadership over and stops.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(c *cobra.Command, _ []string) error {
+			m.NoteArgvSecrets(c.Flags())
 			if err := m.CheckFlags(); err != nil {
 				return usageError{c, err}
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/flagenv"
+	"github.com/beatd/beatd/internal/tlsfiles"
 	"gopkg.in/yaml.v3"
 )
 
@@ -32,7 +35,8 @@ func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) in
                                    (entries: {NAME: ENTRY, ...}; in transactions of 128 entries,
                                    or with --atomic in one, which takes at most 128)
   beatd entries delete NAME
-flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)`)
+flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN),
+       --server-cacert FILE (an https server's CA), --note TEXT (why, for the audit trail)`)
 		return 2
 	}
 	if code, done := subcommandHelp(args, usage); done {
@@ -44,18 +48,19 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
 	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
+	caFile := fs.String("server-cacert", "", serverCACertHelp)
 	note := fs.String("note", "", "why: kept in the audit trail with each change")
 	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
 	pos := fs.Args()
-	api, err := newAPIClient(*server, *tokenFile)
+	api, err := newAPIClient(*server, *tokenFile, *caFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", err)
 		return 1
 	}
-	c := &entriesClient{base: api.base + "/api/v1/entries", token: api.token, note: *note}
+	c := &entriesClient{base: api.base + "/api/v1/entries", token: api.token, note: *note, http: api.http}
 	if verb == "apply" {
 		// Each transaction has its own deadline: a large file takes many.
 		if len(pos) == 0 && *file != "" {
@@ -95,11 +100,13 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 type entriesClient struct {
 	base, token string
 	note        string // sent with each change, for the audit trail
+	http        *http.Client
 }
 
 // newAPIClient is a client of the API at server, with the token from
-// tokenFile, else BEATD_TOKEN, else BEATD_ADMIN_TOKEN.
-func newAPIClient(server, tokenFile string) (*entriesClient, error) {
+// tokenFile, else BEATD_TOKEN, else BEATD_ADMIN_TOKEN; caFile verifies an
+// https server (default: the system's roots).
+func newAPIClient(server, tokenFile, caFile string) (*entriesClient, error) {
 	token, err := daemon.Secret(tokenFile, "BEATD_TOKEN")
 	if err != nil {
 		return nil, err
@@ -107,8 +114,29 @@ func newAPIClient(server, tokenFile string) (*entriesClient, error) {
 	if token == "" {
 		token = os.Getenv("BEATD_ADMIN_TOKEN")
 	}
-	return &entriesClient{base: strings.TrimRight(server, "/"), token: token}, nil
+	hc, err := cliHTTP(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &entriesClient{base: strings.TrimRight(server, "/"), token: token, http: hc}, nil
 }
+
+// cliHTTP is the CLI's HTTP client: it trusts caFile when given.
+func cliHTTP(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	if err := tlsfiles.CheckCA(caFile); err != nil {
+		return nil, fmt.Errorf("--server-cacert: %w", err)
+	}
+	b, _ := os.ReadFile(caFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
+}
+
+// serverCACertHelp is --server-cacert's help, the same on every command.
+const serverCACertHelp = "CA bundle to verify an https --server (or the leader's https status URL); default the system's roots"
 
 // do sends a request and decodes a JSON answer into out; an error answer
 // becomes an error listing its JSON pointers.
@@ -127,7 +155,7 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 		contains                  string
 	}{
 		{"write without token", "PUT", "dyn", "", good, 401, ""},
-		{"write with the read token", "PUT", "dyn", "read-token", good, 401, ""},
+		{"write with the read token", "PUT", "dyn", "read-token", good, 403, "has the read role; this needs admin"},
 		{"read without token", "GET", "", "", nil, 401, ""},
 		{"file owns the name", "PUT", "filed", admin, good, 409, "schedules.yaml"},
 		{"invalid field", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": "soon"}`), 422, `"pointer": "/every"`},

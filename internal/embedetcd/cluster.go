@@ -150,8 +150,22 @@ func applyCluster(ec *embed.Config, cfg *Config) error {
 			return err
 		}
 	}
-	if advClient.Scheme != "http" {
-		return errors.New("embedetcd: the member's client URL must be http (beatd talks to it; peer traffic can use TLS)")
+	clientTLS := cfg.ClientCertFile != "" || cfg.ClientKeyFile != ""
+	switch {
+	case advClient.Scheme == "https" && !clientTLS:
+		return errors.New("embedetcd: an https client URL needs the member's client certificate and key (--etcd-client-cert-file, --etcd-client-key-file)")
+	case advClient.Scheme != "https" && clientTLS:
+		return errors.New("embedetcd: client TLS is configured, so the advertise client URL must be https")
+	case advClient.Scheme != "http" && advClient.Scheme != "https":
+		return fmt.Errorf("embedetcd: the member's client URL must be http or https, not %s", advClient.Scheme)
+	case cfg.ClientCertAuth && !clientTLS:
+		return errors.New("embedetcd: client certificate auth needs client TLS (--etcd-client-cert-file, --etcd-client-key-file, --etcd-client-trusted-ca-file)")
+	case cfg.ClientCertAuth && cfg.ClientTrustedCAFile == "":
+		return errors.New("embedetcd: client certificate auth needs the CA that signs the clients' certificates (--etcd-client-trusted-ca-file)")
+	}
+	if clientTLS {
+		ec.ClientTLSInfo = transport.TLSInfo{CertFile: cfg.ClientCertFile, KeyFile: cfg.ClientKeyFile,
+			TrustedCAFile: cfg.ClientTrustedCAFile, ClientCertAuth: cfg.ClientCertAuth}
 	}
 	https := advPeer.Scheme == "https"
 	tlsFiles := cfg.PeerCertFile != "" || cfg.PeerKeyFile != ""
@@ -334,7 +348,11 @@ func (j *joiner) decide() (string, string, error) {
 	if len(clientURLs) == 0 {
 		return "", "", fmt.Errorf("embedetcd: peer %s lists no started member to join through", from)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: clientURLs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	tc, err := j.cfg.clientTLS()
+	if err != nil {
+		return "", "", err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: clientURLs, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc})
 	if err != nil {
 		return "", "", fmt.Errorf("embedetcd: join: %w", err)
 	}
@@ -598,4 +616,18 @@ func (s *Server) AvoidRaftLeadership(ctx context.Context, log *slog.Logger) {
 		case <-tick.C:
 		}
 	}
+}
+
+// clientTLS is the TLS a member uses as a client of its cluster (nil
+// without client TLS): its own certificate, and the cluster's CA.
+func (c *Config) clientTLS() (*tls.Config, error) {
+	if c.ClientCertFile == "" {
+		return nil, nil
+	}
+	info := transport.TLSInfo{CertFile: c.ClientCertFile, KeyFile: c.ClientKeyFile, TrustedCAFile: c.ClientTrustedCAFile}
+	tc, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: client TLS: %w", err)
+	}
+	return tc, nil
 }

@@ -50,6 +50,15 @@ type Config struct {
 	PeerTrustedCAFile  string
 	PeerClientCertAuth bool
 	PeerAutoTLS        bool
+	// Client TLS (cluster mode, an https advertise client URL): the
+	// member's certificate and key, served on the client port and
+	// presented as the member's own client certificate (joining, moving
+	// raft leadership), and the CA that signs the clients' certificates;
+	// ClientCertAuth refuses a client without one.
+	ClientCertFile      string
+	ClientKeyFile       string
+	ClientTrustedCAFile string
+	ClientCertAuth      bool
 	HeartbeatMs        uint // raft heartbeat interval; default etcd's 100
 	ElectionMs         uint // raft election timeout; default etcd's 1000
 	ClusterLog         *slog.Logger

@@ -49,10 +49,23 @@ func ApplyEnv(fs *pflag.FlagSet) error {
 		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, e)
+				return
 			}
+			_ = fs.SetAnnotation(f.Name, sourceKey, []string{"env"})
 		}
 	})
 	return err
+}
+
+const sourceKey = "flagenv.source"
+
+// FromArgs reports whether the flag was given on the command line (not
+// by its variable, and not left at its default). A secret given there is
+// in the process's argv, which every local user can read (ps,
+// /proc/PID/cmdline) and Kubernetes shows in the pod spec.
+func FromArgs(fs *pflag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	return f != nil && f.Changed && len(f.Annotations[sourceKey]) == 0
 }
 
 // noEnv are flags no variable sets: cobra's own.

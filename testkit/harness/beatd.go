@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,8 +18,10 @@ import (
 type Replica struct {
 	ID  string
 	Bin string
-	// HTTPPort is the port of its --http listener (0 if it has none).
+	// HTTPPort is the port of its --http listener (0 if it has none);
+	// TLS, when set, is how to reach it over HTTPS (--http-tls-cert).
 	HTTPPort int
+	TLS      *tls.Config
 	Args     []string
 	// Env is added to the parent's environment.
 	Env     []string
@@ -83,13 +86,26 @@ func (r *Replica) Kill() {
 
 // URL is the address of path on the replica's HTTP listener.
 func (r *Replica) URL(path string) string {
-	return "http://127.0.0.1:" + strconv.Itoa(r.HTTPPort) + path
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return scheme + "127.0.0.1:" + strconv.Itoa(r.HTTPPort) + path
+}
+
+// Client is an HTTP client that reaches the replica's listener.
+func (r *Replica) Client() *http.Client {
+	c := &http.Client{Timeout: time.Second}
+	if r.TLS != nil {
+		c.Transport = &http.Transport{TLSClientConfig: r.TLS}
+	}
+	return c
 }
 
 // WaitHealthy waits until /healthz answers 200, giving up if the process
 // exits.
 func (r *Replica) WaitHealthy(ctx context.Context, timeout time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
+	c := r.Client()
 	return Poll(ctx, timeout, 50*time.Millisecond, func() error {
 		if !r.Running() {
 			return fmt.Errorf("replica %s exited (log %s): %w", r.ID, r.LogPath, ErrGaveUp)
@@ -109,7 +125,7 @@ func (r *Replica) WaitHealthy(ctx context.Context, timeout time.Duration) error 
 // Metric reads one sample, unlabelled (name) or labelled
 // (`name{label="v"}`, as written in the exposition) from /metrics.
 func (r *Replica) Metric(sample string) (float64, bool) {
-	resp, err := http.Get(r.URL("/metrics"))
+	resp, err := r.Client().Get(r.URL("/metrics"))
 	if err != nil {
 		return 0, false
 	}

@@ -1,0 +1,150 @@
+package deploy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/internal/certgen"
+	"github.com/beatd/beatd/testkit/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// TestEmbeddedTLSAsProcesses runs the embedded StatefulSet with the
+// etcd-tls component, from certificates made like `beatd certs init`
+// makes them: the members join over mutually authenticated peer TLS and
+// serve clients only with a certificate of their CA. A client without one,
+// or with one of another CA, is refused; the CLI with the right one works.
+func TestEmbeddedTLSAsProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three beatd processes")
+	}
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := certgen.NewCA("beatd test CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ca *certgen.CA, name string, server bool) (string, string) {
+		spec := certgen.Spec{CN: name, Client: true, Server: server, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}
+		if server {
+			spec.DNS, spec.IPs = []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		c, k, err := ca.Issue(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, kf := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+		if err := certgen.WriteFile(cf, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := certgen.WriteFile(kf, k); err != nil {
+			t.Fatal(err)
+		}
+		return cf, kf
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := certgen.WriteFile(caFile, ca.CertPEM()); err != nil {
+		t.Fatal(err)
+	}
+	memberCert, memberKey := issue(ca, "member", true)
+	cliCert, cliKey := issue(ca, "cli", false)
+	other, err := certgen.NewCA("some other CA", now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerCert, strangerKey := issue(other, "stranger", false)
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	clientTLS := func(cert, key string) *tls.Config {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca.CertPEM())
+		tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if cert != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		return tc
+	}
+
+	rs := testutil.MustStartRedis(t)
+	opt := podOptions{broker: rs.URL(0), secrets: map[string]map[string]string{
+		"beatd-etcd-tls": {"ca.crt": read(caFile), "tls.crt": read(memberCert), "tls.key": read(memberKey)},
+	}}
+	ec := startRendering(t, "embedded+etcd-tls", opt, clientTLS(cliCert, cliKey))
+	lead, l := ec.leader("", 0, 60*time.Second)
+	ec.healthyMembers(3, 30*time.Second)
+	rdb := rs.Client()
+	waitFor(t, 15*time.Second, "publishing", func() bool {
+		n, _ := rdb.LLen(context.Background(), "deploytest").Result()
+		return n >= 2
+	})
+	t.Logf("three members over TLS with certificate auth; leader %s (token %d)", lead.name, l.Token)
+
+	var eps []string
+	for _, p := range ec.pods {
+		eps = append(eps, p.envValue("BEATD_ETCD_ADVERTISE_CLIENT_URL"))
+		if !strings.HasPrefix(eps[len(eps)-1], "https://") {
+			t.Fatalf("%s advertises %s, want https", p.name, eps[len(eps)-1])
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		tls  *tls.Config
+	}{
+		{"no client certificate", clientTLS("", "")},
+		{"a certificate of another CA", clientTLS(strangerCert, strangerKey)},
+	} {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop(), TLS: tc.tls})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err = cli.Get(ctx, "/beatd/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			cancel()
+			cli.Close()
+		}
+		if err == nil {
+			t.Errorf("%s: the members served it", tc.name)
+		} else {
+			t.Logf("%s: refused: %v", tc.name, err)
+		}
+	}
+
+	// The CLI: with the CLI's certificate it reads the cluster; without, it
+	// says which etcd refused it.
+	cliArgs := []string{"status", "--etcd-endpoints", strings.Join(eps, ","), "--prefix", ec.prefix, "--etcd-cacert", caFile, "--timeout", "5s"}
+	out, err := exec.Command(beatdBin(), append(cliArgs, "--etcd-cert", cliCert, "--etcd-key", cliKey)...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "leader: "+lead.name) {
+		t.Errorf("beatd status with the CLI's certificate: %v\n%s", err, out)
+	}
+	out, err = exec.Command(beatdBin(), cliArgs...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refused this client: remote error: tls: certificate required") {
+		t.Errorf("beatd status without a certificate: %v\n%s", err, out)
+	}
+	out, err = exec.Command(beatdBin(), append(cliArgs, "--etcd-cert", strangerCert, "--etcd-key", strangerKey)...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refused this client: remote error: tls:") {
+		t.Errorf("beatd status with another CA's certificate: %v\n%s", err, out)
+	}
+	t.Logf("the CLI with another CA's certificate: %s", strings.TrimSpace(string(out)))
+	// With client certificate auth there is nothing to warn about.
+	for _, p := range ec.pods {
+		if b, _ := os.ReadFile(p.log); strings.Contains(string(b), "without client certificate auth") {
+			t.Errorf("%s warns about an unauthenticated client port", p.name)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+// Package tlsfiles checks the certificate, key and CA files beatd is
+// given, so a bad one is one clear error at start that names the file,
+// and serves a certificate that is read again when its files change
+// (cert-manager rotates them in place).
+package tlsfiles
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+)
+
+// CheckPair loads a certificate and its key and checks that they match
+// and that the certificate is valid at now.
+func CheckPair(certFile, keyFile string, now time.Time) (*tls.Certificate, error) {
+	switch {
+	case certFile == "" && keyFile == "":
+		return nil, nil
+	case certFile == "":
+		return nil, fmt.Errorf("key %s has no certificate: give its certificate file too", keyFile)
+	case keyFile == "":
+		return nil, fmt.Errorf("certificate %s has no key: give its key file too", certFile)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s: %w", certFile, err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", keyFile, err)
+	}
+	if b, _ := pem.Decode(certPEM); b == nil {
+		return nil, fmt.Errorf("certificate %s: not PEM", certFile)
+	}
+	if b, _ := pem.Decode(keyPEM); b == nil {
+		return nil, fmt.Errorf("key %s: not PEM", keyFile)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	leaf := pair.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("certificate %s: %w", certFile, err)
+		}
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return nil, fmt.Errorf("certificate %s expired at %s", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return nil, fmt.Errorf("certificate %s is not valid before %s", certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return &pair, nil
+}
+
+// CheckCA checks that a CA file holds at least one PEM certificate.
+func CheckCA(caFile string) error {
+	if caFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return fmt.Errorf("CA %s: %w", caFile, err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return fmt.Errorf("CA %s: no PEM certificate in it", caFile)
+	}
+	return nil
+}
+
+// Check checks a certificate, its key and a CA, in that order.
+func Check(certFile, keyFile, caFile string, now time.Time) error {
+	if _, err := CheckPair(certFile, keyFile, now); err != nil {
+		return err
+	}
+	return CheckCA(caFile)
+}
+
+// Reloader serves a certificate from its files, read again when they
+// change (looked at no more than once a second). A change that does not
+// load keeps the certificate in use, and is logged.
+type Reloader struct {
+	cert, key string
+	log       *slog.Logger
+	now       func() time.Time
+
+	mu        sync.Mutex
+	pair      *tls.Certificate
+	stamp     [2]stamp
+	checkedAt time.Time
+}
+
+type stamp struct {
+	mod  time.Time
+	size int64
+}
+
+// NewReloader loads the pair; an error names the file at fault.
+func NewReloader(certFile, keyFile string, log *slog.Logger, now func() time.Time) (*Reloader, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("tlsfiles: a certificate and its key are both required")
+	}
+	r := &Reloader{cert: certFile, key: keyFile, log: log, now: now}
+	pair, err := CheckPair(certFile, keyFile, now())
+	if err != nil {
+		return nil, err
+	}
+	r.pair, r.stamp, r.checkedAt = pair, r.stamps(), now()
+	return r, nil
+}
+
+func (r *Reloader) stamps() (s [2]stamp) {
+	for i, f := range []string{r.cert, r.key} {
+		if st, err := os.Stat(f); err == nil {
+			s[i] = stamp{st.ModTime(), st.Size()}
+		}
+	}
+	return s
+}
+
+// GetCertificate is tls.Config.GetCertificate.
+func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if d := now.Sub(r.checkedAt); d >= time.Second || d < 0 {
+		r.checkedAt = now
+		if st := r.stamps(); st != r.stamp {
+			// Both files may be mid-rotation: a pair that does not load
+			// now is tried again at the next look.
+			pair, err := CheckPair(r.cert, r.key, now)
+			if err != nil {
+				r.log.Warn("TLS certificate changed but does not load; serving the previous one", "err", err)
+			} else {
+				r.pair, r.stamp = pair, st
+				r.log.Info("TLS certificate reloaded", "cert", r.cert, "not_after", pair.Leaf.NotAfter.UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	return r.pair, nil
+}
