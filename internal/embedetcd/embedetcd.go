@@ -59,9 +59,9 @@ type Config struct {
 	ClientKeyFile       string
 	ClientTrustedCAFile string
 	ClientCertAuth      bool
-	HeartbeatMs        uint // raft heartbeat interval; default etcd's 100
-	ElectionMs         uint // raft election timeout; default etcd's 1000
-	ClusterLog         *slog.Logger
+	HeartbeatMs         uint // raft heartbeat interval; default etcd's 100
+	ElectionMs          uint // raft election timeout; default etcd's 1000
+	ClusterLog          *slog.Logger
 	// Context ends a cluster member's wait for its peers (joining, or a
 	// quorum to serve): a member may wait for them as long as they take.
 	Context context.Context
