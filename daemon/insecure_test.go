@@ -4,10 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -67,6 +69,38 @@ func TestClientUnauthenticated(t *testing.T) {
 			}
 			if got := strings.Contains(logs.String(), "as --etcd-insecure-ok states"); got != tc.wantStatement {
 				t.Errorf("statement logged %v, want %v", got, tc.wantStatement)
+			}
+		})
+	}
+}
+
+// TestArgvSecrets: a password in a URL flag is noted when it came from
+// the command line, not when it came from the environment.
+func TestArgvSecrets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"broker password in argv", []string{"--broker", "redis://:s3cret@127.0.0.1:6379/0"}, nil, []string{"--broker"}},
+		{"user without password", []string{"--broker", "redis://bob@127.0.0.1:6379/0"}, nil, nil},
+		{"from the environment", nil, map[string]string{"BEATD_BROKER": "redis://:s3cret@127.0.0.1:6379/0"}, nil},
+		{"result backend and etcd", []string{"--result-backend", "redis://:x@h/1", "--etcd-endpoints", "http://a:2379,http://u:p@b:2379"}, nil,
+			[]string{"--result-backend", "--etcd-endpoints"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			m := NewMain(io.Discard, io.Discard)
+			fs := m.Flags()
+			if err := flagenv.Parse(fs, tc.args); err != nil {
+				t.Fatal(err)
+			}
+			m.NoteArgvSecrets(fs)
+			if !slices.Equal(m.argvSecrets, tc.want) {
+				t.Errorf("noted %v, want %v", m.argvSecrets, tc.want)
 			}
 		})
 	}
