@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -87,6 +88,25 @@ func TestProcessHTTPS(t *testing.T) {
 	if code != 0 || strings.Contains(errs, "leader at") || !strings.Contains(out, "leader: r0") {
 		t.Errorf("status over https: exit %d\n%s\n%s", code, out, errs)
 	}
+	// The console over HTTPS, with the leader's data read over HTTPS too
+	// (--http-tls-ca).
+	var page string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last console page:\n%s", page)
+		}
+	}()
+	waitFor(t, 10*time.Second, "the console with the leader's data", func() bool {
+		resp, err := r.Client().Get(https + "/entry/a")
+		if err != nil {
+			page = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page = string(b)
+		return resp.StatusCode == 200 && strings.Contains(string(b), "<code>a</code>") && !strings.Contains(string(b), "The leader&#39;s own numbers are unavailable") && !strings.Contains(string(b), "own numbers are unavailable")
+	})
 	// Rotation: the new certificate is served without a restart.
 	issue("rotated")
 	waitFor(t, 5*time.Second, "the rotated certificate", func() bool { return servedCN() == "rotated" })
