@@ -108,6 +108,7 @@ type Main struct {
 	httpSrv        *http.Server
 	metricsSrv     *http.Server
 	argvSecrets    []string // flags whose value, given in argv, holds a password
+	brokerHA       brokerHealth
 	httpLn         net.Listener
 	api            *backend
 	adminToken     string
@@ -150,13 +151,17 @@ type Options struct {
 	// HTTPTLSCert and HTTPTLSKey serve HTTPS (read again when they
 	// change); HTTPTLSCA verifies the other replicas' HTTPS. MetricsHTTP
 	// is a plain listener for probes and metrics only.
-	HTTPTLSCert    string
-	HTTPTLSKey     string
-	HTTPTLSCA      string
-	MetricsHTTP    string
-	LogFormat      string
-	LogLevel       string
-	AdminTokenFile string
+	HTTPTLSCert string
+	HTTPTLSKey  string
+	HTTPTLSCA   string
+	MetricsHTTP string
+	// BrokerFailoverAfter is how long a leader's path to the broker may
+	// fail, while a standby reaches it, before it hands over (0: twice
+	// the lease TTL).
+	BrokerFailoverAfter time.Duration
+	LogFormat           string
+	LogLevel            string
+	AdminTokenFile      string
 	// TokensFile names the tokens (name → role and SHA-256); RequireNotes
 	// refuses a pause without a note; AuditKeep bounds the audit trail.
 	TokensFile    string
@@ -224,6 +229,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
 	fs.DurationVar(&m.LeaseTTL, "lease-ttl", m.LeaseTTL, "etcd lease TTL: how long a dead leader holds on")
 	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status and admin")
+	fs.DurationVar(&m.BrokerFailoverAfter, "broker-failover-after", 0, "a leader that has not reached the broker for this long, while a standby reaches it, hands leadership to that standby (default twice --lease-ttl); a broker down for every replica causes no handover")
 	fs.StringVar(&m.HTTPTLSCert, "http-tls-cert", "", "serve --http as HTTPS with this certificate (PEM; read again when it changes, as cert-manager rotates it)")
 	fs.StringVar(&m.HTTPTLSKey, "http-tls-key", "", "the key of --http-tls-cert")
 	fs.StringVar(&m.HTTPTLSCA, "http-tls-ca", "", "CA that signs the replicas' HTTPS certificates, to verify another replica's (the console reads the leader's); default the system's")
@@ -436,8 +442,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.brokerHA.handovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_leader_handovers_total",
+		Help: "Terms this replica handed over while it could still lead, by reason (broker_unreachable: its path to the broker failed while a standby's worked)."}, []string{"reason"})
+	m.brokerHA.handovers.WithLabelValues("broker_unreachable")
+	m.registry.MustRegister(m.brokerHA.handovers)
 	if m.leader, err = leader.New(leader.Config{Clock: m.clock, Elector: leader.Etcd(elector), Lead: m.leadTerm,
-		Registerer: m.registry, CampaignErrors: m.metrics.EtcdErrors, Logger: m.log}); err != nil {
+		Registerer: m.registry, CampaignErrors: m.metrics.EtcdErrors, Logger: m.log, Hold: m.electionHold}); err != nil {
 		return err
 	}
 
@@ -486,6 +496,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
 	m.registry.MustRegister(unauth)
 	m.wg.Go(func() { m.warnUnauthenticated(runCtx, unauth) })
+	m.wg.Go(func() { m.watchBroker(runCtx) })
 	m.startOps(runCtx)
 	m.syncSources(runCtx)
 	if err := m.startOutcomes(runCtx); err != nil {
@@ -535,7 +546,16 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 	}
 	stopCatalog := m.publishCatalog(t)
 	stopAvoid := m.avoidRaftLeader(ctx)
+	ctx, endTerm := context.WithCancelCause(ctx)
+	defer endTerm(nil)
+	var watchdog sync.WaitGroup
+	watchdog.Go(func() { m.brokerWatchdog(ctx, endTerm) })
 	err := m.sched.Run(ctx, t.Term)
+	endTerm(nil)
+	watchdog.Wait()
+	if cause := context.Cause(ctx); errors.Is(cause, errBrokerHandover) {
+		err = cause
+	}
 	stopAvoid()
 	stopCatalog()
 	stopCompact()

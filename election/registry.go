@@ -24,7 +24,11 @@ type Replica struct {
 	Started time.Time `json:"started"`
 	Version string    `json:"version,omitempty"`
 	// Health is "ok", or why the replica is not ready, as it last saw it.
-	Health  string    `json:"health"`
+	Health string `json:"health"`
+	// Broker is "ok", or why this replica's own path to the broker
+	// fails, as its last probe saw it: a leader cut from the broker
+	// hands over to a replica that reaches it.
+	Broker  string    `json:"broker,omitempty"`
 	Updated time.Time `json:"updated"`
 	// LeaderToken and LeaderSince are set while the replica leads: its
 	// term's token and when it was elected.
@@ -44,6 +48,9 @@ type RegistryConfig struct {
 	Every time.Duration
 	// Health reports the replica's readiness; nil means always ok.
 	Health func(ctx context.Context) error
+	// Broker reports the replica's last broker probe (no I/O); nil: not
+	// reported.
+	Broker func() error
 	// Leading returns this replica's term token and election time while
 	// it leads, else 0; nil means never.
 	Leading func() (token int64, since time.Time)
@@ -121,6 +128,12 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 			r.Health = err.Error()
 		}
 		cancel()
+	}
+	if cfg.Broker != nil {
+		r.Broker = "ok"
+		if err := cfg.Broker(); err != nil {
+			r.Broker = err.Error()
+		}
 	}
 	r.Updated = time.Now().UTC()
 	r.LeaderToken, r.LeaderSince = 0, time.Time{}

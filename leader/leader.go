@@ -63,6 +63,10 @@ type Config struct {
 	// which other packages count into too, so the caller passes it in.
 	CampaignErrors prometheus.Counter
 	Logger         *slog.Logger
+	// Hold, when set, is asked before each campaign how long this
+	// replica must stay out of the election (a leader that handed over
+	// for want of a broker waits before it may lead again); 0: campaign.
+	Hold func() time.Duration
 }
 
 // Backoff between failed campaigns, and how long a resign may take.
@@ -133,6 +137,15 @@ func (l *Loop) Run(ctx context.Context) {
 	defer l.stopped.Store(true)
 	b := retry.Backoff(campaignBackoffMin, campaignBackoffMax)
 	for ctx.Err() == nil {
+		if l.cfg.Hold != nil {
+			if d := l.cfg.Hold(); d > 0 {
+				l.cfg.Logger.Info("staying out of the election", "for", d.String())
+				if !l.sleep(ctx, d) {
+					return
+				}
+				continue
+			}
+		}
 		lease, err := l.cfg.Elector.Campaign(ctx)
 		elected := l.cfg.Clock.Now()
 		if err != nil {

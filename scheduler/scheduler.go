@@ -125,8 +125,11 @@ type Scheduler struct {
 	log     *slog.Logger
 	entries atomic.Pointer[entrySet]
 	reload  chan struct{}
-	// publishErr is the last publish failure, nil once publishing works.
-	publishErr atomic.Pointer[error]
+	// publishErr is the last publish failure, nil once publishing works;
+	// failingSince is when the failures in a row began (Unix ns, 0 when
+	// publishing works).
+	publishErr   atomic.Pointer[error]
+	failingSince atomic.Int64
 	// persist is the current term's persister, nil between terms.
 	persist atomic.Pointer[persister]
 	// applied is the config the running loop has applied; it trails
@@ -232,9 +235,20 @@ func (s *Scheduler) PersistError() error {
 func (s *Scheduler) setPublishErr(err error) {
 	if err == nil {
 		s.publishErr.Store(nil)
+		s.failingSince.Store(0)
 		return
 	}
 	s.publishErr.Store(&err)
+	s.failingSince.CompareAndSwap(0, s.cfg.Clock.Now().UnixNano())
+}
+
+// PublishFailingSince is when this term's publishes began to fail in a
+// row (zero while they work, or nothing was due).
+func (s *Scheduler) PublishFailingSince() time.Time {
+	if n := s.failingSince.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // item is an entry's next slot in the heap.

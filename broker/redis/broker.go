@@ -68,6 +68,10 @@ func NewClient(cfg BrokerConfig) (redis.UniversalClient, error) {
 			return nil, err
 		}
 	}
+	// A term that ends by its context (a handover for a cut broker path,
+	// SIGTERM) must not wait out the read timeout on a dead connection.
+	// What a cancelled publish did reach Redis dedups on the next leader.
+	opts.ContextTimeoutEnabled = true
 	return redis.NewClient(opts), nil
 }
 
@@ -111,5 +115,6 @@ func newSentinel(raw string, cfg BrokerConfig) (redis.UniversalClient, error) {
 		}
 		opts.TLSConfig = tc
 	}
+	opts.ContextTimeoutEnabled = true // as for a plain client
 	return redis.NewFailoverClient(opts), nil
 }

@@ -61,8 +61,12 @@ func (c footprintCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBrokerLegacy
 }
 
+// footprintBudget bounds the scrape's Redis read: a scrape must answer
+// promptly while this replica's path to Redis is cut.
+const footprintBudget = 300 * time.Millisecond
+
 func (c footprintCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), footprintBudget)
 	defer cancel()
 	f, err := c.p.Footprint(ctx)
 	if err != nil {

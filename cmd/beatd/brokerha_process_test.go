@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/chaos"
+)
+
+// TestProcessBrokerPathHandover: three replicas, each reaching Redis
+// through its own path. A cut of the leader's path alone hands leadership
+// to a standby that reaches Redis within --broker-failover-after + TTL +
+// 1 s, exactly once by the audit; a cut of every path (a broker outage)
+// hands nothing over, and publishing resumes under the same token.
+func TestProcessBrokerPathHandover(t *testing.T) {
+	const failoverAfter = 3 * time.Second
+	c := newCluster(t, failoverConfig, 0)
+	proxies := map[string]*chaos.Proxy{}
+	for i := range 3 {
+		p, err := chaos.NewProxy(c.redis.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		id := fmt.Sprintf("r%d", i)
+		proxies[id] = p
+		c.startReplica(id, "--broker", "redis://"+p.Addr()+"/0", "--broker-failover-after", failoverAfter.String())
+	}
+	for _, r := range c.replicas {
+		r.waitHealthy()
+	}
+	start := time.Now()
+	lead, l1 := c.leader("", 20*time.Second)
+	waitFor(t, 10*time.Second, "publishing", func() bool { return len(c.audit("celery")) >= 3 })
+
+	// A full outage: every path cut. No handover; the same leader goes on.
+	for _, p := range proxies {
+		p.Blackhole(true)
+	}
+	time.Sleep(failoverAfter + 3*time.Second)
+	for _, p := range proxies {
+		p.Blackhole(false)
+	}
+	if _, l := c.leader("", time.Second); l.Token != l1.Token {
+		t.Errorf("a broker outage seen by every replica changed the leader: token %d -> %d", l1.Token, l.Token)
+	}
+	healed := time.Now()
+	waitFor(t, 15*time.Second, "publishing after the outage", func() bool {
+		for _, m := range c.audit("celery") {
+			if m.Slot.After(healed) {
+				return true
+			}
+		}
+		return false
+	})
+	if logHas(lead, "handing leadership over") {
+		t.Error("the leader handed over during a full outage")
+	}
+
+	// The leader's path alone: a standby takes over.
+	cut := time.Now()
+	proxies[lead.ID].Blackhole(true)
+	next, l2 := c.leader(lead.ID, failoverAfter+10*time.Second)
+	var firstFire time.Duration
+	waitFor(t, failoverAfter+10*time.Second, "the first fire under the new leader", func() bool {
+		for _, m := range c.audit("celery") {
+			if m.Token == l2.Token {
+				firstFire = time.Since(cut)
+				return true
+			}
+		}
+		return false
+	})
+	ttl := 2 * time.Second
+	t.Logf("leader %s cut from Redis: %s led after %s, first fire under it %s after the cut (bound %s)",
+		lead.ID, next.ID, time.Since(cut).Round(100*time.Millisecond), firstFire.Round(100*time.Millisecond), failoverAfter+ttl+time.Second)
+	if firstFire > failoverAfter+ttl+time.Second+500*time.Millisecond { // 500 ms: the queue is polled
+		t.Errorf("first fire %s after the cut, want within --broker-failover-after + TTL + 1 s = %s", firstFire, failoverAfter+ttl+time.Second)
+	}
+	if !logHas(lead, "handing leadership over") {
+		t.Error("no log line of the handover")
+	}
+	if v, ok := lead.Metric(`beatd_leader_handovers_total{reason="broker_unreachable"}`); !ok || v != 1 {
+		t0 := time.Now()
+		resp, err := lead.Client().Get(lead.URL("/metrics"))
+		var body []byte
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		t.Errorf("handover metric %v %v, want 1 (GET /metrics: %v after %s; %q)", v, ok, err, time.Since(t0), grepLines(string(body), "handover"))
+	}
+	// The cut lasts past the hold; the old leader must not lead again
+	// while it is cut.
+	time.Sleep(3 * time.Second)
+	if _, l := c.leader("", time.Second); l.ID == lead.ID {
+		t.Errorf("the cut replica leads again")
+	}
+	proxies[lead.ID].Blackhole(false)
+	time.Sleep(2 * time.Second)
+	c.stopAll()
+	msgs := c.audit("celery", "other")
+	c.checkExactlyOnce(msgs, start.Add(2*time.Second), time.Now().Add(-3*time.Second))
+	for _, m := range msgs {
+		if m.Token == l1.Token && m.Slot.After(cut.Add(time.Second)) && !strings.HasPrefix(m.TaskID, "x") {
+			t.Errorf("the cut leader published %s after the cut", m.Slot)
+		}
+	}
+}
+
+func grepLines(s, sub string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

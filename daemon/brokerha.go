@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/beatd/beatd/election"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// brokerProbeEvery is how often every replica probes the broker on its own
+// path; brokerProbeTimeout bounds one probe.
+const (
+	brokerProbeEvery   = 500 * time.Millisecond
+	brokerProbeTimeout = time.Second
+)
+
+// brokerHealth is this replica's view of its own path to the broker.
+type brokerHealth struct {
+	mu        sync.Mutex
+	err       error     // the last probe's failure, nil when it passed
+	downSince time.Time // when the probes began to fail in a row
+	probed    bool
+	handovers *prometheus.CounterVec
+	// holdUntil keeps a replica that handed over out of the election.
+	holdUntil time.Time
+}
+
+// Err is the last probe's failure (nil before the first probe).
+func (b *brokerHealth) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *brokerHealth) since() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.downSince
+}
+
+// watchBroker probes the broker every brokerProbeEvery until ctx ends.
+// The registry publishes the result, so the leader knows which standbys
+// reach the broker, and the leader's watchdog reads how long its own
+// path has failed.
+func (m *Main) watchBroker(ctx context.Context) {
+	t := m.clock.NewTicker(brokerProbeEvery)
+	defer t.Stop()
+	for {
+		// A failing probe dates the failure from its start: the path was
+		// already cut when the probe began and waited out its timeout.
+		began := m.clock.Now()
+		pctx, cancel := context.WithTimeout(ctx, brokerProbeTimeout)
+		err := m.brokerPing(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		b := &m.brokerHA
+		b.mu.Lock()
+		switch {
+		case err == nil:
+			b.downSince = time.Time{}
+		case b.err == nil || !b.probed:
+			b.downSince = began
+		}
+		b.err, b.probed = err, true
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
+}
+
+// failoverAfter is --broker-failover-after, or its default: twice the
+// lease TTL.
+func (m *Main) failoverAfter() time.Duration {
+	if m.BrokerFailoverAfter > 0 {
+		return m.BrokerFailoverAfter
+	}
+	return 2 * m.LeaseTTL
+}
+
+// holdAfterHandover is how long a replica that handed over stays out of
+// the election: long enough that it does not take leadership straight
+// back while its own path is still cut.
+func (m *Main) holdAfterHandover() time.Duration { return 2 * m.failoverAfter() }
+
+// electionHold is leader.Config.Hold.
+func (m *Main) electionHold() time.Duration {
+	b := &m.brokerHA
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.holdUntil.Sub(m.clock.Now()), 0)
+}
+
+// brokerWatchdog runs beside a term: when this leader's path to the broker
+// has failed (its publishes, or its own probes) for failoverAfter, and a
+// standby's fresh registration says it reaches the broker, the term ends
+// (endTerm), so the leader resigns and a standby leads. A broker that
+// every replica sees down is an outage, not a path: the leader stays, and
+// its slots stay pending as before.
+func (m *Main) brokerWatchdog(ctx context.Context, endTerm func(error)) {
+	t := m.clock.NewTicker(brokerProbeEvery)
+	defer t.Stop()
+	after := m.failoverAfter()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		now := m.clock.Now()
+		since := m.brokerHA.since()
+		if p := m.sched.PublishFailingSince(); !p.IsZero() && (since.IsZero() || p.Before(since)) {
+			since = p
+		}
+		if since.IsZero() || now.Sub(since) < after {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		reps, err := election.Replicas(rctx, m.etcd, m.Etcd.KeyPrefix())
+		cancel()
+		if err != nil {
+			continue
+		}
+		var healthy string
+		for _, r := range reps {
+			// A registration is rewritten at least every 5 s; an older one
+			// is a replica that is gone or cut from etcd.
+			if r.ID != m.ID && r.Broker == "ok" && now.Sub(r.Updated) < 10*time.Second {
+				healthy = r.ID
+				break
+			}
+		}
+		if healthy == "" {
+			continue
+		}
+		why := m.brokerHA.Err()
+		if why == nil {
+			why = m.sched.PublishError()
+		}
+		m.brokerHA.mu.Lock()
+		m.brokerHA.holdUntil = now.Add(m.holdAfterHandover())
+		m.brokerHA.mu.Unlock()
+		m.brokerHA.handovers.WithLabelValues("broker_unreachable").Inc()
+		m.log.Warn("handing leadership over: this replica has not reached the broker for "+now.Sub(since).Round(100*time.Millisecond).String()+
+			", and a standby does", "standby", healthy, "failover_after", after.String(), "hold", m.holdAfterHandover().String(), "err", why)
+		endTerm(fmt.Errorf("%w (standby %s reaches it)", errBrokerHandover, healthy))
+		return
+	}
+}
+
+// errBrokerHandover ends a term whose leader cannot reach the broker.
+var errBrokerHandover = errors.New("handed over: the broker is unreachable from this replica")
