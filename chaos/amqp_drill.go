@@ -17,7 +17,7 @@ const FaultRabbitRestart = "rabbit-restart"
 
 // AMQPFaults lists every fault kind of a drill on RabbitMQ. partition cuts
 // the leader off from etcd or from RabbitMQ.
-var AMQPFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRabbitRestart, FaultPartition}
+var AMQPFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRabbitRestart, FaultPartition, FaultBrokerPartition}
 
 // resendLog is the message of the log line with which the AMQP publisher
 // reports each re-send (fields entry, slot, task_id).

@@ -34,6 +34,11 @@ const (
 	FaultEtcdQuorum   = "etcd-quorum"   // stop 2 of 3 members, then restore them
 	FaultRedisRestart = "redis-restart" // kill redis-server, restart it
 	FaultPartition    = "partition"     // blackhole the leader's traffic to etcd or Redis
+	// FaultBrokerPartition blackholes only the leader's path to the
+	// broker, for longer than --broker-failover-after (twice the lease
+	// TTL in a drill): the leader must hand over to a standby that
+	// reaches the broker.
+	FaultBrokerPartition = "broker-partition"
 	// FaultRedisFailover fails the Redis master over to its replica, by
 	// SENTINEL FAILOVER or by kill -9 of the master (then restarted as a
 	// replica). Only with LocalConfig.Sentinel.
@@ -41,7 +46,7 @@ const (
 )
 
 // AllFaults lists every fault kind.
-var AllFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRedisRestart, FaultPartition}
+var AllFaults = []string{FaultKill, FaultStop, FaultTerm, FaultEtcdKill, FaultEtcdQuorum, FaultRedisRestart, FaultPartition, FaultBrokerPartition}
 
 // SentinelFaults lists every fault kind of a drill with Sentinel. There,
 // redis-restart restarts the replica and partition cuts only etcd (beatd
@@ -581,6 +586,20 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		err = d.rabbit.Start()
 	case FaultRedisFailover:
 		err = d.redisFailover(&f)
+	case FaultBrokerPartition:
+		if lead.RedisProxy == nil {
+			return f, fmt.Errorf("chaos: %s needs the replicas' broker proxies", kind)
+		}
+		f.Target = lead.ID + "->" + d.cfg.Broker
+		lead.RedisProxy.Blackhole(true)
+		// Past the handover (twice the TTL) and the hold that keeps the
+		// cut leader out of the election for twice that.
+		f.Held = 2*ttl + time.Duration(1000+d.rng.IntN(2000))*time.Millisecond
+		serr := d.sleep(ctx, f.Held)
+		lead.RedisProxy.Blackhole(false)
+		if serr != nil {
+			return f, serr
+		}
 	case FaultPartition:
 		proxies := lead.EtcdProxies
 		what := "etcd"
@@ -675,7 +694,8 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 	for i := range faults {
 		f := &faults[i]
 		var first time.Time
-		moves := f.Kind == FaultKill || f.Kind == FaultStop || f.Kind == FaultTerm || (f.Kind == FaultPartition && strings.HasSuffix(f.Target, "etcd"))
+		moves := f.Kind == FaultKill || f.Kind == FaultStop || f.Kind == FaultTerm || f.Kind == FaultBrokerPartition ||
+			(f.Kind == FaultPartition && strings.HasSuffix(f.Target, "etcd"))
 		for _, l := range fires {
 			if !l.Time.After(f.At) || (moves && l.Token <= f.Token) {
 				continue

@@ -101,11 +101,14 @@ func (m *Main) electionHold() time.Duration {
 
 // brokerWatchdog runs beside a term: when this leader's path to the broker
 // has failed (its publishes, or its own probes) for failoverAfter, and a
-// standby's fresh registration says it reaches the broker, the term ends
-// (endTerm), so the leader resigns and a standby leads. A broker that
+// standby's fresh registration says it reaches the broker, it resigns at
+// once, so a standby leads, and ends the term (endTerm). It resigns
+// before the term's work has stopped because a publish stuck on the cut
+// path may take its read timeout to give up; the new leader's fence
+// refuses whatever it still sends. A broker that
 // every replica sees down is an outage, not a path: the leader stays, and
 // its slots stay pending as before.
-func (m *Main) brokerWatchdog(ctx context.Context, endTerm func(error)) {
+func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) error, endTerm func(error)) {
 	t := m.clock.NewTicker(brokerProbeEvery)
 	defer t.Stop()
 	after := m.failoverAfter()
@@ -151,6 +154,13 @@ func (m *Main) brokerWatchdog(ctx context.Context, endTerm func(error)) {
 		m.brokerHA.handovers.WithLabelValues("broker_unreachable").Inc()
 		m.log.Warn("handing leadership over: this replica has not reached the broker for "+now.Sub(since).Round(100*time.Millisecond).String()+
 			", and a standby does", "standby", healthy, "failover_after", after.String(), "hold", m.holdAfterHandover().String(), "err", why)
+		if resign != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := resign(rctx); err != nil {
+				m.log.Warn("resign for the handover failed; the term ends anyway", "err", err)
+			}
+			cancel()
+		}
 		endTerm(fmt.Errorf("%w (standby %s reaches it)", errBrokerHandover, healthy))
 		return
 	}

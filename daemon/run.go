@@ -549,7 +549,7 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 	ctx, endTerm := context.WithCancelCause(ctx)
 	defer endTerm(nil)
 	var watchdog sync.WaitGroup
-	watchdog.Go(func() { m.brokerWatchdog(ctx, endTerm) })
+	watchdog.Go(func() { m.brokerWatchdog(ctx, t.Resign, endTerm) })
 	err := m.sched.Run(ctx, t.Term)
 	endTerm(nil)
 	watchdog.Wait()

@@ -44,6 +44,10 @@ type Term struct {
 	// scheduler has finished its last persist (and is stopped by Lead
 	// itself) uses Lease instead.
 	Lease context.Context
+	// Resign ends the term at once, so a standby leads while this
+	// replica's work is still winding down (the fence refuses whatever it
+	// still sends). Lead's return resigns too; a second call is a no-op.
+	Resign func(context.Context) error
 }
 
 // Config configures a Loop.
@@ -178,7 +182,7 @@ func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) {
 
 	termCtx, cancel := context.WithCancel(lease.Context())
 	stop := context.AfterFunc(ctx, cancel)
-	err := l.cfg.Lead(termCtx, Term{Term: scheduler.Term{Fence: fence, Elected: elected}, Lease: lease.Context()})
+	err := l.cfg.Lead(termCtx, Term{Term: scheduler.Term{Fence: fence, Elected: elected}, Lease: lease.Context(), Resign: lease.Resign})
 	stop()
 	cancel()
 
