@@ -1,0 +1,71 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runShortDrill runs a drill of cfg's fault kinds, each at least twice,
+// and fails the test on any duplicate or missed slot. The short drills
+// run in make test; the long ones stay make targets.
+func runShortDrill(t *testing.T, cfg LocalConfig) *Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a failover drill")
+	}
+	bin := filepath.Join(t.TempDir(), "beatd")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/beatd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	seed := time.Now().UnixNano() % 1000
+	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	var log strings.Builder
+	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.MinEach, cfg.Dir, cfg.Log = bin, 3, seed, 2, t.TempDir(), &log
+	rep, err := RunLocal(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
+	}
+	var sum strings.Builder
+	rep.WriteSummary(&sum)
+	t.Logf("seed %d\n%s%s", seed, log.String(), sum.String())
+	counts := map[string]int{}
+	for _, f := range rep.Faults {
+		counts[f.Kind]++
+	}
+	for _, k := range cfg.Faults {
+		if counts[k] < 2 {
+			t.Errorf("fault %s injected %d times, want at least 2", k, counts[k])
+		}
+	}
+	if !rep.OK {
+		t.Fatalf("drill failed (seed %d): %d duplicates, %d missed", seed, len(rep.Duplicates), len(rep.Missed))
+	}
+	return rep
+}
+
+// TestDrillSentinelCI is the short Sentinel drill of make test: Redis
+// master failovers and kill -9s against Sentinel (its replicas reach
+// Redis through Sentinel, with no proxy of their own to cut).
+// BEATD_DRILL_SENTINEL=1 runs every kind (TestDrillSentinel).
+func TestDrillSentinelCI(t *testing.T) {
+	runShortDrill(t, LocalConfig{Duration: 15 * time.Second, Sentinel: true,
+		Faults: []string{FaultRedisFailover, FaultKill}})
+}
+
+// TestDrillAMQPCI is the short RabbitMQ drill of make test: a kill -9,
+// a RabbitMQ restart and a cut of the leader's broker path. make
+// drill-amqp runs every kind for longer.
+func TestDrillAMQPCI(t *testing.T) {
+	runShortDrill(t, LocalConfig{Duration: 15 * time.Second, Broker: BrokerAMQP,
+		Faults: []string{FaultKill, FaultRabbitRestart, FaultBrokerPartition}})
+}
