@@ -660,9 +660,21 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 // collectDue moves every due slot from the heap to pending, advancing each
 // entry to its next slot.
 func (l *loop) collectDue(now time.Time) {
+	var late, fired int
+	defer func() {
+		if late > 0 {
+			l.s.log.Warn("slots found late (a wall-clock step forward, or a stalled loop): each entry's catch-up policy applies",
+				"entries", late, "fired", fired, "late_over", stepLateness.String())
+		}
+	}()
 	for len(l.heap) > 0 && !l.heap[0].due.After(now) && len(l.pending) < l.s.cfg.BatchSize {
 		it := l.heap[0]
 		e := it.e
+		if now.Sub(it.due) > stepLateness {
+			late++
+			fired += l.catchUpLate(it, now)
+			continue
+		}
 		if st := l.states[e.Name]; st != nil && st.Paused {
 			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
 		} else {
@@ -680,6 +692,43 @@ func (l *loop) collectDue(now time.Time) {
 		l.s.cfg.Metrics.scheduled(e.Name, it.due)
 		heap.Fix(&l.heap, 0)
 	}
+}
+
+// stepLateness is how late a slot may be found and still fire as a
+// regular slot. Later than that, the wall clock stepped forward (NTP, a VM
+// resumed) or the loop stalled, and the slots since go through the
+// entry's catch-up policy, as after a failover: catchup: once fires the
+// latest, skip none, all each within the window.
+const stepLateness = 30 * time.Second
+
+// catchUpLate applies e's catch-up policy to it's slot and every slot
+// after it up to now, and moves it to the next slot. It returns how many
+// slots it queued.
+func (l *loop) catchUpLate(it *item, now time.Time) int {
+	e := it.e
+	prev := store.EntryState{LastSlot: it.slot.Add(-time.Nanosecond)}
+	if st := l.states[e.Name]; st != nil {
+		prev.Paused = st.Paused
+	}
+	plan := planCatchup(e.Entry, e.sched, &prev, now)
+	m := l.s.cfg.Metrics
+	for _, d := range plan.dropped {
+		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
+	}
+	for _, s := range plan.fire {
+		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
+		m.queued(e.Name, s)
+	}
+	if plan.next.IsZero() {
+		heap.Remove(&l.heap, it.index)
+		delete(l.items, e.Name)
+		m.scheduled(e.Name, time.Time{})
+		return len(plan.fire)
+	}
+	it.slot, it.due = plan.next, plan.next.Add(jitter(e.Entry, plan.next))
+	m.scheduled(e.Name, it.due)
+	heap.Fix(&l.heap, it.index)
+	return len(plan.fire)
 }
 
 // publishPending publishes pending fires in batches, then hands their new
