@@ -533,6 +533,10 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
+// embeddedCloseBudget bounds the embedded member's close at shutdown, so
+// a SIGTERM'd replica of an embedded cluster exits within about 2 s.
+const embeddedCloseBudget = time.Second
+
 // HTTPAddress is where the HTTP server listens (useful with --http :0).
 func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
 
@@ -594,7 +598,13 @@ func (m *Main) Close() error {
 		if m.etcd != nil {
 			err = errors.Join(err, m.etcd.Close())
 		}
-		if m.embedded != nil {
+		if m.embedded != nil && m.Cluster.InitialCluster != "" {
+			// A member of the replicas' cluster: the process is exiting,
+			// so its close is bounded (embedetcd.CloseWithin says why).
+			if !m.embedded.CloseWithin(embeddedCloseBudget) {
+				m.log.Info("embedded etcd member still closing; exiting (its data is in its WAL, and raft leadership has moved)")
+			}
+		} else if m.embedded != nil {
 			m.embedded.Close()
 		}
 		if m.log != nil {

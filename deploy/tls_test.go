@@ -141,6 +141,20 @@ func TestEmbeddedTLSAsProcesses(t *testing.T) {
 		t.Errorf("beatd status with another CA's certificate: %v\n%s", err, out)
 	}
 	t.Logf("the CLI with another CA's certificate: %s", strings.TrimSpace(string(out)))
+	// A SIGTERM'd leader hands over and exits within 2 s, its member's
+	// close bounded (the other replicas' watch streams used to hold it
+	// for up to etcd's request timeout).
+	termAt := time.Now()
+	if !lead.term(30 * time.Second) {
+		t.Fatalf("%s did not exit within 30s of SIGTERM", lead.name)
+	}
+	exit := time.Since(termAt)
+	next, l2 := ec.leader(lead.name, l.Token, 10*time.Second)
+	t.Logf("SIGTERM of the leader %s: exited after %s; %s leads (token %d) %s after the signal",
+		lead.name, exit.Round(10*time.Millisecond), next.name, l2.Token, time.Since(termAt).Round(10*time.Millisecond))
+	if exit > 2500*time.Millisecond { // 2 s, and a margin for a loaded machine
+		t.Errorf("a SIGTERM'd embedded replica took %s to exit, want within 2 s", exit)
+	}
 	// With client certificate auth there is nothing to warn about.
 	for _, p := range ec.pods {
 		if b, _ := os.ReadFile(p.log); strings.Contains(string(b), "without client certificate auth") {

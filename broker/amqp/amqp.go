@@ -552,7 +552,13 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 	returned := map[string]amqp.Return{}
 	for drained := false; !drained; {
 		select {
-		case r := <-a.returns:
+		case r, open := <-a.returns:
+			// A connection lost mid-chunk closes the returns channel: a
+			// closed channel is drained (and would otherwise spin here).
+			if !open {
+				drained = true
+				break
+			}
 			returned[r.CorrelationId] = r
 		default:
 			drained = true
