@@ -1,12 +1,7 @@
 package chaos
 
 import (
-	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -63,42 +58,14 @@ func TestExplainResends(t *testing.T) {
 // 3-member etcd, rabbitmq-server and three beatd processes. It takes
 // minutes, so it runs with BEATD_DRILL_AMQP=1 (make drill-amqp); any
 // missed slot, unexplained duplicate or publish from a fenced term fails.
+// TestDrillAMQPCI is its short form in make test.
 func TestDrillAMQP(t *testing.T) {
 	if os.Getenv("BEATD_DRILL_AMQP") == "" {
 		t.Skip("set BEATD_DRILL_AMQP=1 (make drill-amqp) to run the drill on RabbitMQ")
-	}
-	bin := filepath.Join(t.TempDir(), "beatd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/beatd").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	seed := time.Now().UnixNano() % 1000
-	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
-		seed = v
 	}
 	dur := 60 * time.Second
 	if v, err := time.ParseDuration(os.Getenv("BEATD_DRILL_DURATION")); err == nil {
 		dur = v
 	}
-	var log strings.Builder
-	rep, err := RunLocal(context.Background(), LocalConfig{Binary: bin, Replicas: 3, Duration: dur, Seed: seed, MinEach: 2,
-		Dir: t.TempDir(), Log: &log, Broker: BrokerAMQP})
-	if err != nil {
-		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
-	}
-	var sum strings.Builder
-	rep.WriteSummary(&sum)
-	t.Logf("seed %d\n%s%s", seed, log.String(), sum.String())
-	counts := map[string]int{}
-	for _, f := range rep.Faults {
-		counts[f.Kind]++
-	}
-	for _, k := range AMQPFaults {
-		if counts[k] < 2 {
-			t.Errorf("fault %s injected %d times, want at least 2", k, counts[k])
-		}
-	}
-	if !rep.OK {
-		t.Fatalf("drill failed (seed %d): %d unexplained duplicates, %d missed, %d publishes from a fenced term",
-			seed, len(rep.Duplicates), len(rep.Missed), rep.FencedPublishes)
-	}
+	runDrill(t, LocalConfig{Duration: dur, Broker: BrokerAMQP}, AMQPFaults)
 }

@@ -1,13 +1,8 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,43 +13,7 @@ import (
 // a real 3-member etcd, redis-server and three beatd processes. Any
 // duplicate or missed slot fails the build.
 func TestDrillShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a failover drill")
-	}
-	bin := filepath.Join(t.TempDir(), "beatd")
-	// Static, as the image ships it; the same build as the other packages'
-	// process tests, so the build cache serves them all.
-	build := exec.Command("go", "build", "-o", bin, "../cmd/beatd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	var log strings.Builder
-	// A failing seed reproduces with BEATD_DRILL_SEED=N.
-	seed := time.Now().UnixNano() % 1000
-	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	rep, err := RunLocal(context.Background(), LocalConfig{Binary: bin, Replicas: 3, Duration: 45 * time.Second,
-		Seed: seed, MinEach: 2, Dir: t.TempDir(), Log: &log})
-	if err != nil {
-		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
-	}
-	var sum strings.Builder
-	rep.WriteSummary(&sum)
-	t.Logf("seed %d\n%s%s", seed, log.String(), sum.String())
-	counts := map[string]int{}
-	for _, f := range rep.Faults {
-		counts[f.Kind]++
-	}
-	for _, k := range AllFaults {
-		if counts[k] < 2 {
-			t.Errorf("fault %s injected %d times, want at least 2", k, counts[k])
-		}
-	}
-	if !rep.OK {
-		t.Fatalf("drill failed (seed %d): %d duplicates, %d missed", seed, len(rep.Duplicates), len(rep.Missed))
-	}
+	rep := runDrill(t, LocalConfig{Duration: 45 * time.Second}, AllFaults)
 	if rep.ExpectedSlots < 500 {
 		t.Errorf("only %d slots audited", rep.ExpectedSlots)
 	}
@@ -129,36 +88,11 @@ func TestAudit(t *testing.T) {
 // TestDrillSentinel is the drill with Redis behind Sentinel and the
 // redis-failover fault (SENTINEL FAILOVER and kill -9 of the master), with
 // every other fault kind. It takes minutes, so it runs only with
-// BEATD_DRILL_SENTINEL=1 (or: beatd drill local --sentinel).
+// BEATD_DRILL_SENTINEL=1 (or: beatd drill local --sentinel);
+// TestDrillSentinelCI is its short form in make test.
 func TestDrillSentinel(t *testing.T) {
 	if os.Getenv("BEATD_DRILL_SENTINEL") == "" {
 		t.Skip("set BEATD_DRILL_SENTINEL=1 to run the Sentinel drill")
 	}
-	bin := filepath.Join(t.TempDir(), "beatd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/beatd").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	var log strings.Builder
-	seed := time.Now().UnixNano() % 1000
-	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	rep, err := RunLocal(context.Background(), LocalConfig{Binary: bin, Replicas: 3, Duration: 60 * time.Second,
-		Seed: seed, MinEach: 2, Dir: t.TempDir(), Log: &log, Sentinel: true})
-	if err != nil {
-		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
-	}
-	var sum strings.Builder
-	rep.WriteSummary(&sum)
-	t.Logf("seed %d\n%s%s", seed, log.String(), sum.String())
-	counts := map[string]int{}
-	for _, f := range rep.Faults {
-		counts[f.Kind]++
-	}
-	if counts[FaultRedisFailover] < 2 {
-		t.Errorf("redis-failover injected %d times, want at least 2", counts[FaultRedisFailover])
-	}
-	if !rep.OK {
-		t.Fatalf("drill failed (seed %d): %d duplicates, %d missed", seed, len(rep.Duplicates), len(rep.Missed))
-	}
+	runDrill(t, LocalConfig{Duration: 60 * time.Second, Sentinel: true}, []string{FaultRedisFailover})
 }
