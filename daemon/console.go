@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/tlsfiles"
 )
 
 // newConsole builds the web console served at / on this replica's HTTP
@@ -124,13 +124,9 @@ func (m *Main) replicaHTTP() (*http.Client, error) {
 	if m.HTTPTLSCA == "" {
 		return &http.Client{}, nil
 	}
-	pem, err := os.ReadFile(m.HTTPTLSCA)
+	pool, err := tlsfiles.Pool(m.HTTPTLSCA)
 	if err != nil {
 		return nil, fmt.Errorf("--http-tls-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--http-tls-ca: CA %s: no PEM certificate in it", m.HTTPTLSCA)
 	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
 }

@@ -2,14 +2,13 @@ package daemon
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/tlsfiles"
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,13 +92,9 @@ func (f *EtcdFlags) TLSConfig() (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.CACert != "" {
-		pem, err := os.ReadFile(f.CACert)
+		pool, err := tlsfiles.Pool(f.CACert)
 		if err != nil {
-			return nil, fmt.Errorf("etcd CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA %s: no certificates", f.CACert)
+			return nil, fmt.Errorf("etcd %w", err)
 		}
 		tc.RootCAs = pool
 	}

@@ -636,14 +636,8 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	}
 	e.sched = Anchored(e.Entry, st, now)
 	plan := planCatchup(e.Entry, e.sched, st, now)
+	l.applyPlan(e, plan)
 	m := l.s.cfg.Metrics
-	for _, d := range plan.dropped {
-		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
-	}
-	for _, s := range plan.fire {
-		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
-		m.queued(e.Name, s)
-	}
 	if plan.next.IsZero() {
 		return // fired its last slot (a past one-off)
 	}
@@ -694,6 +688,18 @@ func (l *loop) collectDue(now time.Time) {
 	}
 }
 
+// applyPlan queues a catch-up plan's fires and counts what it dropped.
+func (l *loop) applyPlan(e *entry, plan catchupPlan) {
+	m := l.s.cfg.Metrics
+	for _, d := range plan.dropped {
+		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
+	}
+	for _, s := range plan.fire {
+		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
+		m.queued(e.Name, s)
+	}
+}
+
 // stepLateness is how late a slot may be found and still fire as a
 // regular slot. Later than that, the wall clock stepped forward (NTP, a VM
 // resumed) or the loop stalled, and the slots since go through the
@@ -711,14 +717,8 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 		prev.Paused = st.Paused
 	}
 	plan := planCatchup(e.Entry, e.sched, &prev, now)
+	l.applyPlan(e, plan)
 	m := l.s.cfg.Metrics
-	for _, d := range plan.dropped {
-		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
-	}
-	for _, s := range plan.fire {
-		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
-		m.queued(e.Name, s)
-	}
 	if plan.next.IsZero() {
 		heap.Remove(&l.heap, it.index)
 		delete(l.items, e.Name)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,12 +125,10 @@ func cliHTTP(caFile string) (*http.Client, error) {
 	if caFile == "" {
 		return http.DefaultClient, nil
 	}
-	if err := tlsfiles.CheckCA(caFile); err != nil {
+	pool, err := tlsfiles.Pool(caFile)
+	if err != nil {
 		return nil, fmt.Errorf("--server-cacert: %w", err)
 	}
-	b, _ := os.ReadFile(caFile)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(b)
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}}, nil
 }
 

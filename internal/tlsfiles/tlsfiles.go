@@ -65,14 +65,21 @@ func CheckCA(caFile string) error {
 	if caFile == "" {
 		return nil
 	}
+	_, err := Pool(caFile)
+	return err
+}
+
+// Pool reads a CA bundle; an error names the file.
+func Pool(caFile string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(caFile)
 	if err != nil {
-		return fmt.Errorf("CA %s: %w", caFile, err)
+		return nil, fmt.Errorf("CA %s: %w", caFile, err)
 	}
-	if !x509.NewCertPool().AppendCertsFromPEM(b) {
-		return fmt.Errorf("CA %s: no PEM certificate in it", caFile)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA %s: no PEM certificate in it", caFile)
 	}
-	return nil
+	return pool, nil
 }
 
 // Check checks a certificate, its key and a CA, in that order.
