@@ -448,3 +448,37 @@ func TestOutcomesShown(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryShown: an entry's page shows who changed it, when and why
+// (its audit records only, escaped), and its backfills.
+func TestHistoryShown(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("boom", "tasks.fail", time.Minute), every("fine", "tasks.add", time.Minute)}}
+	s, hs := testServerAt(t, func() time.Time { return now }, cfg)
+	st := store.New(s.cfg.Client, s.cfg.Prefix)
+	ctx := context.Background()
+	for _, r := range []store.AuditRecord{
+		{At: now.Add(-time.Hour), Actor: "alice", Role: "operate", Via: "console", Action: "pause", Entry: "boom", Note: "vendor <b>down</b>"},
+		{At: now.Add(-30 * time.Minute), Actor: "ci-bot", Role: "admin", Via: "api", Action: "put", Entries: []string{"boom", "fine"}},
+		{At: now.Add(-10 * time.Minute), Actor: "bob", Via: "cli", Action: "trigger", Entry: "fine", Note: "fine's own note"},
+	} {
+		if err := st.Audit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CreateBackfill(ctx, &store.Backfill{Entry: "boom", From: now.Add(-2 * time.Hour), To: now.Add(-time.Hour), Rate: 10, Actor: "alice", Note: "replay the outage"}, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, hs.URL+"/entry/boom")
+	for _, want := range []string{`id="history"`, "alice", "vendor &lt;b&gt;down&lt;/b&gt;", "ci-bot", ">put<", "bf-", "replay the outage", ">queued"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("boom's page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "fine&#39;s own note") || strings.Contains(body, "<b>down</b>") {
+		t.Error("boom's page shows another entry's record, or an unescaped note")
+	}
+	if _, body = get(t, hs.URL+"/entry/fine"); !strings.Contains(body, "fine&#39;s own note") || !strings.Contains(body, "No backfill of this entry is on record") {
+		t.Errorf("fine's page lacks its own record, or claims a backfill:\n%s", body)
+	}
+}
