@@ -226,6 +226,9 @@ type Options struct {
 	// ReplicasAuto waits for one whenever the master has one. 0: no wait.
 	MinReplicas        int
 	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
+	// ReplicasAutoGrace: ReplicasAuto waits for a replica this long
+	// after the master last had one (DefaultReplicasAutoGrace when 0).
+	ReplicasAutoGrace time.Duration
 	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
 	// SentEventsFrom, when set, publishes a task-sent event for each new
 	// message, as this hostname (e.g. beatd@host), on the celeryev fanout

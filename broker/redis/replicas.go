@@ -35,6 +35,15 @@ const DefaultReplicasTimeout = time.Second
 // autoRecheck is how often ReplicasAuto counts the master's replicas.
 const autoRecheck = time.Second
 
+// DefaultReplicasAutoGrace is how long ReplicasAuto keeps waiting for a
+// replica after the master was last seen with one. A master that has just
+// lost its replica is, as often as not, the old master of a Sentinel
+// failover in progress: it still takes writes, and the full resync that
+// demotes it discards them. Waiting through the failover keeps those
+// slots pending (published again on the new master, deduplicated);
+// only a master without a replica for this long is published to alone.
+const DefaultReplicasAutoGrace = 30 * time.Second
+
 // ErrReplicaShortfall means fewer replicas than Options.MinReplicas
 // acknowledged a publish within the timeout: its fires stay pending.
 var ErrReplicaShortfall = errors.New("publisher: too few replicas acknowledged the publish")
@@ -48,6 +57,8 @@ type replication struct {
 
 	auto      atomic.Int32          // ReplicasAuto's current target
 	checkedAt atomic.Int64          // when auto was last counted, unix ns; 0 forces a count
+	seenAt    atomic.Int64          // when the master was last seen with a replica, unix ns
+	grace     time.Duration         // DefaultReplicasAutoGrace unless set
 	lastErr   atomic.Pointer[error] // the last WAIT's failure; nil once one succeeds
 }
 
@@ -59,6 +70,10 @@ func newReplication(opts Options) *replication {
 	}
 	if r.timeout <= 0 {
 		r.timeout = DefaultReplicasTimeout
+	}
+	r.grace = opts.ReplicasAutoGrace
+	if r.grace <= 0 {
+		r.grace = DefaultReplicasAutoGrace
 	}
 	return r
 }
@@ -83,9 +98,15 @@ func (r *replication) count(ctx context.Context, rdb redis.UniversalClient) erro
 	if err != nil {
 		return fmt.Errorf("publisher: count replicas (INFO replication): %w", err)
 	}
-	n := onlineReplicas(info)
-	r.auto.Store(int32(min(n, 1)))
-	r.checkedAt.Store(time.Now().UnixNano())
+	n := min(onlineReplicas(info), 1)
+	now := time.Now()
+	if n > 0 {
+		r.seenAt.Store(now.UnixNano())
+	} else if seen := r.seenAt.Load(); seen != 0 && now.Sub(time.Unix(0, seen)) < r.grace {
+		n = 1 // just lost its replica: likely a failover's old master (DefaultReplicasAutoGrace)
+	}
+	r.auto.Store(int32(n))
+	r.checkedAt.Store(now.UnixNano())
 	return nil
 }
 

@@ -103,12 +103,16 @@ func TestMinReplicas(t *testing.T) {
 }
 
 // TestMinReplicasAuto: the Sentinel default waits for one replica while
-// the master has one online, and for none once it has none.
+// the master has one online; when it loses it, it goes on waiting for the
+// grace (a failover's old master: what it took alone would be discarded),
+// and only after it publishes to the master alone.
 func TestMinReplicasAuto(t *testing.T) {
 	ctx := context.Background()
 	master := testutil.MustStartRedis(t)
 	replica := testutil.MustStartReplica(t, master.Addr())
-	p := New(master.Client(), Options{KeyPrefix: "beatd:{test}:", MinReplicas: ReplicasAuto, MinReplicasTimeout: 300 * time.Millisecond})
+	const grace = 3 * time.Second
+	p := New(master.Client(), Options{KeyPrefix: "beatd:{test}:", MinReplicas: ReplicasAuto, MinReplicasTimeout: 300 * time.Millisecond,
+		ReplicasAutoGrace: grace})
 	if err := p.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +120,22 @@ func TestMinReplicasAuto(t *testing.T) {
 		t.Fatalf("with a replica online: waits for %d, want 1", got)
 	}
 	replica.Kill()
-	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "auto to stop waiting for the dead replica",
-		func() bool { return p.MinReplicas(ctx) == 0 })
+	lost := time.Now()
 	task := compileTest(t, "    {task: tasks.add, every: 1s}")
 	res := make([]broker.Result, 1)
-	if err := p.Publish(ctx, 1, []celery.Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); err != nil || res[0] != broker.ResultOK {
-		t.Fatalf("publish with no replica in auto mode: %v %v", res, err)
+	// Within the grace the publish waits for a replica, and falls short.
+	time.Sleep(1500 * time.Millisecond) // past autoRecheck: the loss is counted
+	if err := p.Publish(ctx, 1, []celery.Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); time.Since(lost) < grace && (err == nil || res[0] == broker.ResultOK) {
+		t.Fatalf("publish %s after the master lost its replica: %v %v, want a shortfall", time.Since(lost), res, err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "auto to stop waiting for the dead replica after the grace",
+		func() bool { return p.MinReplicas(ctx) == 0 })
+	if since := time.Since(lost); since < grace {
+		t.Errorf("auto stopped waiting %s after the loss, before its grace %s", since, grace)
+	}
+	// A later slot (the first one's push, short of replicas, is in
+	// Redis: a retry of it is a duplicate).
+	if err := p.Publish(ctx, 1, []celery.Fire{{Task: task, Slot: time.Unix(1, 0)}}, res); err != nil || res[0] != broker.ResultOK {
+		t.Fatalf("publish with no replica past the grace: %v %v", res, err)
 	}
 }
