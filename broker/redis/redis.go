@@ -225,11 +225,11 @@ type Options struct {
 	// hold it; a shortfall leaves the batch's fires pending (replicas.go).
 	// ReplicasAuto waits for one whenever the master has one. 0: no wait.
 	MinReplicas        int
-	MinReplicasTimeout time.Duration      // WAIT's timeout; DefaultReplicasTimeout when 0
+	MinReplicasTimeout time.Duration // WAIT's timeout; DefaultReplicasTimeout when 0
 	// ReplicasAutoGrace: ReplicasAuto waits for a replica this long
 	// after the master last had one (DefaultReplicasAutoGrace when 0).
 	ReplicasAutoGrace time.Duration
-	ReplicaShortfalls  prometheus.Counter // counts batches WAIT failed; may be nil
+	ReplicaShortfalls prometheus.Counter // counts batches WAIT failed; may be nil
 	// SentEventsFrom, when set, publishes a task-sent event for each new
 	// message, as this hostname (e.g. beatd@host), on the celeryev fanout
 	// of database SentEventsDB: Flower and `celery events` then show
