@@ -24,6 +24,7 @@ type brokerHealth struct {
 	err       error     // the last probe's failure, nil when it passed
 	downSince time.Time // when the probes began to fail in a row
 	probed    bool
+	checkedAt time.Time // when the last probe ended
 	handovers *prometheus.CounterVec
 	// holdUntil keeps a replica that handed over out of the election.
 	holdUntil time.Time
@@ -40,6 +41,21 @@ func (b *brokerHealth) since() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.downSince
+}
+
+// brokerCheck is whether the broker answers this replica, for readiness,
+// the dependency log and the console: the probe's result while it is
+// fresh, so they do not ping the broker again on top of it, else a ping.
+func (m *Main) brokerCheck(ctx context.Context) error {
+	b := &m.brokerHA
+	b.mu.Lock()
+	fresh := b.probed && m.clock.Since(b.checkedAt) <= 2*brokerProbeEvery
+	err := b.err
+	b.mu.Unlock()
+	if fresh {
+		return err
+	}
+	return m.brokerPing(ctx)
 }
 
 // watchBroker probes the broker every brokerProbeEvery until ctx ends.
@@ -67,7 +83,7 @@ func (m *Main) watchBroker(ctx context.Context) {
 		case b.err == nil || !b.probed:
 			b.downSince = began
 		}
-		b.err, b.probed = err, true
+		b.err, b.probed, b.checkedAt = err, true, m.clock.Now()
 		b.mu.Unlock()
 		select {
 		case <-ctx.Done():

@@ -30,7 +30,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 	return console.New(console.Config{HTTPClient: hc,
 		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     broker.Redacted(m.Broker),
-		PingBroker: func(ctx context.Context) error { return m.brokerPing(ctx) },
+		PingBroker: m.brokerCheck,
 		Term:       m.leader.Token, Timeline: m.timeline, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
 	})
 }

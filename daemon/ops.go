@@ -133,7 +133,7 @@ func (m *Main) monitor(ctx context.Context) {
 			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
-		{name: "broker", where: broker.Redacted(m.Broker), probe: func(ctx context.Context) error { return m.brokerPing(ctx) }},
+		{name: "broker", where: broker.Redacted(m.Broker), probe: m.brokerCheck},
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
