@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // a minimal container image has no zoneinfo.
 
@@ -151,8 +152,7 @@ type decoder struct {
 	file  string
 	errs  Errors
 	seen  map[string]int // entry name -> line
-	zones map[string]*time.Location
-	whole bool // never chunk (tests compare both ways)
+	whole bool           // never chunk (tests compare both ways)
 	// plain holds, per zone, the options of entries that set none of
 	// their own: shared, because most entries of a large schedule have
 	// the defaults' options, and a copy each weighs 144 bytes.
@@ -795,22 +795,23 @@ func (d *decoder) zone(n *yaml.Node) *time.Location {
 		d.errorf(n, "timezone must be an IANA zone name such as Europe/Berlin, got %q", name)
 		return nil
 	}
-	if loc, ok := d.zones[name]; ok {
-		return loc
+	if loc, ok := zoneCache.Load(name); ok {
+		return loc.(*time.Location)
 	}
-	// One *Location per zone name: loading parses the zone's rules, and
-	// sharing it keeps 100k entries from holding 100k copies.
 	loc, err := time.LoadLocation(name)
 	if err != nil {
 		d.errorf(n, "unknown timezone %q", name)
 		return nil
 	}
-	if d.zones == nil {
-		d.zones = map[string]*time.Location{}
-	}
-	d.zones[name] = loc
-	return loc
+	actual, _ := zoneCache.LoadOrStore(name, loc)
+	return actual.(*time.Location)
 }
+
+// zoneCache holds one *Location per zone name for the process: loading
+// parses the zone's rules (~600 bytes each), and the entries API parses
+// each entry on its own, so a million entries in six zones would
+// otherwise hold a million copies. A Location is immutable once loaded.
+var zoneCache sync.Map // zone name -> *time.Location
 
 // duration accepts a Go duration ("30s", "1h30m") or a number of seconds,
 // as Celery's schedule=30.0 does.

@@ -36,14 +36,10 @@ func (es FieldErrors) Error() string {
 // file's rules. c may be nil (no file: UTC and the built-in defaults). On
 // failure the error is a FieldErrors.
 func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, FieldErrors{{Pointer: "", Message: "invalid document: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	body, err := entryNode(data)
+	if err != nil {
+		return nil, err
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil, FieldErrors{{Pointer: "", Message: "empty entry: want an object with task and a schedule"}}
-	}
-	body := doc.Content[0]
 	d := &decoder{file: "entry"}
 	loc, def := c.locationAndDefaults()
 	// The name is checked by the file's own loop: a one-entry mapping.
@@ -69,6 +65,22 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 	e := cfg.Entries[0]
 	e.Line, e.Column = 0, 0
 	return e, nil
+}
+
+// entryNode reads an entry's document: JSON (what the entries API
+// stores) on the fast path, anything else through yaml.v3.
+func entryNode(data []byte) (*yaml.Node, error) {
+	if n, ok := jsonNode(data); ok {
+		return n, nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, FieldErrors{{Pointer: "", Message: "invalid document: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, FieldErrors{{Pointer: "", Message: "empty entry: want an object with task and a schedule"}}
+	}
+	return doc.Content[0], nil
 }
 
 // WithEntries returns a copy of c (which may be nil: the built-in
