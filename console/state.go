@@ -28,9 +28,13 @@ type cluster struct {
 
 	mu     sync.Mutex
 	states map[string]*store.EntryState
-	// byBucket lists the entries each state bucket held when last read:
-	// a bucket is rewritten whole, so its old entries must be dropped.
-	byBucket [store.NumBuckets][]string
+	// byBucket lists the entries each state bucket (by key suffix) held
+	// when last read: a bucket is rewritten whole, so its old entries
+	// must be dropped. home is the bucket each entry was last read from:
+	// while the table moves to another layout an entry is in two keys, and
+	// the old one's deletion must not drop it.
+	byBucket map[string][]string
+	home     map[string]string
 	gen      uint64 // bumped when an entry's paused flag may have changed
 	loaded   chan struct{}
 	loadErr  error
@@ -48,7 +52,7 @@ type leaderSeen struct {
 }
 
 func newCluster(cli *clientv3.Client, prefix string) *cluster {
-	return &cluster{cli: cli, prefix: prefix, states: map[string]*store.EntryState{}, loaded: make(chan struct{}),
+	return &cluster{cli: cli, prefix: prefix, states: map[string]*store.EntryState{}, byBucket: map[string][]string{}, home: map[string]string{}, loaded: make(chan struct{}),
 		changed: make(chan struct{}), demand: make(chan struct{}), clock: clockwork.NewRealClock()}
 }
 
@@ -133,35 +137,36 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("console: load entry state: %w", err)
 	}
 	states := make(map[string]*store.EntryState, len(resp.Kvs))
-	var byBucket [store.NumBuckets][]string
+	byBucket, home := map[string][]string{}, map[string]string{}
 	for _, kv := range resp.Kvs {
 		b, recs := c.decodeBucket(kv.Key, kv.Value)
-		if b < 0 {
+		if b == "" {
 			continue
 		}
 		for i := range recs {
 			states[recs[i].Name] = &recs[i]
 			byBucket[b] = append(byBucket[b], recs[i].Name)
+			home[recs[i].Name] = b
 		}
 	}
 	c.mu.Lock()
-	c.states, c.byBucket = states, byBucket
+	c.states, c.byBucket, c.home = states, byBucket, home
 	c.gen++
 	c.loadErr = nil
 	c.mu.Unlock()
 	return resp.Header.Revision, nil
 }
 
-// decodeBucket returns a state bucket's index and entries; -1 for a key
-// or value this version cannot read (the scheduler reports those).
-func (c *cluster) decodeBucket(key, value []byte) (int, []store.EntryState) {
-	b := store.BucketAt(c.prefix, key)
-	if b < 0 {
-		return -1, nil
+// decodeBucket returns a state bucket's key suffix and entries; "" for a
+// key or value this version cannot read (the scheduler reports those).
+func (c *cluster) decodeBucket(key, value []byte) (string, []store.EntryState) {
+	b, ok := store.BucketAt(c.prefix, key)
+	if !ok {
+		return "", nil
 	}
 	recs, err := store.DecodeBucket(value)
 	if err != nil {
-		return -1, nil
+		return "", nil
 	}
 	return b, recs
 }
@@ -179,19 +184,23 @@ func (c *cluster) watch(ctx context.Context, rev int64) {
 				continue
 			}
 			var recs []store.EntryState
-			b := -1
+			var b string
 			if ev.Type == clientv3.EventTypeDelete {
 				b, _ = c.decodeBucket(ev.Kv.Key, nil)
 			} else {
 				b, recs = c.decodeBucket(ev.Kv.Key, ev.Kv.Value)
 			}
-			if b < 0 {
+			if b == "" {
 				continue
 			}
 			// A bucket is rewritten whole: its old entries go, its new
 			// ones come.
 			old := make(map[string]bool, len(c.byBucket[b]))
 			for _, n := range c.byBucket[b] {
+				if c.home[n] != b {
+					continue // since read from another bucket (a layout move)
+				}
+				delete(c.home, n)
 				if st := c.states[n]; st != nil && st.Paused {
 					old[n] = true
 				} else {
@@ -203,6 +212,7 @@ func (c *cluster) watch(ctx context.Context, rev int64) {
 			for i := range recs {
 				st := &recs[i]
 				c.states[st.Name] = st
+				c.home[st.Name] = b
 				names = append(names, st.Name)
 				// Fires rewrite state all the time; only a pause, a
 				// resume or a new entry changes the entries table's order.
@@ -211,7 +221,11 @@ func (c *cluster) watch(ctx context.Context, rev int64) {
 				}
 				delete(old, st.Name)
 			}
-			c.byBucket[b] = names
+			if len(names) == 0 {
+				delete(c.byBucket, b)
+			} else {
+				c.byBucket[b] = names
+			}
 			for _, wasPaused := range old {
 				if wasPaused {
 					c.gen++

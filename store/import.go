@@ -23,14 +23,18 @@ type ImportedState struct {
 // bucket's revision, so a concurrent write is never lost silently (the
 // entry is refused).
 func (s *Store) Import(ctx context.Context, states []ImportedState, force bool) (refused []string, err error) {
+	digits, err := s.layout(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, in := range states {
-		b := BucketOf(in.Name)
-		key := s.bucketKey(b)
+		t := newTable(digits)
+		b := t.bucketOf(in.Name)
+		key := s.bucketPrefix() + t.suffix(b)
 		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
 			return refused, fmt.Errorf("store: import %q: %w", in.Name, err)
 		}
-		t := NewTable()
 		var rev int64
 		if len(resp.Kvs) > 0 {
 			rev = resp.Kvs[0].ModRevision
@@ -66,4 +70,19 @@ func (s *Store) Import(ctx context.Context, states []ImportedState, force bool) 
 		}
 	}
 	return refused, nil
+}
+
+// layout is the layout of the stored buckets (that of the first key; the
+// first layout when there are none).
+func (s *Store) layout(ctx context.Context) (int, error) {
+	resp, err := s.cli.Get(ctx, s.bucketPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return 0, fmt.Errorf("store: read the state layout: %w", err)
+	}
+	if len(resp.Kvs) > 0 {
+		if suffix, ok := BucketAt(s.prefix, resp.Kvs[0].Key); ok {
+			return len(suffix), nil
+		}
+	}
+	return 2, nil
 }

@@ -47,35 +47,105 @@ func New(cli *clientv3.Client, prefix string) *Store {
 	return &Store{cli: cli, prefix: prefix}
 }
 
-func (s *Store) legacyPrefix() string   { return keys.LegacyEntries(s.prefix) }
-func (s *Store) bucketPrefix() string   { return keys.State(s.prefix) }
-func (s *Store) bucketKey(b int) string { return fmt.Sprintf("%s%02x", s.bucketPrefix(), b) }
+func (s *Store) legacyPrefix() string { return keys.LegacyEntries(s.prefix) }
+func (s *Store) bucketPrefix() string { return keys.State(s.prefix) }
 
-// BucketAt returns the index of the state bucket stored at key under
-// prefix, or -1 for any other key: readers of the raw keys (the console's
-// mirror) need the layout without owning it.
-func BucketAt(prefix string, key []byte) int {
-	suffix, ok := strings.CutPrefix(string(key), keys.State(prefix))
-	if !ok || len(suffix) != 2 {
-		return -1
+// BucketAt returns the layout and index of the state bucket stored at key
+// under prefix (its suffix is 2, 3 or 4 hex digits), or ok false for any
+// other key: readers of the raw keys (the console's mirror) need the
+// layout without owning it.
+func BucketAt(prefix string, key []byte) (suffix string, ok bool) {
+	suffix, ok = strings.CutPrefix(string(key), keys.State(prefix))
+	if !ok || len(suffix) < 2 || len(suffix) > 4 {
+		return "", false
 	}
-	b, err := strconv.ParseUint(suffix, 16, 8)
-	if err != nil {
-		return -1
+	if _, err := strconv.ParseUint(suffix, 16, 16); err != nil {
+		return "", false
 	}
-	return int(b)
+	return suffix, true
 }
 
-// Load reads every entry's state.
+// statePage is how many bucket keys one range read of Load returns: 4,096
+// buckets of a million entries are ~20 MB, read as pages of ~1 MB.
+const statePage = 256
+
+// Load reads every entry's state. Buckets are read in pages, all at the
+// first page's revision. Keys of more than one layout (a move between
+// layouts that a lost leader did not finish) are merged entry by entry,
+// the copy in the key written last winning, and the table is left to
+// rewrite them in one layout.
 func (s *Store) Load(ctx context.Context) (*Table, error) {
-	t := NewTable()
-	resp, err := s.cli.Get(ctx, s.bucketPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("store: load: %w", err)
+	type kv struct {
+		suffix string
+		value  []byte
+		rev    int64
 	}
-	for _, kv := range resp.Kvs {
-		if err := t.loadBucket(kv.Value); err != nil {
-			return nil, fmt.Errorf("store: load %q: %w", kv.Key, err)
+	var (
+		kvs    []kv
+		layout = map[int]int{} // digits -> keys
+		rev    int64
+		from   = s.bucketPrefix()
+		end    = clientv3.GetPrefixRangeEnd(s.bucketPrefix())
+	)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(statePage)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("store: load: %w", err)
+		}
+		rev = resp.Header.Revision
+		for _, r := range resp.Kvs {
+			suffix, ok := BucketAt(s.prefix, r.Key)
+			if !ok {
+				continue
+			}
+			kvs = append(kvs, kv{suffix, r.Value, r.ModRevision})
+			layout[len(suffix)]++
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	var t *Table
+	switch len(layout) {
+	case 0:
+		t = NewTable()
+	case 1:
+		for d := range layout {
+			t = newTable(d)
+		}
+		for _, r := range kvs {
+			if err := t.loadBucket(r.value); err != nil {
+				return nil, fmt.Errorf("store: load %q: %w", s.bucketPrefix()+r.suffix, err)
+			}
+		}
+	default:
+		type found struct {
+			rev int64
+			st  EntryState
+		}
+		best := map[string]found{}
+		for _, r := range kvs {
+			if err := eachRecord(r.value, func(st EntryState) {
+				if b, ok := best[st.Name]; !ok || r.rev > b.rev {
+					best[st.Name] = found{r.rev, st}
+				}
+			}); err != nil {
+				return nil, fmt.Errorf("store: load %q: %w", s.bucketPrefix()+r.suffix, err)
+			}
+		}
+		t = newTable(layoutDigits(len(best), 2))
+		for _, b := range best {
+			t.Set(b.st) // every bucket of the layout kept is rewritten
+		}
+		for _, r := range kvs {
+			if len(r.suffix) != t.digits {
+				t.stale = append(t.stale, r.suffix)
+			}
 		}
 	}
 	legacy, err := s.cli.Get(ctx, s.legacyPrefix(), clientv3.WithPrefix())
@@ -100,26 +170,37 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 // Get reads one entry's state (from its bucket, or its v1 key not yet
 // migrated); an entry etcd has no state for has zero state.
 func (s *Store) Get(ctx context.Context, name string) (*EntryState, error) {
-	b := BucketOf(name)
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.bucketKey(b)), clientv3.OpGet(s.legacyPrefix()+name)).Commit()
+	// The entry's bucket in each layout, and its v1 key: one read, and
+	// the copy in the key written last wins (a move between layouts may
+	// be half done).
+	ops := make([]clientv3.Op, 0, len(layouts)+1)
+	for _, d := range layouts {
+		ops = append(ops, clientv3.OpGet(s.bucketPrefix()+fmt.Sprintf("%0*x", d, bucketOf(name, 1<<(4*d)))))
+	}
+	ops = append(ops, clientv3.OpGet(s.legacyPrefix()+name))
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("store: get %q: %w", name, err)
 	}
 	st := &EntryState{Name: name}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		var found bool
+	var rev int64
+	for _, r := range resp.Responses[:len(layouts)] {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 || kvs[0].ModRevision < rev {
+			continue
+		}
 		if err := eachRecord(kvs[0].Value, func(r EntryState) {
 			if r.Name == name {
-				*st, found = r, true
+				*st, rev = r, kvs[0].ModRevision
 			}
 		}); err != nil {
 			return nil, fmt.Errorf("store: get %q: %w", name, err)
 		}
-		if found {
-			return st, nil
-		}
 	}
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+	if rev > 0 {
+		return st, nil
+	}
+	if kvs := resp.Responses[len(layouts)].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		legacy, err := decodeLegacy(kvs[0].Value)
 		if err != nil {
 			return nil, fmt.Errorf("store: get %q: %w", name, err)
@@ -129,6 +210,9 @@ func (s *Store) Get(ctx context.Context, name string) (*EntryState, error) {
 	}
 	return st, nil
 }
+
+// layouts are the bucket layouts, by hex digits of their keys.
+var layouts = [...]int{2, 3, 4}
 
 // decodeLegacy reads a v1 per-entry JSON value. Its run history and
 // counters are dropped: they now live with the broker.
@@ -176,16 +260,16 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 		ops, written, size = ops[:0], written[:0], 0
 		return nil
 	}
-	for b := range NumBuckets {
+	for b := range t.enc {
 		if !t.dirty[b] {
 			continue
 		}
 		var enc []byte
 		if len(t.open(b)) == 0 {
-			ops = append(ops, clientv3.OpDelete(s.bucketKey(b)))
+			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+t.suffix(b)))
 		} else {
 			enc = t.appendBucket(nil, b)
-			ops = append(ops, clientv3.OpPut(s.bucketKey(b), string(enc)))
+			ops = append(ops, clientv3.OpPut(s.bucketPrefix()+t.suffix(b), string(enc)))
 			size += len(enc)
 		}
 		written = append(written, bucket{b, enc})
@@ -195,7 +279,23 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 			}
 		}
 	}
-	// Everything is in buckets now: the v1 keys can go.
+	// Everything is in the table's layout now: the keys of another can
+	// go, and so can the v1 keys.
+	for len(t.stale) > 0 {
+		if len(ops) == MaxOpsPerTxn {
+			if err := commit(); err != nil {
+				return err
+			}
+		}
+		n := min(len(t.stale), MaxOpsPerTxn-len(ops))
+		for _, k := range t.stale[:n] {
+			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+k))
+		}
+		if err := commit(); err != nil {
+			return err
+		}
+		t.stale = t.stale[n:]
+	}
 	for len(t.legacy) > 0 {
 		if len(ops) == MaxOpsPerTxn {
 			if err := commit(); err != nil {

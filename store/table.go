@@ -8,12 +8,21 @@ import (
 	"time"
 )
 
-// NumBuckets is how many etcd keys hold the state of all entries. Packing
-// entries into a fixed number of keys keeps the cost of a state write
-// proportional to the entries that changed, not to a key and an MVCC
-// revision per entry: with 1k entries firing every second, 256 puts of
-// ~100 bytes instead of 1,000 puts; with 100k entries, no more than 256
-// keys ever change, in any interval.
+// NumBuckets is how many etcd keys hold the state of all entries in the
+// first layout, up to 65,536 entries. Packing entries into a bounded
+// number of keys keeps the cost of a state write proportional to the
+// entries that changed, not to a key and an MVCC revision per entry: with
+// 1k entries firing every second, 256 puts of ~100 bytes instead of 1,000
+// puts.
+//
+// A bucket is rewritten whole, so its size is what one fire costs etcd:
+// 256 buckets of a million entries are ~80 KB each, and 300 fires a
+// second would write ~14 MB/s of history. Past 65,536 entries the table
+// grows to 4,096 buckets, past 1,048,576 to 65,536 (Fit), keeping a
+// bucket at a few hundred entries at most. The layouts' keys differ in
+// length (2, 3 or 4 hex digits), so a reader tells them apart without a
+// layout record, and a move between them is a rewrite followed by the
+// deletion of the old keys.
 const NumBuckets = 256
 
 // EntryState is what etcd holds for one entry: only what a new leader
@@ -56,12 +65,35 @@ func (s *EntryState) CatchupFrom() time.Time {
 	return s.LastSlot
 }
 
-// BucketOf is the bucket that holds name's state.
-func BucketOf(name string) int {
+// BucketOf is the bucket that holds name's state in the first layout.
+func BucketOf(name string) int { return bucketOf(name, NumBuckets) }
+
+func bucketOf(name string, buckets int) int {
 	h := fnv.New32a()
 	h.Write([]byte(name))
-	return int(h.Sum32() % NumBuckets)
+	return int(h.Sum32() % uint32(buckets))
 }
+
+// layoutDigits is the layout (hex digits of a bucket key) for n entries.
+// A table shrinks back only once well below the smaller layout's
+// capacity, so a count that hovers at a threshold does not rewrite
+// everything back and forth.
+func layoutDigits(n, cur int) int {
+	want := 2
+	switch {
+	case n > 1<<20:
+		want = 4
+	case n > 1<<16:
+		want = 3
+	}
+	if want < cur && n > layoutCapacity(want)/2 {
+		return cur
+	}
+	return want
+}
+
+// layoutCapacity is the most entries a layout is chosen for.
+func layoutCapacity(digits int) int { return 1 << (4 * (digits + 2)) }
 
 // Table is every entry's state, grouped by bucket, with the buckets that
 // changed since they were last written marked dirty. It is the leader's
@@ -72,9 +104,13 @@ func BucketOf(name string) int {
 // 100k entries that mostly wait for their next slot. A bucket is decoded
 // into a map when an entry in it changes, and encoded again once written.
 type Table struct {
-	enc   [NumBuckets][]byte
-	dec   [NumBuckets]map[string]EntryState
-	dirty [NumBuckets]bool
+	digits int // the layout: a bucket key's hex digits (2, 3 or 4)
+	enc    [][]byte
+	dec    []map[string]EntryState
+	dirty  []bool
+	// stale are bucket keys (suffixes) of a layout the table left; they
+	// are deleted once the new layout is written whole.
+	stale []string
 	// legacy are keys of the per-entry JSON layout (format v1) whose
 	// content was read into the table; they are deleted with the first
 	// write of everything, so an upgrade migrates in place.
@@ -83,7 +119,45 @@ type Table struct {
 }
 
 // NewTable returns an empty table.
-func NewTable() *Table { return &Table{} }
+func NewTable() *Table { return newTable(2) }
+
+func newTable(digits int) *Table {
+	n := 1 << (4 * digits)
+	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), dirty: make([]bool, n)}
+}
+
+// Buckets is how many buckets the table's layout has.
+func (t *Table) Buckets() int { return len(t.enc) }
+
+func (t *Table) bucketOf(name string) int { return bucketOf(name, len(t.enc)) }
+
+// suffix is bucket b's key under the state prefix.
+func (t *Table) suffix(b int) string { return fmt.Sprintf("%0*x", t.digits, b) }
+
+// Fit moves the table to the layout its number of entries calls for, if
+// that is another: every entry is set again (all of the new layout is
+// dirty) and the old layout's keys are deleted by the write that follows
+// it. It reports whether it moved.
+func (t *Table) Fit() bool {
+	d := layoutDigits(t.n, t.digits)
+	if d == t.digits {
+		return false
+	}
+	var all []EntryState
+	t.Range(func(st EntryState) bool { all = append(all, st); return true })
+	stale := t.stale
+	for b := range t.enc {
+		if t.enc[b] != nil || t.dec[b] != nil {
+			stale = append(stale, t.suffix(b))
+		}
+	}
+	*t = *newTable(d)
+	t.stale = stale
+	for _, st := range all {
+		t.Set(st)
+	}
+	return true
+}
 
 // Len is the number of entries.
 func (t *Table) Len() int { return t.n }
@@ -101,7 +175,7 @@ func (t *Table) open(b int) map[string]EntryState {
 
 // Get returns name's state.
 func (t *Table) Get(name string) (EntryState, bool) {
-	b := BucketOf(name)
+	b := t.bucketOf(name)
 	if m := t.dec[b]; m != nil {
 		st, ok := m[name]
 		return st, ok
@@ -118,7 +192,7 @@ func (t *Table) Get(name string) (EntryState, bool) {
 
 // Set stores st and marks its bucket dirty.
 func (t *Table) Set(st EntryState) {
-	b := BucketOf(st.Name)
+	b := t.bucketOf(st.Name)
 	m := t.open(b)
 	if _, ok := m[st.Name]; !ok {
 		t.n++
@@ -129,7 +203,7 @@ func (t *Table) Set(st EntryState) {
 
 // Delete removes name and marks its bucket dirty.
 func (t *Table) Delete(name string) {
-	b := BucketOf(name)
+	b := t.bucketOf(name)
 	if _, ok := t.Get(name); !ok {
 		return
 	}
@@ -140,7 +214,7 @@ func (t *Table) Delete(name string) {
 
 // Range calls f for every entry until f returns false.
 func (t *Table) Range(f func(EntryState) bool) {
-	for b := range NumBuckets {
+	for b := range t.enc {
 		if m := t.dec[b]; m != nil {
 			for _, st := range m {
 				if !f(st) {
@@ -180,7 +254,7 @@ func (t *Table) Dirty() int {
 			n++
 		}
 	}
-	return n + min(len(t.legacy), 1)
+	return n + min(len(t.legacy)+len(t.stale), 1)
 }
 
 // written records that bucket b now holds enc in etcd.
@@ -191,12 +265,12 @@ func (t *Table) written(b int, enc []byte) {
 // MarkClean marks every bucket written, for a store that writes the whole
 // table at once (an in-memory one in tests).
 func (t *Table) MarkClean() {
-	for b := range NumBuckets {
+	for b := range t.enc {
 		if t.dirty[b] {
 			t.written(b, t.appendBucket(nil, b))
 		}
 	}
-	t.legacy = nil
+	t.legacy, t.stale = nil, nil
 }
 
 // Reconcile applies the removal rules to st, whether its entry is in the
@@ -362,10 +436,10 @@ func (t *Table) loadBucket(b []byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	home := BucketOf(recs[0].Name)
+	home := t.bucketOf(recs[0].Name)
 	same := len(t.enc[home]) == 0 && t.dec[home] == nil
 	for _, st := range recs {
-		same = same && BucketOf(st.Name) == home
+		same = same && t.bucketOf(st.Name) == home
 	}
 	if same {
 		t.enc[home] = b
