@@ -237,6 +237,7 @@ func Handler(c Config) http.Handler {
 	if c.Ops != nil {
 		registerOps(mux, c)
 	}
+	registerPprof(mux, c)
 	return mux
 }
 

@@ -117,6 +117,9 @@ type Main struct {
 	timeline       *console.Timeline
 	merger         *sources.Merger
 	entries        *sources.Entries
+	// entriesRev is the revision the runtime entries were first read at:
+	// their watch follows on from it.
+	entriesRev int64
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup

@@ -81,6 +81,12 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 			}
 			return m.sched.Reload(c)
 		},
+		ApplyDelta: func(c *config.Config, changed []string) error {
+			if m.sched == nil {
+				return nil
+			}
+			return m.sched.ReloadDelta(c, changed)
+		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
 	})
 	if err := m.merger.SetFile(file); err != nil {
@@ -89,18 +95,10 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 	m.entries = sources.NewEntries(m.etcd, m.Etcd.KeyPrefix())
 	// Runtime entries are in the first config, so a fresh leader does not
 	// start without them; the watch takes over from there.
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	docs, _, err := m.entries.List(lctx)
-	if err != nil {
+	if m.entriesRev, err = m.entries.Load(lctx, m.merger); err != nil {
 		return nil, fmt.Errorf("read runtime entries: %w", err)
-	}
-	set := make(map[string][]byte, len(docs))
-	for _, d := range docs {
-		set[d.Name] = d.Data
-	}
-	if err := m.merger.SetSource(sources.API, set); err != nil {
-		return nil, err
 	}
 	if err := m.startDCB(ctx); err != nil {
 		return nil, err
@@ -111,7 +109,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 // syncSources starts the goroutines that follow each source; m.wg owns
 // them and ctx stops them.
 func (m *Main) syncSources(ctx context.Context) {
-	m.wg.Go(func() { m.entries.Sync(ctx, m.merger) })
+	m.wg.Go(func() { m.entries.Sync(ctx, m.merger, m.entriesRev) })
 	if src := m.Sources.dcb; src != nil {
 		m.wg.Go(func() {
 			var wb sync.WaitGroup

@@ -148,6 +148,41 @@ func (m *Metrics) setEntries(sc *config.Config) {
 	m.stats.retain(names, perEntry)
 }
 
+// setEntriesDelta is setEntries after a change of the entries named only:
+// it touches their series and stats, not every entry's.
+func (m *Metrics) setEntriesDelta(sc *config.Config, changed []string) {
+	limit := m.PerEntryLimit
+	if limit <= 0 {
+		limit = DefaultPerEntryLimit
+	}
+	perEntry := len(sc.Entries) <= limit
+	if perEntry != m.stats.perEntry.Load() {
+		m.setEntries(sc) // the mode changes: every series does
+		return
+	}
+	m.Entries.Set(float64(len(sc.Entries)))
+	s := m.stats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range changed {
+		switch {
+		case sc.Entry(n) == nil:
+			delete(s.byName, n)
+		case perEntry:
+			s.stat(n)
+			for _, r := range fireResults {
+				m.Fires.vec.WithLabelValues(n, r)
+			}
+			for _, r := range missedReasons {
+				m.Missed.vec.WithLabelValues(n, r)
+			}
+			for _, k := range alertedOutcomes {
+				m.Runs.vec.WithLabelValues(n, k.String())
+			}
+		}
+	}
+}
+
 // Reasons a slot is not fired.
 const (
 	ReasonWindow     = "catchup_window" // older than catchup_window

@@ -267,6 +267,7 @@ func (p *persister) write(ctx context.Context) error {
 	if !since.IsZero() && (p.tableSince.IsZero() || since.Before(p.tableSince)) {
 		p.tableSince = since
 	}
+	p.fit()
 	var err error
 	if p.table.Dirty() > 0 || len(reqs) > 0 {
 		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
@@ -288,6 +289,21 @@ func (p *persister) write(ctx context.Context) error {
 	close(p.written)
 	p.written = make(chan struct{})
 	return err
+}
+
+// fit moves the table to the layout its size calls for (store.Table.Fit):
+// a table that grew past 65,536 entries is written once whole in 4,096
+// buckets, so that each fire after rewrites a bucket of ~250 entries, not
+// one of ~4,000.
+func (p *persister) fit() {
+	before := p.table.Buckets()
+	if p.table.Fit() {
+		p.log.Info("state table moved to another layout: written whole once",
+			"entries", p.table.Len(), "buckets_before", before, "buckets", p.table.Buckets())
+		if p.tableSince.IsZero() {
+			p.tableSince = p.clock.Now()
+		}
+	}
 }
 
 // report updates the backlog metrics and, while writes fail, logs an

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,12 @@ type Scheduler struct {
 	log     *slog.Logger
 	entries atomic.Pointer[entrySet]
 	reload  chan struct{}
+	// mu orders a store to entries with the change it records in delta:
+	// the names changed since the loop last applied the set, or full
+	// when it must apply all of it (a Reload, or too many names).
+	mu    sync.Mutex
+	delta map[string]struct{}
+	full  bool
 	// publishErr is the last publish failure, nil once publishing works;
 	// failingSince is when the failures in a row began (Unix ns, 0 when
 	// publishing works).
@@ -202,13 +209,73 @@ func (s *Scheduler) Reload(sc *config.Config) error {
 		}
 		set.byName[e.Name] = &entry{Entry: e}
 	}
+	s.mu.Lock()
 	s.entries.Store(set)
+	s.delta, s.full = nil, true
+	s.mu.Unlock()
 	s.cfg.Metrics.setEntries(sc)
+	s.notify()
+	return nil
+}
+
+// ReloadDelta is Reload for a config that differs from the running one
+// only in the entries named (added, changed or removed): only those are
+// compiled, and the loop reschedules only those, so one change among a
+// million entries costs a copy of the index, not a rebuild of the heap.
+func (s *Scheduler) ReloadDelta(sc *config.Config, changed []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.entries.Load() // never nil: New applied a first config
+	byName := maps.Clone(cur.byName)
+	for _, name := range changed {
+		e := sc.Entry(name)
+		if e == nil {
+			delete(byName, name)
+			continue
+		}
+		if err := ValidateEntry(e); err != nil {
+			return err
+		}
+		byName[name] = &entry{Entry: e}
+	}
+	s.entries.Store(&entrySet{byName: byName, config: sc})
+	if !s.full {
+		if s.delta == nil {
+			s.delta = map[string]struct{}{}
+		}
+		for _, name := range changed {
+			s.delta[name] = struct{}{}
+		}
+		// A loop that does not take them (a standby has none) must not
+		// make this grow: past a bound the next apply is a full one.
+		if len(s.delta) > maxDelta {
+			s.delta, s.full = nil, true
+		}
+	}
+	s.cfg.Metrics.setEntriesDelta(sc, changed)
+	s.notify()
+	return nil
+}
+
+// maxDelta is the most changed names kept for the loop's next apply.
+const maxDelta = 100000
+
+// takeDelta returns the running set and what changed since the loop
+// last took it: the names, or full when the whole set must be applied.
+func (s *Scheduler) takeDelta() (set *entrySet, names map[string]struct{}, full bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, names, full = s.entries.Load(), s.delta, s.full
+	s.delta, s.full = nil, false
+	return set, names, full
+}
+
+// notify wakes the loop to apply the running set.
+func (s *Scheduler) notify() {
 	select {
 	case s.reload <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Config returns the running config.
@@ -407,7 +474,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	if !l.term.Elected.IsZero() && l.term.Elected.Before(now) {
 		now = l.term.Elected
 	}
-	l.set = s.entries.Load()
+	l.set, _, _ = s.takeDelta() // the term starts from the whole set
 	s.applied.Store(l.set)
 	// Removed entries are marked, or deleted after their grace, in the
 	// table itself: the persister's first write stores that.
@@ -434,6 +501,10 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 		table.Set(st.Clone()) // the table is the persister's from here
 	}
 	l.baseline = nil
+	if before := table.Buckets(); table.Fit() {
+		s.log.Info("state table moved to another layout: written whole once",
+			"entries", table.Len(), "buckets_before", before, "buckets", table.Buckets())
+	}
 	return table, nil
 }
 
@@ -907,8 +978,12 @@ func (l *loop) state(name string) *store.EntryState {
 
 // applyReload swaps in the latest config without firing spuriously.
 func (l *loop) applyReload(now time.Time) {
-	set := l.s.entries.Load()
+	set, names, full := l.s.takeDelta()
 	if set == l.set {
+		return
+	}
+	if !full {
+		l.applyDelta(set, names, now)
 		return
 	}
 	old, oldItems := l.set, l.items
@@ -956,6 +1031,62 @@ func (l *loop) applyReload(now time.Time) {
 	l.pending = kept
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.byName))
+}
+
+// applyDelta is applyReload for a set that differs from the loop's in
+// the entries named only: those are rescheduled (or dropped), the rest of
+// the heap is left as it is.
+func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Time) {
+	old := l.set
+	l.set = set
+	defer l.s.applied.Store(set)
+	var marked []store.EntryState
+	for name := range names {
+		prev, had := old.byName[name]
+		e, has := set.byName[name]
+		if had && has && prev == e {
+			continue // named by an earlier change the loop already has
+		}
+		it, scheduled := l.items[name]
+		if had && has && scheduled && prev.Fingerprint == e.Fingerprint {
+			e.sched, e.task, e.fires, e.runs = prev.sched, prev.task, prev.fires, prev.runs
+			it.e = e
+			continue
+		}
+		if scheduled {
+			heap.Remove(&l.heap, it.index)
+			delete(l.items, name)
+			l.s.cfg.Metrics.scheduled(name, time.Time{})
+		}
+		if has {
+			l.startEntry(e, l.states[name], now, false)
+			if it := l.items[name]; it != nil {
+				heap.Fix(&l.heap, it.index)
+			}
+		}
+		if st := l.states[name]; st != nil {
+			if changed, _ := st.Reconcile(has, now, l.s.cfg.RemovedGrace); changed {
+				marked = append(marked, *st)
+			}
+		}
+	}
+	if len(marked) > 0 {
+		l.persist.save(marked...)
+	}
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		if _, named := names[p.e.Name]; !named {
+			kept = append(kept, p)
+		} else if e, ok := set.byName[p.e.Name]; ok {
+			p.e = e
+			kept = append(kept, p)
+		} else {
+			l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonRemoved).Inc()
+		}
+	}
+	l.pending = kept
+	l.flushBaseline()
+	l.s.log.Info("config applied", "entries", len(set.byName), "changed", len(names))
 }
 
 // sweepRemoved drops the state and broker keys of entries removed longer

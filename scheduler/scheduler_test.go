@@ -456,6 +456,12 @@ func TestRefusedWriteEndsTerm(t *testing.T) {
 }
 
 func TestReload(t *testing.T) {
+	for _, way := range reloadWays {
+		t.Run(way.name, func(t *testing.T) { testReload(t, way.reload) })
+	}
+}
+
+func testReload(t *testing.T, reload func(*Scheduler, *config.Config) error) {
 	h := newHarness(t, "entries:\n  same: {task: t, every: 10s, relative: true}\n  changed: {task: t, every: 10s, relative: true}\n  gone: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
 	h.start(7)
 	h.settle()
@@ -463,7 +469,7 @@ func TestReload(t *testing.T) {
 	// fire now (django-celery-beat fires on every edit), "same" keeps its
 	// 10:00:10 slot, "gone" stops, "new" starts at its next slot.
 	setClock(h.clock, t0.Add(9*time.Second))
-	if err := h.sched.Reload(mustConfig(t, "entries:\n  same: {task: t, every: 10s, relative: true}\n  changed: {task: t, every: 1h, relative: true}\n  new: {task: t, every: 10s, relative: true}\n")); err != nil {
+	if err := reload(h.sched, mustConfig(t, "entries:\n  same: {task: t, every: 10s, relative: true}\n  changed: {task: t, every: 1h, relative: true}\n  new: {task: t, every: 10s, relative: true}\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()
@@ -482,6 +488,31 @@ func TestReload(t *testing.T) {
 	if got := testutil.ToFloat64(h.sched.cfg.Metrics.Entries); got != 3 {
 		t.Errorf("beatd_entries = %v", got)
 	}
+}
+
+// reloadWays are the two ways a config change reaches the scheduler:
+// whole (a schedules.yaml reload) and as the entries that changed (the
+// entries API's). Each must give the same schedule.
+var reloadWays = []struct {
+	name   string
+	reload func(*Scheduler, *config.Config) error
+}{
+	{"whole", (*Scheduler).Reload},
+	{"delta", func(s *Scheduler, sc *config.Config) error {
+		var changed []string
+		cur := s.Config()
+		for _, e := range cur.Entries {
+			if n := sc.Entry(e.Name); n == nil || n.Fingerprint != e.Fingerprint {
+				changed = append(changed, e.Name)
+			}
+		}
+		for _, e := range sc.Entries {
+			if cur.Entry(e.Name) == nil {
+				changed = append(changed, e.Name)
+			}
+		}
+		return s.ReloadDelta(sc, changed)
+	}},
 }
 
 func TestJitterDeterministic(t *testing.T) {
@@ -821,6 +852,12 @@ func TestPersistEachBatchDoesNotWaitOnFailingEtcd(t *testing.T) {
 // then drops its state and tells the broker to forget it. One that comes
 // back within the grace is unmarked and keeps its place.
 func TestRemovedEntryForgottenAfterGrace(t *testing.T) {
+	for _, way := range reloadWays {
+		t.Run(way.name, func(t *testing.T) { testRemovedEntryForgotten(t, way.reload) })
+	}
+}
+
+func testRemovedEntryForgotten(t *testing.T, reload func(*Scheduler, *config.Config) error) {
 	h := newHarness(t, "entries:\n  a: {task: t, every: 1h, relative: true}\n  b: {task: t, every: 10s, relative: true}\n  c: {task: t, every: 10s, relative: true}\n", t0)
 	h.sched.cfg.RemovedGrace = 30 * time.Minute
 	h.start(7)
@@ -828,7 +865,7 @@ func TestRemovedEntryForgottenAfterGrace(t *testing.T) {
 	setClock(h.clock, t0.Add(10*time.Second))
 	h.waitPublished(2)
 	h.settle()
-	if err := h.sched.Reload(mustConfig(t, "entries:\n  a: {task: t, every: 1h, relative: true}\n  c: {task: t, every: 10s, relative: true}\n")); err != nil {
+	if err := reload(h.sched, mustConfig(t, "entries:\n  a: {task: t, every: 1h, relative: true}\n  c: {task: t, every: 10s, relative: true}\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.settle()

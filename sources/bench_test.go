@@ -23,7 +23,7 @@ func BenchmarkMergeOneAPIChange(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := New(Config{})
+			m := New(Config{ApplyDelta: func(*config.Config, []string) error { return nil }})
 			if err := m.SetFile(file); err != nil {
 				b.Fatal(err)
 			}
@@ -36,9 +36,8 @@ func BenchmarkMergeOneAPIChange(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				next := cloneDocs(docs)
-				next["a0"] = fmt.Appendf(nil, `{"task":"t","every":"%ds"}`, 1+i%60)
-				if err := m.SetSource(API, next); err != nil {
+				change := map[string][]byte{"a0": fmt.Appendf(nil, `{"task":"t","every":"%ds"}`, 1+i%60)}
+				if err := m.UpdateSource(API, change); err != nil {
 					b.Fatal(err)
 				}
 			}

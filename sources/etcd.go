@@ -44,17 +44,53 @@ func NewEntries(cli *clientv3.Client, prefix string) *Entries {
 
 func (s *Entries) key(name string) string { return s.prefix + name }
 
-// List returns every runtime entry, by name, and the revision read.
+// ListPage is how many entries one range read of List returns: a
+// million entries are read as 200 reads of ~1 MB, never as one response
+// of ~100 MB that etcd must build and hold at once.
+var ListPage int64 = 5000
+
+// List returns every runtime entry, by name, and the revision read. It
+// reads in pages, every page at the first page's revision, so the result
+// is one consistent snapshot.
 func (s *Entries) List(ctx context.Context) ([]Doc, int64, error) {
-	resp, err := s.cli.Get(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, 0, fmt.Errorf("entries: list: %w", err)
+	var out []Doc
+	rev, err := s.Scan(ctx, "", 0, func(d Doc) bool { out = append(out, d); return true })
+	return out, rev, err
+}
+
+// Scan calls fn with the runtime entries whose names follow after (all
+// when ""), in name order, reading pages of ListPage at one revision
+// (rev, or the current one when 0), until fn returns false or the
+// entries end. It returns the revision read.
+func (s *Entries) Scan(ctx context.Context, after string, rev int64, fn func(Doc) bool) (int64, error) {
+	from := s.prefix
+	if after != "" {
+		from = s.key(after) + "\x00"
 	}
-	out := make([]Doc, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out = append(out, Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision})
+	end := clientv3.GetPrefixRangeEnd(s.prefix)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(ListPage),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("entries: list: %w", err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if !fn(Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision}) {
+				return rev, nil
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	return out, resp.Header.Revision, nil
 }
 
 // Get returns one runtime entry.
@@ -116,11 +152,14 @@ func (s *Entries) Delete(ctx context.Context, name string, ifMatch int64) error 
 // Sync feeds the runtime entries to m until ctx ends: a full read, then a
 // watch from that revision; any watch failure (compaction, lost etcd)
 // starts over with a full read, and is reported as the source's error
-// meanwhile, the last good set staying in use.
-func (s *Entries) Sync(ctx context.Context, m *Merger) {
+// meanwhile, the last good set staying in use. from > 0 is the revision
+// of a read already given to m (the start's): the first watch follows on
+// from it instead of reading everything again.
+func (s *Entries) Sync(ctx context.Context, m *Merger, from int64) {
 	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
-		err := s.syncOnce(ctx, m)
+		err := s.syncOnce(ctx, m, from)
+		from = 0
 		if ctx.Err() != nil {
 			return
 		}
@@ -131,27 +170,38 @@ func (s *Entries) Sync(ctx context.Context, m *Merger) {
 	}
 }
 
-func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
-	docs, rev, err := s.List(ctx)
+// Load reads every runtime entry and gives them to m; it returns the
+// revision read, for Sync.
+func (s *Entries) Load(ctx context.Context, m *Merger) (int64, error) {
+	set := map[string][]byte{}
+	rev, err := s.Scan(ctx, "", 0, func(d Doc) bool { set[d.Name] = d.Data; return true })
 	if err != nil {
-		return err
+		return 0, err
 	}
-	set := make(map[string][]byte, len(docs))
-	for _, d := range docs {
-		set[d.Name] = d.Data
+	if err := m.SetSource(API, set); err != nil {
+		return 0, fmt.Errorf("apply runtime entries: %w", err)
 	}
-	if err := m.SetSource(API, cloneDocs(set)); err != nil {
-		return fmt.Errorf("apply runtime entries: %w", err)
+	return rev, nil
+}
+
+func (s *Entries) syncOnce(ctx context.Context, m *Merger, rev int64) error {
+	if rev == 0 {
+		var err error
+		if rev, err = s.Load(ctx, m); err != nil {
+			return err
+		}
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := s.cli.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	// A change applies at once; changes that follow within coalesceFor
-	// of the last apply wait for it to pass and apply together. Each apply
-	// re-merges every entry, so a large `entries apply` (hundreds of
-	// transactions in a row) would otherwise cost transactions × entries.
+	// of the last apply wait for it to pass and apply together: an apply
+	// costs the merge of the changed entries plus a copy of the running
+	// set's index, so a large `entries apply` (thousands of transactions
+	// in a row) is applied a few times a second, not once per
+	// transaction.
 	var (
-		changed   bool
+		changes   = map[string][]byte{} // name -> document; nil: deleted
 		lastApply time.Time
 		timer     clockwork.Timer
 		due       <-chan time.Time
@@ -162,10 +212,11 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
 		}
 	}()
 	apply := func() error {
-		changed, due, lastApply = false, nil, s.clock.Now()
-		if err := m.SetSource(API, cloneDocs(set)); err != nil {
+		due, lastApply = nil, s.clock.Now()
+		if err := m.UpdateSource(API, changes); err != nil {
 			return fmt.Errorf("apply runtime entries: %w", err)
 		}
+		changes = map[string][]byte{}
 		return nil
 	}
 	for {
@@ -183,15 +234,14 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
 			for _, ev := range resp.Events {
 				name := strings.TrimPrefix(string(ev.Kv.Key), s.prefix)
 				if ev.Type == clientv3.EventTypeDelete {
-					delete(set, name)
+					changes[name] = nil
 				} else {
-					set[name] = ev.Kv.Value
+					changes[name] = ev.Kv.Value
 				}
 			}
 			if len(resp.Events) == 0 {
 				continue
 			}
-			changed = true
 			if wait := coalesceFor - s.clock.Since(lastApply); wait <= 0 {
 				if err := apply(); err != nil {
 					return err
@@ -205,7 +255,7 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
 				due = timer.Chan()
 			}
 		case <-due:
-			if changed {
+			if len(changes) > 0 {
 				if err := apply(); err != nil {
 					return err
 				}
@@ -218,12 +268,3 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger) error {
 // entries: a burst of writes is applied about this often, and in full
 // once it ends.
 const coalesceFor = 500 * time.Millisecond
-
-// cloneDocs copies the map (the merger keeps it).
-func cloneDocs(m map[string][]byte) map[string][]byte {
-	out := make(map[string][]byte, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}

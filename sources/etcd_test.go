@@ -123,7 +123,7 @@ func TestEntriesSync(t *testing.T) {
 	m := New(Config{Apply: func(c *config.Config) error { applied <- c; return nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { s.Sync(ctx, m) })
+	wg.Go(func() { s.Sync(ctx, m, 0) })
 	defer func() { cancel(); wg.Wait() }()
 	wait := func(what string, ok func(*config.Config) bool) {
 		t.Helper()

@@ -5,6 +5,7 @@
 package sources
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,11 @@ type Health struct {
 type Config struct {
 	// Apply installs a merged config (the scheduler's Reload).
 	Apply func(*config.Config) error
+	// ApplyDelta, when set, installs a merged config that differs from
+	// the last one applied only in the entries named (the scheduler's
+	// ReloadDelta); UpdateSource uses it for a small change, so a PUT
+	// among a million entries re-merges one entry, not a million.
+	ApplyDelta func(cfg *config.Config, changed []string) error
 	// Validate is a further check of each entry (the publisher's); an
 	// entry that fails it is left out like an invalid one.
 	Validate func(*config.Entry) error
@@ -103,6 +109,8 @@ type Merger struct {
 	conflict map[string]Conflict
 	current  *config.Config
 	applied  bool
+	// perSource counts the running entries each source provides.
+	perSource map[string]int
 
 	entriesG  *prometheus.GaugeVec
 	upG       *prometheus.GaugeVec
@@ -113,7 +121,7 @@ type Merger struct {
 // parsed caches one entry's validation, valid while the document and the
 // file's defaults are the same.
 type parsed struct {
-	doc      string
+	doc      []byte // the source's own document (shared, never changed)
 	defaults [32]byte
 	entry    *config.Entry
 	err      error
@@ -312,19 +320,7 @@ func (m *Merger) applyLocked() error {
 		}
 		valid := make([]*config.Entry, 0, len(m.docs[src]))
 		for name, doc := range m.docs[src] {
-			p, ok := cache[name]
-			if !ok || p.doc != string(doc) || p.defaults != defaults {
-				p = parsed{doc: string(doc), defaults: defaults}
-				p.entry, p.err = m.file.ParseEntry(name, doc)
-				if p.err == nil && m.c.Validate != nil {
-					if p.err = m.c.Validate(p.entry); p.err != nil {
-						p.entry = nil
-					}
-				}
-				if p.entry != nil {
-					p.entry.Source = src
-				}
-			}
+			p := m.parse(src, cache, name, doc, defaults)
 			next[name] = p
 			if p.err != nil {
 				invalid[name] = p.err.Error()
@@ -403,8 +399,229 @@ func (m *Merger) applyLocked() error {
 	}
 	m.conflict = conflicts
 	m.conflictG.Set(float64(len(conflicts)))
+	m.perSource = perSource
 	for _, src := range m.c.Priority {
 		m.entriesG.WithLabelValues(src).Set(float64(perSource[src]))
+	}
+	return nil
+}
+
+// parse returns name's entry of source src from the cache when its
+// document and the file's defaults are unchanged, else parsed anew.
+func (m *Merger) parse(src string, cache map[string]parsed, name string, doc []byte, defaults [32]byte) parsed {
+	if p, ok := cache[name]; ok && p.defaults == defaults && bytes.Equal(p.doc, doc) {
+		return p
+	}
+	p := parsed{doc: doc, defaults: defaults}
+	p.entry, p.err = m.file.ParseEntry(name, doc)
+	if p.err == nil && m.c.Validate != nil {
+		if p.err = m.c.Validate(p.entry); p.err != nil {
+			p.entry = nil
+		}
+	}
+	if p.entry != nil {
+		p.entry.Source = src
+	}
+	return p
+}
+
+// deltaMost is the largest change UpdateSource merges entry by entry;
+// a larger one (or one over a quarter of the entries) is merged whole,
+// which is then cheaper.
+const deltaMost = 50000
+
+// UpdateSource changes some of a source's documents (name -> document;
+// nil deletes it) and applies the merge. A small change among many
+// entries is merged for the named entries only and applied through
+// ApplyDelta; the result is the one SetSource would give. It clears the
+// source's error, as SetSource does.
+func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
+	m.mu.Lock()
+	docs := m.docs[source]
+	if docs == nil {
+		docs = map[string][]byte{}
+	}
+	if m.c.ApplyDelta != nil && m.applied && m.errs[source] == nil && source != File &&
+		len(changes) <= deltaMost && len(changes) <= len(m.current.Entries)/4+16 {
+		defer m.mu.Unlock()
+		return m.updateLocked(source, docs, changes)
+	}
+	next := maps.Clone(docs)
+	for name, doc := range changes {
+		if doc == nil {
+			delete(next, name)
+		} else {
+			next[name] = doc
+		}
+	}
+	bad := m.rowErrs[source]
+	m.mu.Unlock()
+	return m.SetSourceRows(source, next, bad)
+}
+
+// updateLocked is UpdateSource's entry-by-entry merge; m.mu is held.
+func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map[string][]byte) error {
+	defaults := m.file.DefaultsHash()
+	type undo struct {
+		doc     []byte
+		had     bool
+		p       parsed
+		hadP    bool
+		invalid string
+		hadInv  bool
+	}
+	undos := make(map[string]undo, len(changes))
+	if m.parsed[source] == nil {
+		m.parsed[source] = map[string]parsed{}
+	}
+	if m.invalid[source] == nil {
+		m.invalid[source] = map[string]string{}
+	}
+	cache, invalid := m.parsed[source], m.invalid[source]
+	names := make([]string, 0, len(changes))
+	for name, doc := range changes {
+		names = append(names, name)
+		u := undo{}
+		u.doc, u.had = docs[name]
+		u.p, u.hadP = cache[name]
+		u.invalid, u.hadInv = invalid[name]
+		undos[name] = u
+		delete(invalid, name)
+		if doc == nil {
+			delete(docs, name)
+			delete(cache, name)
+			continue
+		}
+		docs[name] = doc
+		p := m.parse(source, cache, name, doc, defaults)
+		cache[name] = p
+		if p.err != nil {
+			if u.invalid != p.err.Error() {
+				m.c.Logger.Error("invalid entry left out; the source's other entries are used",
+					"source", source, "entry", name, "err", p.err.Error())
+			}
+			invalid[name] = p.err.Error()
+		}
+	}
+	m.docs[source] = docs
+	sort.Strings(names)
+	restore := func() {
+		for name, u := range undos {
+			if u.had {
+				docs[name] = u.doc
+			} else {
+				delete(docs, name)
+			}
+			if u.hadP {
+				cache[name] = u.p
+			} else {
+				delete(cache, name)
+			}
+			if u.hadInv {
+				invalid[name] = u.invalid
+			} else {
+				delete(invalid, name)
+			}
+		}
+	}
+	// The winner of each changed name, as applyLocked's merge picks it.
+	prev := m.current
+	winners := make([]*config.Entry, len(names))
+	conflicts := map[string]*Conflict{}
+	for i, name := range names {
+		var srcs []string
+		for _, src := range m.c.Priority {
+			var e *config.Entry
+			if src == File {
+				if m.file != nil {
+					e = m.file.Entry(name)
+				}
+			} else if p, ok := m.parsed[src][name]; ok && p.entry != nil {
+				e = p.entry
+			}
+			if e == nil {
+				continue
+			}
+			if winners[i] == nil {
+				winners[i] = e
+			}
+			srcs = append(srcs, src)
+		}
+		if len(srcs) > 1 {
+			conflicts[name] = &Conflict{Name: name, Winner: srcs[0], Sources: srcs}
+		} else {
+			conflicts[name] = nil
+		}
+	}
+	// The new sorted entries: the old ones with the changed names
+	// replaced, inserted or dropped, in one pass.
+	old := prev.Entries
+	entries := make([]*config.Entry, 0, len(old)+len(names))
+	j := 0
+	for i, name := range names {
+		for j < len(old) && old[j].Name < name {
+			entries = append(entries, old[j])
+			j++
+		}
+		if j < len(old) && old[j].Name == name {
+			j++
+		}
+		if winners[i] != nil {
+			entries = append(entries, winners[i])
+		}
+	}
+	entries = append(entries, old[j:]...)
+	merged := m.file.WithEntries(entries)
+	if err := m.c.ApplyDelta(merged, names); err != nil {
+		restore()
+		return err
+	}
+	delete(m.errs, source)
+	m.upG.WithLabelValues(source).Set(1)
+	m.invalidG.WithLabelValues(source).Set(float64(len(invalid)))
+	logged := 0
+	for i, name := range names {
+		was, now := prev.Entry(name), winners[i]
+		if was != nil {
+			m.perSource[was.Source]--
+		}
+		if now != nil {
+			m.perSource[now.Source]++
+		}
+		msg := ""
+		switch {
+		case was == nil && now != nil:
+			msg = "entry added"
+		case was != nil && now == nil:
+			msg, now = "entry removed", was
+		case was != nil && (was.Fingerprint != now.Fingerprint || was.Source != now.Source):
+			msg = "entry changed"
+		}
+		if msg != "" {
+			if logged++; logged <= 100 {
+				m.c.Logger.Info(msg, "entry", now.Name, "source", now.Source, "task", now.Task, "schedule", fmt.Sprint(now.Schedule))
+			}
+		}
+		c, had := conflicts[name], m.conflict[name]
+		switch {
+		case c != nil:
+			if old, ok := m.conflict[name]; !ok || !slices.Equal(old.Sources, c.Sources) {
+				m.c.Logger.Warn("entry name claimed by more than one source; the first in --sources-priority wins",
+					"entry", name, "winner", c.Winner, "sources", c.Sources)
+			}
+			m.conflict[name] = *c
+		case had.Name != "":
+			m.c.Logger.Info("entry name conflict resolved", "entry", name)
+			delete(m.conflict, name)
+		}
+	}
+	if logged > 100 {
+		m.c.Logger.Info("entries changed", "count", logged, "logged", 100)
+	}
+	m.current = merged
+	m.conflictG.Set(float64(len(m.conflict)))
+	for _, src := range m.c.Priority {
+		m.entriesG.WithLabelValues(src).Set(float64(m.perSource[src]))
 	}
 	return nil
 }

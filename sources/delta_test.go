@@ -1,0 +1,146 @@
+package sources
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/beatd/beatd/config"
+)
+
+// TestUpdateSourceMatchesSetSource: a run of random changes, merged entry
+// by entry through UpdateSource, leaves the merger exactly where merging
+// the whole source each time (SetSource) leaves it: entries, their
+// sources, conflicts and invalid entries. And the scheduler is told the
+// names that changed, not handed the whole config.
+func TestUpdateSourceMatchesSetSource(t *testing.T) {
+	t.Parallel()
+	file := mustParse(t, "entries:\n  f0: {task: t.f, every: 10s}\n  f1: {task: t.f, every: 20s}\n  n3: {task: t.f, every: 30s}\n")
+	var deltas, wholes int
+	var lastChanged []string
+	delta := New(Config{
+		Apply:      func(*config.Config) error { wholes++; return nil },
+		ApplyDelta: func(_ *config.Config, changed []string) error { deltas++; lastChanged = changed; return nil },
+	})
+	whole := New(Config{})
+	docs := map[string][]byte{}
+	for i := range 200 {
+		docs[fmt.Sprint("n", i)] = fmt.Appendf(nil, `{"task":"t.a","every":"%ds"}`, 5+i%40)
+	}
+	for _, m := range []*Merger{delta, whole} {
+		if err := m.SetFile(file); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetSource(API, clone(docs)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetSource(DCB, map[string][]byte{"n7": []byte(`{"task":"t.d","every":"9s"}`), "d1": []byte(`{"task":"t.d","every":"9s"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wholes, deltas = 0, 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 300 {
+		changes := map[string][]byte{}
+		for range 1 + rng.IntN(4) {
+			name := fmt.Sprint("n", rng.IntN(230)) // some new, some of the file (n3) or DCB (n7)
+			switch rng.IntN(4) {
+			case 0:
+				changes[name] = nil
+			case 1:
+				changes[name] = []byte(`{"task":"t.a","every":"never"}`) // invalid
+			default:
+				changes[name] = fmt.Appendf(nil, `{"task":"t.b","every":"%ds"}`, 1+rng.IntN(60))
+			}
+		}
+		for name, doc := range changes {
+			if doc == nil {
+				delete(docs, name)
+			} else {
+				docs[name] = doc
+			}
+		}
+		if err := delta.UpdateSource(API, changes); err != nil {
+			t.Fatal(err)
+		}
+		if err := whole.SetSource(API, clone(docs)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sameMerge(delta, whole); err != nil {
+			t.Fatalf("round %d, changes %v: %v", round, slices.Sorted(mapsKeys(changes)), err)
+		}
+		if !slices.Equal(lastChanged, slices.Sorted(mapsKeys(changes))) {
+			t.Fatalf("round %d: told the scheduler %v, want %v", round, lastChanged, slices.Sorted(mapsKeys(changes)))
+		}
+	}
+	if wholes != 0 || deltas != 300 {
+		t.Errorf("applies: %d whole, %d by delta; want every one by delta", wholes, deltas)
+	}
+	// A change of most entries is merged whole: cheaper than one by one.
+	big := map[string][]byte{}
+	for i := range 150 {
+		big[fmt.Sprint("n", i)] = []byte(`{"task":"t.c","every":"7s"}`)
+	}
+	if err := delta.UpdateSource(API, big); err != nil {
+		t.Fatal(err)
+	}
+	if wholes != 1 {
+		t.Errorf("a change of most entries: %d whole applies, want 1", wholes)
+	}
+}
+
+func clone(m map[string][]byte) map[string][]byte {
+	out := make(map[string][]byte, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func mapsKeys(m map[string][]byte) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func sameMerge(a, b *Merger) error {
+	type row struct {
+		Name, Source string
+		FP           [32]byte
+	}
+	rows := func(m *Merger) []row {
+		var out []row
+		for _, e := range m.Current().Entries {
+			out = append(out, row{e.Name, e.Source, e.Fingerprint})
+		}
+		return out
+	}
+	if ra, rb := rows(a), rows(b); !reflect.DeepEqual(ra, rb) {
+		return fmt.Errorf("entries differ: %d by delta vs %d whole", len(ra), len(rb))
+	}
+	if ca, cb := a.Conflicts(), b.Conflicts(); !reflect.DeepEqual(ca, cb) {
+		return fmt.Errorf("conflicts differ: %v vs %v", ca, cb)
+	}
+	counts := func(m *Merger) map[string]int {
+		out := map[string]int{}
+		for k, v := range m.perSource {
+			if v != 0 {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	if pa, pb := counts(a), counts(b); !reflect.DeepEqual(pa, pb) {
+		return fmt.Errorf("entries per source differ: %v vs %v", pa, pb)
+	}
+	if ha, hb := a.Health(), b.Health(); !reflect.DeepEqual(ha, hb) {
+		return fmt.Errorf("health differs:\n%+v\n%+v", ha, hb)
+	}
+	return nil
+}
