@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +28,10 @@ type Status struct {
 	LeaderID     string        `json:"leader_id"`
 	FencingToken int64         `json:"fencing_token"`
 	Entries      []EntryStatus `json:"entries"`
+	// EntriesTotal is how many entries match the query; Entries holds a
+	// page of them, and Next, when set, is the ?after= of the next page.
+	EntriesTotal int    `json:"entries_total"`
+	Next         string `json:"next,omitempty"`
 	// HistoryError says why recent runs are missing (the broker, which
 	// keeps them, did not answer); empty when they are there.
 	HistoryError string `json:"history_error,omitempty"`
@@ -126,11 +132,29 @@ type Backend interface {
 	// Ready reports whether etcd and the broker are reachable (and, for
 	// the leader, whether publishing works).
 	Ready(ctx context.Context) error
-	Status(ctx context.Context) (Status, error)
+	// Status is the cluster's state with a page of its entries.
+	Status(ctx context.Context, q StatusQuery) (Status, error)
 	// Request queues an admin action (trigger, pause or resume) and its
 	// audit record; ErrUnknownEntry when the entry is not in the config.
 	Request(ctx context.Context, a Action) (id string, err error)
 }
+
+// StatusQuery selects the entries GET /status shows: ?prefix= and
+// ?after= (a page's Next), at most ?limit= (DefaultStatusLimit).
+type StatusQuery struct {
+	Prefix, After string
+	Limit         int
+}
+
+// Default reports whether q is GET /status with no parameters (the one a
+// replica keeps cached).
+func (q StatusQuery) Default() bool {
+	return q.Prefix == "" && q.After == "" && q.Limit == DefaultStatusLimit
+}
+
+// DefaultStatusLimit is the most entries GET /status shows unless asked:
+// a million entries are never one response by default.
+const DefaultStatusLimit = 1000
 
 // Action is a change someone asked for: what, to which entry, who (the
 // token's identity), through what (api, cli or console), and why.
@@ -171,6 +195,9 @@ type Config struct {
 	Ops OpsBackend
 	// Now reads the clock (audit times); time.Now when nil.
 	Now func() time.Time
+	// ApplyLimit is the most entries one apply writes (etcd's
+	// --max-txn-ops); MaxApplyEntries when 0.
+	ApplyLimit int
 }
 
 // Handler returns the HTTP handler.
@@ -181,12 +208,24 @@ func Handler(c Config) http.Handler {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.ApplyLimit <= 0 {
+		c.ApplyLimit = MaxApplyEntries
+	}
 	mux := http.NewServeMux()
 	registerProbes(mux, c)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		st, err := c.Backend.Status(ctx)
+		q := StatusQuery{Prefix: r.URL.Query().Get("prefix"), After: r.URL.Query().Get("after"), Limit: DefaultStatusLimit}
+		if l := r.URL.Query().Get("limit"); l != "" {
+			n, err := strconv.Atoi(l)
+			if err != nil || n < 1 || n > MaxPageLimit {
+				writeError(w, http.StatusBadRequest, "/limit", fmt.Sprintf("limit must be a number from 1 to %d, got %q", MaxPageLimit, l))
+				return
+			}
+			q.Limit = n
+		}
+		st, err := c.Backend.Status(ctx, q)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return

@@ -20,7 +20,7 @@ type fakeBackend struct {
 
 func (f *fakeBackend) Alive() error                { return f.aliveErr }
 func (f *fakeBackend) Ready(context.Context) error { return f.readyErr }
-func (f *fakeBackend) Status(context.Context) (Status, error) {
+func (f *fakeBackend) Status(context.Context, StatusQuery) (Status, error) {
 	return Status{ID: "a", Leader: true, LeaderID: "a", FencingToken: 7, Entries: []EntryStatus{{Name: "e"}}}, nil
 }
 func (f *fakeBackend) Request(_ context.Context, a Action) (string, error) {

@@ -66,13 +66,48 @@ type EntryDoc struct {
 // sources.ErrNotFound (404), sources.ErrPrecondition and ErrFileOwned
 // (409), config.FieldErrors or *DocErrors (422).
 type EntriesBackend interface {
-	ListEntries(ctx context.Context) ([]Entry, error)
+	// ListEntries returns a page of entries in name order.
+	ListEntries(ctx context.Context, q ListQuery) (Page, error)
 	GetEntry(ctx context.Context, name string) (Entry, error)
 	// PutEntries validates and writes docs in one etcd transaction;
 	// ifMatch gives, per name, the mod revision required (0: must not
 	// exist). It returns the revision written.
 	PutEntries(ctx context.Context, docs []EntryDoc, ifMatch map[string]int64) (int64, error)
 	DeleteEntry(ctx context.Context, name string, ifMatch int64) error
+}
+
+// ListQuery selects a page of entries: those whose names follow After
+// and start with Prefix, of Task and Queue when set, at most Limit.
+type ListQuery struct {
+	After, Prefix, Task, Queue string
+	Limit                      int
+}
+
+// Page is a page of entries; Next, when set, is the After of the next.
+type Page struct {
+	Entries []Entry `json:"entries"`
+	Next    string  `json:"next,omitempty"`
+}
+
+// Page sizes of GET /api/v1/entries: a million entries are never one
+// response (188 MB at 300k before pages).
+const (
+	DefaultPageLimit = 500
+	MaxPageLimit     = 5000
+)
+
+// listQuery reads ?after=&prefix=&task=&queue=&limit= .
+func listQuery(r *http.Request) (ListQuery, string, error) {
+	v := r.URL.Query()
+	q := ListQuery{After: v.Get("after"), Prefix: v.Get("prefix"), Task: v.Get("task"), Queue: v.Get("queue"), Limit: DefaultPageLimit}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > MaxPageLimit {
+			return q, "/limit", fmt.Errorf("limit must be a number from 1 to %d, got %q", MaxPageLimit, l)
+		}
+		q.Limit = n
+	}
+	return q, "", nil
 }
 
 // ErrFileOwned: the name is an entry of schedules.yaml, which owns it.
@@ -103,12 +138,20 @@ func writeError(w http.ResponseWriter, code int, pointer, msg string) {
 func registerEntries(mux *http.ServeMux, c Config) {
 	b := c.Entries
 	mux.HandleFunc("GET /api/v1/entries", c.read(func(w http.ResponseWriter, r *http.Request) {
-		list, err := b.ListEntries(r.Context())
+		q, ptr, err := listQuery(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, ptr, err.Error())
+			return
+		}
+		page, err := b.ListEntries(r.Context(), q)
 		if err != nil {
 			c.backendError(w, err, "")
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"entries": list})
+		if page.Entries == nil {
+			page.Entries = []Entry{}
+		}
+		writeJSON(w, http.StatusOK, page)
 	}))
 	mux.HandleFunc("GET /api/v1/entries/{name}", c.read(func(w http.ResponseWriter, r *http.Request) {
 		e, err := b.GetEntry(r.Context(), r.PathValue("name"))
@@ -166,9 +209,13 @@ func registerEntries(mux *http.ServeMux, c Config) {
 			writeError(w, http.StatusUnprocessableEntity, "/entries", "no entries to apply")
 			return
 		}
-		if len(set.Entries) > MaxApplyEntries {
-			writeError(w, http.StatusUnprocessableEntity, "/entries", fmt.Sprintf(
-				"%d entries: one transaction takes at most %d (etcd's default --max-txn-ops); split the file", len(set.Entries), MaxApplyEntries))
+		if len(set.Entries) > c.ApplyLimit {
+			// max_entries lets a client split and retry (the CLI does).
+			writeJSON(w, http.StatusUnprocessableEntity, struct {
+				apiError
+				MaxEntries int `json:"max_entries"`
+			}{apiError{[]config.FieldError{{Pointer: "/entries", Message: fmt.Sprintf(
+				"%d entries: one transaction takes at most %d (etcd's --max-txn-ops); split the file", len(set.Entries), c.ApplyLimit)}}}, c.ApplyLimit})
 			return
 		}
 		docs := make([]EntryDoc, 0, len(set.Entries))

@@ -17,7 +17,9 @@ type fakeEntries struct {
 	ifMatch map[string]int64
 }
 
-func (f *fakeEntries) ListEntries(context.Context) ([]Entry, error) { return []Entry{{Name: "e"}}, nil }
+func (f *fakeEntries) ListEntries(context.Context, ListQuery) (Page, error) {
+	return Page{Entries: []Entry{{Name: "e"}}}, nil
+}
 func (f *fakeEntries) PutEntries(_ context.Context, _ []EntryDoc, ifMatch map[string]int64) (int64, error) {
 	f.ifMatch = ifMatch
 	return 7, nil

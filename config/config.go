@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // a minimal container image has no zoneinfo.
 
@@ -157,6 +158,9 @@ type decoder struct {
 	// their own: shared, because most entries of a large schedule have
 	// the defaults' options, and a copy each weighs 144 bytes.
 	plain map[*time.Location]*celery.SendOptions
+	// shared, when set, are the defaults whose options cache outlives
+	// the decoder (ParseEntry's).
+	shared *defaults
 }
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
@@ -231,6 +235,11 @@ type defaults struct {
 	enabled       bool
 	run           runPolicy
 	calendars     map[string]*Calendar
+	// plain holds, per zone, the options of entries that set none of
+	// their own, across every entry parsed with these defaults: the
+	// entries API parses each entry on its own, and a million entries
+	// would otherwise hold a million equal copies (~150 bytes each).
+	plain sync.Map // *time.Location -> *celery.SendOptions
 }
 
 // chunkThreshold is the config size from which entries are parsed in
@@ -440,7 +449,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 		Catchup: def.catchup, CatchupWindow: def.catchupWindow, MaxCatchup: def.maxCatchup,
 		Jitter: def.jitter, Enabled: def.enabled}
 	if v, ok := f["task"]; ok {
-		e.Task = scalar(v.val)
+		e.Task = internTask(scalar(v.val))
 		if deref(v.val).Tag != "!!str" || strings.TrimSpace(e.Task) == "" {
 			d.errorf(v.val, "task must be a non-empty string naming a Celery task")
 		}
@@ -675,6 +684,11 @@ func (d *decoder) entryOptions(def, own map[string]field, loc *time.Location) *c
 	if o, ok := d.plain[loc]; ok {
 		return o
 	}
+	if d.shared != nil {
+		if o, ok := d.shared.plain.Load(loc); ok {
+			return o.(*celery.SendOptions)
+		}
+	}
 	errs := len(d.errs)
 	o := d.options(def, nil, loc)
 	if len(d.errs) > errs {
@@ -684,6 +698,9 @@ func (d *decoder) entryOptions(def, own map[string]field, loc *time.Location) *c
 		d.plain = map[*time.Location]*celery.SendOptions{}
 	}
 	d.plain[loc] = &o
+	if d.shared != nil {
+		d.shared.plain.Store(loc, &o)
+	}
 	return &o
 }
 
@@ -806,6 +823,30 @@ func (d *decoder) zone(n *yaml.Node) *time.Location {
 	actual, _ := zoneCache.LoadOrStore(name, loc)
 	return actual.(*time.Location)
 }
+
+// internTask returns the one copy of a task name: tenants' entries share
+// a handful of tasks, and the entries API parses each entry on its own.
+// The table is bounded, for a source of endless distinct names.
+func internTask(name string) string {
+	if v, ok := taskNames.Load(name); ok {
+		return v.(string)
+	}
+	if taskCount.Load() >= maxTaskNames {
+		return name
+	}
+	if v, loaded := taskNames.LoadOrStore(name, name); loaded {
+		return v.(string)
+	}
+	taskCount.Add(1)
+	return name
+}
+
+var (
+	taskNames sync.Map // name -> name
+	taskCount atomic.Int64
+)
+
+const maxTaskNames = 10000
 
 // zoneCache holds one *Location per zone name for the process: loading
 // parses the zone's rules (~600 bytes each), and the entries API parses

@@ -40,8 +40,8 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{file: "entry"}
 	loc, def := c.locationAndDefaults()
+	d := &decoder{file: "entry", shared: def}
 	// The name is checked by the file's own loop: a one-entry mapping.
 	key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name, Line: 0, Column: 0}
 	d.seen = map[string]int{}

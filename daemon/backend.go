@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +101,20 @@ func (b *backend) Ready(ctx context.Context) error {
 
 // Status implements api.Backend, from etcd, so standbys serve it too. It
 // answers within a second even when etcd does not, from what it last knew.
-func (b *backend) Status(ctx context.Context) (api.Status, error) {
-	st, err := b.cachedStatus(ctx)
+func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, error) {
+	var (
+		st  api.Status
+		err error
+	)
+	if q.Default() {
+		st, err = b.cachedStatus(ctx)
+	} else {
+		// Another page: read for this request, not cached.
+		if st, err = StatusFromEtcd(ctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), q); err != nil {
+			return st, err
+		}
+		b.addLocalResults(&st)
+	}
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
 	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
@@ -128,7 +142,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 		go func() {
 			defer o.wg.Done()
 			rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			st, err := StatusFromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now())
+			st, err := StatusFromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 			cancel()
 			o.mu.Lock()
 			o.lastErr = err
@@ -219,7 +233,7 @@ type HistoryReader interface {
 // history from the broker (hist may be nil), and merges them with a
 // config (which may be nil: then only stored entries show). A broker that
 // does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time) (api.Status, error) {
+func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
 	var out api.Status
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
@@ -227,9 +241,44 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	}
 	out.LeaderID, out.FencingToken = leader.ID, leader.Token
 	sto := store.New(cli, prefix)
-	table, err := sto.Load(ctx)
-	if err != nil {
-		return out, err
+	// A page of the config's entries, unless the whole of it fits in one:
+	// then every stored state shows too, that of removed entries included.
+	var page []*config.Entry
+	if cfg != nil {
+		from := max(q.Prefix, q.After)
+		i := sort.Search(len(cfg.Entries), func(i int) bool { return cfg.Entries[i].Name >= from })
+		for ; i < len(cfg.Entries); i++ {
+			e := cfg.Entries[i]
+			if e.Name == q.After {
+				continue
+			}
+			if !strings.HasPrefix(e.Name, q.Prefix) {
+				break
+			}
+			if out.EntriesTotal++; len(page) < q.Limit {
+				page = append(page, e)
+			}
+		}
+	}
+	whole := cfg == nil || q.Prefix == "" && q.After == "" && len(cfg.Entries) <= q.Limit
+	var states map[string]*store.EntryState
+	if whole {
+		table, err := sto.Load(ctx)
+		if err != nil {
+			return out, err
+		}
+		states = table.States()
+	} else {
+		names := make([]string, len(page))
+		for i, e := range page {
+			names[i] = e.Name
+		}
+		if states, err = sto.StatesOf(ctx, names); err != nil {
+			return out, err
+		}
+		if out.EntriesTotal > len(page) && len(page) > 0 {
+			out.Next = page[len(page)-1].Name
+		}
 	}
 	jobs, err := sto.Backfills(ctx)
 	if err != nil {
@@ -240,16 +289,15 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			out.Backfills = append(out.Backfills, j)
 		}
 	}
-	states := table.States()
 	var names []string
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			names = append(names, e.Name)
-		}
+	for _, e := range page {
+		names = append(names, e.Name)
 	}
-	for name := range states {
-		if cfg == nil || cfg.Entry(name) == nil {
-			names = append(names, name)
+	if whole {
+		for name := range states {
+			if cfg == nil || cfg.Entry(name) == nil {
+				names = append(names, name)
+			}
 		}
 	}
 	var runs map[string]redisbroker.History
@@ -287,15 +335,16 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		out.Entries = append(out.Entries, es)
 		seen[name] = true
 	}
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			add(e.Name, e)
-		}
+	for _, e := range page {
+		add(e.Name, e)
 	}
-	for name := range states {
-		if !seen[name] {
-			add(name, nil)
+	if whole {
+		for name := range states {
+			if !seen[name] {
+				add(name, nil)
+			}
 		}
+		out.EntriesTotal = len(out.Entries)
 	}
 	return out, nil
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -35,71 +35,133 @@ type entriesAPI struct {
 // nextRunsShown is how many coming fire times the entries API lists.
 const nextRunsShown = 3
 
-// ListEntries implements api.EntriesBackend: every running entry of every
-// source, then the runtime entries that are not running, and why.
-func (a *entriesAPI) ListEntries(ctx context.Context) ([]api.Entry, error) {
-	return a.views(ctx, nil)
+// ListEntries implements api.EntriesBackend: a page of the running
+// entries of every source and of the runtime entries that are not
+// running (and why), in name order. Without a task or queue filter the
+// page merges the running set with one range read of the stored runtime
+// entries over the same names; with one, it holds the running entries
+// that match (a runtime entry that does not run has no task to match).
+func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page, error) {
+	cfg := a.merger.Current()
+	filtered := q.Task != "" || q.Queue != ""
+	var running []string
+	more := false
+	if cfg != nil {
+		from := max(q.Prefix, q.After)
+		i := sort.Search(len(cfg.Entries), func(i int) bool { return cfg.Entries[i].Name >= from })
+		for ; i < len(cfg.Entries); i++ {
+			e := cfg.Entries[i]
+			if e.Name == q.After {
+				continue
+			}
+			if !strings.HasPrefix(e.Name, q.Prefix) {
+				break
+			}
+			if q.Task != "" && e.Task != q.Task || q.Queue != "" && (e.Options == nil || e.Options.Queue != q.Queue) {
+				continue
+			}
+			if len(running) == q.Limit {
+				more = true
+				break
+			}
+			running = append(running, e.Name)
+		}
+	}
+	var (
+		names = running
+		docs  map[string]sources.Doc
+		err   error
+	)
+	if filtered {
+		var apiNames []string
+		for _, n := range running {
+			if cfg.Entry(n).Source == sources.API {
+				apiNames = append(apiNames, n)
+			}
+		}
+		if docs, err = a.entries.GetMany(ctx, apiNames, store.MaxOpsPerTxn); err != nil {
+			return api.Page{}, err
+		}
+	} else {
+		win, winMore, err := a.entries.Window(ctx, q.After, q.Prefix, q.Limit)
+		if err != nil {
+			return api.Page{}, err
+		}
+		docs = make(map[string]sources.Doc, len(win))
+		merged := make([]string, 0, len(running)+len(win))
+		i := 0
+		for _, d := range win {
+			docs[d.Name] = d
+			for i < len(running) && running[i] < d.Name {
+				merged = append(merged, running[i])
+				i++
+			}
+			if i < len(running) && running[i] == d.Name {
+				i++
+			}
+			merged = append(merged, d.Name)
+		}
+		if winMore && len(win) > 0 {
+			// Stored entries past the window are unread: the page ends
+			// where the window does.
+			more = true
+		} else {
+			merged = append(merged, running[i:]...)
+		}
+		if len(merged) > q.Limit {
+			merged, more = merged[:q.Limit], true
+		}
+		names = merged
+	}
+	list, err := a.views(ctx, cfg, names, docs)
+	if err != nil {
+		return api.Page{}, err
+	}
+	page := api.Page{Entries: list}
+	if more && len(names) > 0 {
+		page.Next = names[len(names)-1]
+	}
+	return page, nil
 }
 
 // GetEntry implements api.EntriesBackend.
 func (a *entriesAPI) GetEntry(ctx context.Context, name string) (api.Entry, error) {
-	list, err := a.views(ctx, []string{name})
-	if err != nil {
+	docs := map[string]sources.Doc{}
+	d, err := a.entries.Get(ctx, name)
+	if err != nil && !errors.Is(err, sources.ErrNotFound) {
 		return api.Entry{}, err
 	}
-	if len(list) == 0 {
+	if err == nil {
+		docs[d.Name] = d
+	}
+	cfg := a.merger.Current()
+	if len(docs) == 0 && (cfg == nil || cfg.Entry(name) == nil) {
 		return api.Entry{}, sources.ErrNotFound
+	}
+	list, err := a.views(ctx, cfg, []string{name}, docs)
+	if err != nil {
+		return api.Entry{}, err
 	}
 	return list[0], nil
 }
 
-// views builds the entries named in only (all when nil).
-func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, error) {
-	want := func(string) bool { return true }
-	if only != nil {
-		set := map[string]bool{}
-		for _, n := range only {
-			set[n] = true
-		}
-		want = func(n string) bool { return set[n] }
-	}
-	docs := map[string]sources.Doc{}
-	if len(only) == 1 {
-		d, err := a.entries.Get(ctx, only[0])
-		if err != nil && !errors.Is(err, sources.ErrNotFound) {
-			return nil, err
-		}
-		if err == nil {
-			docs[d.Name] = d
-		}
-	} else {
-		list, _, err := a.entries.List(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, d := range list {
-			if want(d.Name) {
-				docs[d.Name] = d
-			}
+// views builds the entries named, in order: running ones from cfg, the
+// others from their stored documents in docs (which also give running
+// runtime entries their spec).
+func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []string, docs map[string]sources.Doc) ([]api.Entry, error) {
+	var runningNames []string
+	for _, n := range names {
+		if cfg != nil && cfg.Entry(n) != nil {
+			runningNames = append(runningNames, n)
 		}
 	}
-	cfg := a.merger.Current()
-	var names []string
-	if cfg != nil {
-		for _, e := range cfg.Entries {
-			if want(e.Name) {
-				names = append(names, e.Name)
-			}
-		}
-	}
-	table, err := store.New(a.cli, a.prefix).Load(ctx)
+	states, err := store.New(a.cli, a.prefix).StatesOf(ctx, runningNames)
 	if err != nil {
 		return nil, err
 	}
-	states := table.States()
 	var runs map[string]redisbroker.History
-	if a.hist != nil && len(names) > 0 {
-		runs, _ = a.hist.Histories(ctx, names) // a broker that does not answer leaves the runs out
+	if a.hist != nil && len(runningNames) > 0 {
+		runs, _ = a.hist.Histories(ctx, runningNames) // a broker that does not answer leaves the runs out
 	}
 	now := a.now()
 	invalid := map[string]string{}
@@ -108,9 +170,24 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 			invalid = h.Invalid
 		}
 	}
-	var out []api.Entry
+	out := make([]api.Entry, 0, len(names))
 	for _, name := range names {
-		e := cfg.Entry(name)
+		var e *config.Entry
+		if cfg != nil {
+			e = cfg.Entry(name)
+		}
+		if e == nil {
+			d := docs[name]
+			v := api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
+				NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
+			if invalid[name] != "" {
+				v.Problem = "invalid: " + invalid[name]
+			} else {
+				v.Problem = "not applied yet"
+			}
+			out = append(out, v)
+			continue
+		}
 		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
 			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
 		st := states[name]
@@ -130,27 +207,18 @@ func (a *entriesAPI) views(ctx context.Context, only []string) ([]api.Entry, err
 				v.NextRuns = append(v.NextRuns, t)
 			}
 		}
-		if d, ok := docs[name]; ok && e.Source == sources.API {
+		d, stored := docs[name]
+		if stored && e.Source == sources.API {
 			v.Spec, v.ModRevision = json.RawMessage(d.Data), d.ModRevision
-			delete(docs, name)
 		}
 		out = append(out, v)
-	}
-	// Runtime entries not running: shadowed by another source, invalid, or
-	// not yet applied.
-	for _, n := range slices.Sorted(maps.Keys(docs)) {
-		d := docs[n]
-		v := api.Entry{Name: n, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-			NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
-		switch {
-		case invalid[n] != "":
-			v.Problem = "invalid: " + invalid[n]
-		case cfg != nil && cfg.Entry(n) != nil:
-			v.Problem = "shadowed: source " + cfg.Entry(n).Source + " owns this name (see --sources-priority)"
-		default:
-			v.Problem = "not applied yet"
+		if stored && e.Source != sources.API {
+			// The stored runtime entry another source shadows, next to
+			// the entry that runs.
+			out = append(out, api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
+				NextRuns: []time.Time{}, LastRuns: []broker.Run{},
+				Problem: "shadowed: source " + e.Source + " owns this name (see --sources-priority)"})
 		}
-		out = append(out, v)
 	}
 	return out, nil
 }

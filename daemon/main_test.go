@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
@@ -44,7 +45,7 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 		"--etcd-client-port", strconv.Itoa(testutil.FreePort(t)), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)),
 		"--http", "127.0.0.1:0", "--lease-ttl", "2s"}
 	runs := func(m *Main) int64 {
-		st, err := m.api.Status(context.Background())
+		st, err := m.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 		if err != nil || len(st.Entries) != 1 {
 			return -1
 		}
@@ -53,7 +54,7 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 
 	first := runMain(t, args...)
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "three fires", func() bool { return runs(first) >= 3 })
-	before, err := first.api.Status(context.Background())
+	before, err := first.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 	if err != nil || len(before.Entries[0].RecentRuns) == 0 {
 		t.Fatalf("status before restart: %+v, %v", before, err)
 	}
@@ -63,7 +64,7 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 	}
 	// Close persisted every publish; read what the data dir holds now.
 	second := runMain(t, args...)
-	st, err := second.api.Status(context.Background())
+	st, err := second.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 	if err != nil || len(st.Entries) != 1 {
 		t.Fatalf("status after restart: %+v, %v", st, err)
 	}

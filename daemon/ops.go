@@ -242,8 +242,8 @@ func (m *Main) statusURL() string { return m.advertisedURL() + "/status" }
 
 // StatusFromEtcd is buildStatus plus the leader key's lease: a leader
 // that stopped renewing it shows as unresponsive before it expires.
-func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time) (api.Status, error) {
-	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now)
+func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
+	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now, q)
 	if err != nil || st.LeaderID == "" {
 		return st, err
 	}
@@ -281,10 +281,14 @@ func statusFromConfig(cfg *config.Config, now time.Time) api.Status {
 	if cfg == nil {
 		return st
 	}
-	for _, e := range cfg.Entries {
+	for _, e := range cfg.Entries[:min(len(cfg.Entries), api.DefaultStatusLimit)] {
 		es := api.EntryStatus{Name: e.Name, Task: e.Task, Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled}
 		es.NextRunAt = timePtr(scheduler.NextFire(e, nil, now))
 		st.Entries = append(st.Entries, es)
+	}
+	st.EntriesTotal = len(cfg.Entries)
+	if len(st.Entries) < len(cfg.Entries) {
+		st.Next = st.Entries[len(st.Entries)-1].Name
 	}
 	return st
 }

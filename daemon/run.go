@@ -175,6 +175,7 @@ type Options struct {
 	LogFires      int
 	EtcdCompact   time.Duration
 	EtcdQuota     int64
+	EtcdMaxTxnOps int
 	EtcdRetention string
 	AdvertiseURL  string
 
@@ -191,7 +192,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
 			StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
-			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdRetention: embedetcd.DefaultCompactionRetention,
+			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, EtcdRetention: embedetcd.DefaultCompactionRetention,
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
@@ -248,6 +249,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.IntVar(&m.LogFires, "log-fires", m.LogFires, "per-fire INFO lines a second before they are summarised in one line a second (0: no per-fire lines)")
 	fs.DurationVar(&m.EtcdCompact, "etcd-compact", 0, "with --etcd-endpoints: the leader compacts etcd's history to this age (cluster-wide: off by default; the embedded etcd compacts itself)")
 	fs.Int64Var(&m.EtcdQuota, "etcd-quota-backend-bytes", m.EtcdQuota, "the embedded etcd's backend quota")
+	fs.IntVar(&m.EtcdMaxTxnOps, "etcd-max-txn-ops", m.EtcdMaxTxnOps, "etcd's --max-txn-ops: the embedded etcd's, or the one --etcd-endpoints runs with; beatd's transactions (state writes, an entries apply) stay within it")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
@@ -342,6 +344,7 @@ func (m *Main) Run(ctx context.Context) error {
 		go func() {
 			ec := m.embedConfig(ctx)
 			ec.Logger, ec.QuotaBackendBytes, ec.CompactionRetention = m.log, m.EtcdQuota, m.EtcdRetention
+			ec.MaxTxnOps = m.EtcdMaxTxnOps
 			srv, err := embedetcd.Start(ec)
 			etcdc <- started{srv, err}
 		}()
@@ -366,7 +369,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.etcd, err = m.Etcd.Client(); err != nil {
 		return err
 	}
-	m.store = store.New(m.etcd, prefix)
+	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps)
 	m.store.SetAuditKeep(m.AuditKeep)
 	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
 		return err
@@ -469,7 +472,7 @@ func (m *Main) Run(ctx context.Context) error {
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started}
 	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
-		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now}
+		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
 	// net/http's own messages (a failed TLS handshake: a port scan, a
 	// plain-HTTP probe) are noise at debug, in the log's format.
 	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)

@@ -268,3 +268,47 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger, rev int64) error {
 // entries: a burst of writes is applied about this often, and in full
 // once it ends.
 const coalesceFor = 500 * time.Millisecond
+
+// Window returns at most limit runtime entries, in name order, whose names
+// come after after ("": from the first) and start with prefix, and
+// whether more follow: one range read, for a page of the entries API.
+func (s *Entries) Window(ctx context.Context, after, prefix string, limit int) ([]Doc, bool, error) {
+	from, end := s.key(prefix), clientv3.GetPrefixRangeEnd(s.key(prefix))
+	if k := s.key(after) + "\x00"; after != "" && k > from {
+		from = k
+	}
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, false, fmt.Errorf("entries: list: %w", err)
+	}
+	out := make([]Doc, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision})
+	}
+	return out, resp.More, nil
+}
+
+// GetMany returns the named runtime entries that exist, by name, read in
+// transactions of at most maxOps gets.
+func (s *Entries) GetMany(ctx context.Context, names []string, maxOps int) (map[string]Doc, error) {
+	out := make(map[string]Doc, len(names))
+	for len(names) > 0 {
+		n := min(len(names), max(maxOps, 1))
+		ops := make([]clientv3.Op, n)
+		for i, name := range names[:n] {
+			ops[i] = clientv3.OpGet(s.key(name))
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("entries: get %d: %w", n, err)
+		}
+		for i, r := range resp.Responses {
+			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+				out[names[i]] = Doc{Name: names[i], Data: kvs[0].Value, ModRevision: kvs[0].ModRevision}
+			}
+		}
+		names = names[n:]
+	}
+	return out, nil
+}

@@ -184,7 +184,7 @@ func (s *Store) TrimBackfills(ctx context.Context, g election.Fence) error {
 		}
 	}
 	for _, j := range jobs {
-		if finished <= KeptBackfills || len(ops) == MaxOpsPerTxn {
+		if finished <= KeptBackfills || len(ops) == s.maxOps {
 			break
 		}
 		if !j.Unfinished() {

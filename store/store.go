@@ -22,7 +22,8 @@ var ErrNotLeader = errors.New("store: not leader")
 // buckets; Load still reads it, and the first full write removes it.
 const legacyFormat = 1
 
-// MaxOpsPerTxn is etcd's default --max-txn-ops.
+// MaxOpsPerTxn is etcd's default --max-txn-ops: the most operations a
+// Store puts in one transaction unless WithMaxOps says otherwise.
 const MaxOpsPerTxn = 128
 
 // maxTxnBytes bounds one transaction's values. etcd holds recent raft
@@ -40,11 +41,21 @@ type Store struct {
 	cli       *clientv3.Client
 	prefix    string
 	auditKeep int
+	maxOps    int // etcd's --max-txn-ops
 }
 
 // New returns a Store for the cluster under prefix, e.g. "/beatd/default/".
 func New(cli *clientv3.Client, prefix string) *Store {
-	return &Store{cli: cli, prefix: prefix}
+	return &Store{cli: cli, prefix: prefix, maxOps: MaxOpsPerTxn}
+}
+
+// WithMaxOps makes s's transactions hold at most n operations: an etcd
+// run with a --max-txn-ops below the default refuses larger ones.
+func (s *Store) WithMaxOps(n int) *Store {
+	if n > 0 {
+		s.maxOps = n
+	}
+	return s
 }
 
 func (s *Store) legacyPrefix() string { return keys.LegacyEntries(s.prefix) }
@@ -273,7 +284,7 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 			size += len(enc)
 		}
 		written = append(written, bucket{b, enc})
-		if len(ops) == MaxOpsPerTxn || size >= maxTxnBytes {
+		if len(ops) == s.maxOps || size >= maxTxnBytes {
 			if err := commit(); err != nil {
 				return err
 			}
@@ -282,12 +293,12 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 	// Everything is in the table's layout now: the keys of another can
 	// go, and so can the v1 keys.
 	for len(t.stale) > 0 {
-		if len(ops) == MaxOpsPerTxn {
+		if len(ops) == s.maxOps {
 			if err := commit(); err != nil {
 				return err
 			}
 		}
-		n := min(len(t.stale), MaxOpsPerTxn-len(ops))
+		n := min(len(t.stale), s.maxOps-len(ops))
 		for _, k := range t.stale[:n] {
 			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+k))
 		}
@@ -297,12 +308,12 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 		t.stale = t.stale[n:]
 	}
 	for len(t.legacy) > 0 {
-		if len(ops) == MaxOpsPerTxn {
+		if len(ops) == s.maxOps {
 			if err := commit(); err != nil {
 				return err
 			}
 		}
-		n := min(len(t.legacy), MaxOpsPerTxn-len(ops))
+		n := min(len(t.legacy), s.maxOps-len(ops))
 		for _, k := range t.legacy[:n] {
 			ops = append(ops, clientv3.OpDelete(k))
 		}
@@ -312,7 +323,7 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 		t.legacy = t.legacy[n:]
 	}
 	for _, k := range also {
-		if len(ops) == MaxOpsPerTxn {
+		if len(ops) == s.maxOps {
 			if err := commit(); err != nil {
 				return err
 			}
@@ -334,4 +345,51 @@ func (s *Store) commit(ctx context.Context, g election.Fence, ops []clientv3.Op)
 		return ErrNotLeader
 	}
 	return nil
+}
+
+// StatesOf reads the state of the entries named, from their buckets
+// only: a page of the entries API reads a few hundred buckets, not a
+// table of a million entries. Entries without state are left out.
+func (s *Store) StatesOf(ctx context.Context, names []string) (map[string]*EntryState, error) {
+	digits, err := s.layout(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := newTable(digits)
+	want := map[string]bool{}
+	var bucketKeys []string
+	seen := map[int]bool{}
+	for _, n := range names {
+		want[n] = true
+		if b := t.bucketOf(n); !seen[b] {
+			seen[b] = true
+			bucketKeys = append(bucketKeys, s.bucketPrefix()+t.suffix(b))
+		}
+	}
+	out := make(map[string]*EntryState, len(names))
+	for len(bucketKeys) > 0 {
+		n := min(len(bucketKeys), s.maxOps)
+		ops := make([]clientv3.Op, n)
+		for i, k := range bucketKeys[:n] {
+			ops[i] = clientv3.OpGet(k)
+		}
+		bucketKeys = bucketKeys[n:]
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("store: read %d buckets: %w", n, err)
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				if err := eachRecord(kv.Value, func(st EntryState) {
+					if want[st.Name] {
+						st := st
+						out[st.Name] = &st
+					}
+				}); err != nil {
+					return nil, fmt.Errorf("store: read %q: %w", kv.Key, err)
+				}
+			}
+		}
+	}
+	return out, nil
 }

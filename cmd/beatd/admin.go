@@ -133,7 +133,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		notes = append(notes, "recent runs unavailable: "+err.Error())
 	}
 	defer closeHist()
-	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now())
+	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read status", o.timeout, err))
 		return exitFail

@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +31,8 @@ import (
 func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprintln(stderr, `usage:
-  beatd entries list [-o table|json|yaml]
+  beatd entries list [-o table|json|yaml] [--prefix P] [--task T] [--queue Q] [--limit N]
+                                   (read page by page; --limit stops after N entries)
   beatd entries get NAME [-o yaml|json]
   beatd entries apply -f FILE [--atomic]
                                    (entries: {NAME: ENTRY, ...}; in transactions of 128 entries,
@@ -49,17 +53,21 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
 	caFile := fs.String("server-cacert", "", serverCACertHelp)
 	note := fs.String("note", "", "why: kept in the audit trail with each change")
+	prefix := fs.String("prefix", "", "list: only entries whose names start with this")
+	task := fs.String("task", "", "list: only running entries of this task")
+	queue := fs.String("queue", "", "list: only running entries of this queue")
+	limit := fs.Int("limit", 0, "list: at most this many entries (0: all)")
 	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
 	pos := fs.Args()
-	api, err := newAPIClient(*server, *tokenFile, *caFile)
+	cl, err := newAPIClient(*server, *tokenFile, *caFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", err)
 		return 1
 	}
-	c := &entriesClient{base: api.base + "/api/v1/entries", token: api.token, note: *note, http: api.http}
+	c := &entriesClient{base: cl.base + "/api/v1/entries", token: cl.token, note: *note, http: cl.http}
 	if verb == "apply" {
 		// Each transaction has its own deadline: a large file takes many.
 		if len(pos) == 0 && *file != "" {
@@ -73,11 +81,17 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 		}
 		return 0
 	}
+	if verb == "list" && len(pos) == 0 {
+		// Each page has its own deadline: a million entries take many.
+		if err := c.list(ctx, stdout, *output, api.ListQuery{Prefix: *prefix, Task: *task, Queue: *queue, Limit: *limit}); err != nil {
+			fmt.Fprintln(stderr, "beatd entries list:", err)
+			return 1
+		}
+		return 0
+	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	switch {
-	case verb == "list" && len(pos) == 0:
-		err = c.list(ctx, stdout, *output)
 	case verb == "get" && len(pos) == 1:
 		err = c.get(ctx, stdout, pos[0], *output)
 	case verb == "delete" && len(pos) == 1:
@@ -163,7 +177,8 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	if resp.StatusCode >= 300 {
 		var e struct {
-			Errors []config.FieldError `json:"errors"`
+			Errors     []config.FieldError `json:"errors"`
+			MaxEntries int                 `json:"max_entries"`
 		}
 		if json.Unmarshal(data, &e) != nil || len(e.Errors) == 0 {
 			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
@@ -176,7 +191,7 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 				lines = append(lines, "  "+fe.Message)
 			}
 		}
-		return errors.New(strings.Join(lines, "\n"))
+		return &serverError{msg: strings.Join(lines, "\n"), maxEntries: e.MaxEntries}
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
@@ -184,25 +199,73 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	return nil
 }
 
-func (c *entriesClient) list(ctx context.Context, w io.Writer, output string) error {
-	var resp struct {
-		Entries []api.Entry `json:"entries"`
-	}
-	if err := c.do(ctx, "GET", "", nil, &resp); err != nil {
-		return err
-	}
+func (c *entriesClient) list(ctx context.Context, w io.Writer, output string, q api.ListQuery) error {
 	switch output {
-	case "json":
-		return printJSON(w, resp)
-	case "yaml":
-		return printYAML(w, resp)
-	case "", "table":
+	case "", "table", "json", "yaml":
 	default:
 		return fmt.Errorf("-o must be table, json or yaml")
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSOURCE\tTASK\tSCHEDULE\tSTATE\tNEXT RUN")
-	for _, e := range resp.Entries {
+	// Pages of the server's size; a table is printed as they come, json
+	// and yaml at the end (one document).
+	var all []api.Entry
+	var tw *tabwriter.Writer
+	if output == "" || output == "table" {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSOURCE\tTASK\tSCHEDULE\tSTATE\tNEXT RUN")
+	}
+	left := q.Limit
+	after := ""
+	for {
+		v := url.Values{}
+		for k, s := range map[string]string{"prefix": q.Prefix, "task": q.Task, "queue": q.Queue, "after": after} {
+			if s != "" {
+				v.Set(k, s)
+			}
+		}
+		if left > 0 {
+			v.Set("limit", strconv.Itoa(min(left, api.MaxPageLimit)))
+		}
+		path := ""
+		if len(v) > 0 {
+			path = "?" + v.Encode()
+		}
+		var page api.Page
+		pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err := c.do(pctx, "GET", path, nil, &page)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if left > 0 && len(page.Entries) > left {
+			page.Entries = page.Entries[:left]
+		}
+		if tw != nil {
+			printEntryRows(tw, page.Entries)
+		} else {
+			all = append(all, page.Entries...)
+		}
+		if left > 0 {
+			if left -= len(page.Entries); left <= 0 {
+				break
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	switch {
+	case tw != nil:
+		return tw.Flush()
+	case output == "json":
+		return printJSON(w, api.Page{Entries: all})
+	default:
+		return printYAML(w, api.Page{Entries: all})
+	}
+}
+
+func printEntryRows(tw *tabwriter.Writer, entries []api.Entry) {
+	for _, e := range entries {
 		state := "enabled"
 		switch {
 		case e.Problem != "":
@@ -218,7 +281,6 @@ func (c *entriesClient) list(ctx context.Context, w io.Writer, output string) er
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Source, e.Task, e.Schedule, state, next)
 	}
-	return tw.Flush()
 }
 
 func (c *entriesClient) get(ctx context.Context, w io.Writer, name, output string) error {
@@ -266,29 +328,100 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 	total := len(entries.Content) / 2
 	chunk := api.MaxApplyEntries
 	if atomic || total <= chunk {
-		// One transaction: all or none (the server states its limit).
+		// One transaction: all or none (the server states its limit;
+		// without --atomic a lower one splits the file).
 		names, err := c.applyChunk(ctx, path, entries.Content)
-		if err != nil {
-			return err
+		var se *serverError
+		if atomic || !errors.As(err, &se) || se.maxEntries <= 0 || se.maxEntries >= total {
+			if err != nil {
+				return err
+			}
+			for _, n := range names {
+				fmt.Fprintf(w, "entry %s applied\n", n)
+			}
+			return nil
 		}
-		for _, n := range names {
-			fmt.Fprintf(w, "entry %s applied\n", n)
-		}
-		return nil
+		chunk = se.maxEntries
 	}
-	// In transactions of chunk entries: what is applied stays applied if
-	// a later chunk is refused, and the error says how far it got.
-	done := 0
-	for i := 0; i < len(entries.Content); i += 2 * chunk {
-		pairs := entries.Content[i:min(i+2*chunk, len(entries.Content))]
-		if _, err := c.applyChunk(ctx, path, pairs); err != nil {
-			return fmt.Errorf("after %d of %d entries applied: %w", done, total, err)
+	// The first chunk alone: a server whose etcd takes fewer operations a
+	// transaction says how many, and the file is split by that.
+	first := entries.Content[:min(2*chunk, len(entries.Content))]
+	_, err = c.applyChunk(ctx, path, first)
+	var se *serverError
+	if errors.As(err, &se) && se.maxEntries > 0 && se.maxEntries < chunk {
+		chunk = se.maxEntries
+		first = entries.Content[:2*chunk]
+		_, err = c.applyChunk(ctx, path, first)
+	}
+	if err != nil {
+		return fmt.Errorf("after 0 of %d entries applied: %w", total, err)
+	}
+	// The rest in transactions of chunk entries, applyParallel at a time: what is
+	// applied stays applied if a later chunk is refused, and the error
+	// says how far it got. Chunks in flight together are independent
+	// (each name is in one chunk), so their order does not matter.
+	var (
+		mu      sync.Mutex
+		done    = len(first) / 2
+		failed  error
+		next    = len(first)
+		wg      sync.WaitGroup
+		printed = time.Now()
+	)
+	take := func() []*yaml.Node {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed != nil || next >= len(entries.Content) {
+			return nil
 		}
-		done += len(pairs) / 2
+		pairs := entries.Content[next:min(next+2*chunk, len(entries.Content))]
+		next += len(pairs)
+		return pairs
+	}
+	for range applyParallel {
+		wg.Go(func() {
+			for pairs := take(); pairs != nil; pairs = take() {
+				_, err := c.applyChunk(ctx, path, pairs)
+				mu.Lock()
+				if err != nil && failed == nil {
+					failed = err
+				}
+				if err == nil {
+					done += len(pairs) / 2
+					// A line a second (and the last): a million entries
+					// are 7,813 chunks.
+					if time.Since(printed) >= time.Second || done == total {
+						fmt.Fprintf(w, "applied %d/%d entries\n", done, total)
+						printed = time.Now()
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return fmt.Errorf("after %d of %d entries applied: %w", done, total, failed)
+	}
+	if done == len(first)/2 {
 		fmt.Fprintf(w, "applied %d/%d entries\n", done, total)
 	}
 	return nil
 }
+
+// applyParallel is how many chunks apply sends at once: the server
+// validates one while etcd commits another.
+const applyParallel = 4
+
+// serverError is an error response of the entries API; maxEntries is
+// set when it refused an apply of more entries than one transaction
+// takes.
+type serverError struct {
+	msg        string
+	maxEntries int
+}
+
+func (e *serverError) Error() string { return e.msg }
 
 // requestTimeout bounds one request of the entries client.
 const requestTimeout = 30 * time.Second

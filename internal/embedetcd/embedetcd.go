@@ -30,6 +30,8 @@ type Config struct {
 	// DefaultQuotaBackendBytes). Past it etcd refuses writes until it is
 	// compacted and defragmented; beatd keeps firing meanwhile.
 	QuotaBackendBytes int64
+	// MaxTxnOps is etcd's --max-txn-ops (0: etcd's default, 128).
+	MaxTxnOps int
 	// CompactionRetention is the periodic auto-compaction's retention
 	// (default DefaultCompactionRetention).
 	CompactionRetention string
@@ -110,6 +112,9 @@ func Start(cfg Config) (*Server, error) {
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.ListenMetricsUrls = nil
 	ec.QuotaBackendBytes = cmp.Or(cfg.QuotaBackendBytes, DefaultQuotaBackendBytes)
+	if cfg.MaxTxnOps > 0 {
+		ec.MaxTxnOps = uint(cfg.MaxTxnOps)
+	}
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = cmp.Or(cfg.CompactionRetention, DefaultCompactionRetention)
 	ec.SnapshotCount = snapshotCount
