@@ -79,7 +79,7 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 				apiNames = append(apiNames, n)
 			}
 		}
-		if docs, err = a.entries.GetMany(ctx, apiNames, store.MaxOpsPerTxn); err != nil {
+		if docs, err = a.entries.GetMany(ctx, apiNames, store.ReadBatch); err != nil {
 			return api.Page{}, err
 		}
 	} else {
