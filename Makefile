@@ -2,7 +2,7 @@ GO ?= go
 BIN ?= bin/beatd
 IMAGE ?= beatd:latest
 
-.PHONY: build deps test bench fuzz vectors demo soak bench-celery bench-events bench-apply drill-amqp image
+.PHONY: build deps test bench fuzz vectors demo soak bench-celery bench-events bench-apply bench-scale drill-amqp image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
@@ -87,3 +87,12 @@ drill-amqp:
 # The FROM scratch image, built offline (podman; BUILDER=docker for docker).
 image:
 	deploy/image.sh $(IMAGE)
+
+# The scale curve (issue 25): at each of SCALE_SIZES runtime entries on the
+# etcd binary, the bulk load through `entries apply`, SCALE_STEADY of steady
+# state (fires/s, lag p99, RSS, etcd DB, broker, /metrics), and a kill -9
+# failover to a standby audited slot by slot. Prints a markdown table.
+SCALE_SIZES ?= 10000,100000,300000,1000000
+SCALE_STEADY ?= 60s
+bench-scale:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchScale$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES) -scale-steady $(SCALE_STEADY)

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/testkit/harness"
+	"github.com/beatd/beatd/testkit/soak"
+	"github.com/beatd/beatd/testkit/testutil"
+)
+
+var (
+	benchScale  = flag.Bool("bench-scale", false, "run the scale benchmark (make bench-scale)")
+	scaleSizes  = flag.String("scale-sizes", "10000,100000,300000,1000000", "bench-scale: the numbers of entries measured")
+	scaleSteady = flag.Duration("scale-steady", 60*time.Second, "bench-scale: how long the steady state is measured at each size")
+)
+
+// tenantFile writes n runtime entries as SaaS tenants have them, phases
+// spread: intervals from 1 min to 1 day (mostly hourly and slower),
+// crontabs every 1–12 hours in six zones, one-offs. At a million entries
+// they fire ~300 times a second.
+func tenantFile(t *testing.T, path string, n int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney", "America/Sao_Paulo"}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := newLineWriter(f)
+	w.printf("entries:\n")
+	for i := range n {
+		name := fmt.Sprintf("tenant-%07d", i)
+		switch k := i % 10; {
+		case k < 6:
+			// 1 min 1%, 5 min 4%, 1 h 45%, 6 h 25%, 1 day 25%.
+			every := 86400
+			switch p := rng.IntN(100); {
+			case p < 1:
+				every = 60
+			case p < 5:
+				every = 300
+			case p < 50:
+				every = 3600
+			case p < 75:
+				every = 21600
+			}
+			w.printf("  %s: {task: tasks.sync, every: %ds, start_at: '2026-01-01T%02d:%02d:%02dZ', args: [%d]}\n",
+				name, every, rng.IntN(24), rng.IntN(60), rng.IntN(60), i)
+		case k < 9:
+			w.printf("  %s: {task: tasks.report, crontab: {minute: '%d', hour: '*/%d'}, timezone: %s, kwargs: {tenant: %d}}\n",
+				name, rng.IntN(60), []int{1, 2, 3, 4, 6, 12}[rng.IntN(6)], zones[rng.IntN(len(zones))], i)
+		default:
+			w.printf("  %s: {task: tasks.remind, at: '2027-%02d-%02dT%02d:00:00Z', args: [%d]}\n",
+				name, 1+rng.IntN(12), 1+rng.IntN(28), rng.IntN(24), i)
+		}
+	}
+	if err := w.err; err != nil {
+		t.Fatal(err)
+	}
+}
+
+type lineWriter struct {
+	w   io.Writer
+	err error
+}
+
+func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{w: w} }
+
+func (l *lineWriter) printf(format string, a ...any) {
+	if l.err == nil {
+		_, l.err = fmt.Fprintf(l.w, format, a...)
+	}
+}
+
+// scalePoint is one size's figures.
+type scalePoint struct {
+	Entries        int
+	ApplySeconds   float64
+	ApplyPerSecond float64
+	// The first leader, loaded through the API, then a standby that takes
+	// over after a kill -9: from the kill to its election, from its
+	// election to scheduling, and to its first fire.
+	ElectedAfter, StartSeconds, FirstFireAfter float64
+	StandbyPeakRSS, LeaderRSS                  int64
+	FiresPerSecond                             float64
+	LagP99                                     string
+	EtcdDBBytes, BrokerBytes, MetricsBytes     int64
+	EtcdRSS                                    int64
+	StatusBytes, ListPageBytes                 int64
+	Duplicates, Missed, Audited                int
+}
+
+// TestBenchScale measures beatd at each of -scale-sizes runtime entries
+// on the etcd binary and a Redis: the bulk load, the steady state, and a
+// kill -9 failover to a standby, audited slot by slot across it.
+func TestBenchScale(t *testing.T) {
+	if !*benchScale {
+		t.Skip("the scale benchmark is opt-in: make bench-scale (or go test ./cmd/beatd -run TestBenchScale -args -bench-scale)")
+	}
+	var points []scalePoint
+	for _, s := range strings.Split(*scaleSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(s, func(t *testing.T) { points = append(points, benchScaleAt(t, n)) })
+	}
+	t.Logf("| entries | apply entries/s | failover: elected / start / first fire (s) | standby peak RSS | leader RSS | fires/s | lag p99 | etcd DB | etcd RSS | broker | /metrics | /status | list page | audit |")
+	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, p := range points {
+		t.Logf("| %d | %.0f (%.1f s) | %.1f / %.1f / %.1f | %s | %s | %.0f | ≤ %s | %s | %s | %s | %s | %s | %s | %d slots, %d duplicate, %d missed |",
+			p.Entries, p.ApplyPerSecond, p.ApplySeconds, p.ElectedAfter, p.StartSeconds, p.FirstFireAfter,
+			mib(p.StandbyPeakRSS), mib(p.LeaderRSS), p.FiresPerSecond, p.LagP99, mib(p.EtcdDBBytes), mib(p.EtcdRSS),
+			mib(p.BrokerBytes), kib(p.MetricsBytes), kib(p.StatusBytes), kib(p.ListPageBytes), p.Audited, p.Duplicates, p.Missed)
+	}
+	for _, p := range points {
+		t.Logf("%d entries: %.0f bytes of standby peak RSS and %.2f µs of start per entry", p.Entries,
+			float64(p.StandbyPeakRSS)/float64(p.Entries), p.StartSeconds*1e6/float64(p.Entries))
+	}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
+
+func benchScaleAt(t *testing.T, n int) scalePoint {
+	p := scalePoint{Entries: n}
+	dir := t.TempDir()
+	etcd, err := harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Stop)
+	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: "/beatd/scale/"}
+	c.rdb = c.redis.Client()
+	c.observer = testutil.NewEtcdClient(t, c.etcd...)
+	c.config = filepath.Join(dir, "schedules.yaml")
+	if err := os.WriteFile(c.config, []byte("entries:\n  seed: {task: tasks.add, every: 1h}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--lease-ttl", "5s", "--log-fires", "0"}
+	lead := c.startReplica("r0", flags...)
+	lead.waitHealthy()
+	c.leader("", 30*time.Second)
+
+	file := filepath.Join(dir, "tenants.yaml")
+	tenantFile(t, file, n)
+	start := time.Now()
+	code, out, errs := c.apiCLI(lead, "admin", "entries", "apply", "-f", file)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("applied %d/%d entries", n, n)) {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, lastLines(out, 3), errs)
+	}
+	p.ApplySeconds = time.Since(start).Seconds()
+	p.ApplyPerSecond = float64(n) / p.ApplySeconds
+	waitFor(t, 5*time.Minute, "every entry running", func() bool {
+		st, err := getStatus(lead, 30*time.Second)
+		return err == nil && st.EntriesTotal == n+1
+	})
+	standby := c.startReplica("r1", flags...)
+	standby.waitHealthy()
+
+	// Steady state.
+	time.Sleep(10 * time.Second) // the first state writes of every entry
+	lagBefore := lagBuckets(t, lead)
+	firesBefore, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
+	time.Sleep(*scaleSteady)
+	firesAfter, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
+	p.FiresPerSecond = (firesAfter - firesBefore) / scaleSteady.Seconds()
+	p.LagP99 = lagP99(lagBefore, lagBuckets(t, lead))
+	if st, err := soak.ReadProcStats(lead.Proc().Pid()); err == nil {
+		p.LeaderRSS = st.RSS
+	}
+	if st, err := soak.ReadProcStats(etcd.Members[0].Proc().Pid()); err == nil {
+		p.EtcdRSS = st.RSS
+	}
+	ctx := context.Background()
+	if s, err := c.observer.Status(ctx, c.etcd[0]); err == nil {
+		p.EtcdDBBytes = s.DbSize
+	}
+	if info, err := c.rdb.Info(ctx, "memory").Result(); err == nil {
+		if m := regexp.MustCompile(`used_memory:(\d+)`).FindStringSubmatch(info); m != nil {
+			p.BrokerBytes, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+	}
+	p.MetricsBytes = bodySize(t, lead.URL("/metrics"))
+	p.StatusBytes = bodySize(t, lead.URL("/status"))
+	p.ListPageBytes = bodySize(t, lead.URL("/api/v1/entries"))
+
+	// kill -9 of the leader; the standby takes over.
+	auditFrom := time.Now()
+	lead.Kill()
+	killed := time.Now()
+	c.leader(lead.ID, 5*time.Minute)
+	p.ElectedAfter = time.Since(killed).Seconds()
+	waitFor(t, 5*time.Minute, "the new leader scheduling", func() bool { return logHas(standby, `"msg":"scheduling"`) })
+	p.StartSeconds = logGap(t, standby, `"msg":"elected leader"`, `"msg":"scheduling"`)
+	firesAtTakeover, _ := standby.Metric(`beatd_fires_total{entry="",result="ok"}`)
+	waitFor(t, 2*time.Minute, "the new leader's first fire", func() bool {
+		v, _ := standby.Metric(`beatd_fires_total{entry="",result="ok"}`)
+		return v > firesAtTakeover || v > 0
+	})
+	p.FirstFireAfter = time.Since(killed).Seconds()
+	time.Sleep(20 * time.Second)
+	auditTo := time.Now().Add(-10 * time.Second) // slots up to here have been published
+	if st, err := soak.ReadProcStats(standby.Proc().Pid()); err == nil {
+		p.StandbyPeakRSS = st.HWM
+	}
+	p.Audited, p.Duplicates, p.Missed = auditSlots(t, c, file, auditFrom.Add(-5*time.Second), auditTo)
+	if p.Duplicates > 0 || p.Missed > 0 {
+		t.Errorf("%d entries: %d duplicate and %d missed of %d slots across the failover", n, p.Duplicates, p.Missed, p.Audited)
+	}
+	standby.Kill()
+	return p
+}
+
+func bodySize(t *testing.T, url string) int64 {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Logf("GET %s: %v", url, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	n, _ := io.Copy(io.Discard, resp.Body)
+	return n
+}
+
+// logGap is the time between the last line containing from and the next
+// line containing to, in the replica's JSON log.
+func logGap(t *testing.T, r *replica, from, to string) float64 {
+	b, _ := os.ReadFile(r.LogPath)
+	var at time.Time
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+		}
+		switch {
+		case strings.Contains(line, from):
+			if json.Unmarshal([]byte(line), &l) == nil {
+				at = l.Time
+			}
+		case strings.Contains(line, to) && !at.IsZero():
+			if json.Unmarshal([]byte(line), &l) == nil {
+				return l.Time.Sub(at).Seconds()
+			}
+		}
+	}
+	t.Errorf("no %s after %s in %s", to, from, r.LogPath)
+	return 0
+}
+
+var lagBounds = []string{"0.001", "0.0025", "0.005", "0.01", "0.02", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"}
+
+func lagBuckets(t *testing.T, r *replica) []float64 {
+	out := make([]float64, len(lagBounds))
+	for i, le := range lagBounds {
+		out[i], _ = r.Metric(`beatd_fire_lag_seconds_bucket{le="` + le + `"}`)
+	}
+	return out
+}
+
+// lagP99 is the bucket bound under which 99% of the fires between two
+// readings of the histogram fell.
+func lagP99(before, after []float64) string {
+	total := after[len(after)-1] - before[len(before)-1]
+	if total <= 0 {
+		return "n/a"
+	}
+	for i := range after {
+		if (after[i]-before[i])/total >= 0.99 {
+			return lagBounds[i] + " s"
+		}
+	}
+	return "+Inf"
+}
+
+// auditSlots checks every slot of every entry of file due in [from, to]
+// against what the Redis queue holds: each exactly once.
+func auditSlots(t *testing.T, c *cluster, file string, from, to time.Time) (slots, dups, missed int) {
+	cfg, err := config.LoadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got := map[string]int{}
+	n, err := c.rdb.LLen(ctx, "celery").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(0); i < n; i += 10000 {
+		raws, err := c.rdb.LRange(ctx, "celery", i, i+9999).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range raws {
+			var m struct {
+				Headers struct {
+					Entry string `json:"beat_entry"`
+					Slot  string `json:"beat_slot"`
+				} `json:"headers"`
+			}
+			if json.Unmarshal([]byte(raw), &m) != nil || m.Headers.Entry == "" {
+				continue
+			}
+			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
+			if err != nil {
+				t.Fatalf("slot header %q: %v", m.Headers.Slot, err)
+			}
+			got[m.Headers.Entry+"@"+strconv.FormatInt(slot.UnixNano(), 10)]++
+		}
+	}
+	for _, e := range cfg.Entries {
+		for s := e.Schedule.Next(from.Add(-time.Nanosecond)); !s.IsZero() && !s.After(to); s = e.Schedule.Next(s) {
+			slots++
+			switch k := got[e.Name+"@"+strconv.FormatInt(s.UnixNano(), 10)]; {
+			case k == 0:
+				missed++
+				if missed <= 5 {
+					t.Logf("missed: %s at %s", e.Name, s.UTC().Format(time.RFC3339))
+				}
+			case k > 1:
+				dups++
+			}
+		}
+	}
+	return slots, dups, missed
+}
