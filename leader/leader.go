@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/scheduler"
@@ -140,6 +141,7 @@ func (l *Loop) Stopped() bool { return l.stopped.Load() }
 func (l *Loop) Run(ctx context.Context) {
 	defer l.stopped.Store(true)
 	b := retry.Backoff(campaignBackoffMin, campaignBackoffMax)
+	stale := retry.Backoff(time.Second, time.Minute)
 	for ctx.Err() == nil {
 		if l.cfg.Hold != nil {
 			if d := l.cfg.Hold(); d > 0 {
@@ -165,12 +167,28 @@ func (l *Loop) Run(ctx context.Context) {
 			continue
 		}
 		b.Reset()
-		l.lead(ctx, lease, elected)
+		if err := l.lead(ctx, lease, elected); errors.Is(err, broker.ErrStale) {
+			// The broker holds a fence above any token this etcd gave:
+			// another cluster shares the broker and prefix, or etcd was
+			// replaced or restored. Every new term would end the same
+			// way at once; campaigning without a pause made ~50 terms a
+			// second. Back off, and say what to do.
+			wait := stale.NextBackOff()
+			l.cfg.Logger.Error("the broker refused this term's fencing token as stale; campaigning again after a pause",
+				"err", err, "backoff", wait.String(),
+				"hint", "another beatd cluster uses this broker with the same --prefix, or etcd was replaced or restored from an older snapshot; give each cluster its own --prefix, or, once no other leader runs, clear the broker's fence (docs/operations.md)")
+			if !l.sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		stale.Reset()
 	}
 }
 
-// lead runs one term, from winning it to resigning it.
-func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) {
+// lead runs one term, from winning it to resigning it, and returns why
+// the term's loop ended.
+func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) error {
 	fence := lease.Fence()
 	token := fence.Token
 	// elected before token: a reader that sees the token sees its start.
@@ -194,6 +212,7 @@ func (l *Loop) lead(ctx context.Context, lease Lease, elected time.Time) {
 	rerr := lease.Resign(rctx)
 	rcancel()
 	l.cfg.Logger.Info("term over", "token", token, "reason", context.Cause(lease.Context()), "loop", err, "resign", rerr)
+	return err
 }
 
 // sleep waits d on the clock; false if ctx ended first.

@@ -3,11 +3,13 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	beatdtest "github.com/beatd/beatd/testkit/testutil"
 
 	"github.com/beatd/beatd/election"
@@ -312,5 +314,45 @@ func TestMetricsRegistered(t *testing.T) {
 	}
 	if _, err := New(Config{Elector: h.elector, Lead: func(context.Context, Term) error { return nil }, Registerer: h.reg}); err == nil {
 		t.Error("registering the leadership metrics twice succeeded")
+	}
+}
+
+// TestStaleTermsBackOff: a term the broker refuses as stale ends at once;
+// the loop pauses before the next campaign (1 s, then 2 s) instead of
+// campaigning again at once, and a term that ends otherwise resets that.
+func TestStaleTermsBackOff(t *testing.T) {
+	h := newHarness(t)
+	stale := true
+	loop, err := New(Config{Elector: h.elector, Clock: h.clock, Registerer: prometheus.NewRegistry(), CampaignErrors: h.errs,
+		Lead: func(ctx context.Context, term Term) error {
+			h.terms <- termCall{ctx, term}
+			if stale {
+				return fmt.Errorf("scheduler: term ended: raise fence: %w", broker.ErrStale)
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.loop = loop
+	h.start()
+	for n, base := range []time.Duration{time.Second, 2 * time.Second} {
+		h.send(newFakeLease(int64(10 + n)))
+		h.term()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		campaigns := h.elector.campaigns.Load()
+		h.clock.Advance(base*8/10 - time.Nanosecond)
+		if !h.waiting() || h.elector.campaigns.Load() != campaigns {
+			t.Fatalf("stale term %d: campaigned again before %v", n, base*8/10)
+		}
+		h.clock.Advance(base*4/10 + time.Nanosecond)
+		if h.waiting() {
+			t.Fatalf("stale term %d: still paused after %v", n, base*12/10)
+		}
 	}
 }
