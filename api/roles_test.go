@@ -74,6 +74,8 @@ func TestRoles(t *testing.T) {
 		{"cancel backfill", "DELETE", "/api/v1/backfills/bf-1", "", auth.RoleOperate, 202},
 		{"put entry", "PUT", "/api/v1/entries/e", `{"task":"t","every":1}`, auth.RoleAdmin, 200},
 		{"delete entry", "DELETE", "/api/v1/entries/e", "", auth.RoleAdmin, 204},
+		{"heap profile", "GET", "/debug/pprof/heap", "", auth.RoleAdmin, 200},
+		{"profile index", "GET", "/debug/pprof/", "", auth.RoleAdmin, 200},
 	}
 	callers := []struct {
 		token string
