@@ -3,7 +3,9 @@ package embedetcd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/tlsfiles"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -177,6 +180,12 @@ func applyCluster(ec *embed.Config, cfg *Config) error {
 	case tlsFiles && cfg.PeerAutoTLS:
 		return errors.New("embedetcd: give peer certificate files or peer auto TLS, not both")
 	}
+	if tlsFiles && cfg.PeerTrustedCAFile != "" {
+		if err := signedBy(cfg.PeerCertFile, cfg.PeerTrustedCAFile); err != nil {
+			return fmt.Errorf("embedetcd: the peer certificate %s is not signed by the peer CA %s, so no member that trusts that CA accepts it (give every member a certificate of the one CA): %w",
+				cfg.PeerCertFile, cfg.PeerTrustedCAFile, err)
+		}
+	}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{lPeer}, []url.URL{advPeer}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{lClient}, []url.URL{advClient}
 	ec.InitialClusterToken = cfg.ClusterToken
@@ -243,7 +252,7 @@ func waitCluster(e *embed.Etcd, cfg *Config) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
-	tick := time.NewTicker(10 * time.Second)
+	tick := time.NewTicker(waitTick)
 	defer tick.Stop()
 	for {
 		select {
@@ -259,9 +268,75 @@ func waitCluster(e *embed.Etcd, cfg *Config) error {
 			e.Server.HardStop()
 			return fmt.Errorf("embedetcd: waiting for a quorum of members: %w", cfg.ctx().Err())
 		case <-tick.C:
-			log.Warn("etcd member waits for a quorum of its cluster's members", "member", cfg.Name, "waited", time.Since(start).Round(time.Second).String())
+			args := []any{"member", cfg.Name, "waited", time.Since(start).Round(time.Second).String()}
+			if problems := peerTLSProblems(cfg); len(problems) > 0 {
+				// A member of another CA (its own or the others') never
+				// joins: say so, not only that it waits.
+				log.Error("etcd member waits for a quorum: peers refuse its TLS, or it refuses theirs (a certificate of another CA?)",
+					append(args, "peers", problems)...)
+				continue
+			}
+			log.Warn("etcd member waits for a quorum of its cluster's members", args...)
 		}
 	}
+}
+
+// waitTick is how often a member that waits for its quorum says so.
+var waitTick = 10 * time.Second
+
+// signedBy checks that the first certificate of certFile verifies
+// against the CAs of caFile (for a peer: client and server use).
+func signedBy(certFile, caFile string) error {
+	pool, err := tlsfiles.Pool(caFile)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		return err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return fmt.Errorf("%s: no PEM certificate in it", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("%s: %w", certFile, err)
+	}
+	_, err = cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
+}
+
+// peerTLSProblems asks every other member of the initial cluster for its
+// member list over the peer TLS settings, and returns the TLS failures:
+// the refusals that keep a member of another CA out of the cluster.
+func peerTLSProblems(cfg *Config) []string {
+	if cfg.PeerCertFile == "" {
+		return nil
+	}
+	peers, err := parseInitialCluster(cfg.InitialCluster)
+	if err != nil {
+		return nil
+	}
+	hc := peerHTTP(cfg)
+	var out []string
+	for _, p := range peers {
+		if p.name == cfg.Name {
+			continue
+		}
+		for _, u := range p.urls {
+			resp, err := hc.Get(u.String() + "/members")
+			if err == nil {
+				resp.Body.Close()
+				continue
+			}
+			var uerr x509.UnknownAuthorityError
+			if errors.As(err, &uerr) || strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:") {
+				out = append(out, p.name+" ("+u.String()+"): "+err.Error())
+			}
+		}
+	}
+	return out
 }
 
 // hasData reports whether dir holds a member's WAL.
@@ -317,6 +392,10 @@ const probeWindow = 3 * time.Second
 func (j *joiner) decide() (string, string, error) {
 	members, from := j.probe()
 	if members == nil && !j.bootstrapMember() {
+		if problems := peerTLSProblems(j.cfg); len(problems) > 0 {
+			return "", "", fmt.Errorf("embedetcd: member %q cannot join: the members refuse its peer TLS, or it refuses theirs (a certificate of another CA?): %s",
+				j.cfg.Name, strings.Join(problems, "; "))
+		}
 		return "", "", fmt.Errorf("embedetcd: member %q is not in --etcd-initial-cluster and no member there answers: nothing to join", j.cfg.Name)
 	}
 	if members == nil {
