@@ -151,8 +151,15 @@ func TestPeerMTLS(t *testing.T) {
 	defer func(d time.Duration) { waitTick = d }(waitTick)
 	waitTick = 300 * time.Millisecond
 	var logs syncBuffer
-	jctx, jcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// It waits until it has said why (or 20 s), then gives up.
+	jctx, jcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer jcancel()
+	go func() {
+		for jctx.Err() == nil && !strings.Contains(logs.String(), "peers refuse its TLS") {
+			time.Sleep(50 * time.Millisecond)
+		}
+		jcancel()
+	}()
 	m4 := strangerCfg("m4", nil)
 	m4.InitialCluster = strings.Join(append(slices.Clone(ic), "m4="+m4.AdvertisePeerURL), ",")
 	m4.ClusterLog, m4.Context = slog.New(slog.NewTextHandler(&logs, nil)), jctx
