@@ -273,6 +273,7 @@ func (p *persister) write(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, writeAttemptTimeout)
 		err = p.store.Save(actx, p.guard, p.table, reqs)
 		cancel()
+		p.table.Compact()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

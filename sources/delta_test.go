@@ -144,3 +144,37 @@ func sameMerge(a, b *Merger) error {
 	}
 	return nil
 }
+
+// TestSetSourceParsesInParallel: a source of many documents (a leader's
+// start) is parsed on every core, with the result and the errors of one
+// parse at a time.
+func TestSetSourceParsesInParallel(t *testing.T) {
+	t.Parallel()
+	docs := map[string][]byte{}
+	for i := range parallelFrom + 100 {
+		switch {
+		case i%1000 == 7:
+			docs[fmt.Sprint("e", i)] = []byte(`{"task":"t","every":"never"}`)
+		default:
+			docs[fmt.Sprint("e", i)] = fmt.Appendf(nil, `{"task":"t.%d","crontab":{"minute":"%d"},"timezone":"Asia/Tokyo"}`, i%7, i%60)
+		}
+	}
+	m := New(Config{})
+	if err := m.SetSource(API, docs); err != nil {
+		t.Fatal(err)
+	}
+	cur := m.Current()
+	bad := (parallelFrom + 100 + 999 - 7) / 1000
+	if len(cur.Entries) != len(docs)-bad {
+		t.Fatalf("%d entries of %d documents (%d invalid)", len(cur.Entries), len(docs), bad)
+	}
+	for _, e := range cur.Entries {
+		want, err := (*config.Config)(nil).ParseEntry(e.Name, docs[e.Name])
+		if err != nil || want.Fingerprint != e.Fingerprint || e.Source != API {
+			t.Fatalf("%s: parsed in parallel differs from alone (%v)", e.Name, err)
+		}
+	}
+	if h := m.Health(); len(h) != 1 || len(h[0].Invalid) != bad {
+		t.Fatalf("health %+v, want %d invalid", h, bad)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -319,8 +320,12 @@ func (m *Merger) applyLocked() error {
 			invalid = map[string]string{}
 		}
 		valid := make([]*config.Entry, 0, len(m.docs[src]))
+		fresh := m.parseMany(src, cache, m.docs[src], defaults)
 		for name, doc := range m.docs[src] {
-			p := m.parse(src, cache, name, doc, defaults)
+			p, ok := fresh[name]
+			if !ok {
+				p = m.parse(src, cache, name, doc, defaults)
+			}
 			next[name] = p
 			if p.err != nil {
 				invalid[name] = p.err.Error()
@@ -424,6 +429,46 @@ func (m *Merger) parse(src string, cache map[string]parsed, name string, doc []b
 	}
 	return p
 }
+
+// parseMany parses, on every core, the documents of docs the cache does
+// not hold, when there are many (a leader's start reads a million): it
+// returns them by name; the rest are left to parse's cache.
+func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string][]byte, defaults [32]byte) map[string]parsed {
+	type job struct {
+		name string
+		doc  []byte
+	}
+	var jobs []job
+	for name, doc := range docs {
+		if p, ok := cache[name]; !ok || p.defaults != defaults || !bytes.Equal(p.doc, doc) {
+			jobs = append(jobs, job{name, doc})
+		}
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if len(jobs) < parallelFrom || workers < 2 {
+		return nil
+	}
+	out := make([]parsed, len(jobs))
+	var wg sync.WaitGroup
+	per := (len(jobs) + workers - 1) / workers
+	for w := 0; w*per < len(jobs); w++ {
+		lo, hi := w*per, min((w+1)*per, len(jobs))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				out[i] = m.parse(src, nil, jobs[i].name, jobs[i].doc, defaults)
+			}
+		})
+	}
+	wg.Wait()
+	byName := make(map[string]parsed, len(jobs))
+	for i, j := range jobs {
+		byName[j.name] = out[i]
+	}
+	return byName
+}
+
+// parallelFrom is how many documents to parse make it worth the cores.
+const parallelFrom = 4096
 
 // deltaMost is the largest change UpdateSource merges entry by entry;
 // a larger one (or one over a quarter of the entries) is merged whole,

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -259,7 +260,19 @@ func (t *Table) Dirty() int {
 
 // written records that bucket b now holds enc in etcd.
 func (t *Table) written(b int, enc []byte) {
-	t.enc[b], t.dec[b], t.dirty[b] = enc, nil, false
+	// A copy exactly as long as it is: appendBucket's growth left up to
+	// twice that, and a million entries keep their buckets encoded.
+	t.enc[b], t.dec[b], t.dirty[b] = bytes.Clone(enc), nil, false
+}
+
+// Compact drops the decoded copy of every bucket that is written: only a
+// bucket being changed is worth its map (~8 times its encoding).
+func (t *Table) Compact() {
+	for b := range t.dec {
+		if !t.dirty[b] {
+			t.dec[b] = nil
+		}
+	}
 }
 
 // MarkClean marks every bucket written, for a store that writes the whole
