@@ -56,6 +56,13 @@ type Status struct {
 	// replica for --outcome-silence, that run outcomes are unknown and
 	// what to change; empty while reports come.
 	OutcomeWarning string `json:"outcome_warning,omitempty"`
+	// ClockOffsetSeconds is this replica's wall clock minus etcd's
+	// (positive: ahead), within ClockOffsetUncertaintySeconds; a leader
+	// fires by its own clock. ClockWarning says when it is past
+	// --clock-offset-warn, or why it is unknown.
+	ClockOffsetSeconds            *float64 `json:"clock_offset_seconds,omitempty"`
+	ClockOffsetUncertaintySeconds float64  `json:"clock_offset_uncertainty_seconds,omitempty"`
+	ClockWarning                  string   `json:"clock_warning,omitempty"`
 	// Backfills are the backfills not yet finished, with their progress.
 	Backfills []store.Backfill `json:"backfills,omitempty"`
 }

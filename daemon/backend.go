@@ -48,6 +48,7 @@ type backend struct {
 	outcomes  outcomeFlags
 	started   time.Time
 	status    statusCache
+	clockOff  *clockOffset
 }
 
 // statusCache is the last status read from etcd, so GET /status answers
@@ -118,6 +119,10 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
 	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
+	if b.clockOff != nil {
+		cs := b.clockOff.status()
+		st.ClockOffsetSeconds, st.ClockOffsetUncertaintySeconds, st.ClockWarning = cs.OffsetSeconds, cs.UncertaintySeconds, cs.Warning
+	}
 	if b.feed != nil {
 		st.OutcomeWarning = outcomeWarning(b.feed, b.outcomes, b.started, b.clock.Now())
 	}

@@ -69,7 +69,7 @@ func (m *Main) observeFire(entry string, slot time.Time, r broker.Result, lag ti
 func (m *Main) register(ctx context.Context) {
 	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), TTL: m.LeaseTTL,
 		Health: m.api.Ready, Broker: m.brokerHA.Err, Logger: m.log,
-		Leading: m.leader.Term},
+		Leading: m.leader.Term, Clock: m.clock},
 		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: m.clock.Now().UTC(), Version: Version()})
 }
 

@@ -176,6 +176,9 @@ type Options struct {
 	EtcdCompact   time.Duration
 	EtcdQuota     int64
 	EtcdMaxTxnOps int
+	// ClockOffsetWarn: /status and the log warn when this replica's
+	// clock is off etcd's by more (0: never).
+	ClockOffsetWarn time.Duration
 	EtcdRetention string
 	AdvertiseURL  string
 
@@ -192,7 +195,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
 			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
 			StateInterval: time.Second, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
-			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, EtcdRetention: embedetcd.DefaultCompactionRetention,
+			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
 	}
@@ -249,6 +252,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.IntVar(&m.LogFires, "log-fires", m.LogFires, "per-fire INFO lines a second before they are summarised in one line a second (0: no per-fire lines)")
 	fs.DurationVar(&m.EtcdCompact, "etcd-compact", 0, "with --etcd-endpoints: the leader compacts etcd's history to this age (cluster-wide: off by default; the embedded etcd compacts itself)")
 	fs.Int64Var(&m.EtcdQuota, "etcd-quota-backend-bytes", m.EtcdQuota, "the embedded etcd's backend quota")
+	fs.DurationVar(&m.ClockOffsetWarn, "clock-offset-warn", m.ClockOffsetWarn, "warn (in /status and the log) when this replica's wall clock is off etcd's by more than this: slots fire by the leader's clock (0: never)")
 	fs.IntVar(&m.EtcdMaxTxnOps, "etcd-max-txn-ops", m.EtcdMaxTxnOps, "etcd's --max-txn-ops: the embedded etcd's, or the one --etcd-endpoints runs with; beatd's transactions (state writes, an entries apply) stay within it")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
@@ -471,6 +475,13 @@ func (m *Main) Run(ctx context.Context) error {
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started}
+	etcdTLS, err := m.Etcd.TLSConfig()
+	if err != nil {
+		cancel()
+		return err
+	}
+	m.api.clockOff = newClockOffset(m.clock, m.Etcd.EndpointURLs(), etcdTLS, m.ClockOffsetWarn, m.log.With("component", "clock"))
+	m.registry.MustRegister(m.api.clockOff.gauge)
 	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
 		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
 	// net/http's own messages (a failed TLS handshake: a port scan, a
@@ -503,6 +514,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(unauth)
 	m.wg.Go(func() { m.warnUnauthenticated(runCtx, unauth) })
 	m.wg.Go(func() { m.watchBroker(runCtx) })
+	m.wg.Go(func() { m.api.clockOff.run(runCtx) })
 	m.startOps(runCtx)
 	m.syncSources(runCtx)
 	if err := m.startOutcomes(runCtx); err != nil {

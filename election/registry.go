@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/jonboulle/clockwork"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -55,6 +56,8 @@ type RegistryConfig struct {
 	// it leads, else 0; nil means never.
 	Leading func() (token int64, since time.Time)
 	Logger  *slog.Logger
+	// Clock times the refreshes and stamps Updated; the real clock if nil.
+	Clock clockwork.Clock
 }
 
 func replicaPrefix(prefix string) string { return keys.Replicas(prefix) }
@@ -74,6 +77,9 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	log := cfg.Logger.With("component", "registry")
 	key := replicaPrefix(cfg.Prefix) + r.ID
 	ttl := max(int64((cfg.TTL+time.Second-1)/time.Second), 1)
@@ -85,7 +91,7 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 			cancel()
 		}
 	}()
-	tick := time.NewTicker(cfg.Every)
+	tick := cfg.Clock.NewTicker(cfg.Every)
 	defer tick.Stop()
 	warned := false
 	var w written
@@ -100,7 +106,7 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.Chan():
 		}
 	}
 }
@@ -135,7 +141,7 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 			r.Broker = err.Error()
 		}
 	}
-	r.Updated = time.Now().UTC()
+	r.Updated = cfg.Clock.Now().UTC()
 	r.LeaderToken, r.LeaderSince = 0, time.Time{}
 	if cfg.Leading != nil {
 		if tok, since := cfg.Leading(); tok != 0 {

@@ -166,6 +166,11 @@ func TestProcessScaleSmall(t *testing.T) {
 	if len(st.Entries) != api.DefaultStatusLimit || st.EntriesTotal != n+1 || st.Next == "" {
 		t.Fatalf("/status: %d entries of %d, next %q", len(st.Entries), st.EntriesTotal, st.Next)
 	}
+	// The replica's clock against etcd's (its own, embedded: in step).
+	if st.ClockOffsetSeconds == nil || *st.ClockOffsetSeconds > st.ClockOffsetUncertaintySeconds+0.1 ||
+		*st.ClockOffsetSeconds < -st.ClockOffsetUncertaintySeconds-0.1 || st.ClockWarning != "" {
+		t.Errorf("/status clock offset %v ± %v (%q), want ~0 from etcd's Date headers", st.ClockOffsetSeconds, st.ClockOffsetUncertaintySeconds, st.ClockWarning)
+	}
 	var st2 api.Status
 	get("/status?limit=10&after="+url.QueryEscape(st.Next), &st2)
 	if len(st2.Entries) != 10 || st2.Entries[0].Name <= st.Next {
