@@ -179,8 +179,8 @@ type Options struct {
 	// ClockOffsetWarn: /status and the log warn when this replica's
 	// clock is off etcd's by more (0: never).
 	ClockOffsetWarn time.Duration
-	EtcdRetention string
-	AdvertiseURL  string
+	EtcdRetention   string
+	AdvertiseURL    string
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags

@@ -98,14 +98,14 @@ type scalePoint struct {
 	ElectedAfter, StartSeconds, FirstFireAfter float64
 	// StandbyBoot is from a standby's start to its /healthz (its sources
 	// read), beside the running leader.
-	StandbyBoot float64
-	StandbyPeakRSS, LeaderRSS                  int64
-	FiresPerSecond                             float64
-	LagP99                                     string
-	EtcdDBBytes, BrokerBytes, MetricsBytes     int64
-	EtcdRSS                                    int64
-	StatusBytes, ListPageBytes                 int64
-	Duplicates, Missed, Audited                int
+	StandbyBoot                            float64
+	StandbyPeakRSS, LeaderRSS              int64
+	FiresPerSecond                         float64
+	LagP99                                 string
+	EtcdDBBytes, BrokerBytes, MetricsBytes int64
+	EtcdRSS                                int64
+	StatusBytes, ListPageBytes             int64
+	Duplicates, Missed, Audited            int
 }
 
 // TestBenchScale measures beatd at each of -scale-sizes runtime entries
