@@ -3,6 +3,7 @@ package daemon
 import (
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 )
 
 // defaultGCPercent is beatd's GOGC while it starts, unless the
@@ -25,11 +26,25 @@ func setGCPercent() {
 }
 
 // tuneGC picks the GC's growth for a config of n entries, after the
-// config is loaded. A large config keeps the start-up's tight growth: a
-// leader's first term (baselines for every entry, the first state write)
-// comes after this, and a large heap's headroom is what costs RSS.
+// sources are read and whenever the running config changes size. A large
+// config keeps the start-up's tight growth: a leader's first term
+// (baselines for every entry, the first state write) comes after this,
+// and a large heap's headroom is what costs RSS; a config the entries API
+// grows past smallConfig at run time gets it too.
 func tuneGC(n int) {
-	if os.Getenv("GOGC") == "" && n <= smallConfig {
-		debug.SetGCPercent(100)
+	if os.Getenv("GOGC") != "" {
+		return
+	}
+	small := n <= smallConfig
+	if gcSmall.Swap(small) != small || !gcTuned.Swap(true) {
+		if small {
+			debug.SetGCPercent(100)
+		} else {
+			debug.SetGCPercent(defaultGCPercent)
+		}
 	}
 }
+
+// gcSmall is the growth tuneGC last set (true: 100%); gcTuned says it set
+// one.
+var gcSmall, gcTuned atomic.Bool

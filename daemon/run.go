@@ -366,7 +366,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.configSum = fileSum(m.ConfigPath)
-	tuneGC(len(cfg.Entries))
 	if m.adminToken, err = Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
 		return err
 	}
@@ -381,6 +380,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if cfg, err = m.startSources(ctx, cfg); err != nil {
 		return err
 	}
+	// After every source is read: a schedules.yaml of a few entries with
+	// a million runtime entries is a large config.
+	tuneGC(len(cfg.Entries))
 
 	brokerPass, err := Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
