@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +44,12 @@ const (
 	// SENTINEL FAILOVER or by kill -9 of the master (then restarted as a
 	// replica). Only with LocalConfig.Sentinel.
 	FaultRedisFailover = "redis-failover"
+	// FaultEtcdSlow makes every answer of etcd to every replica late by
+	// LocalConfig.EtcdDelay (else 200–500 ms) for a few lease TTLs: a
+	// stand-in, on the client paths, for the slow fsync of a slow disk
+	// under etcd (no FUSE or dm-delay device here, and etcd's failpoints
+	// need a gofail build). Not in AllFaults: chosen by name.
+	FaultEtcdSlow = "etcd-slow"
 )
 
 // AllFaults lists every fault kind.
@@ -87,6 +94,8 @@ type LocalConfig struct {
 	Sentinel bool
 	// Topology is TopologyExternal (the default) or TopologyEmbedded.
 	Topology string
+	// EtcdDelay is etcd-slow's delay (0: 200–500 ms at random each time).
+	EtcdDelay time.Duration
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -161,6 +170,7 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	if cfg.Sentinel {
 		known = SentinelFaults
 	}
+	known = append(slices.Clone(known), FaultEtcdSlow)
 	for _, f := range cfg.Faults {
 		if !contains(known, f) {
 			return nil, fmt.Errorf("chaos: unknown fault %q for %s (known: %s)", f, cfg.Broker, strings.Join(known, ","))
@@ -597,6 +607,27 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		f.Held = 2*ttl + time.Duration(1000+d.rng.IntN(2000))*time.Millisecond
 		serr := d.sleep(ctx, f.Held)
 		lead.RedisProxy.Blackhole(false)
+		if serr != nil {
+			return f, serr
+		}
+	case FaultEtcdSlow:
+		delay := d.cfg.EtcdDelay
+		if delay <= 0 {
+			delay = time.Duration(200+d.rng.IntN(301)) * time.Millisecond
+		}
+		f.Target = "etcd+" + delay.String()
+		for _, r := range d.replicas {
+			for _, p := range r.EtcdProxies {
+				p.Delay(delay)
+			}
+		}
+		f.Held = 3*ttl + time.Duration(d.rng.IntN(2000))*time.Millisecond
+		serr := d.sleep(ctx, f.Held)
+		for _, r := range d.replicas {
+			for _, p := range r.EtcdProxies {
+				p.Delay(0)
+			}
+		}
 		if serr != nil {
 			return f, serr
 		}

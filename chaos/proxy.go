@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Proxy forwards TCP from a loopback port to a target, and can blackhole
@@ -15,6 +16,7 @@ type Proxy struct {
 	target   string
 	ln       net.Listener
 	blackout atomic.Bool
+	delay    atomic.Int64 // ns added to every chunk from the target (Delay)
 	mu       sync.Mutex
 	closed   bool                  // guarded by mu: no connection is added after Close
 	conns    map[net.Conn]struct{} // open connections, removed when their pipe ends
@@ -38,6 +40,12 @@ func (p *Proxy) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.Port) }
 
 // Blackhole starts or stops dropping all traffic.
 func (p *Proxy) Blackhole(on bool) { p.blackout.Store(on) }
+
+// Delay makes every answer from the target arrive d later (0: none), as
+// a slow disk under etcd makes each of its answers late. Bytes keep
+// their order and nothing queues behind the delay: each chunk is
+// delivered d after it arrived, so throughput is not cut.
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 
 func (p *Proxy) accept() {
 	defer p.wg.Done()
@@ -64,12 +72,13 @@ func (p *Proxy) accept() {
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pipe(up, c)
-		go p.pipe(c, up)
+		go p.pipe(up, c, false)
+		go p.pipe(c, up, true)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; answers (from the target) take the delay.
+func (p *Proxy) pipe(dst, src net.Conn, answers bool) {
 	defer p.wg.Done()
 	defer func() {
 		dst.Close()
@@ -79,13 +88,38 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		delete(p.conns, src)
 		p.mu.Unlock()
 	}()
+	type chunk struct {
+		due  time.Time
+		data []byte
+	}
+	// The delay line: the reader stamps each chunk, the writer holds it
+	// until its time. Without a delay chunks pass straight through.
+	line := make(chan chunk, 1024)
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		for c := range line {
+			if d := time.Until(c.due); d > 0 {
+				time.Sleep(d)
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				src.Close() // unblocks the reader
+				for range line {
+				}
+				return
+			}
+		}
+	}()
+	defer func() { close(line); <-writer }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !p.blackout.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+			var d time.Duration
+			if answers {
+				d = time.Duration(p.delay.Load())
 			}
+			line <- chunk{due: time.Now().Add(d), data: append([]byte(nil), buf[:n]...)}
 		}
 		if err != nil {
 			return

@@ -247,13 +247,11 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 		t.Errorf("%s: member id %x before the wipe, %x after: want a new member", victim.name, ids[victim.name], after[victim.name])
 	}
 
-	// Scale 3 -> 4 -> 3: the new pod is not in the bootstrap list and joins
-	// by itself; after the scale-down its member is removed with
-	// `beatd members remove`, as deploy/README.md says.
-	extra := buildPod(t, ec.r, ec.pn, len(ec.pods), ec.opt)
-	ec.pods = append(ec.pods, extra)
-	extra.start(t)
-	ec.healthyMembers(4, 60*time.Second)
+	// Scale 3 -> 5 -> 3 while firing: the new pods are not in the
+	// bootstrap list and join by themselves, one after the other; after
+	// the scale-down (highest ordinal first, as a StatefulSet does) each
+	// member is removed with `beatd members remove`, as deploy/README.md
+	// says. The audit below covers it.
 	members := func(args ...string) string {
 		out, err := exec.Command(beatdBin(), append(append([]string{"members"}, args...),
 			"--etcd-endpoints", ec.pods[0].envValue("BEATD_ETCD_ADVERTISE_CLIENT_URL"))...).CombinedOutput()
@@ -262,20 +260,36 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 		}
 		return string(out)
 	}
+	var extras []*pod
+	for n := 4; n <= 5; n++ {
+		extra := buildPod(t, ec.r, ec.pn, len(ec.pods), ec.opt)
+		ec.pods = append(ec.pods, extra)
+		extras = append(extras, extra)
+		extra.start(t)
+		ec.healthyMembers(n, 60*time.Second)
+	}
 	var listed []struct {
 		Name    string `json:"name"`
 		Healthy bool   `json:"healthy"`
 	}
-	if err := json.Unmarshal([]byte(members("list", "--json")), &listed); err != nil || len(listed) != 4 {
+	if err := json.Unmarshal([]byte(members("list", "--json")), &listed); err != nil || len(listed) != 5 {
 		t.Fatalf("beatd members list: %v %v", listed, err)
 	}
-	if !extra.term(30 * time.Second) {
-		t.Errorf("%s did not exit within 30s of SIGTERM", extra.name)
+	for _, m := range listed {
+		if !m.Healthy {
+			t.Errorf("member %s unhealthy at 5 members", m.Name)
+		}
 	}
-	members("remove", extra.name)
-	ec.pods = ec.pods[:len(ec.pods)-1]
-	ec.healthyMembers(3, 30*time.Second)
-	t.Logf("scaled to 4 members and back to 3:\n%s", members("list"))
+	for i := len(extras) - 1; i >= 0; i-- {
+		extra := extras[i]
+		if !extra.term(30 * time.Second) {
+			t.Errorf("%s did not exit within 30s of SIGTERM", extra.name)
+		}
+		members("remove", extra.name)
+		ec.pods = ec.pods[:len(ec.pods)-1]
+		ec.healthyMembers(len(ec.pods), 30*time.Second)
+	}
+	t.Logf("scaled to 5 members and back to 3:\n%s", members("list"))
 
 	// Every slot exactly once, across all of it: audit up to a slot that
 	// every entry has published (on a loaded machine a publish can lag).

@@ -14,7 +14,7 @@ func TestLayoutDigits(t *testing.T) {
 		{0, 2, 2},
 		{65536, 2, 2},
 		{65537, 2, 3},
-		{1 << 20, 2, 3},
+		{1 << 20, 2, 4},
 		{1<<20 + 1, 3, 4},
 		{40000, 3, 3},  // above half the small layout's capacity: stays
 		{32768, 3, 2},  // at half: moves back

@@ -19,8 +19,12 @@ import (
 // A bucket is rewritten whole, so its size is what one fire costs etcd:
 // 256 buckets of a million entries are ~80 KB each, and 300 fires a
 // second would write ~14 MB/s of history. Past 65,536 entries the table
-// grows to 4,096 buckets, past 1,048,576 to 65,536 (Fit), keeping a
-// bucket at a few hundred entries at most. The layouts' keys differ in
+// grows to 4,096 buckets, past 262,144 to 65,536 (Fit): a bucket then
+// holds at most 64 entries (~1.3 KB), and a million entries' 300 fires a
+// second write ~90 KB/s. A table of many entries that all fire often
+// writes about all of itself each interval in any layout; more buckets
+// only cost more operations when most entries fire in every interval,
+// which only small tables do. The layouts' keys differ in
 // length (2, 3 or 4 hex digits), so a reader tells them apart without a
 // layout record, and a move between them is a rewrite followed by the
 // deletion of the old keys.
@@ -82,7 +86,7 @@ func bucketOf(name string, buckets int) int {
 func layoutDigits(n, cur int) int {
 	want := 2
 	switch {
-	case n > 1<<20:
+	case n > 1<<18:
 		want = 4
 	case n > 1<<16:
 		want = 3
@@ -94,7 +98,12 @@ func layoutDigits(n, cur int) int {
 }
 
 // layoutCapacity is the most entries a layout is chosen for.
-func layoutCapacity(digits int) int { return 1 << (4 * (digits + 2)) }
+func layoutCapacity(digits int) int {
+	if digits == 2 {
+		return 1 << 16
+	}
+	return 1 << 18
+}
 
 // Table is every entry's state, grouped by bucket, with the buckets that
 // changed since they were last written marked dirty. It is the leader's

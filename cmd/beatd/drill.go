@@ -43,6 +43,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 	report := fs.String("report", "", "write the JSON report to this file")
 	dir := fs.String("dir", "", "work directory (default: a temporary one)")
 	minEach := fs.Int("min-each", 0, "keep going past --duration until each fault kind was injected this often")
+	etcdDelay := fs.Duration("etcd-delay", 0, "etcd-slow: how late every etcd answer arrives (default 200–500 ms at random); the fault kind etcd-slow is chosen by name in --faults")
 	sentinel := fs.Bool("sentinel", false, "run Redis as a master, a replica and 3 sentinels; adds the redis-failover fault")
 	topology := fs.String("topology", chaos.TopologyExternal, "external: the replicas share a separate 3-member etcd; embedded: each replica hosts one member of their own etcd cluster")
 	cmd := &cobra.Command{
@@ -65,7 +66,8 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 			}
 			fmt.Fprintf(stdout, "drill: seed %d, %d replicas, %s broker, %s topology, %s of faults: %s\n", *seed, *replicas, *brokerKind, *topology, *duration, *faults)
 			rep, err := chaos.RunLocal(ctx, chaos.LocalConfig{Binary: bin, Replicas: *replicas, Duration: *duration, Seed: *seed,
-				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *brokerKind, Sentinel: *sentinel, Topology: *topology})
+				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *brokerKind, Sentinel: *sentinel, Topology: *topology,
+				EtcdDelay: *etcdDelay})
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd drill:", err)
 				return exitError(exitFail)
