@@ -294,8 +294,8 @@ func (p *persister) write(ctx context.Context) error {
 
 // fit moves the table to the layout its size calls for (store.Table.Fit):
 // a table that grew past 65,536 entries is written once whole in 4,096
-// buckets, so that each fire after rewrites a bucket of ~250 entries, not
-// one of ~4,000.
+// buckets (65,536 past 262,144), so that each fire after rewrites a
+// bucket of at most 64 entries, not one of thousands.
 func (p *persister) fit() {
 	before := p.table.Buckets()
 	if p.table.Fit() {
