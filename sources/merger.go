@@ -320,13 +320,13 @@ func (m *Merger) applyLocked() error {
 			invalid = map[string]string{}
 		}
 		valid := make([]*config.Entry, 0, len(m.docs[src]))
-		fresh := m.parseMany(src, cache, m.docs[src], defaults)
+		m.parseMany(src, cache, m.docs[src], defaults, next)
 		for name, doc := range m.docs[src] {
-			p, ok := fresh[name]
+			p, ok := next[name]
 			if !ok {
 				p = m.parse(src, cache, name, doc, defaults)
+				next[name] = p
 			}
-			next[name] = p
 			if p.err != nil {
 				invalid[name] = p.err.Error()
 				continue
@@ -431,9 +431,9 @@ func (m *Merger) parse(src string, cache map[string]parsed, name string, doc []b
 }
 
 // parseMany parses, on every core, the documents of docs the cache does
-// not hold, when there are many (a leader's start reads a million): it
-// returns them by name; the rest are left to parse's cache.
-func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string][]byte, defaults [32]byte) map[string]parsed {
+// not hold, when there are many (a leader's start reads a million), into
+// next; the rest are left to parse's cache.
+func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string][]byte, defaults [32]byte, next map[string]parsed) {
 	type job struct {
 		name string
 		doc  []byte
@@ -446,7 +446,7 @@ func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string]
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if len(jobs) < parallelFrom || workers < 2 {
-		return nil
+		return
 	}
 	out := make([]parsed, len(jobs))
 	var wg sync.WaitGroup
@@ -460,11 +460,9 @@ func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string]
 		})
 	}
 	wg.Wait()
-	byName := make(map[string]parsed, len(jobs))
 	for i, j := range jobs {
-		byName[j.name] = out[i]
+		next[j.name] = out[i]
 	}
-	return byName
 }
 
 // parallelFrom is how many documents to parse make it worth the cores.
