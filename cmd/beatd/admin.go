@@ -133,7 +133,11 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		notes = append(notes, "recent runs unavailable: "+err.Error())
 	}
 	defer closeHist()
-	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+	q := api.StatusQuery{Limit: api.DefaultStatusLimit}
+	if o.entry != "" {
+		q.Prefix = o.entry // the entry first, wherever it is among a million
+	}
+	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), q)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read status", o.timeout, err))
 		return exitFail
@@ -161,6 +165,9 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	if st.OutcomeWarning != "" {
 		notes = append(notes, st.OutcomeWarning)
+	}
+	if o.entry == "" && st.EntriesTotal > len(st.Entries) {
+		notes = append(notes, fmt.Sprintf("showing the first %d of %d entries; `beatd status NAME` shows one, `beatd entries list` every one", len(st.Entries), st.EntriesTotal))
 	}
 	switch o.output {
 	case "json":

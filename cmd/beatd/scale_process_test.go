@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,8 +66,9 @@ func TestProcessScaleSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newReplica(t, "scale", filepath.Join(c.dir, "scale.log"))
+	etcdPort := testutil.FreePort(t)
 	r.Args = []string{"run", "--config", c.config, "--data-dir", filepath.Join(c.dir, "data"),
-		"--etcd-client-port", strconv.Itoa(testutil.FreePort(t)), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)),
+		"--etcd-client-port", strconv.Itoa(etcdPort), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)),
 		"--etcd-max-txn-ops", strconv.Itoa(maxOps), "--broker", c.redis.URL(0), "--id", r.ID,
 		"--lease-ttl", "2s", "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}
 	c.replicas = append(c.replicas, r)
@@ -170,6 +172,16 @@ func TestProcessScaleSmall(t *testing.T) {
 	if st.ClockOffsetSeconds == nil || *st.ClockOffsetSeconds > st.ClockOffsetUncertaintySeconds+0.1 ||
 		*st.ClockOffsetSeconds < -st.ClockOffsetUncertaintySeconds-0.1 || st.ClockWarning != "" {
 		t.Errorf("/status clock offset %v ± %v (%q), want ~0 from etcd's Date headers", st.ClockOffsetSeconds, st.ClockOffsetUncertaintySeconds, st.ClockWarning)
+	}
+	// The CLI's status (from etcd) of one entry far past the first page,
+	// and a note that the table is a page.
+	one, err := exec.Command(beatdBin, "status", "tenant-004321", "--etcd-endpoints", "http://127.0.0.1:"+strconv.Itoa(etcdPort)).CombinedOutput()
+	if err != nil || !strings.Contains(string(one), "tenant-004321") {
+		t.Errorf("beatd status tenant-004321: %v\n%s", err, one)
+	}
+	all, err := exec.Command(beatdBin, "status", "--etcd-endpoints", "http://127.0.0.1:"+strconv.Itoa(etcdPort)).CombinedOutput()
+	if err != nil || !strings.Contains(string(all), fmt.Sprintf("showing the first 1000 of %d entries", n+1)) {
+		t.Errorf("beatd status of %d entries: %v\n%s", n+1, err, lastLines(string(all), 3))
 	}
 	var st2 api.Status
 	get("/status?limit=10&after="+url.QueryEscape(st.Next), &st2)
