@@ -60,8 +60,9 @@ func startRendering(t *testing.T, name string, opt podOptions, clientTLS *tls.Co
 		cports = append(cports, p.ContainerPort)
 	}
 	n := int(*r.sts.Spec.Replicas)
-	// Ports for one more pod than the StatefulSet has: the test scales up.
-	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n+1, cports)
+	// Ports for two more pods than the StatefulSet has: the test scales
+	// up to five.
+	pn := newPodNet(t, r.sts.Name, r.sts.Spec.ServiceName, n+2, cports)
 	opt.schedule, opt.base = runSchedule, t.TempDir()
 	ec := &embeddedCluster{t: t, r: r, pn: pn, opt: opt}
 	for i := 0; i < n; i++ {
