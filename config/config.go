@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"iter"
 	"math"
 	"os"
 	"slices"
@@ -61,6 +62,25 @@ func (c *Config) Entry(name string) *Entry {
 		return c.Entries[i]
 	}
 	return nil
+}
+
+// Following yields, in name order, the entries whose names come after
+// after ("": from the first) and start with prefix: a page of a large
+// config (the entries API's and /status's) without a scan from the start.
+func (c *Config) Following(after, prefix string) iter.Seq[*Entry] {
+	return func(yield func(*Entry) bool) {
+		from := max(prefix, after)
+		i := sort.Search(len(c.Entries), func(i int) bool { return c.Entries[i].Name >= from })
+		for ; i < len(c.Entries); i++ {
+			e := c.Entries[i]
+			if e.Name == after {
+				continue
+			}
+			if !strings.HasPrefix(e.Name, prefix) || !yield(e) {
+				return
+			}
+		}
+	}
 }
 
 // Entry is one periodic task.

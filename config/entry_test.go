@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,5 +117,33 @@ func TestWithEntriesKeepsTheRest(t *testing.T) {
 	}
 	if bare := (*Config)(nil).WithEntries(nil); bare.Timezone != time.UTC || bare.DefaultsHash() != (*Config)(nil).DefaultsHash() {
 		t.Errorf("nil config: %+v", bare)
+	}
+}
+
+func TestFollowing(t *testing.T) {
+	c, err := Parse("s.yaml", []byte("entries:\n  a1: {task: t, every: 1s}\n  a2: {task: t, every: 1s}\n  b1: {task: t, every: 1s}\n  b2: {task: t, every: 1s}\n  c1: {task: t, every: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after, prefix string
+		want          string
+	}{
+		{"", "", "a1 a2 b1 b2 c1"},
+		{"a2", "", "b1 b2 c1"},
+		{"", "b", "b1 b2"},
+		{"b1", "b", "b2"},
+		{"a1", "b", "b1 b2"}, // a cursor before the prefix
+		{"b2", "b", ""},
+		{"zz", "", ""},
+		{"", "x", ""},
+	} {
+		var got []string
+		for e := range c.Following(tc.after, tc.prefix) {
+			got = append(got, e.Name)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("Following(%q, %q) = %v, want %s", tc.after, tc.prefix, got, tc.want)
+		}
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -250,16 +248,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	// then every stored state shows too, that of removed entries included.
 	var page []*config.Entry
 	if cfg != nil {
-		from := max(q.Prefix, q.After)
-		i := sort.Search(len(cfg.Entries), func(i int) bool { return cfg.Entries[i].Name >= from })
-		for ; i < len(cfg.Entries); i++ {
-			e := cfg.Entries[i]
-			if e.Name == q.After {
-				continue
-			}
-			if !strings.HasPrefix(e.Name, q.Prefix) {
-				break
-			}
+		for e := range cfg.Following(q.After, q.Prefix) {
 			if out.EntriesTotal++; len(page) < q.Limit {
 				page = append(page, e)
 			}

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -47,16 +45,7 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 	var running []string
 	more := false
 	if cfg != nil {
-		from := max(q.Prefix, q.After)
-		i := sort.Search(len(cfg.Entries), func(i int) bool { return cfg.Entries[i].Name >= from })
-		for ; i < len(cfg.Entries); i++ {
-			e := cfg.Entries[i]
-			if e.Name == q.After {
-				continue
-			}
-			if !strings.HasPrefix(e.Name, q.Prefix) {
-				break
-			}
+		for e := range cfg.Following(q.After, q.Prefix) {
 			if q.Task != "" && e.Task != q.Task || q.Queue != "" && (e.Options == nil || e.Options.Queue != q.Queue) {
 				continue
 			}
