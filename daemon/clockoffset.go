@@ -57,7 +57,10 @@ func newClockOffset(clock clockwork.Clock, endpoints []string, tc *tls.Config, w
 		urls = append(urls, strings.TrimSuffix(e, "/")+"/version")
 	}
 	return &clockOffset{clock: clock, urls: urls, warnPast: warnPast, log: log,
-		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}},
+		// No keep-alive: a probe every 15 s needs no open connection, and
+		// an idle one held the embedded etcd's Close (it waits for its
+		// client connections) for minutes.
+		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}},
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_clock_offset_seconds",
 			Help: "This replica's wall clock minus etcd's, estimated from etcd's HTTP Date headers (positive: this replica is ahead)."})}
 }
@@ -65,6 +68,7 @@ func newClockOffset(clock clockwork.Clock, endpoints []string, tc *tls.Config, w
 // run probes until ctx ends: a burst at start, spread over the fractions
 // of a second, then every offsetEvery.
 func (c *clockOffset) run(ctx context.Context) {
+	defer c.http.CloseIdleConnections()
 	for i := 0; ctx.Err() == nil; i++ {
 		c.probe(ctx)
 		wait := offsetEvery
