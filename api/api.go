@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -223,14 +221,12 @@ func Handler(c Config) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		q := StatusQuery{Prefix: r.URL.Query().Get("prefix"), After: r.URL.Query().Get("after"), Limit: DefaultStatusLimit}
-		if l := r.URL.Query().Get("limit"); l != "" {
-			n, err := strconv.Atoi(l)
-			if err != nil || n < 1 || n > MaxPageLimit {
-				writeError(w, http.StatusBadRequest, "/limit", fmt.Sprintf("limit must be a number from 1 to %d, got %q", MaxPageLimit, l))
-				return
-			}
-			q.Limit = n
+		v := r.URL.Query()
+		q := StatusQuery{Prefix: v.Get("prefix"), After: v.Get("after")}
+		var err error
+		if q.Limit, err = pageLimit(v, DefaultStatusLimit); err != nil {
+			writeError(w, http.StatusBadRequest, "/limit", err.Error())
+			return
 		}
 		st, err := c.Backend.Status(ctx, q)
 		if err != nil {

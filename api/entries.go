@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -99,15 +100,26 @@ const (
 // listQuery reads ?after=&prefix=&task=&queue=&limit= .
 func listQuery(r *http.Request) (ListQuery, string, error) {
 	v := r.URL.Query()
-	q := ListQuery{After: v.Get("after"), Prefix: v.Get("prefix"), Task: v.Get("task"), Queue: v.Get("queue"), Limit: DefaultPageLimit}
-	if l := v.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > MaxPageLimit {
-			return q, "/limit", fmt.Errorf("limit must be a number from 1 to %d, got %q", MaxPageLimit, l)
-		}
-		q.Limit = n
+	q := ListQuery{After: v.Get("after"), Prefix: v.Get("prefix"), Task: v.Get("task"), Queue: v.Get("queue")}
+	var err error
+	if q.Limit, err = pageLimit(v, DefaultPageLimit); err != nil {
+		return q, "/limit", err
 	}
 	return q, "", nil
+}
+
+// pageLimit reads ?limit= of a paged answer: 1 to MaxPageLimit, def when
+// absent.
+func pageLimit(v url.Values, def int) (int, error) {
+	l := v.Get("limit")
+	if l == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > MaxPageLimit {
+		return 0, fmt.Errorf("limit must be a number from 1 to %d, got %q", MaxPageLimit, l)
+	}
+	return n, nil
 }
 
 // ErrFileOwned: the name is an entry of schedules.yaml, which owns it.

@@ -118,11 +118,7 @@ func (m *Metrics) setEntries(sc *config.Config) {
 		names[i] = e.Name
 	}
 	m.Entries.Set(float64(len(names)))
-	limit := m.PerEntryLimit
-	if limit <= 0 {
-		limit = DefaultPerEntryLimit
-	}
-	perEntry := len(names) <= limit
+	perEntry := m.perEntryFor(len(names))
 	was := m.stats.perEntry.Swap(perEntry)
 	if was != perEntry {
 		// Drop the other mode's series rather than export both.
@@ -135,27 +131,38 @@ func (m *Metrics) setEntries(sc *config.Config) {
 		labels = []string{""}
 	}
 	for _, n := range labels {
-		for _, r := range fireResults {
-			m.Fires.vec.WithLabelValues(n, r)
-		}
-		for _, r := range missedReasons {
-			m.Missed.vec.WithLabelValues(n, r)
-		}
-		for _, k := range alertedOutcomes {
-			m.Runs.vec.WithLabelValues(n, k.String())
-		}
+		m.createSeries(n)
 	}
 	m.stats.retain(names, perEntry)
+}
+
+// perEntryFor says whether n entries get series of their own.
+func (m *Metrics) perEntryFor(n int) bool {
+	limit := m.PerEntryLimit
+	if limit <= 0 {
+		limit = DefaultPerEntryLimit
+	}
+	return n <= limit
+}
+
+// createSeries makes entry's series (or the aggregate's, for "") at 0, so
+// alerts see them before the first event.
+func (m *Metrics) createSeries(entry string) {
+	for _, r := range fireResults {
+		m.Fires.vec.WithLabelValues(entry, r)
+	}
+	for _, r := range missedReasons {
+		m.Missed.vec.WithLabelValues(entry, r)
+	}
+	for _, k := range alertedOutcomes {
+		m.Runs.vec.WithLabelValues(entry, k.String())
+	}
 }
 
 // setEntriesDelta is setEntries after a change of the entries named only:
 // it touches their series and stats, not every entry's.
 func (m *Metrics) setEntriesDelta(sc *config.Config, changed []string) {
-	limit := m.PerEntryLimit
-	if limit <= 0 {
-		limit = DefaultPerEntryLimit
-	}
-	perEntry := len(sc.Entries) <= limit
+	perEntry := m.perEntryFor(len(sc.Entries))
 	if perEntry != m.stats.perEntry.Load() {
 		m.setEntries(sc) // the mode changes: every series does
 		return
@@ -170,15 +177,7 @@ func (m *Metrics) setEntriesDelta(sc *config.Config, changed []string) {
 			delete(s.byName, n)
 		case perEntry:
 			s.stat(n)
-			for _, r := range fireResults {
-				m.Fires.vec.WithLabelValues(n, r)
-			}
-			for _, r := range missedReasons {
-				m.Missed.vec.WithLabelValues(n, r)
-			}
-			for _, k := range alertedOutcomes {
-				m.Runs.vec.WithLabelValues(n, k.String())
-			}
+			m.createSeries(n)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/jonboulle/clockwork"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -44,32 +45,26 @@ func NewEntries(cli *clientv3.Client, prefix string) *Entries {
 
 func (s *Entries) key(name string) string { return s.prefix + name }
 
-// ListPage is how many entries one range read of List returns: a
+// listPage is how many entries one range read of List returns: a
 // million entries are read as 200 reads of ~1 MB, never as one response
 // of ~100 MB that etcd must build and hold at once.
-var ListPage int64 = 5000
+const listPage = 5000
 
-// List returns every runtime entry, by name, and the revision read. It
-// reads in pages, every page at the first page's revision, so the result
-// is one consistent snapshot.
+// List returns every runtime entry, by name, and the revision read.
 func (s *Entries) List(ctx context.Context) ([]Doc, int64, error) {
 	var out []Doc
-	rev, err := s.Scan(ctx, "", 0, func(d Doc) bool { out = append(out, d); return true })
+	rev, err := s.scan(ctx, func(d Doc) { out = append(out, d) })
 	return out, rev, err
 }
 
-// Scan calls fn with the runtime entries whose names follow after (all
-// when ""), in name order, reading pages of ListPage at one revision
-// (rev, or the current one when 0), until fn returns false or the
-// entries end. It returns the revision read.
-func (s *Entries) Scan(ctx context.Context, after string, rev int64, fn func(Doc) bool) (int64, error) {
-	from := s.prefix
-	if after != "" {
-		from = s.key(after) + "\x00"
-	}
-	end := clientv3.GetPrefixRangeEnd(s.prefix)
+// scan calls fn with every runtime entry, in name order, reading pages of
+// listPage, every page at the first page's revision, so what it sees is
+// one consistent snapshot. It returns that revision.
+func (s *Entries) scan(ctx context.Context, fn func(Doc)) (int64, error) {
+	from, end := s.prefix, clientv3.GetPrefixRangeEnd(s.prefix)
+	var rev int64
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(ListPage),
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
@@ -78,19 +73,20 @@ func (s *Entries) Scan(ctx context.Context, after string, rev int64, fn func(Doc
 		if err != nil {
 			return 0, fmt.Errorf("entries: list: %w", err)
 		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
+		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
-			if !fn(Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision}) {
-				return rev, nil
-			}
+			fn(s.doc(kv))
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// doc is a stored key-value as a Doc.
+func (s *Entries) doc(kv *mvccpb.KeyValue) Doc {
+	return Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision}
 }
 
 // Get returns one runtime entry.
@@ -174,7 +170,7 @@ func (s *Entries) Sync(ctx context.Context, m *Merger, from int64) {
 // revision read, for Sync.
 func (s *Entries) Load(ctx context.Context, m *Merger) (int64, error) {
 	set := map[string][]byte{}
-	rev, err := s.Scan(ctx, "", 0, func(d Doc) bool { set[d.Name] = d.Data; return true })
+	rev, err := s.scan(ctx, func(d Doc) { set[d.Name] = d.Data })
 	if err != nil {
 		return 0, err
 	}
@@ -284,7 +280,7 @@ func (s *Entries) Window(ctx context.Context, after, prefix string, limit int) (
 	}
 	out := make([]Doc, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		out = append(out, Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision})
+		out = append(out, s.doc(kv))
 	}
 	return out, resp.More, nil
 }

@@ -622,7 +622,7 @@ func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map
 	delete(m.errs, source)
 	m.upG.WithLabelValues(source).Set(1)
 	m.invalidG.WithLabelValues(source).Set(float64(len(invalid)))
-	logged := 0
+	cl := changeLog{log: m.c.Logger}
 	for i, name := range names {
 		was, now := prev.Entry(name), winners[i]
 		if was != nil {
@@ -631,20 +631,7 @@ func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map
 		if now != nil {
 			m.perSource[now.Source]++
 		}
-		msg := ""
-		switch {
-		case was == nil && now != nil:
-			msg = "entry added"
-		case was != nil && now == nil:
-			msg, now = "entry removed", was
-		case was != nil && (was.Fingerprint != now.Fingerprint || was.Source != now.Source):
-			msg = "entry changed"
-		}
-		if msg != "" {
-			if logged++; logged <= 100 {
-				m.c.Logger.Info(msg, "entry", now.Name, "source", now.Source, "task", now.Task, "schedule", fmt.Sprint(now.Schedule))
-			}
-		}
+		cl.note(was, now)
 		c, had := conflicts[name], m.conflict[name]
 		switch {
 		case c != nil:
@@ -658,9 +645,7 @@ func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map
 			delete(m.conflict, name)
 		}
 	}
-	if logged > 100 {
-		m.c.Logger.Info("entries changed", "count", logged, "logged", 100)
-	}
+	cl.done()
 	m.current = merged
 	m.conflictG.Set(float64(len(m.conflict)))
 	for _, src := range m.c.Priority {
@@ -675,33 +660,56 @@ func (m *Merger) logChanges(next *config.Config) {
 	if !m.applied {
 		return
 	}
-	prev := m.current
-	const most = 100 // a large source change is summarised
-	n := 0
-	log := func(msg string, e *config.Entry) {
-		n++
-		if n <= most {
-			m.c.Logger.Info(msg, "entry", e.Name, "source", e.Source, "task", e.Task, "schedule", fmt.Sprint(e.Schedule))
-		}
-	}
+	cl := changeLog{log: m.c.Logger}
 	// Both are sorted by name: walk them together.
-	a, b := prev.Entries, next.Entries
+	a, b := m.current.Entries, next.Entries
 	for len(a) > 0 || len(b) > 0 {
 		switch {
 		case len(b) == 0 || len(a) > 0 && a[0].Name < b[0].Name:
-			log("entry removed", a[0])
+			cl.note(a[0], nil)
 			a = a[1:]
 		case len(a) == 0 || b[0].Name < a[0].Name:
-			log("entry added", b[0])
+			cl.note(nil, b[0])
 			b = b[1:]
 		default:
-			if a[0].Fingerprint != b[0].Fingerprint || a[0].Source != b[0].Source {
-				log("entry changed", b[0])
-			}
+			cl.note(a[0], b[0])
 			a, b = a[1:], b[1:]
 		}
 	}
-	if n > most {
-		m.c.Logger.Info("entries changed", "count", n, "logged", most)
+	cl.done()
+}
+
+// changeLog logs the entries a merge added, changed or removed: the first
+// changeLogMost one by one, then a count (a large source change is
+// summarised).
+type changeLog struct {
+	log *slog.Logger
+	n   int
+}
+
+const changeLogMost = 100
+
+// note logs was becoming now (either may be nil), if that is a change.
+func (c *changeLog) note(was, now *config.Entry) {
+	msg, e := "", now
+	switch {
+	case was == nil && now != nil:
+		msg = "entry added"
+	case was != nil && now == nil:
+		msg, e = "entry removed", was
+	case was != nil && (was.Fingerprint != now.Fingerprint || was.Source != now.Source):
+		msg = "entry changed"
+	}
+	if msg == "" {
+		return
+	}
+	if c.n++; c.n <= changeLogMost {
+		c.log.Info(msg, "entry", e.Name, "source", e.Source, "task", e.Task, "schedule", fmt.Sprint(e.Schedule))
+	}
+}
+
+func (c *changeLog) done() {
+	if c.n > changeLogMost {
+		c.log.Info("entries changed", "count", c.n, "logged", changeLogMost)
 	}
 }

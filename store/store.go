@@ -187,7 +187,7 @@ func (s *Store) Get(ctx context.Context, name string) (*EntryState, error) {
 	// be half done).
 	ops := make([]clientv3.Op, 0, len(layouts)+1)
 	for _, d := range layouts {
-		ops = append(ops, clientv3.OpGet(s.bucketPrefix()+fmt.Sprintf("%0*x", d, bucketOf(name, 1<<(4*d)))))
+		ops = append(ops, clientv3.OpGet(s.bucketPrefix()+bucketSuffix(d, bucketOf(name, layoutBuckets(d)))))
 	}
 	ops = append(ops, clientv3.OpGet(s.legacyPrefix()+name))
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
@@ -293,35 +293,31 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 	}
 	// Everything is in the table's layout now: the keys of another can
 	// go, and so can the v1 keys.
-	for len(t.stale) > 0 {
-		if len(ops) == s.maxOps {
+	// Each batch of deletions is committed with the table's view of it
+	// changed only once the commit worked.
+	drain := func(keys *[]string, key func(string) string) error {
+		for len(*keys) > 0 {
+			if len(ops) == s.maxOps {
+				if err := commit(); err != nil {
+					return err
+				}
+			}
+			n := min(len(*keys), s.maxOps-len(ops))
+			for _, k := range (*keys)[:n] {
+				ops = append(ops, clientv3.OpDelete(key(k)))
+			}
 			if err := commit(); err != nil {
 				return err
 			}
+			*keys = (*keys)[n:]
 		}
-		n := min(len(t.stale), s.maxOps-len(ops))
-		for _, k := range t.stale[:n] {
-			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+k))
-		}
-		if err := commit(); err != nil {
-			return err
-		}
-		t.stale = t.stale[n:]
+		return nil
 	}
-	for len(t.legacy) > 0 {
-		if len(ops) == s.maxOps {
-			if err := commit(); err != nil {
-				return err
-			}
-		}
-		n := min(len(t.legacy), s.maxOps-len(ops))
-		for _, k := range t.legacy[:n] {
-			ops = append(ops, clientv3.OpDelete(k))
-		}
-		if err := commit(); err != nil {
-			return err
-		}
-		t.legacy = t.legacy[n:]
+	if err := drain(&t.stale, func(suffix string) string { return s.bucketPrefix() + suffix }); err != nil {
+		return err
+	}
+	if err := drain(&t.legacy, func(k string) string { return k }); err != nil {
+		return err
 	}
 	for _, k := range also {
 		if len(ops) == s.maxOps {
@@ -361,15 +357,14 @@ func (s *Store) StatesOf(ctx context.Context, names []string) (map[string]*Entry
 	if err != nil {
 		return nil, err
 	}
-	t := newTable(digits)
 	want := map[string]bool{}
 	var bucketKeys []string
 	seen := map[int]bool{}
 	for _, n := range names {
 		want[n] = true
-		if b := t.bucketOf(n); !seen[b] {
+		if b := bucketOf(n, layoutBuckets(digits)); !seen[b] {
 			seen[b] = true
-			bucketKeys = append(bucketKeys, s.bucketPrefix()+t.suffix(b))
+			bucketKeys = append(bucketKeys, s.bucketPrefix()+bucketSuffix(digits, b))
 		}
 	}
 	out := make(map[string]*EntryState, len(names))

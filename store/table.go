@@ -132,7 +132,7 @@ type Table struct {
 func NewTable() *Table { return newTable(2) }
 
 func newTable(digits int) *Table {
-	n := 1 << (4 * digits)
+	n := layoutBuckets(digits)
 	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), dirty: make([]bool, n)}
 }
 
@@ -142,7 +142,14 @@ func (t *Table) Buckets() int { return len(t.enc) }
 func (t *Table) bucketOf(name string) int { return bucketOf(name, len(t.enc)) }
 
 // suffix is bucket b's key under the state prefix.
-func (t *Table) suffix(b int) string { return fmt.Sprintf("%0*x", t.digits, b) }
+func (t *Table) suffix(b int) string { return bucketSuffix(t.digits, b) }
+
+// layoutBuckets is how many buckets the layout of digits has.
+func layoutBuckets(digits int) int { return 1 << (4 * digits) }
+
+// bucketSuffix is bucket b's key under the state prefix, in the layout of
+// digits.
+func bucketSuffix(digits, b int) string { return fmt.Sprintf("%0*x", digits, b) }
 
 // Fit moves the table to the layout its number of entries calls for, if
 // that is another: every entry is set again (all of the new layout is

@@ -331,8 +331,8 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 		// One transaction: all or none (the server states its limit;
 		// without --atomic a lower one splits the file).
 		names, err := c.applyChunk(ctx, path, entries.Content)
-		var se *serverError
-		if atomic || !errors.As(err, &se) || se.maxEntries <= 0 || se.maxEntries >= total {
+		limit, lower := smallerChunk(err, total)
+		if atomic || !lower {
 			if err != nil {
 				return err
 			}
@@ -341,15 +341,14 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 			}
 			return nil
 		}
-		chunk = se.maxEntries
+		chunk = limit
 	}
 	// The first chunk alone: a server whose etcd takes fewer operations a
 	// transaction says how many, and the file is split by that.
 	first := entries.Content[:min(2*chunk, len(entries.Content))]
 	_, err = c.applyChunk(ctx, path, first)
-	var se *serverError
-	if errors.As(err, &se) && se.maxEntries > 0 && se.maxEntries < chunk {
-		chunk = se.maxEntries
+	if limit, lower := smallerChunk(err, chunk); lower {
+		chunk = limit
 		first = entries.Content[:2*chunk]
 		_, err = c.applyChunk(ctx, path, first)
 	}
@@ -403,10 +402,17 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 	if failed != nil {
 		return fmt.Errorf("after %d of %d entries applied: %w", done, total, failed)
 	}
-	if done == len(first)/2 {
-		fmt.Fprintf(w, "applied %d/%d entries\n", done, total)
-	}
 	return nil
+}
+
+// smallerChunk is the server's limit when err is its refusal of a set of
+// more entries than it takes and the limit is below than.
+func smallerChunk(err error, than int) (int, bool) {
+	var se *serverError
+	if errors.As(err, &se) && se.maxEntries > 0 && se.maxEntries < than {
+		return se.maxEntries, true
+	}
+	return 0, false
 }
 
 // applyParallel is how many chunks apply sends at once: the server

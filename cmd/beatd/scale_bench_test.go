@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/harness"
 	"github.com/beatd/beatd/testkit/soak"
@@ -305,33 +306,13 @@ func auditSlots(t *testing.T, c *cluster, file string, from, to time.Time) (slot
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	got := map[string]int{}
-	n, err := c.rdb.LLen(ctx, "celery").Result()
+	msgs, err := chaos.ReadQueue(context.Background(), c.rdb, "celery")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := int64(0); i < n; i += 10000 {
-		raws, err := c.rdb.LRange(ctx, "celery", i, i+9999).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, raw := range raws {
-			var m struct {
-				Headers struct {
-					Entry string `json:"beat_entry"`
-					Slot  string `json:"beat_slot"`
-				} `json:"headers"`
-			}
-			if json.Unmarshal([]byte(raw), &m) != nil || m.Headers.Entry == "" {
-				continue
-			}
-			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
-			if err != nil {
-				t.Fatalf("slot header %q: %v", m.Headers.Slot, err)
-			}
-			got[m.Headers.Entry+"@"+strconv.FormatInt(slot.UnixNano(), 10)]++
-		}
+	got := map[string]int{}
+	for _, m := range msgs {
+		got[m.Entry+"@"+strconv.FormatInt(m.Slot.UnixNano(), 10)]++
 	}
 	for _, e := range cfg.Entries {
 		for s := e.Schedule.Next(from.Add(-time.Nanosecond)); !s.IsZero() && !s.After(to); s = e.Schedule.Next(s) {

@@ -2,13 +2,13 @@ package shardsim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/testutil"
 )
@@ -76,26 +76,13 @@ func TestShardedFailover(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	to := time.Now().Truncate(time.Second).Add(-2 * time.Second) // slots up to here are out
 
-	raws, err := rs.Client().LRange(context.Background(), "celery", 0, -1).Result()
+	msgs, err := chaos.ReadQueue(context.Background(), rs.Client(), "celery")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
-	for _, raw := range raws {
-		var m struct {
-			Headers struct {
-				Entry string `json:"beat_entry"`
-				Slot  string `json:"beat_slot"`
-			} `json:"headers"`
-		}
-		if err := json.Unmarshal([]byte(raw), &m); err != nil {
-			t.Fatal(err)
-		}
-		slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[m.Headers.Entry+"@"+strconv.FormatInt(slot.Unix(), 10)]++
+	for _, m := range msgs {
+		got[m.Entry+"@"+strconv.FormatInt(m.Slot.Unix(), 10)]++
 	}
 	var slots, dups, missed int
 	for _, e := range cfg.Entries {
