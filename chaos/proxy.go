@@ -41,6 +41,19 @@ func (p *Proxy) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.Port) }
 // Blackhole starts or stops dropping all traffic.
 func (p *Proxy) Blackhole(on bool) { p.blackout.Store(on) }
 
+// Reset closes every open connection and keeps accepting new ones, as a
+// middlebox that lost its state does. Bytes a black hole dropped leave
+// HTTP/2 and RESP streams with frames missing, which real TCP never
+// does; a test that ends a black hole and needs the streams sound again
+// resets them.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
 // Delay makes every answer from the target arrive d later (0: none), as
 // a slow disk under etcd makes each of its answers late. Bytes keep
 // their order and nothing queues behind the delay: each chunk is

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/internal/tlsfiles"
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // EtcdFlags are how every command reaches etcd.
@@ -61,7 +63,10 @@ func (f *EtcdFlags) Client() (*clientv3.Client, error) {
 		eps = []string{"http://127.0.0.1:2379"}
 	}
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		// A leader that lost etcd must see it back within a lease TTL,
+		// not after gRPC's minutes-long default backoff.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(retry.GRPCConnect(250*time.Millisecond, 2*time.Second, 3*time.Second))}}
 	cfg.AutoSyncInterval = f.autoSync
 	tc, err := f.TLSConfig()
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
 // Backoff returns an exponential backoff from initial, doubling up to max,
@@ -18,6 +20,19 @@ import (
 // computes the intervals.
 func Backoff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: initial, Multiplier: 2, MaxInterval: max, RandomizationFactor: 0.2}
+}
+
+// GRPCConnect is the same policy for a gRPC connection's redials (the
+// etcd client's), which gRPC runs on its own. Its defaults grow to 120 s
+// between attempts and give each handshake 20 s, so a replica cut off
+// from etcd for a minute could take minutes more to see it back; here
+// redials stay within max apart and a handshake that hangs (a black hole)
+// is abandoned after handshake.
+func GRPCConnect(initial, max, handshake time.Duration) grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           grpcbackoff.Config{BaseDelay: initial, Multiplier: 2, Jitter: 0.2, MaxDelay: max},
+		MinConnectTimeout: handshake,
+	}
 }
 
 // Sleep waits d on clock, or until ctx ends; it reports whether the wait

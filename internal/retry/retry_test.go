@@ -19,3 +19,13 @@ func TestBackoffGrowsToMaxWithJitter(t *testing.T) {
 		t.Errorf("after Reset: %v", got)
 	}
 }
+
+func TestGRPCConnectBoundsRedials(t *testing.T) {
+	p := GRPCConnect(250*time.Millisecond, 2*time.Second, 3*time.Second)
+	if p.Backoff.BaseDelay != 250*time.Millisecond || p.Backoff.MaxDelay != 2*time.Second || p.MinConnectTimeout != 3*time.Second {
+		t.Errorf("connect params %+v", p)
+	}
+	if p.Backoff.Multiplier != 2 || p.Backoff.Jitter != 0.2 {
+		t.Errorf("not the one policy (doubling, ±20%%): %+v", p.Backoff)
+	}
+}
