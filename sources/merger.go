@@ -102,9 +102,12 @@ type Merger struct {
 
 	mu       sync.Mutex
 	file     *config.Config
-	docs     map[string]map[string][]byte // source -> name -> entry document
+	rows     map[string]map[string]row    // source -> name -> its document, parsed
 	rowErrs  map[string]map[string]string // source -> name -> why it has no document
-	parsed   map[string]map[string]parsed // source -> name -> cache
+	// gen numbers the file's defaults (genOf is their hash): a row parsed
+	// under another generation is parsed again.
+	gen   uint32
+	genOf [32]byte
 	errs     map[string]error
 	invalid  map[string]map[string]string
 	conflict map[string]Conflict
@@ -119,13 +122,15 @@ type Merger struct {
 	conflictG prometheus.Gauge
 }
 
-// parsed caches one entry's validation, valid while the document and the
-// file's defaults are the same.
-type parsed struct {
-	doc      []byte // the source's own document (shared, never changed)
-	defaults [32]byte
-	entry    *config.Entry
-	err      error
+// row is one document of a source and its validation, valid while the
+// document and the file's defaults (generation gen) are the same. A
+// million of them are held at once, so it is kept small: the document
+// is the only copy beatd keeps, and one number stands for the defaults.
+type row struct {
+	doc   []byte // the source's own document (shared, never changed)
+	entry *config.Entry
+	err   error
+	gen   uint32
 }
 
 // New returns a Merger over file's config (which may be nil until SetFile).
@@ -136,7 +141,7 @@ func New(c Config) *Merger {
 	if len(c.Priority) == 0 {
 		c.Priority = DefaultPriority
 	}
-	m := &Merger{c: c, docs: map[string]map[string][]byte{}, rowErrs: map[string]map[string]string{}, parsed: map[string]map[string]parsed{},
+	m := &Merger{c: c, rows: map[string]map[string]row{}, rowErrs: map[string]map[string]string{},
 		errs: map[string]error{}, invalid: map[string]map[string]string{}, conflict: map[string]Conflict{},
 		entriesG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_entries",
 			Help: "Entries each source provides to the running config (after conflicts and invalid ones)."}, []string{"source"}),
@@ -181,7 +186,7 @@ func (m *Merger) SetFile(cfg *config.Config) error {
 	defer m.mu.Unlock()
 	prev := m.file
 	m.file = cfg
-	if err := m.applyLocked(); err != nil {
+	if err := m.applyLocked("", nil); err != nil {
 		m.file = prev
 		return err
 	}
@@ -201,15 +206,15 @@ func (m *Merger) SetSource(source string, docs map[string][]byte) error {
 func (m *Merger) SetSourceRows(source string, docs map[string][]byte, bad map[string]string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev, prevBad, hadErr := m.docs[source], m.rowErrs[source], m.errs[source]
-	m.docs[source], m.rowErrs[source] = docs, bad
+	prev, prevBad, hadErr := m.rows[source], m.rowErrs[source], m.errs[source]
+	m.rowErrs[source] = bad
 	delete(m.errs, source)
 	if hadErr != nil {
 		m.c.Logger.Info("source recovered", "source", source, "entries", len(docs))
 	}
 	m.upG.WithLabelValues(source).Set(1)
-	if err := m.applyLocked(); err != nil {
-		m.docs[source], m.rowErrs[source] = prev, prevBad
+	if err := m.applyLocked(source, docs); err != nil {
+		m.rows[source], m.rowErrs[source] = prev, prevBad
 		return err
 	}
 	return nil
@@ -222,7 +227,7 @@ func (m *Merger) SetError(source string, err error) {
 	defer m.mu.Unlock()
 	if prev := m.errs[source]; prev == nil || prev.Error() != err.Error() {
 		m.c.Logger.Error("source failed; keeping its last good entries", "source", source,
-			"entries", len(m.docs[source]), "err", err)
+			"entries", len(m.rows[source]), "err", err)
 	}
 	m.errs[source] = err
 	m.upG.WithLabelValues(source).Set(0)
@@ -241,11 +246,11 @@ func (m *Merger) Health() []Health {
 		case src == File:
 			continue
 		default:
-			docs, ok := m.docs[src]
+			rows, ok := m.rows[src]
 			if !ok && m.errs[src] == nil {
 				continue
 			}
-			h.Entries = len(docs)
+			h.Entries = len(rows)
 		}
 		if err := m.errs[src]; err != nil {
 			h.Error = err.Error()
@@ -266,7 +271,7 @@ func (m *Merger) Err() error {
 	var errs []error
 	for _, src := range m.c.Priority {
 		if err := m.errs[src]; err != nil {
-			errs = append(errs, fmt.Errorf("source %s (keeping its last good set of %d entries): %w", src, len(m.docs[src]), err))
+			errs = append(errs, fmt.Errorf("source %s (keeping its last good set of %d entries): %w", src, len(m.rows[src]), err))
 		}
 	}
 	return errors.Join(errs...)
@@ -294,9 +299,20 @@ func (m *Merger) Source(name string) string {
 	return ""
 }
 
-// applyLocked merges and applies; m.mu is held.
-func (m *Merger) applyLocked() error {
-	defaults := m.file.DefaultsHash()
+// defaultsGen is the generation of the file's defaults, a new one
+// whenever they change.
+func (m *Merger) defaultsGen() uint32 {
+	if h := m.file.DefaultsHash(); h != m.genOf || m.gen == 0 {
+		m.genOf = h
+		m.gen++
+	}
+	return m.gen
+}
+
+// applyLocked merges and applies, with docs as source's new documents
+// (source "": every source keeps its own); m.mu is held.
+func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
+	gen := m.defaultsGen()
 	// Each source's valid entries, sorted by name, in priority order.
 	lists := make([][]*config.Entry, 0, len(m.c.Priority))
 	for _, src := range m.c.Priority {
@@ -313,29 +329,51 @@ func (m *Merger) applyLocked() error {
 			lists = append(lists, m.file.Entries)
 			continue
 		}
-		cache := m.parsed[src]
-		next := make(map[string]parsed, len(m.docs[src]))
+		cache := m.rows[src]
+		next := cache
+		if src == source {
+			// A new set: a new map, rows carried over where the
+			// document is the same.
+			next = make(map[string]row, len(docs))
+			m.parseMany(src, cache, docs, gen, next)
+			for name, doc := range docs {
+				if _, ok := next[name]; !ok {
+					next[name] = m.parse(src, cache, name, doc, gen)
+				}
+			}
+		} else if next != nil {
+			// The same documents: parsed again in place only if the
+			// defaults changed.
+			stale := map[string][]byte{}
+			for name, r := range next {
+				if r.gen != gen {
+					stale[name] = r.doc
+				}
+			}
+			m.parseMany(src, nil, stale, gen, next)
+			for name, doc := range stale {
+				if next[name].gen != gen {
+					next[name] = m.parse(src, nil, name, doc, gen)
+				}
+			}
+		}
 		invalid := maps.Clone(m.rowErrs[src])
 		if invalid == nil {
 			invalid = map[string]string{}
 		}
-		valid := make([]*config.Entry, 0, len(m.docs[src]))
-		m.parseMany(src, cache, m.docs[src], defaults, next)
-		for name, doc := range m.docs[src] {
-			p, ok := next[name]
-			if !ok {
-				p = m.parse(src, cache, name, doc, defaults)
-				next[name] = p
-			}
-			if p.err != nil {
-				invalid[name] = p.err.Error()
+		valid := make([]*config.Entry, 0, len(next))
+		for name, r := range next {
+			if r.err != nil {
+				invalid[name] = r.err.Error()
 				continue
 			}
-			valid = append(valid, p.entry)
+			valid = append(valid, r.entry)
 		}
 		sort.Slice(valid, func(i, j int) bool { return valid[i].Name < valid[j].Name })
 		lists = append(lists, valid)
-		m.parsed[src] = next
+		if next != nil { // a source never set stays unseen
+			m.rows[src] = next
+		}
 		for name, msg := range invalid {
 			if old, was := m.invalid[src][name]; !was || old != msg {
 				m.c.Logger.Error("invalid entry left out; the source's other entries are used",
@@ -411,13 +449,13 @@ func (m *Merger) applyLocked() error {
 	return nil
 }
 
-// parse returns name's entry of source src from the cache when its
+// parse returns name's row of source src from the cache when its
 // document and the file's defaults are unchanged, else parsed anew.
-func (m *Merger) parse(src string, cache map[string]parsed, name string, doc []byte, defaults [32]byte) parsed {
-	if p, ok := cache[name]; ok && p.defaults == defaults && bytes.Equal(p.doc, doc) {
+func (m *Merger) parse(src string, cache map[string]row, name string, doc []byte, gen uint32) row {
+	if p, ok := cache[name]; ok && p.gen == gen && bytes.Equal(p.doc, doc) {
 		return p
 	}
-	p := parsed{doc: doc, defaults: defaults}
+	p := row{doc: doc, gen: gen}
 	p.entry, p.err = m.file.ParseEntry(name, doc)
 	if p.err == nil && m.c.Validate != nil {
 		if p.err = m.c.Validate(p.entry); p.err != nil {
@@ -433,14 +471,14 @@ func (m *Merger) parse(src string, cache map[string]parsed, name string, doc []b
 // parseMany parses, on every core, the documents of docs the cache does
 // not hold, when there are many (a leader's start reads a million), into
 // next; the rest are left to parse's cache.
-func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string][]byte, defaults [32]byte, next map[string]parsed) {
+func (m *Merger) parseMany(src string, cache map[string]row, docs map[string][]byte, gen uint32, next map[string]row) {
 	type job struct {
 		name string
 		doc  []byte
 	}
 	var jobs []job
 	for name, doc := range docs {
-		if p, ok := cache[name]; !ok || p.defaults != defaults || !bytes.Equal(p.doc, doc) {
+		if p, ok := cache[name]; !ok || p.gen != gen || !bytes.Equal(p.doc, doc) {
 			jobs = append(jobs, job{name, doc})
 		}
 	}
@@ -448,14 +486,14 @@ func (m *Merger) parseMany(src string, cache map[string]parsed, docs map[string]
 	if len(jobs) < parallelFrom || workers < 2 {
 		return
 	}
-	out := make([]parsed, len(jobs))
+	out := make([]row, len(jobs))
 	var wg sync.WaitGroup
 	per := (len(jobs) + workers - 1) / workers
 	for w := 0; w*per < len(jobs); w++ {
 		lo, hi := w*per, min((w+1)*per, len(jobs))
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
-				out[i] = m.parse(src, nil, jobs[i].name, jobs[i].doc, defaults)
+				out[i] = m.parse(src, nil, jobs[i].name, jobs[i].doc, gen)
 			}
 		})
 	}
@@ -480,16 +518,19 @@ const deltaMost = 50000
 // source's error, as SetSource does.
 func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
 	m.mu.Lock()
-	docs := m.docs[source]
-	if docs == nil {
-		docs = map[string][]byte{}
+	rows := m.rows[source]
+	if rows == nil {
+		rows = map[string]row{}
 	}
 	if m.c.ApplyDelta != nil && m.applied && m.errs[source] == nil && source != File &&
 		len(changes) <= deltaMost && len(changes) <= len(m.current.Entries)/4+16 {
 		defer m.mu.Unlock()
-		return m.updateLocked(source, docs, changes)
+		return m.updateLocked(source, rows, changes)
 	}
-	next := maps.Clone(docs)
+	next := make(map[string][]byte, len(rows)+len(changes))
+	for name, r := range rows {
+		next[name] = r.doc
+	}
 	for name, doc := range changes {
 		if doc == nil {
 			delete(next, name)
@@ -503,40 +544,33 @@ func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
 }
 
 // updateLocked is UpdateSource's entry-by-entry merge; m.mu is held.
-func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map[string][]byte) error {
-	defaults := m.file.DefaultsHash()
+func (m *Merger) updateLocked(source string, cache map[string]row, changes map[string][]byte) error {
+	gen := m.defaultsGen()
 	type undo struct {
-		doc     []byte
-		had     bool
-		p       parsed
+		p       row
 		hadP    bool
 		invalid string
 		hadInv  bool
 	}
 	undos := make(map[string]undo, len(changes))
-	if m.parsed[source] == nil {
-		m.parsed[source] = map[string]parsed{}
-	}
+	m.rows[source] = cache
 	if m.invalid[source] == nil {
 		m.invalid[source] = map[string]string{}
 	}
-	cache, invalid := m.parsed[source], m.invalid[source]
+	invalid := m.invalid[source]
 	names := make([]string, 0, len(changes))
 	for name, doc := range changes {
 		names = append(names, name)
 		u := undo{}
-		u.doc, u.had = docs[name]
 		u.p, u.hadP = cache[name]
 		u.invalid, u.hadInv = invalid[name]
 		undos[name] = u
 		delete(invalid, name)
 		if doc == nil {
-			delete(docs, name)
 			delete(cache, name)
 			continue
 		}
-		docs[name] = doc
-		p := m.parse(source, cache, name, doc, defaults)
+		p := m.parse(source, cache, name, doc, gen)
 		cache[name] = p
 		if p.err != nil {
 			if u.invalid != p.err.Error() {
@@ -546,15 +580,9 @@ func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map
 			invalid[name] = p.err.Error()
 		}
 	}
-	m.docs[source] = docs
 	sort.Strings(names)
 	restore := func() {
 		for name, u := range undos {
-			if u.had {
-				docs[name] = u.doc
-			} else {
-				delete(docs, name)
-			}
 			if u.hadP {
 				cache[name] = u.p
 			} else {
@@ -579,7 +607,7 @@ func (m *Merger) updateLocked(source string, docs map[string][]byte, changes map
 				if m.file != nil {
 					e = m.file.Entry(name)
 				}
-			} else if p, ok := m.parsed[src][name]; ok && p.entry != nil {
+			} else if p, ok := m.rows[src][name]; ok && p.entry != nil {
 				e = p.entry
 			}
 			if e == nil {

@@ -102,6 +102,19 @@ func TestMergerSourcesConflictsAndBadEntries(t *testing.T) {
 	if m.Current().Entry("b") == nil {
 		t.Error("a failed apply replaced the running merge")
 	}
+	// A file change whose apply fails leaves the api entries parsed
+	// under its defaults in the cache; the next merge, under the file
+	// kept, parses them again.
+	if err := m.SetFile(mustParse(t, "defaults: {options: {queue: refused}}\nentries:\n  a: {task: t.a, every: 10s}\n")); err == nil {
+		t.Error("failed apply not reported")
+	}
+	m.c.Apply = func(c *config.Config) error { applied = c; return nil }
+	if err := m.SetSource(API, map[string][]byte{"b": []byte(`{"task":"t.b","every":"5s"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if q := applied.Entry("b").Options.Queue; q != "high" {
+		t.Errorf("after a refused file, api entry has queue %q, want the kept file's high", q)
+	}
 }
 
 func TestParsePriority(t *testing.T) {
