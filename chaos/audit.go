@@ -228,7 +228,7 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 					ref.Reason = "catchup_once: an older slot of an outage"
 				case takeover && e.Catchup == config.CatchupSkip:
 					ref.Reason = "catchup_skip"
-				case takeover && e.Catchup == config.CatchupAll && len(run)-n > e.MaxCatchup:
+				case takeover && e.Catchup == config.CatchupAll && len(run)-n > int(e.MaxCatchup):
 					ref.Reason = "max_catchup"
 				case takeover && e.Catchup == config.CatchupAll && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
 					ref.Reason = "catchup_window"

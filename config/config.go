@@ -93,17 +93,20 @@ type Entry struct {
 	Kwargs        *celery.Map
 	Options       *celery.SendOptions // read-only: entries may share them
 	Enabled       bool
+	relative      bool // every's grid is clock-aligned (read while decoding)
 	Catchup       CatchupPolicy
 	CatchupWindow time.Duration
-	MaxCatchup    int
 	Jitter        time.Duration
 	// Overlap is what a slot does while the previous run is unfinished;
 	// OverlapTimeout (0: see OverlapDeadline) is how long an unfinished
 	// run blocks; PauseAfterFailures (0: never) pauses the entry after
 	// that many failed runs in a row.
-	Overlap            OverlapPolicy
-	OverlapTimeout     time.Duration
-	PauseAfterFailures int
+	Overlap        OverlapPolicy
+	OverlapTimeout time.Duration
+	// MaxCatchup and PauseAfterFailures are int32, side by side, for the
+	// Entry's size (see Line).
+	MaxCatchup         int32
+	PauseAfterFailures int32
 	StartAt            time.Time
 	// EndAt (end_at) is when the entry's last slot may fall; MaxRuns
 	// (max_runs, 0: no limit) how many scheduled runs it makes in all.
@@ -113,14 +116,18 @@ type Entry struct {
 	// Exclude are the calendars whose days the entry skips, read in its
 	// zone.
 	Exclude      []*Calendar
-	Line, Column int
-	relative     bool // every's grid is clock-aligned (read while decoding)
+	// Line and Column are where the entry's name is in its file (int32:
+	// a million entries are held at once, and the fields here are sized
+	// so that an Entry fits a 288-byte allocation).
+	Line, Column int32
 	// Source names where the entry came from: "" or "file" for
 	// schedules.yaml, "api", "django-celery-beat".
 	Source string
 	// Fingerprint changes whenever anything that shapes the entry's slots
-	// or messages changes, in the entry or in the defaults it inherits.
-	Fingerprint [32]byte
+	// or messages changes, in the entry or in the defaults it inherits:
+	// the first half of a SHA-256, as unlikely to collide for one entry's
+	// two versions as the whole.
+	Fingerprint [16]byte
 }
 
 // Error is one problem in a config file, at a position.
@@ -250,7 +257,7 @@ type defaults struct {
 	options       map[string]field
 	catchup       CatchupPolicy
 	catchupWindow time.Duration
-	maxCatchup    int
+	maxCatchup    int32
 	jitter        time.Duration
 	enabled       bool
 	run           runPolicy
@@ -413,7 +420,7 @@ func (d *decoder) yamlError(err error) {
 	d.errs = append(d.errs, &Error{File: d.file, Line: line, Column: 1, Msg: "invalid YAML: " + msg})
 }
 
-func (d *decoder) policyFields(f map[string]field, catchup *CatchupPolicy, window *time.Duration, maxCatchup *int, jitter *time.Duration, enabled *bool) {
+func (d *decoder) policyFields(f map[string]field, catchup *CatchupPolicy, window *time.Duration, maxCatchup *int32, jitter *time.Duration, enabled *bool) {
 	if v, ok := f["catchup"]; ok {
 		switch p := CatchupPolicy(scalar(v.val)); p {
 		case CatchupOnce, CatchupAll, CatchupSkip:
@@ -432,7 +439,7 @@ func (d *decoder) policyFields(f map[string]field, catchup *CatchupPolicy, windo
 			if n < 1 || n > 100000 {
 				d.errorf(v.val, "max_catchup must be between 1 and 100000, got %d", n)
 			} else {
-				*maxCatchup = n
+				*maxCatchup = int32(n)
 			}
 		}
 	}
@@ -465,7 +472,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if f == nil {
 		return nil
 	}
-	e := &Entry{Name: name, Location: defLoc, Line: key.Line, Column: key.Column,
+	e := &Entry{Name: name, Location: defLoc, Line: int32(key.Line), Column: int32(key.Column),
 		Catchup: def.catchup, CatchupWindow: def.catchupWindow, MaxCatchup: def.maxCatchup,
 		Jitter: def.jitter, Enabled: def.enabled}
 	if v, ok := f["task"]; ok {
@@ -563,7 +570,8 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if len(d.errs) > before {
 		return nil
 	}
-	h.Sum(e.Fingerprint[:0])
+	var sum [sha256.Size]byte
+	copy(e.Fingerprint[:], h.Sum(sum[:0]))
 	return e
 }
 

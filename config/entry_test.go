@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestParseEntryMatchesFile(t *testing.T) {
@@ -145,5 +146,14 @@ func TestFollowing(t *testing.T) {
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("Following(%q, %q) = %v, want %s", tc.after, tc.prefix, got, tc.want)
 		}
+	}
+}
+
+// TestEntryFitsItsAllocation: a million entries are held at once, and an
+// Entry's fields are sized and ordered to fit a 288-byte allocation (Go's
+// next size class is 320: 32 MB more at a million).
+func TestEntryFitsItsAllocation(t *testing.T) {
+	if n := unsafe.Sizeof(Entry{}); n > 288 {
+		t.Errorf("config.Entry is %d bytes, over the 288-byte size class", n)
 	}
 }

@@ -31,7 +31,7 @@ const overlapSlack = 5 * time.Minute
 type runPolicy struct {
 	overlap        OverlapPolicy
 	overlapTimeout time.Duration // 0: derived from the task's time_limit
-	pauseAfter     int
+	pauseAfter     int32
 }
 
 // runPolicyFields decodes overlap, overlap_timeout and
@@ -55,7 +55,7 @@ func (d *decoder) runPolicyFields(f map[string]field, p *runPolicy) {
 			if n < 0 || n > 1000000 {
 				d.errorf(v.val, "pause_after_failures must be between 0 (never) and 1000000, got %d", n)
 			} else {
-				p.pauseAfter = n
+				p.pauseAfter = int32(n)
 			}
 		}
 	}

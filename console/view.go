@@ -711,7 +711,7 @@ func definition(e *config.Entry, file string) []defRow {
 		opt("ignore_result", "true")
 	}
 	d = append(d, defRow{"enabled", strconv.FormatBool(e.Enabled)}, defRow{"catchup", string(e.Catchup)},
-		defRow{"catchup_window", schedule.WordsDuration(e.CatchupWindow)}, defRow{"max_catchup", strconv.Itoa(e.MaxCatchup)})
+		defRow{"catchup_window", schedule.WordsDuration(e.CatchupWindow)}, defRow{"max_catchup", strconv.Itoa(int(e.MaxCatchup))})
 	if e.Jitter > 0 {
 		opt("jitter", schedule.WordsDuration(e.Jitter))
 	}

@@ -53,7 +53,7 @@ func planCatchup(e *config.Entry, sched schedule.Schedule, st *store.EntryState,
 	}
 	limit := 1
 	if e.Catchup == config.CatchupAll {
-		limit = e.MaxCatchup
+		limit = int(e.MaxCatchup)
 	}
 	missed := schedule.Missed(sched, from, now, limit)
 	slots := missed.Slots

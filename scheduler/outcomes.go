@@ -291,7 +291,7 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 	if e == nil {
 		return
 	}
-	if n := e.PauseAfterFailures; n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
+	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
 		o.PauseReason = pauseReason(o.Failures, run)
 		l.s.log.Warn("paused after consecutive failures", "entry", name, "failures", o.Failures, "reason", o.PauseReason)

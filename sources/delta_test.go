@@ -112,7 +112,7 @@ func mapsKeys(m map[string][]byte) func(func(string) bool) {
 func sameMerge(a, b *Merger) error {
 	type row struct {
 		Name, Source string
-		FP           [32]byte
+		FP           [16]byte
 	}
 	rows := func(m *Merger) []row {
 		var out []row

@@ -42,10 +42,12 @@ type EntryState struct {
 	// slot due before anyone fired the entry is still owed after a
 	// failover, and slots from before a change or a pause are not.
 	Since     time.Time
-	Paused    bool
 	RemovedAt time.Time // set when the entry left the config
+	Paused    bool
 	// Imported says LastSlot came from another scheduler (beatd import
 	// --state), not from a beatd publish; the first fire clears it.
+	// (Next to Paused: a million states are held at once, and the pair
+	// keeps one in a 112-byte allocation.)
 	Imported bool
 	// Out is what the entry's runs did on the workers, once any outcome
 	// is tracked for it (nil before). It is shared by copies of the

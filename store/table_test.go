@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func sameState(a, b EntryState) bool {
@@ -111,5 +112,13 @@ func TestPrune(t *testing.T) {
 	}
 	if _, ok := tab.Get("gone"); ok || tab.Len() != 2 || len(tab.States()) != 2 {
 		t.Fatalf("after grace: %d entries", tab.Len())
+	}
+}
+
+// TestEntryStateFitsItsAllocation: a leader holds every entry's state,
+// and EntryState's bools sit together to fit a 112-byte allocation.
+func TestEntryStateFitsItsAllocation(t *testing.T) {
+	if n := unsafe.Sizeof(EntryState{}); n > 112 {
+		t.Errorf("store.EntryState is %d bytes, over the 112-byte size class", n)
 	}
 }
