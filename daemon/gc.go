@@ -19,32 +19,49 @@ const defaultGCPercent = 30
 // entries firing every second, for a few MiB of RSS.
 const smallConfig = 10_000
 
+// largeConfig is the fewest entries for which the GC runs at
+// largeGCPercent. A heap of a gigabyte and more (~1.2 KB an entry) grown
+// by 30% holds hundreds of MB of garbage: at a million entries RSS was
+// 1.76 GB over a 1.2 GB live heap. Its garbage comes slowly (a few MB a
+// second at ~300 fires/s), so collecting at 15% costs a GC every half
+// minute or so.
+const (
+	largeConfig    = 250_000
+	largeGCPercent = 15
+)
+
 func setGCPercent() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
 }
 
+// gcPercentFor is the GC's growth for a running config of n entries.
+func gcPercentFor(n int) int {
+	switch {
+	case n <= smallConfig:
+		return 100
+	case n >= largeConfig:
+		return largeGCPercent
+	default:
+		return defaultGCPercent
+	}
+}
+
 // tuneGC picks the GC's growth for a config of n entries, after the
-// sources are read and whenever the running config changes size. A large
-// config keeps the start-up's tight growth: a leader's first term
-// (baselines for every entry, the first state write) comes after this,
-// and a large heap's headroom is what costs RSS; a config the entries API
-// grows past smallConfig at run time gets it too.
+// sources are read and whenever the running config changes size. A
+// mid-sized config keeps the start-up's tight growth: a leader's first
+// term (baselines for every entry, the first state write) comes after
+// this, and a large heap's headroom is what costs RSS; a config the
+// entries API grows past smallConfig at run time gets it too.
 func tuneGC(n int) {
 	if os.Getenv("GOGC") != "" {
 		return
 	}
-	small := n <= smallConfig
-	if gcSmall.Swap(small) != small || !gcTuned.Swap(true) {
-		if small {
-			debug.SetGCPercent(100)
-		} else {
-			debug.SetGCPercent(defaultGCPercent)
-		}
+	if p := int32(gcPercentFor(n)); gcSet.Swap(p) != p {
+		debug.SetGCPercent(int(p))
 	}
 }
 
-// gcSmall is the growth tuneGC last set (true: 100%); gcTuned says it set
-// one.
-var gcSmall, gcTuned atomic.Bool
+// gcSet is the growth tuneGC last set (0: none yet).
+var gcSet atomic.Int32
