@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -132,30 +134,33 @@ func (c *cluster) run(ctx context.Context) {
 func (c *cluster) load(ctx context.Context) (int64, error) {
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := c.cli.Get(lctx, keys.State(c.prefix), clientv3.WithPrefix())
-	if err != nil {
-		return 0, fmt.Errorf("console: load entry state: %w", err)
-	}
-	states := make(map[string]*store.EntryState, len(resp.Kvs))
+	states := map[string]*store.EntryState{}
 	byBucket, home := map[string][]string{}, map[string]string{}
-	for _, kv := range resp.Kvs {
+	rev, err := etcdscan.Prefix(lctx, c.cli, keys.State(c.prefix), statePage, func(kv *mvccpb.KeyValue) {
 		b, recs := c.decodeBucket(kv.Key, kv.Value)
 		if b == "" {
-			continue
+			return
 		}
 		for i := range recs {
 			states[recs[i].Name] = &recs[i]
 			byBucket[b] = append(byBucket[b], recs[i].Name)
 			home[recs[i].Name] = b
 		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("console: load entry state: %w", err)
 	}
 	c.mu.Lock()
 	c.states, c.byBucket, c.home = states, byBucket, home
 	c.gen++
 	c.loadErr = nil
 	c.mu.Unlock()
-	return resp.Header.Revision, nil
+	return rev, nil
 }
+
+// statePage is how many state buckets (of up to ~64 entries) a page of
+// the mirror's first read holds.
+const statePage = 2048
 
 // decodeBucket returns a state bucket's key suffix and entries; "" for a
 // key or value this version cannot read (the scheduler reports those).

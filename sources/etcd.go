@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/jonboulle/clockwork"
@@ -61,27 +62,11 @@ func (s *Entries) List(ctx context.Context) ([]Doc, int64, error) {
 // listPage, every page at the first page's revision, so what it sees is
 // one consistent snapshot. It returns that revision.
 func (s *Entries) scan(ctx context.Context, fn func(Doc)) (int64, error) {
-	from, end := s.prefix, clientv3.GetPrefixRangeEnd(s.prefix)
-	var rev int64
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := s.cli.Get(ctx, from, opts...)
-		if err != nil {
-			return 0, fmt.Errorf("entries: list: %w", err)
-		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			fn(s.doc(kv))
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	rev, err := etcdscan.Prefix(ctx, s.cli, s.prefix, listPage, func(kv *mvccpb.KeyValue) { fn(s.doc(kv)) })
+	if err != nil {
+		return 0, fmt.Errorf("entries: list: %w", err)
 	}
+	return rev, nil
 }
 
 // doc is a stored key-value as a Doc.

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -95,32 +97,15 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 	var (
 		kvs    []kv
 		layout = map[int]int{} // digits -> keys
-		rev    int64
-		from   = s.bucketPrefix()
-		end    = clientv3.GetPrefixRangeEnd(s.bucketPrefix())
 	)
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(statePage)}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := s.cli.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("store: load: %w", err)
-		}
-		rev = resp.Header.Revision
-		for _, r := range resp.Kvs {
-			suffix, ok := BucketAt(s.prefix, r.Key)
-			if !ok {
-				continue
-			}
+	_, err := etcdscan.Prefix(ctx, s.cli, s.bucketPrefix(), statePage, func(r *mvccpb.KeyValue) {
+		if suffix, ok := BucketAt(s.prefix, r.Key); ok {
 			kvs = append(kvs, kv{suffix, r.Value, r.ModRevision})
 			layout[len(suffix)]++
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: load: %w", err)
 	}
 	var t *Table
 	switch len(layout) {
