@@ -115,7 +115,7 @@ type Entry struct {
 	MaxRuns int
 	// Exclude are the calendars whose days the entry skips, read in its
 	// zone.
-	Exclude      []*Calendar
+	Exclude []*Calendar
 	// Line and Column are where the entry's name is in its file (int32:
 	// a million entries are held at once, and the fields here are sized
 	// so that an Entry fits a 288-byte allocation).

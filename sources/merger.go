@@ -100,14 +100,14 @@ type Config struct {
 type Merger struct {
 	c Config
 
-	mu       sync.Mutex
-	file     *config.Config
-	rows     map[string]map[string]row    // source -> name -> its document, parsed
-	rowErrs  map[string]map[string]string // source -> name -> why it has no document
+	mu      sync.Mutex
+	file    *config.Config
+	rows    map[string]map[string]row    // source -> name -> its document, parsed
+	rowErrs map[string]map[string]string // source -> name -> why it has no document
 	// gen numbers the file's defaults (genOf is their hash): a row parsed
 	// under another generation is parsed again.
-	gen   uint32
-	genOf [32]byte
+	gen      uint32
+	genOf    [32]byte
 	errs     map[string]error
 	invalid  map[string]map[string]string
 	conflict map[string]Conflict

@@ -106,7 +106,11 @@ type scalePoint struct {
 	EtcdDBBytes, BrokerBytes, MetricsBytes int64
 	EtcdRSS                                int64
 	StatusBytes, ListPageBytes             int64
-	Duplicates, Missed, Audited            int
+	// PutToFire is from a PUT of one new entry (every second) to its
+	// first message; Console the overview page's time and size.
+	PutToFire, ConsoleSeconds   float64
+	ConsoleBytes                int64
+	Duplicates, Missed, Audited int
 }
 
 // TestBenchScale measures beatd at each of -scale-sizes runtime entries
@@ -124,13 +128,13 @@ func TestBenchScale(t *testing.T) {
 		}
 		t.Run(s, func(t *testing.T) { points = append(points, benchScaleAt(t, n)) })
 	}
-	t.Logf("| entries | apply entries/s | standby boot | failover: elected / start / first fire (s) | standby peak RSS | leader RSS | fires/s | lag p99 | etcd DB | etcd RSS | broker | /metrics | /status | list page | audit |")
-	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	t.Logf("| entries | apply entries/s | standby boot | failover: elected / start / first fire (s) | standby peak RSS | leader RSS | fires/s | lag p99 | etcd DB | etcd RSS | broker | /metrics | /status | list page | PUT → first fire | console overview | audit |")
+	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, p := range points {
-		t.Logf("| %d | %.0f (%.1f s) | %.1f s | %.1f / %.1f / %.1f | %s | %s | %.0f | ≤ %s | %s | %s | %s | %s | %s | %s | %d slots, %d duplicate, %d missed |",
+		t.Logf("| %d | %.0f (%.1f s) | %.1f s | %.1f / %.1f / %.1f | %s | %s | %.0f | ≤ %s | %s | %s | %s | %s | %s | %s | %.2f s | %.2f s, %s | %d slots, %d duplicate, %d missed |",
 			p.Entries, p.ApplyPerSecond, p.ApplySeconds, p.StandbyBoot, p.ElectedAfter, p.StartSeconds, p.FirstFireAfter,
 			mib(p.StandbyPeakRSS), mib(p.LeaderRSS), p.FiresPerSecond, p.LagP99, mib(p.EtcdDBBytes), mib(p.EtcdRSS),
-			mib(p.BrokerBytes), kib(p.MetricsBytes), kib(p.StatusBytes), kib(p.ListPageBytes), p.Audited, p.Duplicates, p.Missed)
+			mib(p.BrokerBytes), kib(p.MetricsBytes), kib(p.StatusBytes), kib(p.ListPageBytes), p.PutToFire, p.ConsoleSeconds, kib(p.ConsoleBytes), p.Audited, p.Duplicates, p.Missed)
 	}
 	for _, p := range points {
 		t.Logf("%d entries: %.0f bytes of standby peak RSS and %.2f µs of start per entry", p.Entries,
@@ -209,6 +213,10 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	p.MetricsBytes = bodySize(t, lead.URL("/metrics"))
 	p.StatusBytes = bodySize(t, lead.URL("/status"))
 	p.ListPageBytes = bodySize(t, lead.URL("/api/v1/entries"))
+	at := time.Now()
+	p.ConsoleBytes = bodySize(t, lead.URL("/"))
+	p.ConsoleSeconds = time.Since(at).Seconds()
+	p.PutToFire = putToFire(t, c, lead)
 
 	// kill -9 of the leader; the standby takes over.
 	auditFrom := time.Now()
@@ -235,6 +243,29 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	}
 	standby.Kill()
 	return p
+}
+
+// putToFire PUTs one new entry, firing every second on a queue of its
+// own (the audit reads "celery"), and times it to its first message.
+func putToFire(t *testing.T, c *cluster, r *replica) float64 {
+	body := `{"task":"tasks.add","every":"1s","options":{"queue":"put-probe"}}`
+	req, _ := http.NewRequest(http.MethodPut, r.URL("/api/v1/entries/put-probe"), strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer test-token")
+	req.Header.Set("Content-Type", "application/json")
+	put := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("PUT: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT: %s", resp.Status)
+	}
+	waitFor(t, 30*time.Second, "the PUT entry's first message", func() bool {
+		n, err := c.rdb.LLen(t.Context(), "put-probe").Result()
+		return err == nil && n > 0
+	})
+	return time.Since(put).Seconds()
 }
 
 func bodySize(t *testing.T, url string) int64 {
