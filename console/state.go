@@ -136,7 +136,7 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 	defer cancel()
 	states := map[string]*store.EntryState{}
 	byBucket, home := map[string][]string{}, map[string]string{}
-	rev, err := etcdscan.Prefix(lctx, c.cli, keys.State(c.prefix), statePage, func(kv *mvccpb.KeyValue) {
+	rev, err := etcdscan.Prefix(lctx, c.cli, keys.State(c.prefix), store.StatePage, func(kv *mvccpb.KeyValue) {
 		b, recs := c.decodeBucket(kv.Key, kv.Value)
 		if b == "" {
 			return
@@ -157,10 +157,6 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 	c.mu.Unlock()
 	return rev, nil
 }
-
-// statePage is how many state buckets (of up to ~64 entries) a page of
-// the mirror's first read holds.
-const statePage = 2048
 
 // decodeBucket returns a state bucket's key suffix and entries; "" for a
 // key or value this version cannot read (the scheduler reports those).

@@ -335,12 +335,7 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 			// A new set: a new map, rows carried over where the
 			// document is the same.
 			next = make(map[string]row, len(docs))
-			m.parseMany(src, cache, docs, gen, next)
-			for name, doc := range docs {
-				if _, ok := next[name]; !ok {
-					next[name] = m.parse(src, cache, name, doc, gen)
-				}
-			}
+			m.parseAll(src, cache, docs, gen, next)
 		} else if next != nil {
 			// The same documents: parsed again in place only if the
 			// defaults changed.
@@ -350,12 +345,7 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 					stale[name] = r.doc
 				}
 			}
-			m.parseMany(src, nil, stale, gen, next)
-			for name, doc := range stale {
-				if next[name].gen != gen {
-					next[name] = m.parse(src, nil, name, doc, gen)
-				}
-			}
+			m.parseAll(src, nil, stale, gen, next)
 		}
 		invalid := maps.Clone(m.rowErrs[src])
 		if invalid == nil {
@@ -468,22 +458,27 @@ func (m *Merger) parse(src string, cache map[string]row, name string, doc []byte
 	return p
 }
 
-// parseMany parses, on every core, the documents of docs the cache does
-// not hold, when there are many (a leader's start reads a million), into
-// next; the rest are left to parse's cache.
-func (m *Merger) parseMany(src string, cache map[string]row, docs map[string][]byte, gen uint32, next map[string]row) {
+// parseAll puts the row of every document of docs into next: the
+// cache's where it still holds, else parsed, on every core when there
+// are many (a leader's start reads a million).
+func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]byte, gen uint32, next map[string]row) {
 	type job struct {
 		name string
 		doc  []byte
 	}
 	var jobs []job
 	for name, doc := range docs {
-		if p, ok := cache[name]; !ok || p.gen != gen || !bytes.Equal(p.doc, doc) {
+		if p, ok := cache[name]; ok && p.gen == gen && bytes.Equal(p.doc, doc) {
+			next[name] = p
+		} else {
 			jobs = append(jobs, job{name, doc})
 		}
 	}
 	workers := runtime.GOMAXPROCS(0)
 	if len(jobs) < parallelFrom || workers < 2 {
+		for _, j := range jobs {
+			next[j.name] = m.parse(src, nil, j.name, j.doc, gen)
+		}
 		return
 	}
 	out := make([]row, len(jobs))

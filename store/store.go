@@ -78,10 +78,11 @@ func BucketAt(prefix string, key []byte) (suffix string, ok bool) {
 	return suffix, true
 }
 
-// statePage is how many bucket keys one range read of Load returns: the
-// 65,536 buckets of a million entries (~20 MB) are 32 reads of ~600 KB,
-// not 256 round trips, nor one read that etcd must build whole.
-const statePage = 2048
+// StatePage is how many bucket keys one range read of the state table
+// returns (Load's, and the console's mirror): the 65,536 buckets of a
+// million entries (~20 MB) are 32 reads of ~600 KB, not 256 round trips,
+// nor one read that etcd must build whole.
+const StatePage = 2048
 
 // Load reads every entry's state. Buckets are read in pages, all at the
 // first page's revision. Keys of more than one layout (a move between
@@ -98,7 +99,7 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 		kvs    []kv
 		layout = map[int]int{} // digits -> keys
 	)
-	_, err := etcdscan.Prefix(ctx, s.cli, s.bucketPrefix(), statePage, func(r *mvccpb.KeyValue) {
+	_, err := etcdscan.Prefix(ctx, s.cli, s.bucketPrefix(), StatePage, func(r *mvccpb.KeyValue) {
 		if suffix, ok := BucketAt(s.prefix, r.Key); ok {
 			kvs = append(kvs, kv{suffix, r.Value, r.ModRevision})
 			layout[len(suffix)]++
