@@ -1,6 +1,7 @@
 package console
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -21,6 +22,8 @@ type Timeline struct {
 	since   time.Time
 	minutes [60]minuteStats
 	entries map[string]*entryStats
+	swept   int64 // the minute of the last sweep
+	peak    int   // the most records since the map was last copied
 }
 
 // lag histogram: bucket i holds lags up to lagBase·lagGrowth^i, so the p99
@@ -38,14 +41,32 @@ type minuteStats struct {
 	lag    [lagBuckets]uint32
 }
 
+// entryStats is one entry's record, kept small: a leader at a million
+// entries holds one for each entry that fired in the last hour. Times are
+// Unix nanoseconds (0: none), minutes are Unix minutes.
 type entryStats struct {
-	last     int64 // Unix minute of the newest count
-	counts   [60]uint16
-	result   broker.Result
-	manual   bool
-	at       time.Time // when the last fire was observed
-	lastSlot time.Time // newest scheduled slot published (ok or duplicate)
+	at       int64 // when the last fire was observed
+	lastSlot int64 // newest scheduled slot published (ok or duplicate)
+	// The fires of the last hour: the minutes of the last few, until an
+	// entry fires more often than that in an hour; then a count per
+	// minute. Most entries at scale fire a few times an hour, and the
+	// 120 bytes of counts would be most of the record.
+	counts *[60]uint16
+	recent [recentFires]int32
+	nrec   uint8
+	result broker.Result
+	manual bool
+	last   int32 // minute of the newest fire or error
 }
+
+// recentFires is how many fires an hour an entry's record holds before
+// it counts them per minute.
+const recentFires = 4
+
+// sweepEvery is how many minutes apart Observe drops the records of
+// entries that have not fired for an hour: their persisted state says
+// what the record did, and churn (tenants come and go) must not grow it.
+const sweepEvery = 10
 
 // NewTimeline returns an empty timeline reading the time from now (nil:
 // time.Now).
@@ -83,41 +104,123 @@ func (t *Timeline) Observe(term int64, entry string, slot time.Time, r broker.Re
 	}
 	e := t.entries[entry]
 	if e == nil {
-		e = &entryStats{last: min}
+		e = &entryStats{last: int32(min)}
 		t.entries[entry] = e
 	}
-	e.roll(min)
+	if e.counts != nil {
+		e.roll(int32(min))
+	}
+	e.last = max(e.last, int32(min))
 	if ok {
-		e.counts[min%60]++
-		if !manual && slot.After(e.lastSlot) {
-			e.lastSlot = slot
+		e.count(int32(min))
+		if ns := nanos(slot); !manual && ns > e.lastSlot {
+			e.lastSlot = ns
 		}
 	}
-	e.result, e.manual, e.at = r, manual, now
+	e.result, e.manual, e.at = r, manual, now.UnixNano()
+	if min-t.swept >= sweepEvery {
+		t.sweep(int32(min))
+	}
+}
+
+// count adds a fire in minute min.
+func (e *entryStats) count(min int32) {
+	if e.counts == nil {
+		if i := e.slotFor(min); i >= 0 {
+			e.recent[i] = min
+			return
+		}
+		// A fifth fire within the hour: count per minute from here.
+		// The newest observation (last) is this minute, and every
+		// fire in recent is of the hour up to it.
+		e.counts = new([60]uint16)
+		for _, m := range e.recent[:e.nrec] {
+			e.counts[m%60]++
+		}
+	}
+	e.counts[min%60]++
+}
+
+// slotFor is where in recent a fire of minute min goes (a free slot or
+// one older than an hour), or -1 when all hold fires of the last hour.
+func (e *entryStats) slotFor(min int32) int {
+	if int(e.nrec) < len(e.recent) {
+		e.nrec++
+		return int(e.nrec) - 1
+	}
+	for i, m := range e.recent {
+		if m <= min-60 {
+			return i
+		}
+	}
+	return -1
 }
 
 // roll zeroes the buckets of the minutes since the last count.
-func (e *entryStats) roll(min int64) {
+func (e *entryStats) roll(min int32) {
 	if min-e.last >= 60 {
-		e.counts = [60]uint16{}
+		*e.counts = [60]uint16{}
 	} else {
 		for m := e.last + 1; m <= min; m++ {
 			e.counts[m%60] = 0
 		}
 	}
-	if min > e.last {
-		e.last = min
-	}
+	e.last = max(e.last, min)
 }
 
-func (e *entryStats) hour(min int64) int {
+// hour is the fires in the hour up to minute min.
+func (e *entryStats) hour(min int32) int {
 	n := 0
+	if e.counts == nil {
+		for _, m := range e.recent[:e.nrec] {
+			if m > min-60 && m <= min {
+				n++
+			}
+		}
+		return n
+	}
 	for m := min - 59; m <= min; m++ {
 		if m > e.last-60 && m <= e.last {
 			n += int(e.counts[m%60])
 		}
 	}
 	return n
+}
+
+// sweep drops the entries that have not fired in the hour up to min; the
+// caller holds mu. A map does not shrink, so one that lost most of its
+// records is copied.
+func (t *Timeline) sweep(min int32) {
+	t.swept = int64(min)
+	kept := 0
+	for name, e := range t.entries {
+		if e.last <= min-60 {
+			delete(t.entries, name)
+		} else {
+			kept++
+		}
+	}
+	if kept < t.peak/2 {
+		fresh := make(map[string]*entryStats, kept)
+		maps.Copy(fresh, t.entries)
+		t.entries, t.peak = fresh, kept
+	}
+	t.peak = max(t.peak, kept)
+}
+
+// nanos and fromNanos convert a record's times; 0 is the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 func lagBucket(lag time.Duration) int {
@@ -174,7 +277,7 @@ func (t *Timeline) Snapshot(names []string) Snapshot {
 	}
 	for _, n := range names {
 		if e := t.entries[n]; e != nil {
-			s.Entries[n] = EntryFires{LastHour: e.hour(cur), Result: e.result.String(), Manual: e.manual, At: e.at}
+			s.Entries[n] = EntryFires{LastHour: e.hour(int32(cur)), Result: e.result.String(), Manual: e.manual, At: fromNanos(e.at)}
 		}
 	}
 	return s
@@ -209,7 +312,7 @@ func (t *Timeline) Backlog(term int64, persisted func(name string) time.Time) (i
 	}
 	n := 0
 	for name, e := range t.entries {
-		if !e.lastSlot.IsZero() && e.lastSlot.After(persisted(name)) {
+		if e.lastSlot != 0 && e.lastSlot > nanos(persisted(name)) {
 			n++
 		}
 	}
