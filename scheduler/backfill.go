@@ -254,7 +254,7 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		return true
 	}
 	run := &backfillRun{job: job, reqKey: r.Key, origin: now, savedAt: now}
-	e := l.set.byName[job.Entry]
+	e := l.set.get(job.Entry)
 	if e == nil {
 		l.endBackfill(ctx, run, store.BackfillInterrupted, "the entry is not in the config", now)
 		return true
@@ -335,8 +335,8 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 // publish: its next slot, or a pending (catch-up) one. Zero: none.
 func (l *loop) ownedFrom(name string) time.Time {
 	var t time.Time
-	if it := l.items[name]; it != nil {
-		t = it.slot
+	if e := l.set.get(name); e != nil && e.it != nil {
+		t = e.it.slot
 	}
 	for _, p := range l.pending {
 		if p.e.Name == name && !p.manual && p.bf == nil && (t.IsZero() || p.slot.Before(t)) {
@@ -489,7 +489,7 @@ func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []st
 // definition, and interrupts those whose entry left the config.
 func (l *loop) reloadBackfills(ctx context.Context, now time.Time) {
 	for id, run := range l.backfills {
-		e := l.set.byName[run.job.Entry]
+		e := l.set.get(run.job.Entry)
 		if e == nil {
 			l.endBackfill(ctx, run, store.BackfillInterrupted, "the entry left the config", now)
 			delete(l.backfills, id)

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/store"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -127,12 +126,9 @@ func (m *Metrics) termStarted(ctx context.Context, set *entrySet, term Term, now
 	if !term.Elected.IsZero() && term.Elected.Before(now) {
 		from = term.Elected
 	}
-	// The definitions as the term starts: the loop anchors its entries'
-	// schedules (replacing entry.Entry) while this goroutine runs.
-	defs := make([]*config.Entry, 0, len(set.byName))
-	for _, e := range set.byName {
-		defs = append(defs, e.Entry)
-	}
+	// The definitions as the term starts, which no one changes: the
+	// loop's entries are its own while this goroutine runs.
+	defs := set.config.Entries
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -54,7 +54,7 @@ func (l *loop) records(e *entry, now time.Time) bool {
 // countRun counts one of name's runs reaching k, through the entry's
 // cached counters (a label lookup per fire costs more than the rest).
 func (l *loop) countRun(name string, k outcome.Kind) {
-	e := l.set.byName[name]
+	e := l.set.get(name)
 	if e == nil {
 		l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String()).Inc()
 		return
@@ -114,9 +114,9 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 		return
 	}
 	var names []string
-	for name, e := range l.set.byName {
+	for _, e := range l.set.list {
 		if e.HoldsOverlap() || e.MaxRuns > 0 {
-			names = append(names, name)
+			names = append(names, e.Name)
 		}
 	}
 	if len(names) == 0 {
@@ -128,7 +128,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 		return
 	}
 	for name, r := range last {
-		e := l.set.byName[name]
+		e := l.set.get(name)
 		st := l.state(name)
 		if e.MaxRuns > 0 && !r.Manual && r.Slot.After(st.LastSlot) {
 			// Published after the last state write: it counts, and
@@ -287,7 +287,7 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 		return // an older run ended; the newest still decides
 	}
 	delete(l.unfinished, name)
-	e := l.set.byName[name]
+	e := l.set.get(name)
 	if e == nil {
 		return
 	}
@@ -345,7 +345,7 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 		return false
 	}
 	deadline := config.DefaultOverlapTimeout
-	if e := l.set.byName[name]; e != nil {
+	if e := l.set.get(name); e != nil {
 		deadline = e.OverlapDeadline()
 	}
 	if now.Sub(r.Published) < deadline {
@@ -464,9 +464,9 @@ func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
 
 // finishEntry takes e off the heap: it has made its max_runs.
 func (l *loop) finishEntry(e *entry) {
-	if it := l.items[e.Name]; it != nil {
-		heap.Remove(&l.heap, it.index)
-		delete(l.items, e.Name)
+	if cur := l.set.get(e.Name); cur != nil && cur.it != nil {
+		heap.Remove(&l.heap, cur.it.index)
+		cur.it = nil
 	}
 	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns)

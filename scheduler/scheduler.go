@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,11 +160,27 @@ type entry struct {
 	// anchored where it began (startEntry). Loop-owned; the definition
 	// itself is never changed, so other goroutines read it freely.
 	sched schedule.Schedule
+	// it is the entry's next slot in the loop's heap, nil when it has
+	// none. Loop-owned, and set anew by each term's start: it stands for
+	// a map by name, which at a million entries weighs ~60 MB.
+	it *item
 }
 
+// entrySet is the running entries, in name order as config.Entries: a
+// sorted slice, not a map, because a million entries make a map of
+// ~50 MB and a change would copy it; a change copies the slice instead.
 type entrySet struct {
-	byName map[string]*entry
+	list   []*entry
 	config *config.Config
+}
+
+// get returns the entry named name, or nil.
+func (s *entrySet) get(name string) *entry {
+	i, ok := slices.BinarySearchFunc(s.list, name, func(e *entry, name string) int { return strings.Compare(e.Name, name) })
+	if !ok {
+		return nil
+	}
+	return s.list[i]
 }
 
 // New compiles cfg's entries. It fails if any entry cannot be compiled.
@@ -200,14 +217,9 @@ func New(c Config, sc *config.Config) (*Scheduler, error) {
 // picks it up at once; unchanged entries keep their next slot, changed
 // ones restart from now without firing, removed ones stop.
 func (s *Scheduler) Reload(sc *config.Config) error {
-	set := &entrySet{byName: make(map[string]*entry, len(sc.Entries)), config: sc}
-	for _, e := range sc.Entries {
-		// Templates are compiled on first fire: with 100k entries, most
-		// would otherwise sit in memory long before they are needed.
-		if err := ValidateEntry(e); err != nil {
-			return err
-		}
-		set.byName[e.Name] = &entry{Entry: e}
+	set, err := newEntrySet(sc)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.entries.Store(set)
@@ -226,19 +238,15 @@ func (s *Scheduler) ReloadDelta(sc *config.Config, changed []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.entries.Load() // never nil: New applied a first config
-	byName := maps.Clone(cur.byName)
-	for _, name := range changed {
-		e := sc.Entry(name)
-		if e == nil {
-			delete(byName, name)
-			continue
-		}
-		if err := ValidateEntry(e); err != nil {
-			return err
-		}
-		byName[name] = &entry{Entry: e}
+	set, ok, err := cur.withChanges(sc, changed)
+	if err != nil {
+		return err
 	}
-	s.entries.Store(&entrySet{byName: byName, config: sc})
+	s.entries.Store(set)
+	if !ok {
+		s.log.Error("a delta config differs beyond its changed entries; applying it whole", "changed", len(changed))
+		s.delta, s.full = nil, true
+	}
 	if !s.full {
 		if s.delta == nil {
 			s.delta = map[string]struct{}{}
@@ -255,6 +263,56 @@ func (s *Scheduler) ReloadDelta(sc *config.Config, changed []string) error {
 	s.cfg.Metrics.setEntriesDelta(sc, changed)
 	s.notify()
 	return nil
+}
+
+// newEntrySet compiles every entry of sc.
+func newEntrySet(sc *config.Config) (*entrySet, error) {
+	set := &entrySet{list: make([]*entry, len(sc.Entries)), config: sc}
+	for i, e := range sc.Entries {
+		// Templates are compiled on first fire: with 100k entries, most
+		// would otherwise sit in memory long before they are needed.
+		if err := ValidateEntry(e); err != nil {
+			return nil, err
+		}
+		set.list[i] = &entry{Entry: e}
+	}
+	if !slices.IsSortedFunc(set.list, func(a, b *entry) int { return strings.Compare(a.Name, b.Name) }) {
+		return nil, fmt.Errorf("scheduler: the config's entries are not in name order")
+	}
+	return set, nil
+}
+
+// withChanges is s for sc, which differs from s's config only in the
+// entries named: those are compiled anew, the rest keep their entry (and
+// its definition, the same by the caller's word). The runs between
+// changed names are copied whole. ok is false when sc has more or fewer
+// entries than that makes (a caller's mistake): the set is then sc's,
+// compiled whole, for the loop to apply whole.
+func (s *entrySet) withChanges(sc *config.Config, changed []string) (set *entrySet, ok bool, err error) {
+	names := slices.Clone(changed)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	list := make([]*entry, 0, len(sc.Entries))
+	j := 0
+	for _, name := range names {
+		k, found := slices.BinarySearchFunc(s.list[j:], name, func(e *entry, name string) int { return strings.Compare(e.Name, name) })
+		list = append(list, s.list[j:j+k]...)
+		if j += k; found {
+			j++ // replaced or removed
+		}
+		if e := sc.Entry(name); e != nil {
+			if err := ValidateEntry(e); err != nil {
+				return nil, false, err
+			}
+			list = append(list, &entry{Entry: e})
+		}
+	}
+	list = append(list, s.list[j:]...)
+	if len(list) != len(sc.Entries) {
+		set, err := newEntrySet(sc)
+		return set, false, err
+	}
+	return &entrySet{list: list, config: sc}, true, nil
 }
 
 // maxDelta is the most changed names kept for the loop's next apply.
@@ -381,7 +439,6 @@ type loop struct {
 	guard    election.Fence
 	set      *entrySet
 	heap     slotHeap
-	items    map[string]*item
 	states   map[string]*store.EntryState
 	pending  []pendingFire
 	persist  *persister
@@ -447,7 +504,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	defer wcancel()
 	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
 	l.handleRequests(ctx, reqs)
-	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.byName), "catchup_fires", len(l.pending))
+	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.list), "catchup_fires", len(l.pending))
 	return l.run(ctx)
 }
 
@@ -478,7 +535,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	s.applied.Store(l.set)
 	// Removed entries are marked, or deleted after their grace, in the
 	// table itself: the persister's first write stores that.
-	_, gone := table.Prune(func(n string) bool { return l.set.byName[n] != nil }, now, s.cfg.RemovedGrace)
+	_, gone := table.Prune(func(n string) bool { return l.set.get(n) != nil }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
 	l.nextSweep = now.Add(sweepEvery)
 	l.unfinished = map[string]bool{}
@@ -490,9 +547,9 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	if err := l.forget(ctx, gone); err != nil {
 		return nil, err
 	}
-	l.items = make(map[string]*item, len(l.set.byName))
-	for name, e := range l.set.byName {
-		l.startEntry(e, l.states[name], now, true)
+	for _, e := range l.set.list {
+		e.it = nil // a last term's
+		l.startEntry(e, l.states[e.Name], now, true)
 	}
 	heap.Init(&l.heap)
 	// The first baselines (every entry of a first start) go straight
@@ -716,7 +773,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		m.setPeriod(e.Name, after.Sub(plan.next))
 	}
 	next := &item{e: e, slot: plan.next, due: plan.next.Add(jitter(e.Entry, plan.next))}
-	l.items[e.Name] = next
+	e.it = next
 	l.s.cfg.Metrics.scheduled(e.Name, next.due)
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
@@ -749,7 +806,7 @@ func (l *loop) collectDue(now time.Time) {
 		next := e.sched.Next(it.slot)
 		if next.IsZero() {
 			heap.Pop(&l.heap)
-			delete(l.items, e.Name)
+			e.it = nil
 			l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 			continue
 		}
@@ -792,7 +849,7 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 	m := l.s.cfg.Metrics
 	if plan.next.IsZero() {
 		heap.Remove(&l.heap, it.index)
-		delete(l.items, e.Name)
+		e.it = nil
 		m.scheduled(e.Name, time.Time{})
 		return len(plan.fire)
 	}
@@ -952,7 +1009,7 @@ func (l *loop) dropTemplate(p pendingFire) {
 	if p.e.task == nil {
 		return
 	}
-	if it := l.items[p.e.Name]; it == nil || it.e != p.e || it.slot.Sub(p.slot) > keepTemplate {
+	if it := p.e.it; it == nil || it.e != p.e || it.slot.Sub(p.slot) > keepTemplate {
 		p.e.task = nil
 	}
 }
@@ -1007,22 +1064,37 @@ func (l *loop) applyReload(now time.Time) {
 		l.applyDelta(set, names, now)
 		return
 	}
-	old, oldItems := l.set, l.items
+	old := l.set
 	l.set = set
 	defer l.s.applied.Store(set)
-	l.items = make(map[string]*item, len(set.byName))
 	l.heap = l.heap[:0]
-	for name, e := range set.byName {
-		prev, had := old.byName[name]
-		it, scheduled := oldItems[name]
-		if had && scheduled && prev.Fingerprint == e.Fingerprint {
-			e.sched = prev.sched // the same entry, on the grid startEntry anchored
-			it.e = e
-			l.items[name] = it
+	j := 0 // both sets are in name order: walk them together
+	for _, e := range set.list {
+		for j < len(old.list) && old.list[j].Name < e.Name {
+			old.list[j].it = nil
+			j++
+		}
+		var prev *entry
+		if j < len(old.list) && old.list[j].Name == e.Name {
+			prev = old.list[j]
+			j++
+		}
+		if prev != nil && prev.it != nil && prev.Fingerprint == e.Fingerprint {
+			// The same entry, on the grid startEntry anchored.
+			it := prev.it
+			e.sched, prev.it = prev.sched, nil
+			it.e, e.it = e, it
 			l.heap = append(l.heap, it)
 			continue
 		}
-		l.startEntry(e, l.states[name], now, false)
+		if prev != nil {
+			prev.it = nil
+		}
+		e.it = nil
+		l.startEntry(e, l.states[e.Name], now, false)
+	}
+	for ; j < len(old.list); j++ {
+		old.list[j].it = nil
 	}
 	for i, it := range l.heap {
 		it.index = i
@@ -1032,7 +1104,7 @@ func (l *loop) applyReload(now time.Time) {
 	// RemovedGrace, in case they come back; the sweep drops them after.
 	var marked []store.EntryState
 	for name, st := range l.states {
-		if changed, _ := st.Reconcile(set.byName[name] != nil, now, l.s.cfg.RemovedGrace); changed {
+		if changed, _ := st.Reconcile(set.get(name) != nil, now, l.s.cfg.RemovedGrace); changed {
 			marked = append(marked, *st)
 		}
 	}
@@ -1042,7 +1114,7 @@ func (l *loop) applyReload(now time.Time) {
 	// Pending fires of removed entries are dropped, and counted.
 	kept := l.pending[:0]
 	for _, p := range l.pending {
-		if e, ok := set.byName[p.e.Name]; ok {
+		if e := set.get(p.e.Name); e != nil {
 			p.e = e
 			kept = append(kept, p)
 		} else {
@@ -1051,7 +1123,7 @@ func (l *loop) applyReload(now time.Time) {
 	}
 	l.pending = kept
 	l.flushBaseline()
-	l.s.log.Info("config applied", "entries", len(set.byName))
+	l.s.log.Info("config applied", "entries", len(set.list))
 }
 
 // applyDelta is applyReload for a set that differs from the loop's in
@@ -1063,26 +1135,29 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 	defer l.s.applied.Store(set)
 	var marked []store.EntryState
 	for name := range names {
-		prev, had := old.byName[name]
-		e, has := set.byName[name]
+		prev, e := old.get(name), set.get(name)
+		had, has := prev != nil, e != nil
 		if had && has && prev == e {
 			continue // named by an earlier change the loop already has
 		}
-		it, scheduled := l.items[name]
-		if had && has && scheduled && prev.Fingerprint == e.Fingerprint {
+		var it *item
+		if had {
+			it, prev.it = prev.it, nil
+		}
+		if had && has && it != nil && prev.Fingerprint == e.Fingerprint {
 			e.sched, e.task, e.fires, e.runs = prev.sched, prev.task, prev.fires, prev.runs
-			it.e = e
+			it.e, e.it = e, it
 			continue
 		}
-		if scheduled {
+		if it != nil {
 			heap.Remove(&l.heap, it.index)
-			delete(l.items, name)
 			l.s.cfg.Metrics.scheduled(name, time.Time{})
 		}
 		if has {
+			e.it = nil
 			l.startEntry(e, l.states[name], now, false)
-			if it := l.items[name]; it != nil {
-				heap.Fix(&l.heap, it.index)
+			if e.it != nil {
+				heap.Fix(&l.heap, e.it.index)
 			}
 		}
 		if st := l.states[name]; st != nil {
@@ -1098,7 +1173,7 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 	for _, p := range l.pending {
 		if _, named := names[p.e.Name]; !named {
 			kept = append(kept, p)
-		} else if e, ok := set.byName[p.e.Name]; ok {
+		} else if e := set.get(p.e.Name); e != nil {
 			p.e = e
 			kept = append(kept, p)
 		} else {
@@ -1107,7 +1182,7 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 	}
 	l.pending = kept
 	l.flushBaseline()
-	l.s.log.Info("config applied", "entries", len(set.byName), "changed", len(names))
+	l.s.log.Info("config applied", "entries", len(set.list), "changed", len(names))
 }
 
 // sweepRemoved drops the state and broker keys of entries removed longer
@@ -1119,7 +1194,7 @@ func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
 		changed []store.EntryState
 	)
 	for name, st := range l.states {
-		switch c, g := st.Reconcile(l.set.byName[name] != nil, now, l.s.cfg.RemovedGrace); {
+		switch c, g := st.Reconcile(l.set.get(name) != nil, now, l.s.cfg.RemovedGrace); {
 		case g:
 			gone = append(gone, name)
 			delete(l.states, name)
@@ -1189,7 +1264,7 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) {
 			l.cancelBackfill(ctx, r, reqs, now)
 			continue
 		}
-		e := l.set.byName[r.Entry]
+		e := l.set.get(r.Entry)
 		if e == nil {
 			l.s.log.Warn("admin request for an unknown entry", "op", r.Op, "entry", r.Entry)
 			l.persist.complete(r, nil)
