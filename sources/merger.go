@@ -5,7 +5,6 @@
 package sources
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -124,13 +123,15 @@ type Merger struct {
 
 // row is one document of a source and its validation, valid while the
 // document and the file's defaults (generation gen) are the same. A
-// million of them are held at once, so it is kept small: the document
-// is the only copy beatd keeps, and one number stands for the defaults.
+// million of them are held at once, so it is kept small (40 bytes): the
+// document is the only copy beatd keeps, one number stands for the
+// defaults, and the reason an invalid row has no entry is held apart (an
+// error would take 16 bytes in every row, for the few that fail).
 type row struct {
-	doc   []byte // the source's own document (shared, never changed)
-	entry *config.Entry
-	err   error
-	gen   uint32
+	doc    string
+	entry  *config.Entry
+	failed *string // why there is no entry; nil when there is one
+	gen    uint32
 }
 
 // New returns a Merger over file's config (which may be nil until SetFile).
@@ -342,7 +343,7 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 			stale := map[string][]byte{}
 			for name, r := range next {
 				if r.gen != gen {
-					stale[name] = r.doc
+					stale[name] = []byte(r.doc)
 				}
 			}
 			m.parseAll(src, nil, stale, gen, next)
@@ -353,8 +354,8 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 		}
 		valid := make([]*config.Entry, 0, len(next))
 		for name, r := range next {
-			if r.err != nil {
-				invalid[name] = r.err.Error()
+			if r.failed != nil {
+				invalid[name] = *r.failed
 				continue
 			}
 			valid = append(valid, r.entry)
@@ -442,19 +443,21 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 // parse returns name's row of source src from the cache when its
 // document and the file's defaults are unchanged, else parsed anew.
 func (m *Merger) parse(src string, cache map[string]row, name string, doc []byte, gen uint32) row {
-	if p, ok := cache[name]; ok && p.gen == gen && bytes.Equal(p.doc, doc) {
+	if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
 		return p
 	}
-	p := row{doc: doc, gen: gen}
-	p.entry, p.err = m.file.ParseEntry(name, doc)
-	if p.err == nil && m.c.Validate != nil {
-		if p.err = m.c.Validate(p.entry); p.err != nil {
-			p.entry = nil
-		}
+	p := row{doc: string(doc), gen: gen}
+	e, err := m.file.ParseEntry(name, doc)
+	if err == nil && m.c.Validate != nil {
+		err = m.c.Validate(e)
 	}
-	if p.entry != nil {
-		p.entry.Source = src
+	if err != nil {
+		msg := err.Error()
+		p.failed = &msg
+		return p
 	}
+	e.Source = src
+	p.entry = e
 	return p
 }
 
@@ -468,7 +471,7 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 	}
 	var jobs []job
 	for name, doc := range docs {
-		if p, ok := cache[name]; ok && p.gen == gen && bytes.Equal(p.doc, doc) {
+		if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
 			next[name] = p
 		} else {
 			jobs = append(jobs, job{name, doc})
@@ -524,7 +527,7 @@ func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
 	}
 	next := make(map[string][]byte, len(rows)+len(changes))
 	for name, r := range rows {
-		next[name] = r.doc
+		next[name] = []byte(r.doc)
 	}
 	for name, doc := range changes {
 		if doc == nil {
@@ -567,12 +570,12 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 		}
 		p := m.parse(source, cache, name, doc, gen)
 		cache[name] = p
-		if p.err != nil {
-			if u.invalid != p.err.Error() {
+		if p.failed != nil {
+			if u.invalid != *p.failed {
 				m.c.Logger.Error("invalid entry left out; the source's other entries are used",
-					"source", source, "entry", name, "err", p.err.Error())
+					"source", source, "entry", name, "err", *p.failed)
 			}
-			invalid[name] = p.err.Error()
+			invalid[name] = *p.failed
 		}
 	}
 	sort.Strings(names)

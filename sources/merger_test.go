@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/beatd/beatd/config"
 
@@ -139,5 +140,13 @@ func TestParsePriority(t *testing.T) {
 		if err != nil || strings.Join(got, ",") != tt.want {
 			t.Errorf("%q: %v %v, want %s", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+// TestRowSize: a leader at a million runtime entries holds a million
+// rows; each byte here is a megabyte there.
+func TestRowSize(t *testing.T) {
+	if n := unsafe.Sizeof(row{}); n > 40 {
+		t.Errorf("row is %d bytes, want at most 40", n)
 	}
 }
