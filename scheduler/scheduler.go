@@ -265,6 +265,17 @@ func (s *Scheduler) ReloadDelta(sc *config.Config, changed []string) error {
 	return nil
 }
 
+// names returns the set's names, for a check of every state: a binary
+// search at a million entries takes ~3 µs (a cache miss at each step
+// down), a map made for the check ~0.3 µs a name, and it is dropped after.
+func (s *entrySet) names() map[string]struct{} {
+	m := make(map[string]struct{}, len(s.list))
+	for _, e := range s.list {
+		m[e.Name] = struct{}{}
+	}
+	return m
+}
+
 // newEntrySet compiles every entry of sc.
 func newEntrySet(sc *config.Config) (*entrySet, error) {
 	set := &entrySet{list: make([]*entry, len(sc.Entries)), config: sc}
@@ -535,7 +546,8 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	s.applied.Store(l.set)
 	// Removed entries are marked, or deleted after their grace, in the
 	// table itself: the persister's first write stores that.
-	_, gone := table.Prune(func(n string) bool { return l.set.get(n) != nil }, now, s.cfg.RemovedGrace)
+	configured := l.set.names()
+	_, gone := table.Prune(func(n string) bool { _, ok := configured[n]; return ok }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
 	l.nextSweep = now.Add(sweepEvery)
 	l.unfinished = map[string]bool{}
@@ -1103,8 +1115,10 @@ func (l *loop) applyReload(now time.Time) {
 	// Removed entries keep their state (and broker keys) for
 	// RemovedGrace, in case they come back; the sweep drops them after.
 	var marked []store.EntryState
+	configured := set.names()
 	for name, st := range l.states {
-		if changed, _ := st.Reconcile(set.get(name) != nil, now, l.s.cfg.RemovedGrace); changed {
+		_, has := configured[name]
+		if changed, _ := st.Reconcile(has, now, l.s.cfg.RemovedGrace); changed {
 			marked = append(marked, *st)
 		}
 	}
@@ -1193,8 +1207,10 @@ func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
 		gone    []string
 		changed []store.EntryState
 	)
+	configured := l.set.names()
 	for name, st := range l.states {
-		switch c, g := st.Reconcile(l.set.get(name) != nil, now, l.s.cfg.RemovedGrace); {
+		_, has := configured[name]
+		switch c, g := st.Reconcile(has, now, l.s.cfg.RemovedGrace); {
 		case g:
 			gone = append(gone, name)
 			delete(l.states, name)
