@@ -150,7 +150,7 @@ func (e *Entry) Excluded(t time.Time) bool {
 	if loc == nil {
 		loc = time.UTC
 	}
-	for _, c := range e.Exclude {
+	for _, c := range e.Exclude() {
 		if c.Excludes(t, loc) {
 			return true
 		}

@@ -150,10 +150,36 @@ func TestFollowing(t *testing.T) {
 }
 
 // TestEntryFitsItsAllocation: a million entries are held at once, and an
-// Entry's fields are sized and ordered to fit a 288-byte allocation (Go's
-// next size class is 320: 32 MB more at a million).
+// Entry's fields are sized and ordered to fit a 208-byte allocation (Go's
+// next size class is 224: 16 MB more at a million).
 func TestEntryFitsItsAllocation(t *testing.T) {
-	if n := unsafe.Sizeof(Entry{}); n > 288 {
-		t.Errorf("config.Entry is %d bytes, over the 288-byte size class", n)
+	if n := unsafe.Sizeof(Entry{}); n > 208 {
+		t.Errorf("config.Entry is %d bytes, over the 208-byte size class", n)
+	}
+}
+
+// TestLimitsOnlyWhenSet: an entry that sets none of the limits holds
+// none, and one that sets any reads them back.
+func TestLimitsOnlyWhenSet(t *testing.T) {
+	cfg, err := Parse("s.yaml", []byte(`entries:
+  plain: {task: t, every: 1m}
+  bounded:
+    task: t
+    every: 1m
+    start_at: "2026-12-01T00:00:00Z"
+    end_at: "2026-12-31T00:00:00Z"
+    max_runs: 3
+    overlap: skip
+    overlap_timeout: 10m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Entry("plain"); p.limits != nil || !p.StartAt().IsZero() || p.MaxRuns() != 0 {
+		t.Errorf("plain: limits %+v", p.limits)
+	}
+	b := cfg.Entry("bounded")
+	if b.StartAt().Day() != 1 || b.EndAt().Day() != 31 || b.MaxRuns() != 3 || b.OverlapTimeout() != 10*time.Minute {
+		t.Errorf("bounded: %v %v %d %v", b.StartAt(), b.EndAt(), b.MaxRuns(), b.OverlapTimeout())
 	}
 }

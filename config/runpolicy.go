@@ -65,8 +65,8 @@ func (d *decoder) runPolicyFields(f map[string]field, p *runPolicy) {
 // policy, from its publish: overlap_timeout when given, else the task's
 // time_limit plus five minutes, else DefaultOverlapTimeout.
 func (e *Entry) OverlapDeadline() time.Duration {
-	if e.OverlapTimeout > 0 {
-		return e.OverlapTimeout
+	if t := e.OverlapTimeout(); t > 0 {
+		return t
 	}
 	if e.Options != nil {
 		var secs float64

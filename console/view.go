@@ -778,8 +778,8 @@ func definition(e *config.Entry, file string) []defRow {
 	if e.Jitter > 0 {
 		opt("jitter", schedule.WordsDuration(e.Jitter))
 	}
-	if !e.StartAt.IsZero() {
-		opt("start_at", e.StartAt.Format(time.RFC3339))
+	if !e.StartAt().IsZero() {
+		opt("start_at", e.StartAt().Format(time.RFC3339))
 	}
 	return d
 }

@@ -35,8 +35,8 @@ func planCatchup(e *config.Entry, sched schedule.Schedule, st *store.EntryState,
 	if st != nil {
 		last = st.CatchupFrom()
 	}
-	if last.IsZero() && !e.StartAt.IsZero() && e.Catchup == config.CatchupAll {
-		last = e.StartAt.Add(-time.Nanosecond) // backfill from start_at, as asked
+	if last.IsZero() && !e.StartAt().IsZero() && e.Catchup == config.CatchupAll {
+		last = e.StartAt().Add(-time.Nanosecond) // backfill from start_at, as asked
 	}
 	var p catchupPlan
 	if last.IsZero() || !last.Before(now) {

@@ -20,7 +20,7 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 	} else if st != nil && !st.LastSlot.IsZero() {
 		since = st.LastSlot
 	}
-	if e.MaxRuns > 0 && st != nil && st.Runs >= uint64(e.MaxRuns) {
+	if e.MaxRuns() > 0 && st != nil && st.Runs >= uint64(e.MaxRuns()) {
 		return schedule.Never{} // it has made its max_runs
 	}
 	return bounded(e, schedule.Anchor(e.Schedule, since))
@@ -28,11 +28,11 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 
 // bounded wraps s in e's exclusions and end_at.
 func bounded(e *config.Entry, s schedule.Schedule) schedule.Schedule {
-	if len(e.Exclude) > 0 {
+	if len(e.Exclude()) > 0 {
 		s = &schedule.Except{Schedule: s, Excluded: e.Excluded}
 	}
-	if !e.EndAt.IsZero() {
-		s = &schedule.Until{Schedule: s, End: e.EndAt}
+	if end := e.EndAt(); !end.IsZero() {
+		s = &schedule.Until{Schedule: s, End: end}
 	}
 	return s
 }
@@ -42,13 +42,13 @@ func bounded(e *config.Entry, s schedule.Schedule) schedule.Schedule {
 // runs it has left (-1: no max_runs).
 func Finished(e *config.Entry, st *store.EntryState, now time.Time) (finished bool, remaining int) {
 	remaining = -1
-	if e.MaxRuns > 0 {
-		remaining = e.MaxRuns
+	if most := e.MaxRuns(); most > 0 {
+		remaining = most
 		if st != nil {
-			remaining = max(e.MaxRuns-int(min(st.Runs, uint64(e.MaxRuns))), 0)
+			remaining = max(most-int(min(st.Runs, uint64(most))), 0)
 		}
 	}
-	return remaining == 0 || !e.EndAt.IsZero() && Anchored(e, st, now).Next(now).IsZero(), remaining
+	return remaining == 0 || !e.EndAt().IsZero() && Anchored(e, st, now).Next(now).IsZero(), remaining
 }
 
 // NextFire is the one answer to "when does e fire next, after now": the

@@ -115,7 +115,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	var names []string
 	for _, e := range l.set.list {
-		if e.HoldsOverlap() || e.MaxRuns > 0 {
+		if e.HoldsOverlap() || e.MaxRuns() > 0 {
 			names = append(names, e.Name)
 		}
 	}
@@ -130,7 +130,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	for name, r := range last {
 		e := l.set.get(name)
 		st := l.state(name)
-		if e.MaxRuns > 0 && !r.Manual && r.Slot.After(st.LastSlot) {
+		if e.MaxRuns() > 0 && !r.Manual && r.Slot.After(st.LastSlot) {
 			// Published after the last state write: it counts, and
 			// is not caught up as a new run.
 			st.Runs++
@@ -385,7 +385,7 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 			kept = append(kept, p) // a past slot: no run of it is in progress, and it is not counted
 			continue
 		}
-		if p.e.MaxRuns > 0 && !p.manual {
+		if p.e.MaxRuns() > 0 && !p.manual {
 			// Past max_runs nothing more is published, however many slots
 			// a catch-up queued.
 			st := l.state(p.e.Name)
@@ -393,7 +393,7 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 				counted = map[string]uint64{}
 			}
 			if p.slot.After(st.LastSlot) {
-				if st.Runs+counted[p.e.Name] >= uint64(p.e.MaxRuns) {
+				if st.Runs+counted[p.e.Name] >= uint64(p.e.MaxRuns()) {
 					l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonMaxRuns).Inc()
 					continue
 				}
@@ -469,7 +469,7 @@ func (l *loop) finishEntry(e *entry) {
 		cur.it = nil
 	}
 	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
-	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns)
+	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns())
 }
 
 // saveDirty hands the states changed since the last save to the

@@ -763,7 +763,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		return
 	}
 	owed := st != nil && !st.CatchupFrom().IsZero()
-	backfill := !owed && !e.StartAt.IsZero() && e.Catchup == config.CatchupAll
+	backfill := !owed && !e.StartAt().IsZero() && e.Catchup == config.CatchupAll
 	if !backfill && (!owed || !catchUp) {
 		// From now on this entry's slots are owed: record that before its
 		// first fire, so a leader that takes over before then still owes
@@ -925,10 +925,10 @@ func (l *loop) publishPending(ctx context.Context) error {
 					st.LastSlot = p.slot
 					// A duplicate of a slot after the stored one is the
 					// previous leader's unrecorded run: it counts too.
-					if p.e.MaxRuns > 0 {
+					if p.e.MaxRuns() > 0 {
 						st.Runs++
 						l.mustFlush = true
-						if st.Runs >= uint64(p.e.MaxRuns) {
+						if st.Runs >= uint64(p.e.MaxRuns()) {
 							l.finishEntry(p.e)
 						}
 					}

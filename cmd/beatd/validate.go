@@ -166,9 +166,9 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 					// error: say which.
 					what := "never"
 					if fin, left := scheduler.Finished(e, st, start); fin && left == 0 {
-						what = fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns)
+						what = fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns())
 					} else if fin {
-						what = "finished: end_at " + schedule.FormatSlot(e.EndAt.In(e.Location))
+						what = "finished: end_at " + schedule.FormatSlot(e.EndAt().In(e.Location))
 					}
 					if *asJSON {
 						if what == "never" {
