@@ -95,4 +95,4 @@ image:
 SCALE_SIZES ?= 10000,100000,300000,1000000
 SCALE_STEADY ?= 60s
 bench-scale:
-	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchScale$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES) -scale-steady $(SCALE_STEADY)
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchScale$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES) -scale-steady $(SCALE_STEADY) $(if $(SCALE_HEAP),-scale-heap $(SCALE_HEAP))

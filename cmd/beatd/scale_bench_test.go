@@ -27,6 +27,7 @@ var (
 	benchScale  = flag.Bool("bench-scale", false, "run the scale benchmark (make bench-scale)")
 	scaleSizes  = flag.String("scale-sizes", "10000,100000,300000,1000000", "bench-scale: the numbers of entries measured")
 	scaleSteady = flag.Duration("scale-steady", 60*time.Second, "bench-scale: how long the steady state is measured at each size")
+	scaleHeap   = flag.String("scale-heap", "", "bench-scale: a directory for heap profiles of the leader before the kill and the new leader after it")
 )
 
 // tenantFile writes n runtime entries as SaaS tenants have them, phases
@@ -198,6 +199,7 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	if st, err := soak.ReadProcStats(lead.Proc().Pid()); err == nil {
 		p.LeaderRSS = st.RSS
 	}
+	heapProfile(t, lead, n, "leader")
 	if st, err := soak.ReadProcStats(etcd.Members[0].Proc().Pid()); err == nil {
 		p.EtcdRSS = st.RSS
 	}
@@ -237,6 +239,7 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	if st, err := soak.ReadProcStats(standby.Proc().Pid()); err == nil {
 		p.StandbyPeakRSS = st.HWM
 	}
+	heapProfile(t, standby, n, "new-leader")
 	p.Audited, p.Duplicates, p.Missed = auditSlots(t, c, file, auditFrom.Add(-5*time.Second), auditTo)
 	if p.Duplicates > 0 || p.Missed > 0 {
 		t.Errorf("%d entries: %d duplicate and %d missed of %d slots across the failover", n, p.Duplicates, p.Missed, p.Audited)
@@ -266,6 +269,26 @@ func putToFire(t *testing.T, c *cluster, r *replica) float64 {
 		return err == nil && n > 0
 	})
 	return time.Since(put).Seconds()
+}
+
+// heapProfile saves r's heap profile in -scale-heap, when it is set, to
+// see where a size's memory goes.
+func heapProfile(t *testing.T, r *replica, n int, role string) {
+	if *scaleHeap == "" {
+		return
+	}
+	req, _ := http.NewRequest(http.MethodGet, r.URL("/debug/pprof/heap?gc=1"), nil)
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(filepath.Join(*scaleHeap, fmt.Sprintf("%d-%s.heap", n, role)), b, 0o644); err != nil {
+		t.Logf("heap profile: %v", err)
+	}
 }
 
 func bodySize(t *testing.T, url string) int64 {
