@@ -557,7 +557,8 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 		}
 	}
 	if !lim.zero() {
-		e.limits = &lim
+		kept := lim // lim itself stays on the stack: most entries have none
+		e.limits = &kept
 	}
 	if v, ok := f["relative"]; ok {
 		e.relative, _ = d.boolean(v.val, "relative")

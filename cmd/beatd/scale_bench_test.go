@@ -192,6 +192,7 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	time.Sleep(10 * time.Second) // the first state writes of every entry
 	lagBefore := lagBuckets(t, lead)
 	firesBefore, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
+	heapProfile(t, lead, n, "leader-steady-start") // the base for the steady state's allocations
 	time.Sleep(*scaleSteady)
 	firesAfter, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
 	p.FiresPerSecond = (firesAfter - firesBefore) / scaleSteady.Seconds()
@@ -272,7 +273,9 @@ func putToFire(t *testing.T, c *cluster, r *replica) float64 {
 }
 
 // heapProfile saves r's heap profile in -scale-heap, when it is set, to
-// see where a size's memory goes.
+// see where a size's memory goes (and, against the steady state's first,
+// what the steady state allocates: go tool pprof -sample_index
+// alloc_space -diff_base).
 func heapProfile(t *testing.T, r *replica, n int, role string) {
 	if *scaleHeap == "" {
 		return
