@@ -112,6 +112,9 @@ type scalePoint struct {
 	PutToFire, ConsoleSeconds   float64
 	ConsoleBytes                int64
 	Duplicates, Missed, Audited int
+	// SteadyCPU is the cores the leader, the standby and etcd used over
+	// the steady state: what shares the machine with the leader's loop.
+	SteadyCPU [3]float64
 }
 
 // TestBenchScale measures beatd at each of -scale-sizes runtime entries
@@ -138,8 +141,8 @@ func TestBenchScale(t *testing.T) {
 			mib(p.BrokerBytes), kib(p.MetricsBytes), kib(p.StatusBytes), kib(p.ListPageBytes), p.PutToFire, p.ConsoleSeconds, kib(p.ConsoleBytes), p.Audited, p.Duplicates, p.Missed)
 	}
 	for _, p := range points {
-		t.Logf("%d entries: %.0f bytes of standby peak RSS and %.2f µs of start per entry", p.Entries,
-			float64(p.StandbyPeakRSS)/float64(p.Entries), p.StartSeconds*1e6/float64(p.Entries))
+		t.Logf("%d entries: %.0f bytes of standby peak RSS and %.2f µs of start per entry; steady CPU (cores): leader %.2f, standby %.2f, etcd %.2f", p.Entries,
+			float64(p.StandbyPeakRSS)/float64(p.Entries), p.StartSeconds*1e6/float64(p.Entries), p.SteadyCPU[0], p.SteadyCPU[1], p.SteadyCPU[2])
 	}
 }
 
@@ -193,7 +196,19 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	lagBefore := lagBuckets(t, lead)
 	firesBefore, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
 	heapProfile(t, lead, n, "leader-steady-start") // the base for the steady state's allocations
+	pids := []int{lead.Proc().Pid(), standby.Proc().Pid(), etcd.Members[0].Proc().Pid()}
+	cpuBefore := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		if st, err := soak.ReadProcStats(pid); err == nil {
+			cpuBefore[i] = st.CPU
+		}
+	}
 	time.Sleep(*scaleSteady)
+	for i, pid := range pids {
+		if st, err := soak.ReadProcStats(pid); err == nil {
+			p.SteadyCPU[i] = (st.CPU - cpuBefore[i]).Seconds() / scaleSteady.Seconds()
+		}
+	}
 	firesAfter, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
 	p.FiresPerSecond = (firesAfter - firesBefore) / scaleSteady.Seconds()
 	p.LagP99 = lagP99(lagBefore, lagBuckets(t, lead))
