@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/internal/unixns"
 )
 
 // Timeline is the leader's in-memory record of its current term's fires:
@@ -113,7 +114,7 @@ func (t *Timeline) Observe(term int64, entry string, slot time.Time, r broker.Re
 	e.last = max(e.last, int32(min))
 	if ok {
 		e.count(int32(min))
-		if ns := nanos(slot); !manual && ns > e.lastSlot {
+		if ns := unixns.From(slot); !manual && ns > e.lastSlot {
 			e.lastSlot = ns
 		}
 	}
@@ -208,21 +209,6 @@ func (t *Timeline) sweep(min int32) {
 	t.peak = max(t.peak, kept)
 }
 
-// nanos and fromNanos convert a record's times; 0 is the zero time.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
 func lagBucket(lag time.Duration) int {
 	if lag <= lagBase {
 		return 0
@@ -277,7 +263,7 @@ func (t *Timeline) Snapshot(names []string) Snapshot {
 	}
 	for _, n := range names {
 		if e := t.entries[n]; e != nil {
-			s.Entries[n] = EntryFires{LastHour: e.hour(int32(cur)), Result: e.result.String(), Manual: e.manual, At: fromNanos(e.at)}
+			s.Entries[n] = EntryFires{LastHour: e.hour(int32(cur)), Result: e.result.String(), Manual: e.manual, At: unixns.Time(e.at)}
 		}
 	}
 	return s
@@ -312,7 +298,7 @@ func (t *Timeline) Backlog(term int64, persisted func(name string) time.Time) (i
 	}
 	n := 0
 	for name, e := range t.entries {
-		if e.lastSlot != 0 && e.lastSlot > nanos(persisted(name)) {
+		if e.lastSlot != 0 && e.lastSlot > unixns.From(persisted(name)) {
 			n++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/internal/unixns"
 	"github.com/beatd/beatd/store"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,20 +47,6 @@ type entryStat struct {
 	failures                     int32
 	runtime                      time.Duration
 	period                       time.Duration // between its next two slots, for "not succeeded in N periods"
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
 }
 
 // EntryResult is an entry's last outcome on this replica's current or
@@ -192,7 +179,7 @@ func (m *Metrics) scheduled(name string, due time.Time) {
 		return
 	}
 	s.mu.Lock()
-	s.stat(name).nextDue = nanos(due)
+	s.stat(name).nextDue = unixns.From(due)
 	s.mu.Unlock()
 }
 
@@ -258,7 +245,7 @@ func (m *Metrics) outcome(name string, o *store.Outcomes, run *store.Run) {
 	}
 	s.mu.Lock()
 	st := s.stat(name)
-	st.workerSuccess, st.workerFailure, st.failures = nanos(o.LastSuccess), nanos(o.LastFailure), int32(o.Failures)
+	st.workerSuccess, st.workerFailure, st.failures = unixns.From(o.LastSuccess), unixns.From(o.LastFailure), int32(o.Failures)
 	if run.Runtime > 0 {
 		st.runtime = run.Runtime
 	}
@@ -272,12 +259,12 @@ func (m *Metrics) Results() map[string]EntryResult {
 	defer s.mu.Unlock()
 	out := make(map[string]EntryResult, len(s.byName))
 	for n, st := range s.byName {
-		r := EntryResult{LastError: st.lastError, LastErrorAt: fromNanos(st.lastErrorAt), LastSuccessAt: fromNanos(st.lastSuccess)}
+		r := EntryResult{LastError: st.lastError, LastErrorAt: unixns.Time(st.lastErrorAt), LastSuccessAt: unixns.Time(st.lastSuccess)}
 		if st.lastResult > 0 {
 			r.LastResult = fireResults[st.lastResult-1]
 		}
 		if s.leading {
-			r.NextFireAt = fromNanos(st.next())
+			r.NextFireAt = unixns.Time(st.next())
 		}
 		out[n] = r
 	}
