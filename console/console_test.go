@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -480,5 +482,46 @@ func TestHistoryShown(t *testing.T) {
 	}
 	if _, body = get(t, hs.URL+"/entry/fine"); !strings.Contains(body, "fine&#39;s own note") || !strings.Contains(body, "No backfill of this entry is on record") {
 		t.Errorf("fine's page lacks its own record, or claims a backfill:\n%s", body)
+	}
+}
+
+// TestMirrorBuckets: the state mirror replaces a bucket's entries whole,
+// and the deletion of a bucket an entry has since moved from (a layout
+// move writes it to its new key first) keeps the entry.
+func TestMirrorBuckets(t *testing.T) {
+	c := newCluster(nil, "/p/")
+	st := func(name string, paused bool) store.EntryState { return store.EntryState{Name: name, Paused: paused} }
+	names := func() []string { return slices.Sorted(maps.Keys(c.states)) }
+	c.setBucket("0a", []store.EntryState{st("a", false), st("b", false)})
+	c.setBucket("0b", []store.EntryState{st("c", false)})
+	if got := names(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("after two buckets: %v", got)
+	}
+	// Bucket 0a rewritten without b: b goes.
+	c.setBucket("0a", []store.EntryState{st("a", false)})
+	if got := names(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("after a rewrite: %v", got)
+	}
+	// The move to four-digit keys writes a and c to their new bucket, then
+	// deletes the old ones: both stay, read from the new key.
+	c.setBucket("00a1", []store.EntryState{st("a", true), st("c", false)})
+	c.setBucket("0a", nil)
+	c.setBucket("0b", nil)
+	if got := names(); !slices.Equal(got, []string{"a", "c"}) || !c.states["a"].Paused {
+		t.Fatalf("after the move: %v, a %+v", got, c.states["a"])
+	}
+	if len(c.byBucket) != 1 {
+		t.Errorf("buckets %v, want only the new one", slices.Collect(maps.Keys(c.byBucket)))
+	}
+	// A pause on a bucket rewrite moves gen (the table's order), a
+	// rewrite that changes nothing of it does not.
+	gen := c.gen
+	c.setBucket("00a1", []store.EntryState{st("a", true), st("c", false)})
+	if c.gen != gen {
+		t.Error("a rewrite with no pause changed moved gen")
+	}
+	c.setBucket("00a1", []store.EntryState{st("a", false), st("c", false)})
+	if c.gen == gen {
+		t.Error("a resume did not move gen")
 	}
 }
