@@ -172,7 +172,9 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 	file := filepath.Join(dir, "tenants.yaml")
 	tenantFile(t, file, n)
 	start := time.Now()
+	profiled := cpuProfileLater(t, lead, n, "leader-apply", time.Duration(n)*60*time.Microsecond) // ~40% into a bulk load
 	code, out, errs := c.apiCLI(lead, "admin", "entries", "apply", "-f", file)
+	<-profiled
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("applied %d/%d entries", n, n)) {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, lastLines(out, 3), errs)
 	}
@@ -307,6 +309,34 @@ func heapProfile(t *testing.T, r *replica, n int, role string) {
 	if err := os.WriteFile(filepath.Join(*scaleHeap, fmt.Sprintf("%d-%s.heap", n, role)), b, 0o644); err != nil {
 		t.Logf("heap profile: %v", err)
 	}
+}
+
+// cpuProfileLater saves, in -scale-heap when it is set, a 20 s CPU
+// profile of r taken after a wait (the middle of a bulk load); the
+// channel closes when it is done.
+func cpuProfileLater(t *testing.T, r *replica, n int, role string, after time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	if *scaleHeap == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		time.Sleep(after)
+		req, _ := http.NewRequest(http.MethodGet, r.URL("/debug/pprof/profile?seconds=20"), nil)
+		req.Header.Set("Authorization", "Bearer test-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Logf("cpu profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if err := os.WriteFile(filepath.Join(*scaleHeap, fmt.Sprintf("%d-%s.cpu", n, role)), b, 0o644); err != nil {
+			t.Logf("cpu profile: %v", err)
+		}
+	}()
+	return done
 }
 
 func bodySize(t *testing.T, url string) int64 {
