@@ -176,7 +176,7 @@ type entrySet struct {
 
 // get returns the entry named name, or nil.
 func (s *entrySet) get(name string) *entry {
-	i, ok := slices.BinarySearchFunc(s.list, name, func(e *entry, name string) int { return strings.Compare(e.Name, name) })
+	i, ok := slices.BinarySearchFunc(s.list, name, cmpName)
 	if !ok {
 		return nil
 	}
@@ -276,12 +276,15 @@ func (s *entrySet) names() map[string]struct{} {
 	return m
 }
 
+func cmpName(e *entry, name string) int { return strings.Compare(e.Name, name) }
+
 // newEntrySet compiles every entry of sc.
 func newEntrySet(sc *config.Config) (*entrySet, error) {
 	set := &entrySet{list: make([]*entry, len(sc.Entries)), config: sc}
 	for i, e := range sc.Entries {
-		// Templates are compiled on first fire: with 100k entries, most
-		// would otherwise sit in memory long before they are needed.
+		// Templates are compiled when a slot comes due (prepare): with
+		// 100k entries, most would otherwise sit in memory long before
+		// they are needed.
 		if err := ValidateEntry(e); err != nil {
 			return nil, err
 		}
@@ -306,7 +309,7 @@ func (s *entrySet) withChanges(sc *config.Config, changed []string) (set *entryS
 	list := make([]*entry, 0, len(sc.Entries))
 	j := 0
 	for _, name := range names {
-		k, found := slices.BinarySearchFunc(s.list[j:], name, func(e *entry, name string) int { return strings.Compare(e.Name, name) })
+		k, found := slices.BinarySearchFunc(s.list[j:], name, cmpName)
 		list = append(list, s.list[j:j+k]...)
 		if j += k; found {
 			j++ // replaced or removed
