@@ -59,11 +59,17 @@ func (l *loop) countRun(name string, k outcome.Kind) {
 		l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String()).Inc()
 		return
 	}
+	l.countEntryRun(e, k)
+}
+
+// countEntryRun is countRun for a caller that holds the entry (a fire):
+// the set's search by name costs a binary search at scale.
+func (l *loop) countEntryRun(e *entry, k outcome.Kind) {
 	if e.runs == nil {
 		e.runs = new([outcome.NumKinds]prometheus.Counter)
 	}
 	if e.runs[k] == nil {
-		e.runs[k] = l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String())
+		e.runs[k] = l.s.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())
 	}
 	e.runs[k].Inc()
 }
@@ -183,7 +189,7 @@ func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
 	l.pushRun(p.e.Name, st, r)
 	l.s.cfg.Outcomes.Watch(string(id[:]), p.e.Name)
 	l.unfinished[p.e.Name] = true
-	l.countRun(p.e.Name, outcome.Published)
+	l.countEntryRun(p.e, outcome.Published)
 }
 
 // pushRun adds r to st's runs and stops watching the run that fell off.
@@ -441,7 +447,7 @@ func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire
 // skipOverlap records p's slot as skipped for overlap.
 func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
 	m := l.s.cfg.Metrics
-	l.countRun(p.e.Name, outcome.Skipped)
+	l.countEntryRun(p.e, outcome.Skipped)
 	m.Missed.WithLabelValues(p.e.Name, ReasonOverlap).Inc()
 	if p.manual {
 		if p.req != nil {

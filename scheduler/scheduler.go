@@ -1086,10 +1086,8 @@ func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
 			l.compiled(it.e)
 			n++
 		}
-		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(l.heap) {
-				stack = append(stack, c)
-			}
+		for c := 2*i + 1; c <= 2*i+2 && c < len(l.heap); c++ {
+			stack = append(stack, c)
 		}
 	}
 	l.prepStack = stack[:0]

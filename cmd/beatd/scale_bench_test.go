@@ -294,20 +294,8 @@ func putToFire(t *testing.T, c *cluster, r *replica) float64 {
 // what the steady state allocates: go tool pprof -sample_index
 // alloc_space -diff_base).
 func heapProfile(t *testing.T, r *replica, n int, role string) {
-	if *scaleHeap == "" {
-		return
-	}
-	req, _ := http.NewRequest(http.MethodGet, r.URL("/debug/pprof/heap?gc=1"), nil)
-	req.Header.Set("Authorization", "Bearer test-token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Logf("heap profile: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if err := os.WriteFile(filepath.Join(*scaleHeap, fmt.Sprintf("%d-%s.heap", n, role)), b, 0o644); err != nil {
-		t.Logf("heap profile: %v", err)
+	if *scaleHeap != "" {
+		saveProfile(t, r, "/debug/pprof/heap?gc=1", fmt.Sprintf("%d-%s.heap", n, role))
 	}
 }
 
@@ -323,20 +311,26 @@ func cpuProfileLater(t *testing.T, r *replica, n int, role string, after time.Du
 	go func() {
 		defer close(done)
 		time.Sleep(after)
-		req, _ := http.NewRequest(http.MethodGet, r.URL("/debug/pprof/profile?seconds=20"), nil)
-		req.Header.Set("Authorization", "Bearer test-token")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Logf("cpu profile: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if err := os.WriteFile(filepath.Join(*scaleHeap, fmt.Sprintf("%d-%s.cpu", n, role)), b, 0o644); err != nil {
-			t.Logf("cpu profile: %v", err)
-		}
+		saveProfile(t, r, "/debug/pprof/profile?seconds=20", fmt.Sprintf("%d-%s.cpu", n, role))
 	}()
 	return done
+}
+
+// saveProfile writes r's profile at path to file in -scale-heap; a
+// failure is logged, as a profile is an aid, not a measurement.
+func saveProfile(t *testing.T, r *replica, path, file string) {
+	req, _ := http.NewRequest(http.MethodGet, r.URL(path), nil)
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Logf("profile %s: %v", file, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(filepath.Join(*scaleHeap, file), b, 0o644); err != nil {
+		t.Logf("profile %s: %v", file, err)
+	}
 }
 
 func bodySize(t *testing.T, url string) int64 {
