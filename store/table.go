@@ -115,11 +115,17 @@ func layoutCapacity(digits int) int {
 // ~18 bytes an entry instead of ~150 for a map entry, which matters with
 // 100k entries that mostly wait for their next slot. A bucket is decoded
 // into a map when an entry in it changes, and encoded again once written.
+// A bucket written in two write cycles running keeps its map (Compact):
+// with 20k entries every second each cycle rewrites every bucket, and
+// decoding each one again was a quarter of the leader's allocations.
 type Table struct {
 	digits int // the layout: a bucket key's hex digits (2, 3 or 4)
 	enc    [][]byte
 	dec    []map[string]EntryState
 	dirty  []bool
+	// wrote marks the buckets written in the current cycle, hot those
+	// written in the last one (Compact ends a cycle).
+	wrote, hot []bool
 	// stale are bucket keys (suffixes) of a layout the table left; they
 	// are deleted once the new layout is written whole.
 	stale []string
@@ -135,7 +141,8 @@ func NewTable() *Table { return newTable(2) }
 
 func newTable(digits int) *Table {
 	n := layoutBuckets(digits)
-	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), dirty: make([]bool, n)}
+	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), dirty: make([]bool, n),
+		wrote: make([]bool, n), hot: make([]bool, n)}
 }
 
 // Buckets is how many buckets the table's layout has.
@@ -276,20 +283,24 @@ func (t *Table) Dirty() int {
 	return n + min(len(t.legacy)+len(t.stale), 1)
 }
 
-// written records that bucket b now holds enc in etcd.
+// written records that bucket b now holds enc in etcd. Its map stays
+// until Compact decides.
 func (t *Table) written(b int, enc []byte) {
 	// A copy exactly as long as it is: appendBucket's growth left up to
 	// twice that, and a million entries keep their buckets encoded.
-	t.enc[b], t.dec[b], t.dirty[b] = bytes.Clone(enc), nil, false
+	t.enc[b], t.dirty[b], t.wrote[b] = bytes.Clone(enc), false, true
 }
 
-// Compact drops the decoded copy of every bucket that is written: only a
-// bucket being changed is worth its map (~8 times its encoding).
+// Compact ends a write cycle. It drops the decoded copy of every bucket
+// that is written, except one written in this cycle and the one before:
+// only a bucket being changed is worth its map (~8 times its encoding),
+// and one changed in every cycle will be again.
 func (t *Table) Compact() {
 	for b := range t.dec {
-		if !t.dirty[b] {
+		if t.dec[b] != nil && !t.dirty[b] && !(t.wrote[b] && t.hot[b]) {
 			t.dec[b] = nil
 		}
+		t.hot[b], t.wrote[b] = t.wrote[b], false
 	}
 }
 

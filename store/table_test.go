@@ -122,3 +122,56 @@ func TestEntryStateFitsItsAllocation(t *testing.T) {
 		t.Errorf("store.EntryState is %d bytes, over the 112-byte size class", n)
 	}
 }
+
+// TestTableKeepsHotBuckets: a bucket written in two write cycles running
+// keeps its decoded map, one not written in a cycle goes back to its
+// encoding, and the table reads the same either way.
+func TestTableKeepsHotBuckets(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	tb := NewTable()
+	for i := range 2000 {
+		tb.Set(EntryState{Name: fmt.Sprintf("e%d", i), LastSlot: at})
+	}
+	hot := tb.bucketOf("e7")
+	write := func() { // as Store.Save then the persister's Compact
+		for b := range tb.enc {
+			if tb.dirty[b] {
+				tb.written(b, tb.appendBucket(nil, b))
+			}
+		}
+		tb.Compact()
+	}
+	decoded := func() (n int) {
+		for _, m := range tb.dec {
+			if m != nil {
+				n++
+			}
+		}
+		return n
+	}
+	write() // first cycle: every bucket written once, none kept
+	if n := decoded(); n != 0 {
+		t.Fatalf("after a first write %d buckets stay decoded, want 0", n)
+	}
+	for cycle := 1; cycle <= 3; cycle++ {
+		tb.Set(EntryState{Name: "e7", LastSlot: at.Add(time.Duration(cycle) * time.Second)})
+		write()
+		// Written in this cycle and the one before: kept.
+		if n := decoded(); n != 1 || tb.dec[hot] == nil {
+			t.Fatalf("cycle %d: %d buckets decoded (hot one: %v), want only the hot one", cycle, n, tb.dec[hot] != nil)
+		}
+		if st, _ := tb.Get("e7"); !st.LastSlot.Equal(at.Add(time.Duration(cycle) * time.Second)) {
+			t.Fatalf("cycle %d: e7's slot %v", cycle, st.LastSlot)
+		}
+	}
+	write() // a cycle that does not write it: back to its encoding
+	if n := decoded(); n != 0 {
+		t.Fatalf("a bucket not written in a cycle stays decoded (%d)", n)
+	}
+	if st, _ := tb.Get("e7"); !st.LastSlot.Equal(at.Add(3 * time.Second)) {
+		t.Fatalf("after dropping its map, e7's slot %v", st.LastSlot)
+	}
+	if tb.Len() != 2000 {
+		t.Fatalf("Len %d, want 2000", tb.Len())
+	}
+}
