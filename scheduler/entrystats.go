@@ -160,7 +160,7 @@ func (l *loop) reportDue() {
 	l.s.cfg.Metrics.PendingSlots.Set(float64(len(l.pending)))
 	var heapDue, pendingDue int64
 	if len(l.heap) > 0 {
-		heapDue = l.heap[0].due.UnixNano()
+		heapDue = l.heap[0].due
 	}
 	// Catch-up and collected slots queue in due order, and failed ones
 	// go back in front: the head is the oldest.

@@ -29,7 +29,7 @@ func TestPrepareCompilesWhatIsDue(t *testing.T) {
 		if i >= soon {
 			due = now.Add(prepareAhead + time.Duration(i)*time.Millisecond)
 		}
-		e.it = &item{e: e, slot: due, due: due, index: len(l.heap)}
+		e.it = &item{e: e, slot: due, due: due.UnixNano(), key: nameKey(e.Name), index: len(l.heap)}
 		l.heap = append(l.heap, e.it)
 	}
 	heap.Init(&l.heap)
@@ -38,7 +38,7 @@ func TestPrepareCompilesWhatIsDue(t *testing.T) {
 			if e.task == nil {
 				continue
 			}
-			if e.it.due.After(now.Add(prepareAhead)) {
+			if e.it.dueTime().After(now.Add(prepareAhead)) {
 				out++
 			} else {
 				in++

@@ -3,10 +3,12 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -392,20 +394,64 @@ func (s *Scheduler) PublishFailingSince() time.Time {
 
 // item is an entry's next slot in the heap.
 type item struct {
-	e     *entry
-	slot  time.Time // nominal slot: the identity
-	due   time.Time // slot + jitter: when to publish
+	e    *entry
+	slot time.Time // nominal slot: the identity
+	// due is slot + jitter, when to publish, in Unix nanoseconds
+	// (dueNs), and key the first 8 bytes of the entry's name: a burst's
+	// slots are all due at once, and comparing them through the entry's
+	// name was a cache miss or three per comparison, 8% of a busy
+	// leader's CPU. Both keep the item in 64 bytes, as a million are.
+	due   int64
+	key   uint64
 	index int
+}
+
+// newItem is e's item for slot.
+func newItem(e *entry, slot time.Time) *item {
+	it := &item{e: e, key: nameKey(e.Name)}
+	it.set(slot)
+	return it
+}
+
+// set moves it to slot.
+func (it *item) set(slot time.Time) {
+	it.slot, it.due = slot, dueNs(slot.Add(jitter(it.e.Entry, slot)))
+}
+
+// dueTime is it's due time.
+func (it *item) dueTime() time.Time { return time.Unix(0, it.due) }
+
+// dueNs is t in Unix nanoseconds, and the last of them for a time past
+// 2262 (which UnixNano cannot hold): such a slot is never due.
+func dueNs(t time.Time) int64 {
+	if t.After(maxDue) {
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var maxDue = time.Unix(0, math.MaxInt64)
+
+// nameKey is name's first 8 bytes, big-endian and zero-padded: two keys
+// that differ order as their names do.
+func nameKey(name string) uint64 {
+	var b [8]byte
+	copy(b[:], name)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 type slotHeap []*item
 
 func (h slotHeap) Len() int { return len(h) }
 func (h slotHeap) Less(i, j int) bool {
-	if h[i].due.Equal(h[j].due) {
-		return h[i].e.Name < h[j].e.Name
+	a, b := h[i], h[j]
+	switch {
+	case a.due != b.due:
+		return a.due < b.due
+	case a.key != b.key:
+		return a.key < b.key
 	}
-	return h[i].due.Before(h[j].due)
+	return a.e.Name < b.e.Name
 }
 func (h slotHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
 func (h *slotHeap) Push(x any)   { it := x.(*item); it.index = len(*h); *h = append(*h, it) }
@@ -676,7 +722,7 @@ func (l *loop) run(ctx context.Context) error {
 		// since now was read must not push the deadline back.
 		wait := time.Hour
 		if len(l.heap) > 0 {
-			wait = max(l.heap[0].due.Sub(s.cfg.Clock.Now()), 0)
+			wait = max(time.Duration(l.heap[0].due-s.cfg.Clock.Now().UnixNano()), 0)
 		}
 		if more {
 			wait = min(wait, prepareAgain)
@@ -796,9 +842,9 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	if after := e.sched.Next(plan.next); !after.IsZero() {
 		m.setPeriod(e.Name, after.Sub(plan.next))
 	}
-	next := &item{e: e, slot: plan.next, due: plan.next.Add(jitter(e.Entry, plan.next))}
+	next := newItem(e, plan.next)
 	e.it = next
-	l.s.cfg.Metrics.scheduled(e.Name, next.due)
+	l.s.cfg.Metrics.scheduled(e.Name, next.dueTime())
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
 }
@@ -813,10 +859,11 @@ func (l *loop) collectDue(now time.Time) {
 				"entries", late, "fired", fired, "late_over", stepLateness.String())
 		}
 	}()
-	for len(l.heap) > 0 && !l.heap[0].due.After(now) && len(l.pending) < l.s.cfg.BatchSize {
+	nowNs := now.UnixNano()
+	for len(l.heap) > 0 && l.heap[0].due <= nowNs && len(l.pending) < l.s.cfg.BatchSize {
 		it := l.heap[0]
 		e := it.e
-		if now.Sub(it.due) > stepLateness {
+		if time.Duration(nowNs-it.due) > stepLateness {
 			late++
 			fired += l.catchUpLate(it, now)
 			continue
@@ -824,8 +871,9 @@ func (l *loop) collectDue(now time.Time) {
 		if st := l.states[e.Name]; st != nil && st.Paused {
 			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
 		} else {
-			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: it.due})
-			l.s.cfg.Metrics.queued(e.Name, it.due)
+			due := it.dueTime()
+			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: due})
+			l.s.cfg.Metrics.queued(e.Name, due)
 		}
 		next := e.sched.Next(it.slot)
 		if next.IsZero() {
@@ -834,8 +882,8 @@ func (l *loop) collectDue(now time.Time) {
 			l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 			continue
 		}
-		it.slot, it.due = next, next.Add(jitter(e.Entry, next))
-		l.s.cfg.Metrics.scheduled(e.Name, it.due)
+		it.set(next)
+		l.s.cfg.Metrics.scheduled(e.Name, it.dueTime())
 		heap.Fix(&l.heap, 0)
 	}
 }
@@ -877,8 +925,8 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 		m.scheduled(e.Name, time.Time{})
 		return len(plan.fire)
 	}
-	it.slot, it.due = plan.next, plan.next.Add(jitter(e.Entry, plan.next))
-	m.scheduled(e.Name, it.due)
+	it.set(plan.next)
+	m.scheduled(e.Name, it.dueTime())
 	heap.Fix(&l.heap, it.index)
 	return len(plan.fire)
 }
@@ -995,10 +1043,17 @@ func (l *loop) publishPending(ctx context.Context) error {
 	// Drop the batch from the queue without copying what is left; only
 	// failures, rare, are put back in front (in slot order).
 	if len(failed) == 0 {
-		l.pending = l.pending[n:]
-		if len(l.pending) == 0 {
-			l.pending = nil
+		rest := l.pending[n:]
+		if len(rest) == 0 && cap(l.pending) <= 4*s.cfg.BatchSize {
+			// The queue is empty: the next batch reuses its array (a
+			// new one every batch was a tenth of a busy leader's
+			// allocations). A larger one, left by a catch-up, goes.
+			clear(l.pending[:n])
+			rest = l.pending[:0]
+		} else if len(rest) == 0 {
+			rest = nil
 		}
+		l.pending = rest
 	} else {
 		l.pending = append(failed, l.pending[n:]...)
 	}
@@ -1066,7 +1121,8 @@ func (l *loop) prepare(now time.Time) (more bool) {
 }
 
 func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
-	if len(l.heap) == 0 || l.heap[0].due.After(horizon) {
+	h := dueNs(horizon)
+	if len(l.heap) == 0 || l.heap[0].due > h {
 		return false
 	}
 	stack := append(l.prepStack[:0], 0)
@@ -1075,7 +1131,7 @@ func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		it := l.heap[i]
-		if it.due.After(horizon) {
+		if it.due > h {
 			continue
 		}
 		if it.e.task == nil {
