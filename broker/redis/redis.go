@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -272,6 +273,9 @@ type Publisher struct {
 	sentChannel string        // /<db>.celeryev/task.sent
 	sentClock   atomic.Uint64 // the events' Lamport clock
 
+	// fixed are every publish call's first keys, boxed once.
+	fixed []any
+
 	mu    sync.Mutex
 	term  int64            // the token bindings were last written under
 	bound map[binding]bool // bindings written in term
@@ -292,7 +296,7 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		opts.History = DefaultHistory
 	}
 	opts.History = max(opts.History, 0)
-	return &Publisher{
+	p := &Publisher{
 		rdb:           rdb,
 		fenceKey:      opts.KeyPrefix + "fence",
 		prefix:        opts.KeyPrefix,
@@ -308,6 +312,8 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		sentFrom:      opts.SentEventsFrom,
 		sentChannel:   fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
 	}
+	p.fixed = []any{p.fenceKey, p.countsKey(), p.slotsTermKey(), p.legacyKey(), p.entriesKey()}
+	return p
 }
 
 // RaiseFence raises the Redis fence to token. A new leader calls it before
@@ -411,10 +417,12 @@ func (p *Publisher) sendSentEvents(ctx context.Context, fires []celery.Fire, res
 const flightFires = 128
 
 func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, now time.Time, results []broker.Result) error {
-	order, cuts := callPlan(fires)
+	pl := plans.Get().(*plan)
+	defer pl.release()
+	order, cuts := pl.make(fires)
 	cmds := make([]*redis.Cmd, len(cuts))
 	tok := strconv.FormatInt(token, 10)
-	fixed := []string{p.fenceKey, p.countsKey(), p.slotsTermKey(), p.legacyKey(), p.entriesKey()}
+	fixed := p.fixed
 	want := p.repl.target(ctx, p.rdb)
 	bindings := p.bindings(token, fires)
 	legacy := p.legacy.Load()
@@ -454,41 +462,63 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 	lo := 0
 	for c, hi := range cuts {
 		call := order[lo:hi]
-		keys := make([]string, 0, len(fixed)+3*len(call)+len(bindings))
-		args := make([]any, 0, 6+3*len(call)+len(bindings))
-		keys = append(keys, fixed...)
-		args = append(args, tok, p.keepArg, len(call), p.ttlArg, p.trigArg, p.histPrefixLen)
+		// EVALSHA's arguments in one slice, as go-redis's EvalSha would
+		// build them from a keys and an args slice, with a copy: "evalsha",
+		// sha, numkeys, the keys, then the arguments. The keys go first,
+		// then each fire is encoded for its arguments.
+		var binds []binding
+		if c == 0 { // each new binding once: the first call carries them
+			binds = bindings
+		}
+		nkeys := len(fixed) + 3*len(call) + len(binds)
+		argv := pl.argv(3 + nkeys + 6 + 3*len(call) + len(binds))
+		argv = append(argv, "evalsha", publishScript.Hash(), nkeys)
+		argv = append(argv, fixed...)
 		for _, i := range call {
 			f := &fires[i]
 			t := f.Task
+			switch {
+			case f.Manual:
+				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
+			case f.Backfill != "":
+				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.BackfillKey(f.Backfill))
+			case legacy:
+				f.Task.AssignID(f)
+				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.DedupKey(f.ID))
+			default:
+				// The dedup key is unread outside the legacy window: no
+				// key is built per fire.
+				argv = append(argv, t.QueueKey, p.historyKey(t.Name), t.QueueKey)
+			}
+		}
+		for _, b := range binds {
+			argv = append(argv, b.key)
+		}
+		argv = append(argv, tok, p.keepArg, len(call), p.ttlArg, p.trigArg, p.histPrefixLen)
+		for _, i := range call {
+			f := &fires[i]
 			start := len(buf)
-			buf = t.AppendMessage(buf, f, token, now)
+			buf = f.Task.AppendMessage(buf, f, token, now)
 			mid := len(buf)
 			buf = appendRun(buf, f, token, now)
 			msg, run := buf[start:mid:mid], buf[mid:len(buf):len(buf)]
 			switch {
 			case f.Manual:
-				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
-				args = append(args, msg, run, "")
+				argv = append(argv, msg, run, "")
 			case f.Backfill != "":
-				keys = append(keys, t.QueueKey, p.historyKey(t.Name), p.BackfillKey(f.Backfill))
-				args = append(args, msg, run, "b"+strconv.FormatInt(f.Slot.UnixMicro(), 10))
+				argv = append(argv, msg, run, "b"+strconv.FormatInt(f.Slot.UnixMicro(), 10))
 			default:
-				dedup := t.QueueKey // unread outside the legacy window: no key built per fire
-				if legacy {
-					dedup = p.DedupKey(f.ID)
-				}
-				keys = append(keys, t.QueueKey, p.historyKey(t.Name), dedup)
-				args = append(args, msg, run, strconv.FormatInt(f.Slot.UnixMicro(), 10))
+				argv = append(argv, msg, run, strconv.FormatInt(f.Slot.UnixMicro(), 10))
 			}
 		}
-		if c == 0 { // each new binding once: the first call carries them
-			for _, b := range bindings {
-				keys = append(keys, b.key)
-				args = append(args, b.member)
-			}
+		for _, b := range binds {
+			argv = append(argv, b.member)
 		}
-		cmds[c] = publishScript.EvalSha(ctx, pipe, keys, args...)
+		pl.keep(argv)
+		cmd := redis.NewCmd(ctx, argv...)
+		cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, cmd)
+		cmds[c] = cmd
 		lo = hi
 		if inFlight += len(call); inFlight >= flightFires || c == len(cuts)-1 {
 			send(pipe)
@@ -558,27 +588,61 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 // close at scriptBatch fires, on an entry boundary. When each entry fires
 // once, the common case, order is the fires' own.
 func callPlan(fires []celery.Fire) (order, cuts []int) {
-	order = make([]int, len(fires))
-	seen := make(map[*celery.Task]int, len(fires)) // task -> its group
-	var groups [][]int
+	var pl plan
+	order, cuts = pl.make(fires)
+	return slices.Clone(order), slices.Clone(cuts)
+}
+
+// plan is one Publish's scratch space: its call plan and its commands'
+// arguments. Plans are pooled, since a busy leader publishes 512 fires
+// at a time many times a second, and each publish's fresh maps and
+// slices were a sixth of its allocations.
+type plan struct {
+	seen   map[*celery.Task]int // task -> its group
+	groups [][]int
+	order  []int
+	cuts   []int
+	args   []any   // every call's arguments, back to back
+	calls  [][]any // the spans of args handed to commands
+}
+
+var plans = sync.Pool{New: func() any { return &plan{seen: map[*celery.Task]int{}} }}
+
+// planMax is the largest scratch a pooled plan keeps, in fires.
+const planMax = 4096
+
+func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
+	if pl.seen == nil {
+		pl.seen = map[*celery.Task]int{}
+	}
+	order = pl.order[:0]
+	cuts = pl.cuts[:0]
+	groups := pl.groups[:0]
 	repeated := false
 	for i := range fires {
-		order[i] = i
-		g, ok := seen[fires[i].Task]
+		order = append(order, i)
+		g, ok := pl.seen[fires[i].Task]
 		if !ok {
 			g = len(groups)
-			seen[fires[i].Task] = g
-			groups = append(groups, nil)
+			pl.seen[fires[i].Task] = g
+			if g < cap(groups) {
+				groups = groups[:g+1]
+				groups[g] = groups[g][:0]
+			} else {
+				groups = append(groups, nil)
+			}
 		} else {
 			repeated = true
 		}
 		groups[g] = append(groups[g], i)
 	}
+	pl.groups = groups
 	if !repeated {
 		for hi := scriptBatch; hi < len(fires); hi += scriptBatch {
 			cuts = append(cuts, hi)
 		}
-		return order, append(cuts, len(fires))
+		pl.order, pl.cuts = order, append(cuts, len(fires))
+		return pl.order, pl.cuts
 	}
 	order = order[:0]
 	size := 0
@@ -591,7 +655,39 @@ func callPlan(fires []celery.Fire) (order, cuts []int) {
 	if size > 0 {
 		cuts = append(cuts, len(order))
 	}
+	pl.order, pl.cuts = order, cuts
 	return order, cuts
+}
+
+// argv returns an empty slice with room for n arguments. A span handed
+// to a command is never written again until release: a call that does
+// not fit starts a new array.
+func (pl *plan) argv(n int) []any {
+	if cap(pl.args)-len(pl.args) < n {
+		pl.args = make([]any, 0, max(n, 2*cap(pl.args), 1024))
+	}
+	return pl.args[len(pl.args) : len(pl.args) : len(pl.args)+n]
+}
+
+// keep records that argv, from argv(n), is now a command's.
+func (pl *plan) keep(argv []any) {
+	if len(pl.args)+len(argv) <= cap(pl.args) {
+		pl.args = pl.args[:len(pl.args)+len(argv)]
+	}
+	pl.calls = append(pl.calls, argv)
+}
+
+// release returns pl to the pool, holding no reference to what was sent.
+func (pl *plan) release() {
+	for _, a := range pl.calls {
+		clear(a)
+	}
+	clear(pl.seen)
+	if len(pl.order) > planMax || cap(pl.args) > 16*planMax {
+		return // a large publish's scratch is not kept
+	}
+	pl.args, pl.calls = pl.args[:0], pl.calls[:0]
+	plans.Put(pl)
 }
 
 type binding struct{ key, member string }
