@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/flagenv"
+	beatdtest "github.com/beatd/beatd/testkit/testutil"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -35,7 +36,7 @@ func TestClientUnauthenticated(t *testing.T) {
 		{"insecure ok", clusterFlags{InitialCluster: "a=http://a:2380", InsecureOK: true}, 1, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &syncBuffer{}
+			logs := &beatdtest.SyncBuffer{}
 			clock := clockwork.NewFakeClock()
 			m := NewMain(io.Discard, io.Discard)
 			m.clock, m.Cluster = clock, tc.cluster

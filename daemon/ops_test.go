@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,30 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/beatd/beatd/testkit/testutil"
 )
-
-// syncBuffer is a log sink safe for the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // jsonLines fails the test unless every line of log is a JSON object.
 func jsonLines(t *testing.T, log string) []map[string]any {
@@ -64,7 +44,7 @@ func TestRunEmptyConfigAndMetrics(t *testing.T) {
 	if err := os.WriteFile(config, []byte("entries: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	m := NewMain(&log, &log)
 	if err := m.ParseFlags(context.Background(), []string{"--config", config, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
 		"--broker", rs.URL(0), "--http", "127.0.0.1:0"}); err != nil {
@@ -108,7 +88,7 @@ func TestEmbeddedEtcdLogsAreOurs(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "schedules.yaml")
 	_ = os.WriteFile(config, []byte("entries:\n  a: {task: t.a, every: 1m}\n"), 0o644)
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	m := NewMain(&log, &log)
 	if err := m.ParseFlags(context.Background(), []string{"--config", config, "--data-dir", filepath.Join(dir, "data"), "--broker", rs.URL(0),
 		"--etcd-client-port", strconv.Itoa(testutil.FreePort(t)), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)), "--http", "127.0.0.1:0", "--log-level", "debug"}); err != nil {

@@ -1,42 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb lockedBuffer
+	// Locked: go-redis has one process-wide logger, which a command
+	// points at its stderr, and a dial that a parallel test's command left
+	// running may log into this buffer after run returned.
+	var out, errb testutil.SyncBuffer
 	code = run(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use. go-redis has one
-// process-wide logger, which a command points at its stderr: a dial that a
-// parallel test's command left running may log into this buffer after
-// run returned (a data race on a plain buffer, seen in make test).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestValidate(t *testing.T) {
