@@ -21,6 +21,8 @@ import (
 // every slot once (a duplicate only where a re-send was logged), none
 // missed, none enqueued by a term after a newer one.
 func TestProcessAMQPFailover(t *testing.T) {
+	// Its own RabbitMQ, Redis and etcd, and mostly scenario sleeps.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs beatd processes and rabbitmq-server")
 	}

@@ -104,6 +104,9 @@ func (o *observer) waitUntil(t *testing.T, timeout time.Duration, what string, c
 // by policy, and the slot right after it), and no gap is longer than the
 // interval plus the cutover (SIGTERM to beatd leading).
 func TestCutoverFromCeleryBeat(t *testing.T) {
+	// Its own Redis, celery beat and embedded etcd; most of its minute is
+	// spent waiting for a crontab boundary, so it runs beside others.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs celery beat and beatd processes")
 	}

@@ -116,6 +116,8 @@ func TestProcessOperatorCLI(t *testing.T) {
 // TestProcessUnresponsiveLeader: a leader that stops renewing its lease
 // shows as not responding while its key still exists.
 func TestProcessUnresponsiveLeader(t *testing.T) {
+	// Its own etcd and Redis, and mostly waits on a 9 s lease.
+	t.Parallel()
 	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s}\n", 1, "--lease-ttl", "9s")
 	lead, l := c.leader("", 20*time.Second)
 	// A live leader is never flagged, whenever status looks (keepalives
