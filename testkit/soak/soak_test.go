@@ -33,7 +33,7 @@ var (
 	extraFlag    = flag.String("extra", "", "extra arguments for beatd run, space-separated")
 	keepFlag     = flag.Bool("keep", false, "keep the run directory (logs, data) even on success")
 	warmupFlag   = flag.Duration("warmup", 5*time.Second, "bench-celery: warm-up after the first message")
-	celeryFlag   = flag.Int("celery-entries", 1000, "bench-celery: celery beat's entries")
+	celeryFlag   = flag.Int("celery-entries", 1000, "bench-celery: celery beat's entries (0: measure beatd alone)")
 	beatdNFlag   = flag.String("beatd-entries", "1000,20000", "bench-celery: beatd's entry counts, comma-separated")
 	pythonFlag   = flag.String("python", "/usr/bin/python3", "bench-celery: the python with celery installed")
 )
@@ -99,7 +99,7 @@ func TestBenchCelery(t *testing.T) {
 		counts = append(counts, n)
 	}
 	_, err := RunBench(ctx, BenchConfig{Bin: beatdBinary(t, ctx), Python: *pythonFlag, Duration: *benchDurFlag, Warmup: *warmupFlag,
-		Interval: *intervalFlag, CeleryEntries: *celeryFlag, BeatdEntries: counts, Out: *outFlag,
+		Interval: *intervalFlag, CeleryEntries: *celeryFlag, SkipCelery: *celeryFlag == 0, BeatdEntries: counts, Out: *outFlag,
 		Extra: splitArgs(*extraFlag), Keep: *keepFlag, Log: os.Stdout})
 	if err != nil {
 		t.Fatal(err)
