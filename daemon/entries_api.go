@@ -241,6 +241,7 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 			continue
 		}
 		out = append(out, sources.Doc{Name: d.Name, Data: d.Spec})
+		a.merger.Prime(file, d.Name, d.Spec, e)
 	}
 	if len(bad) > 0 {
 		return 0, bad

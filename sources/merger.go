@@ -114,6 +114,13 @@ type Merger struct {
 	applied  bool
 	// perSource counts the running entries each source provides.
 	perSource map[string]int
+	// primed holds runtime entries the entries API parsed and validated
+	// on their way into etcd, for the watch that brings them back: a bulk
+	// load otherwise parsed every document twice, an eighth of its CPU
+	// (bench-scale's apply profile at 300k). A row is used only for the
+	// same document under the same defaults, so one whose write failed
+	// is harmless; primeMost bounds them.
+	primed map[string]row
 
 	entriesG  *prometheus.GaugeVec
 	upG       *prometheus.GaugeVec
@@ -164,6 +171,45 @@ func New(c Config) *Merger {
 // no Registry.
 func (m *Merger) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.entriesG, m.upG, m.invalidG, m.conflictG}
+}
+
+// Prime hands the merger e, parsed from doc under file and validated,
+// for the runtime source's entry name: when the watch brings that
+// document back, e is used instead of parsing it again. It does nothing
+// if file is no longer the merger's.
+func (m *Merger) Prime(file *config.Config, name string, doc []byte, e *config.Entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.file != file {
+		return
+	}
+	if m.primed == nil || len(m.primed) >= primeMost {
+		// Rows nobody took (their writes failed, or the watch is far
+		// behind) are dropped together: only the second parse is lost.
+		m.primed = make(map[string]row, 1024)
+	}
+	m.primed[name] = row{doc: string(doc), entry: e, gen: m.defaultsGen()}
+}
+
+// primeMost is the most primed rows held: a few seconds of a bulk load.
+const primeMost = 1 << 15
+
+// takePrimed returns, and forgets, the primed row of name if it is doc's
+// under the defaults gen; m.mu is held.
+func (m *Merger) takePrimed(source, name string, doc []byte, gen uint32) (row, bool) {
+	if source != API || len(m.primed) == 0 {
+		return row{}, false
+	}
+	p, ok := m.primed[name]
+	if !ok {
+		return row{}, false
+	}
+	delete(m.primed, name)
+	if p.gen != gen || p.doc != string(doc) {
+		return row{}, false
+	}
+	p.entry.Source = source
+	return p, true
 }
 
 // File returns the file's config last set.
@@ -473,6 +519,8 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 	for name, doc := range docs {
 		if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
 			next[name] = p
+		} else if p, ok := m.takePrimed(src, name, doc, gen); ok {
+			next[name] = p
 		} else {
 			jobs = append(jobs, job{name, doc})
 		}
@@ -568,7 +616,14 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 			delete(cache, name)
 			continue
 		}
-		p := m.parse(source, cache, name, doc, gen)
+		// An unchanged document keeps its entry (the cache's, in parse);
+		// a new one may have come through the entries API already parsed.
+		p, ok := cache[name]
+		if !ok || p.gen != gen || p.doc != string(doc) {
+			if p, ok = m.takePrimed(source, name, doc, gen); !ok {
+				p = m.parse(source, cache, name, doc, gen)
+			}
+		}
 		cache[name] = p
 		if p.failed != nil {
 			if u.invalid != *p.failed {

@@ -2,6 +2,7 @@ package sources
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
@@ -148,5 +149,65 @@ func TestParsePriority(t *testing.T) {
 func TestRowSize(t *testing.T) {
 	if n := unsafe.Sizeof(row{}); n > 40 {
 		t.Errorf("row is %d bytes, want at most 40", n)
+	}
+}
+
+// TestPrimedEntries: a runtime entry the entries API parsed on its way
+// into etcd is the one the merger runs when the watch brings the same
+// document back, through either merge; another document, another file's
+// defaults or another source parse their own.
+func TestPrimedEntries(t *testing.T) {
+	t.Parallel()
+	file := mustParse(t, "entries:\n  f0: {task: t.f, every: 10s}\n")
+	other := mustParse(t, "defaults: {options: {queue: q2}}\nentries:\n  f0: {task: t.f, every: 10s}\n")
+	base := map[string][]byte{}
+	for i := range 100 {
+		base[fmt.Sprint("b", i)] = []byte(`{"task":"t.b","every":"5s"}`)
+	}
+	doc := []byte(`{"task":"t.a","every":"7s"}`)
+	for _, tc := range []struct {
+		name   string
+		base   map[string][]byte // the source before: few entries merge whole, many entry by entry
+		source string
+		file   *config.Config // the file Prime is told the entry was parsed under
+		doc    []byte         // the document the watch brings back
+		taken  bool
+	}{
+		{"whole merge", nil, API, file, doc, true},
+		{"delta merge", base, API, file, doc, true},
+		{"another document", base, API, file, []byte(`{"task":"t.a","every":"8s"}`), false},
+		{"another file", base, API, other, doc, false},
+		{"another source", base, DCB, file, doc, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(Config{Apply: func(*config.Config) error { return nil }, ApplyDelta: func(*config.Config, []string) error { return nil }})
+			if err := m.SetFile(file); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetSource(API, clone(tc.base)); err != nil {
+				t.Fatal(err)
+			}
+			primed, err := tc.file.ParseEntry("n", doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Prime(tc.file, "n", doc, primed)
+			if err := m.UpdateSource(tc.source, map[string][]byte{"n": tc.doc}); err != nil {
+				t.Fatal(err)
+			}
+			got := m.Current().Entry("n")
+			if got == nil {
+				t.Fatal("entry n is not running")
+			}
+			if (got == primed) != tc.taken {
+				t.Errorf("primed entry taken: %v, want %v", got == primed, tc.taken)
+			}
+			if got.Source != tc.source {
+				t.Errorf("source %q, want %q", got.Source, tc.source)
+			}
+			if len(m.primed) != 0 && tc.source == API {
+				t.Errorf("%d primed rows left after the watch brought n back", len(m.primed))
+			}
+		})
 	}
 }
