@@ -41,6 +41,8 @@ func TestAlertRules(t *testing.T) {
 // checks each alert becomes active (pending or firing: the `for` delays
 // are TestAlertRules' business).
 func TestAlertsLive(t *testing.T) {
+	// Its own servers and Prometheus, mostly waiting on scrapes.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs beatd and prometheus")
 	}

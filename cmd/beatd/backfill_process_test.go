@@ -66,6 +66,8 @@ func writeTokens(t *testing.T, dir string, roles map[string]string) string {
 // normal fire would have had), a repeat that publishes nothing, a cancel,
 // and the audit trail after the failover.
 func TestProcessBackfill(t *testing.T) {
+	// Its own servers and no timing bound: it runs beside the waiting tests.
+	t.Parallel()
 	dir := t.TempDir()
 	tokens := writeTokens(t, dir, map[string]string{"ops": "operate", "reader": "read"})
 	c := newCluster(t, "entries:\n  bf: {task: tasks.add, cron: '* * * * *', args: [1, 2], options: {queue: bf}}\n"+

@@ -41,6 +41,8 @@ func (c *cluster) cli(args ...string) (int, string, string) {
 // without --config, from the config the leader published, and shows each
 // entry's last result; its output formats parse.
 func TestProcessOperatorCLI(t *testing.T) {
+	// Its own servers and no timing bound: it runs beside the waiting tests.
+	t.Parallel()
 	c := newCluster(t, "entries:\n  hourly: {task: tasks.add, cron: '0 * * * *', args: [1, 1]}\n  every: {task: tasks.add, every: 1s, args: [2, 2]}\n", 2)
 	c.leader("", 20*time.Second)
 	// The leader publishes its config right after it is elected.
