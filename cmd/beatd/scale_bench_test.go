@@ -205,12 +205,17 @@ func benchScaleAt(t *testing.T, n int) scalePoint {
 			cpuBefore[i] = st.CPU
 		}
 	}
+	// Where the steady state's CPU goes, on both replicas (with -scale-heap).
+	leadProfiled := cpuProfileLater(t, lead, n, "leader-steady", 0)
+	standbyProfiled := cpuProfileLater(t, standby, n, "standby-steady", 0)
 	time.Sleep(*scaleSteady)
 	for i, pid := range pids {
 		if st, err := soak.ReadProcStats(pid); err == nil {
 			p.SteadyCPU[i] = (st.CPU - cpuBefore[i]).Seconds() / scaleSteady.Seconds()
 		}
 	}
+	<-leadProfiled // 20 s each: a -scale-steady shorter than that waits here
+	<-standbyProfiled
 	firesAfter, _ := lead.Metric(`beatd_fires_total{entry="",result="ok"}`)
 	p.FiresPerSecond = (firesAfter - firesBefore) / scaleSteady.Seconds()
 	p.LagP99 = lagP99(lagBefore, lagBuckets(t, lead))
