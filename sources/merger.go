@@ -194,9 +194,14 @@ func (m *Merger) Prime(file *config.Config, name string, doc []byte, e *config.E
 // primeMost is the most primed rows held: a few seconds of a bulk load.
 const primeMost = 1 << 15
 
-// takePrimed returns, and forgets, the primed row of name if it is doc's
-// under the defaults gen; m.mu is held.
-func (m *Merger) takePrimed(source, name string, doc []byte, gen uint32) (row, bool) {
+// reuse returns a row of name already parsed from doc under the defaults
+// gen, if there is one: the cache's (an unchanged document keeps its
+// entry), else the one the entries API primed, which it forgets; m.mu is
+// held.
+func (m *Merger) reuse(source string, cache map[string]row, name string, doc []byte, gen uint32) (row, bool) {
+	if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
+		return p, true
+	}
 	if source != API || len(m.primed) == 0 {
 		return row{}, false
 	}
@@ -486,12 +491,10 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 	return nil
 }
 
-// parse returns name's row of source src from the cache when its
-// document and the file's defaults are unchanged, else parsed anew.
-func (m *Merger) parse(src string, cache map[string]row, name string, doc []byte, gen uint32) row {
-	if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
-		return p
-	}
+// parse returns name's row of source src, parsed from doc under the
+// file's defaults (generation gen). It writes no merger state, so
+// parseAll runs it on every core; reuse finds rows that need no parse.
+func (m *Merger) parse(src, name string, doc []byte, gen uint32) row {
 	p := row{doc: string(doc), gen: gen}
 	e, err := m.file.ParseEntry(name, doc)
 	if err == nil && m.c.Validate != nil {
@@ -517,9 +520,7 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 	}
 	var jobs []job
 	for name, doc := range docs {
-		if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
-			next[name] = p
-		} else if p, ok := m.takePrimed(src, name, doc, gen); ok {
+		if p, ok := m.reuse(src, cache, name, doc, gen); ok {
 			next[name] = p
 		} else {
 			jobs = append(jobs, job{name, doc})
@@ -528,7 +529,7 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 	workers := runtime.GOMAXPROCS(0)
 	if len(jobs) < parallelFrom || workers < 2 {
 		for _, j := range jobs {
-			next[j.name] = m.parse(src, nil, j.name, j.doc, gen)
+			next[j.name] = m.parse(src, j.name, j.doc, gen)
 		}
 		return
 	}
@@ -539,7 +540,7 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 		lo, hi := w*per, min((w+1)*per, len(jobs))
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
-				out[i] = m.parse(src, nil, jobs[i].name, jobs[i].doc, gen)
+				out[i] = m.parse(src, jobs[i].name, jobs[i].doc, gen)
 			}
 		})
 	}
@@ -616,13 +617,9 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 			delete(cache, name)
 			continue
 		}
-		// An unchanged document keeps its entry (the cache's, in parse);
-		// a new one may have come through the entries API already parsed.
-		p, ok := cache[name]
-		if !ok || p.gen != gen || p.doc != string(doc) {
-			if p, ok = m.takePrimed(source, name, doc, gen); !ok {
-				p = m.parse(source, cache, name, doc, gen)
-			}
+		p, ok := m.reuse(source, cache, name, doc, gen)
+		if !ok {
+			p = m.parse(source, name, doc, gen)
 		}
 		cache[name] = p
 		if p.failed != nil {
