@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -118,30 +119,42 @@ func TestProcessOperatorCLI(t *testing.T) {
 // TestProcessUnresponsiveLeader: a leader that stops renewing its lease
 // shows as not responding while its key still exists.
 func TestProcessUnresponsiveLeader(t *testing.T) {
-	// Its own etcd and Redis, and mostly waits on a 9 s lease.
+	// Its own etcd and Redis, and mostly waits on the lease.
 	t.Parallel()
-	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s}\n", 1, "--lease-ttl", "9s")
+	// The leader renews every ttl/3 and shows as not responding once its
+	// lease has under 2/3 of ttl - 1s left, so a stopped leader is flagged
+	// from at most ttl/3 + 1s after the stop until it expires, at least
+	// 2/3 of ttl after it. With 9s that window was 2s at the worst phase,
+	// and one status call that asks the stopped leader's HTTP (as it does
+	// until the flag shows) takes 2s: the flag was missed under load. 18s
+	// leaves 5s.
+	const ttl = 18 * time.Second
+	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s}\n", 1, "--lease-ttl", ttl.String())
 	lead, l := c.leader("", 20*time.Second)
-	// A live leader is never flagged, whenever status looks (keepalives
-	// come every 3s).
+	// A live leader is never flagged, whenever status looks.
 	for i := 0; i < 4; i++ {
 		code, out, _ := c.cli("status", "-o", "json")
 		var st api.Status
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.LeaderUnresponsive || st.LeaderID != lead.ID {
 			t.Fatalf("live leader: exit %d %+v", code, st)
 		}
-		time.Sleep(700 * time.Millisecond) // spreads the looks across keepalive intervals (every 3s)
+		time.Sleep(ttl / 3 / 4) // spreads the looks across a keepalive interval
 	}
 	lead.Signal(syscall.SIGSTOP)
 	defer lead.Signal(syscall.SIGCONT)
 	stopped := time.Now()
-	// Flagged once the lease has under 2/3 - 1s left, before it expires
-	// at 9s.
-	waitFor(t, 9*time.Second, "the stopped leader to show as not responding", func() bool {
-		_, out, _ := c.cli("status")
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last status, %s after the stop:\n%s", time.Since(stopped).Round(100*time.Millisecond), last)
+		}
+	}()
+	waitFor(t, ttl, "the stopped leader to show as not responding", func() bool {
+		code, out, errs := c.cli("status")
+		last = fmt.Sprintf("exit %d\n%s%s", code, out, errs)
 		return strings.Contains(out, "leader: "+lead.ID) && strings.Contains(out, "NOT RESPONDING")
 	})
-	t.Logf("stopped leader flagged after %s (lease TTL 9s, token %d)", time.Since(stopped).Round(100*time.Millisecond), l.Token)
+	t.Logf("stopped leader flagged after %s (lease TTL %s, token %d)", time.Since(stopped).Round(100*time.Millisecond), ttl, l.Token)
 }
 
 // TestProcessDegradedLogs runs a replica whose etcd and Redis fail: every
