@@ -302,6 +302,7 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 		o.PauseReason = pauseReason(o.Failures, run)
 		l.s.log.Warn("paused after consecutive failures", "entry", name, "failures", o.Failures, "reason", o.PauseReason)
 		m.AutoPaused.Inc()
+		l.urgent = true // a next leader must not fire it again
 	}
 	if !o.Buffered.IsZero() {
 		slot := o.Buffered
@@ -491,5 +492,10 @@ func (l *loop) saveDirty() {
 		}
 	}
 	clear(l.dirty)
+	if l.urgent {
+		l.urgent = false
+		l.persist.saveNow(l.changed...)
+		return
+	}
 	l.persist.save(l.changed...)
 }

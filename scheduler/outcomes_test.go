@@ -272,6 +272,10 @@ func TestResumeAfterAutoPause(t *testing.T) {
 	h.at(40 * time.Second)
 	h.report("e", t0.Add(40*time.Second), outcome.Failed, "ValueError", "bad")
 	h.at(50 * time.Second) // one failure after the resume: still running
+	// settle counts armed timers, not the loop's progress, and once let
+	// the check run before the 50s fire (1 in ~100 runs under -race), so
+	// the fire is waited for; a wrong pause times out here.
+	h.waitPublished(4)
 	if got := h.disp.list(); len(got) != 4 {
 		t.Errorf("published %v: want 10, 20, 40, 50", got)
 	}
@@ -438,4 +442,41 @@ func TestMaxRunsAndEndAt(t *testing.T) {
 	if _, left := Finished(cfg.Entry("n"), st.get("n"), t0.Add(time.Minute)); left != 0 {
 		t.Errorf("n has %d runs left", left)
 	}
+}
+
+// TestDecisiveStateWrittenAtOnce: with a state interval far longer than
+// the test, what a next leader needs to act right is written at once:
+// a first start's baselines, a reload's new entry's baseline and an
+// automatic pause. Progress alone waits for the interval (the broker's
+// marks cover it), which shows the test tells the two apart.
+func TestDecisiveStateWrittenAtOnce(t *testing.T) {
+	const yaml = "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 1}\n  f: {task: t, every: 10s, relative: true}\n"
+	h := newOutcomeHarness(t, yaml, t0.Add(time.Second), nil, nil)
+	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: NewMetrics(prometheus.NewRegistry()), Cluster: "beatd/test",
+		Origin: "beatd@test", Outcomes: h.feed, StateInterval: time.Hour}, mustConfig(t, yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sched = s
+	h.start(7)
+	h.settle()
+	baseline := func(name string) func() bool {
+		return func() bool { st := h.store.get(name); return st != nil && !st.Since.IsZero() }
+	}
+	eventually(t, 5*time.Second, "the first start's baselines in the store", func() bool { return baseline("e")() && baseline("f")() })
+
+	if err := h.sched.Reload(mustConfig(t, yaml+"  g: {task: t, every: 10s, relative: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	eventually(t, 5*time.Second, "the new entry's baseline in the store", baseline("g"))
+
+	h.at(10 * time.Second)
+	h.waitPublished(3)
+	h.settle()
+	if st := h.store.get("f"); st == nil || !st.LastSlot.IsZero() {
+		t.Errorf("f's progress written before the interval: %+v", st)
+	}
+	h.report("e", t0.Add(10*time.Second), outcome.Failed, "ValueError", "boom")
+	eventually(t, 5*time.Second, "the automatic pause in the store", func() bool { st := h.store.get("e"); return st != nil && st.Paused })
 }

@@ -85,6 +85,10 @@ func newPersister(s StateStore, g election.Fence, t *store.Table, c Config) *per
 		// Changed before it was handed over (pruning, first baselines):
 		// unwritten, and a flush must wait for it.
 		p.tableSince, p.gen = c.Clock.Now(), 1
+		// Written at once, not at the first tick: a first start's
+		// baselines are what make a next leader owe the new entries'
+		// first slots, and the interval may be long.
+		p.poke()
 	}
 	return p
 }
@@ -123,6 +127,15 @@ func (p *persister) save(states ...store.EntryState) {
 	}
 	p.changedLocked(now)
 	p.mu.Unlock()
+}
+
+// saveNow is save for a change a next leader must see to act right (a
+// new entry's baseline, an automatic pause): it is written at once, not
+// at the next tick. Progress alone (the last slot published) can wait,
+// since the broker's marks cover it.
+func (p *persister) saveNow(states ...store.EntryState) {
+	p.save(states...)
+	p.poke()
 }
 
 // remove deletes the entries' state.

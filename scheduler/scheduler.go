@@ -518,7 +518,9 @@ type loop struct {
 	// sweepLost looks at every lostSweep.
 	// mustFlush: the batch changed a max_runs count, which is written
 	// before the next batch.
-	mustFlush     bool
+	mustFlush bool
+	// urgent: a change among dirty must be written at once (saveNow).
+	urgent        bool
 	reports       <-chan outcome.Report
 	unfinished    map[string]bool
 	nextLostSweep time.Time
@@ -1378,7 +1380,7 @@ func (l *loop) forget(ctx context.Context, names []string) error {
 // persister.
 func (l *loop) flushBaseline() {
 	if len(l.baseline) > 0 {
-		l.persist.save(l.baseline...)
+		l.persist.saveNow(l.baseline...)
 		l.baseline = nil
 	}
 }
