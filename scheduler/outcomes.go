@@ -365,6 +365,7 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 		f.Unwatch(l.runID(name, r))
 		r.Kind, r.Updated = outcome.Unreported, now
 		l.dirty[name] = true
+		l.urgent = true // as for a lost run below
 		delete(l.unfinished, name)
 		l.countRun(name, outcome.Unreported)
 		return false
@@ -374,6 +375,9 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 	l.s.cfg.Outcomes.Unwatch(l.runID(name, r))
 	r.Kind, r.Updated = outcome.Lost, now
 	l.dirty[name] = true
+	// beatd decided this, so no report brings it back after a failover:
+	// a next leader would block the entry for another overlap_timeout.
+	l.urgent = true
 	l.finished(name, st, r, now)
 	return false
 }

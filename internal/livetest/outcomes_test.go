@@ -224,8 +224,15 @@ func TestLostRunAfterWorkerKill(t *testing.T) {
 	})
 	w.Kill()
 	killedAt := time.Now()
+	var lastRuns []api.RunOutcome
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last runs status showed: %+v", lastRuns)
+		}
+	}()
 	waitFor(t, 20*time.Second, "the run marked lost", func() bool {
 		e, _ := entryOf(p.status(t), "long")
+		lastRuns = e.Runs
 		for _, r := range e.Runs {
 			if r.TaskID == started.TaskID && r.Outcome == "lost" {
 				return true
