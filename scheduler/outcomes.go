@@ -297,6 +297,13 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 	if e == nil {
 		return
 	}
+	if e.TracksOutcomes() {
+		// The run's end frees the entry (or counts toward its pause),
+		// and the workers' event that said so is not sent again: a next
+		// leader that missed it would hold the entry for an
+		// overlap_timeout, or pause it a failure late.
+		l.urgent = true
+	}
 	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
 		o.PauseReason = pauseReason(o.Failures, run)

@@ -446,11 +446,12 @@ func TestMaxRunsAndEndAt(t *testing.T) {
 
 // TestDecisiveStateWrittenAtOnce: with a state interval far longer than
 // the test, what a next leader needs to act right is written at once:
-// a first start's baselines, a reload's new entry's baseline and an
-// automatic pause. Progress alone waits for the interval (the broker's
+// a first start's baselines, a reload's new entry's baseline, the end of
+// a run that holds an overlap and an automatic pause. Progress alone waits for the interval (the broker's
 // marks cover it), which shows the test tells the two apart.
 func TestDecisiveStateWrittenAtOnce(t *testing.T) {
-	const yaml = "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 1}\n  f: {task: t, every: 10s, relative: true}\n"
+	const yaml = "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 1}\n  f: {task: t, every: 10s, relative: true}\n" +
+		"  o: {task: t, every: 10s, relative: true, overlap: skip}\n"
 	h := newOutcomeHarness(t, yaml, t0.Add(time.Second), nil, nil)
 	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: NewMetrics(prometheus.NewRegistry()), Cluster: "beatd/test",
 		Origin: "beatd@test", Outcomes: h.feed, StateInterval: time.Hour}, mustConfig(t, yaml))
@@ -477,6 +478,12 @@ func TestDecisiveStateWrittenAtOnce(t *testing.T) {
 	if st := h.store.get("f"); st == nil || !st.LastSlot.IsZero() {
 		t.Errorf("f's progress written before the interval: %+v", st)
 	}
+	// The end of a run that frees an overlap: skip entry.
+	h.report("o", t0.Add(10*time.Second), outcome.Succeeded)
+	eventually(t, 5*time.Second, "o's finished run in the store", func() bool {
+		st := h.store.get("o")
+		return st != nil && st.Out != nil && st.Out.Newest() != nil && st.Out.Newest().Kind == outcome.Succeeded
+	})
 	h.report("e", t0.Add(10*time.Second), outcome.Failed, "ValueError", "boom")
 	eventually(t, 5*time.Second, "the automatic pause in the store", func() bool { st := h.store.get("e"); return st != nil && st.Paused })
 }
