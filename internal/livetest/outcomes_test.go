@@ -251,9 +251,17 @@ func TestLostRunAfterWorkerKill(t *testing.T) {
 	if !strings.Contains(p.output(), "run lost: no outcome within overlap_timeout") {
 		t.Error("no log line for the lost run")
 	}
-	waitFor(t, 10*time.Second, "a new run after the lost one", func() bool {
+	// Status reads the state from etcd, up to --state-interval behind,
+	// and the new run is soon followed by skipped slots (its worker is
+	// dead too): any published run after the lost one will do.
+	waitFor(t, 15*time.Second, "a new run after the lost one", func() bool {
 		e, _ := entryOf(p.status(t), "long")
-		return len(e.Runs) > 0 && e.Runs[0].Outcome == "published" && e.Runs[0].TaskID != started.TaskID
+		for _, r := range e.Runs {
+			if r.Outcome == "published" && r.TaskID != started.TaskID && r.Slot.After(started.Slot) {
+				return true
+			}
+		}
+		return false
 	})
 	_, metrics := p.get("/metrics")
 	if !strings.Contains(metrics, `beatd_runs_total{entry="long",outcome="lost"} 1`) {
@@ -342,13 +350,18 @@ func TestNoOutcomeSourceWarns(t *testing.T) {
 
 // TestOverlapSkipAcrossFailover: the leader is killed -9 while a long run
 // is in progress; the new leader knows the run is unfinished and skips
-// until it ends: the worker never runs two at once.
+// until it ends: the worker never runs two at once. The run lasts 12s so
+// that it is still running when the new leader starts watching it:
+// status shows it started only once the old leader's state write says so
+// (up to --state-interval after the start), and a task-succeeded event
+// sent while no leader watches is missed (without a result backend the
+// new leader then waits for overlap_timeout).
 func TestOverlapSkipAcrossFailover(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml",
-		"entries:\n  long: {task: tasks.sleep, every: 1s, args: [7, failover], overlap: skip, catchup: all}\n")
+		"entries:\n  long: {task: tasks.sleep, every: 1s, args: [12, failover], overlap: skip, catchup: all}\n")
 	args := func(id string) []string {
 		return []string{"--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/fo/",
 			"--broker", rs.URL(0), "--lease-ttl", "2s", "--id", id}
