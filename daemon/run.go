@@ -190,7 +190,7 @@ type Options struct {
 // DefaultStateInterval is how often the leader writes the entries' state
 // at most. Each write puts every bucket a changed entry hashes to (256 of
 // them once a few thousand entries fire), so at 1,000 entries `every: 1s`
-// writing each second was about a fifth of beatd's CPU per fire with its
+// writing each second was a fifth to a third of beatd's CPU per fire with its
 // embedded etcd. A longer interval loses nothing: Redis's marks make a
 // failover's re-publish of the unwritten slots a no-op, catchup: once
 // re-publishes one slot per entry whatever the interval, and the AMQP
