@@ -61,6 +61,20 @@ func StartEtcdCluster(dir string, n int, ps *Procs, args ...string) (*EtcdCluste
 	if _, err := exec.LookPath("etcd"); err != nil {
 		return nil, errors.New("etcd not on PATH (Debian: apt-get install -y etcd-server)")
 	}
+	// FreePort's port can be taken by another test before etcd binds it;
+	// the member then exits, and so may the cluster's bootstrap. That
+	// start is retried once, on new ports and a fresh directory.
+	c, err := startEtcdCluster(filepath.Join(dir, "try1"), n, ps, args...)
+	if err != nil && errors.Is(err, errMemberExited) {
+		c, err = startEtcdCluster(filepath.Join(dir, "try2"), n, ps, args...)
+	}
+	return c, err
+}
+
+// errMemberExited marks a cluster start that failed with a member gone.
+var errMemberExited = errors.New("an etcd member exited while the cluster started")
+
+func startEtcdCluster(dir string, n int, ps *Procs, args ...string) (*EtcdCluster, error) {
 	c := &EtcdCluster{Procs: ps}
 	var initial []string
 	for i := 0; i < n; i++ {
@@ -92,8 +106,21 @@ func StartEtcdCluster(dir string, n int, ps *Procs, args ...string) (*EtcdCluste
 		}
 	}
 	if err := c.WaitHealthy(30 * time.Second); err != nil {
+		var why []string
+		exited := false
+		for _, m := range c.Members {
+			state := "running"
+			if m.proc != nil && m.proc.Exited() {
+				state, exited = fmt.Sprintf("exited (%v)", m.proc.ExitErr()), true
+			}
+			log, _ := os.ReadFile(filepath.Join(m.Dir, "etcd.log"))
+			why = append(why, fmt.Sprintf("%s (client %d, peer %d) %s; log tail:\n%s", m.Name, m.ClientPort, m.PeerPort, state, tail(log, 1500)))
+		}
 		c.Stop()
-		return nil, err
+		if exited {
+			err = fmt.Errorf("%w: %w", errMemberExited, err)
+		}
+		return nil, fmt.Errorf("%w\n%s", err, strings.Join(why, "\n"))
 	}
 	return c, nil
 }
