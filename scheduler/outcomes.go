@@ -297,19 +297,12 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 	if e == nil {
 		return
 	}
-	if e.TracksOutcomes() {
-		// The run's end frees the entry (or counts toward its pause),
-		// and the workers' event that said so is not sent again: a next
-		// leader that missed it would hold the entry for an
-		// overlap_timeout, or pause it a failure late.
-		l.urgent = true
-	}
+	l.runEnded(e)
 	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
 		o.PauseReason = pauseReason(o.Failures, run)
 		l.s.log.Warn("paused after consecutive failures", "entry", name, "failures", o.Failures, "reason", o.PauseReason)
 		m.AutoPaused.Inc()
-		l.urgent = true // a next leader must not fire it again
 	}
 	if !o.Buffered.IsZero() {
 		slot := o.Buffered
@@ -330,6 +323,18 @@ func pauseReason(failures int, run *store.Run) string {
 		what = run.ExcType
 	}
 	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, run.Slot.UTC().Format(time.RFC3339), what)
+}
+
+// runEnded marks the state write urgent when the end of e's newest run
+// (finished, lost or unreported) decides what e does next: it frees an
+// overlap or counts toward (or makes) a pause. Neither the workers' event
+// nor beatd's own verdict comes again after a failover, so a next leader
+// reading an older state would hold the entry for an overlap_timeout, or
+// pause it a failure late.
+func (l *loop) runEnded(e *entry) {
+	if e.TracksOutcomes() {
+		l.urgent = true
+	}
 }
 
 // sweepLost marks lost the unfinished newest runs past their entry's
@@ -372,7 +377,9 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 		f.Unwatch(l.runID(name, r))
 		r.Kind, r.Updated = outcome.Unreported, now
 		l.dirty[name] = true
-		l.urgent = true // as for a lost run below
+		if e := l.set.get(name); e != nil {
+			l.runEnded(e)
+		}
 		delete(l.unfinished, name)
 		l.countRun(name, outcome.Unreported)
 		return false
@@ -382,9 +389,6 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 	l.s.cfg.Outcomes.Unwatch(l.runID(name, r))
 	r.Kind, r.Updated = outcome.Lost, now
 	l.dirty[name] = true
-	// beatd decided this, so no report brings it back after a failover:
-	// a next leader would block the entry for another overlap_timeout.
-	l.urgent = true
 	l.finished(name, st, r, now)
 	return false
 }
@@ -506,7 +510,7 @@ func (l *loop) saveDirty() {
 	if l.urgent {
 		l.urgent = false
 		l.persist.saveNow(l.changed...)
-		return
+	} else {
+		l.persist.save(l.changed...)
 	}
-	l.persist.save(l.changed...)
 }

@@ -447,8 +447,9 @@ func TestMaxRunsAndEndAt(t *testing.T) {
 // TestDecisiveStateWrittenAtOnce: with a state interval far longer than
 // the test, what a next leader needs to act right is written at once:
 // a first start's baselines, a reload's new entry's baseline, the end of
-// a run that holds an overlap and an automatic pause. Progress alone waits for the interval (the broker's
-// marks cover it), which shows the test tells the two apart.
+// a run that holds an overlap and an automatic pause. Progress alone
+// waits for the interval (the broker's marks cover it), which shows the
+// test tells the two apart.
 func TestDecisiveStateWrittenAtOnce(t *testing.T) {
 	const yaml = "entries:\n  e: {task: t, every: 10s, relative: true, pause_after_failures: 1}\n  f: {task: t, every: 10s, relative: true}\n" +
 		"  o: {task: t, every: 10s, relative: true, overlap: skip}\n"

@@ -130,7 +130,8 @@ func (p *persister) save(states ...store.EntryState) {
 }
 
 // saveNow is save for a change a next leader must see to act right (a
-// new entry's baseline, an automatic pause): it is written at once, not
+// new entry's baseline, the end of a run that frees an overlap or makes a
+// pause): it is written at once, not
 // at the next tick. Progress alone (the last slot published) can wait,
 // since the broker's marks cover it.
 func (p *persister) saveNow(states ...store.EntryState) {

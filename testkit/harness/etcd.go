@@ -65,7 +65,7 @@ func StartEtcdCluster(dir string, n int, ps *Procs, args ...string) (*EtcdCluste
 	// the member then exits, and so may the cluster's bootstrap. That
 	// start is retried once, on new ports and a fresh directory.
 	c, err := startEtcdCluster(filepath.Join(dir, "try1"), n, ps, args...)
-	if err != nil && errors.Is(err, errMemberExited) {
+	if errors.Is(err, errMemberExited) {
 		c, err = startEtcdCluster(filepath.Join(dir, "try2"), n, ps, args...)
 	}
 	return c, err
