@@ -47,7 +47,8 @@ return 0
 //
 // It loads the scripts, runs the fence script with token -1 (a fenced
 // no-op: it only reads the fence), and asks Redis' ACL whether every
-// command the publish script and the WAIT step run is allowed on their keys.
+// command a publish's transaction and the WAIT step run is allowed on
+// their keys.
 func (p *Publisher) Check(ctx context.Context, tasks ...*celery.Task) error {
 	if err := p.rdb.Ping(ctx).Err(); err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -61,7 +62,7 @@ func (p *Publisher) Check(ctx context.Context, tasks ...*celery.Task) error {
 	if info, err := p.rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
 		return ErrClusterUnsupported
 	}
-	for _, s := range []*redis.Script{publishScript, fenceScript, aclProbeScript} {
+	for _, s := range []*redis.Script{fenceScript, aclProbeScript} {
 		if err := s.Load(ctx, p.rdb).Err(); err != nil {
 			return checkErr("load the publish scripts (SCRIPT LOAD)", err)
 		}
@@ -115,13 +116,17 @@ func IsUnreachable(err error) bool {
 }
 
 // aclUses lists every command beatd runs on the broker, with the keys it
-// runs them on: the commands of the publish and fence scripts, the
-// scripts themselves, and the WAIT step.
+// runs them on: a publish's transaction, the fence script and what it
+// runs, and the WAIT step.
 func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 	dedup, trigger, entries := p.DedupKey([36]byte{}), p.TriggerKey("probe"), p.entriesKey()
 	history, counts := p.historyKey("probe"), p.countsKey()
-	sha := publishScript.Hash()
+	backfill := p.BackfillKey("probe")
 	uses := [][]string{
+		{"watch", p.fenceKey},
+		{"multi"},
+		{"exec"},
+		{"unwatch"},
 		{"evalsha", fenceScript.Hash(), "3", p.fenceKey, p.slotsTermKey(), p.legacyKey()},
 		{"eval", "return 0", "1", p.fenceKey},
 		{"script", "load", "return 0"},
@@ -136,13 +141,15 @@ func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 		{"del", trigger},
 		{"exists", dedup},
 		{"set", dedup, "1", "PX", "1"},
+		{"get", backfill},
+		{"set", backfill, "1", "PX", "1"},
 	}
 	seen := map[string]bool{}
 	for _, t := range tasks {
 		if k := t.QueueKey + "\x00" + t.BindingKey; !seen[k] {
 			seen[k] = true
 			uses = append(uses,
-				[]string{"evalsha", sha, "9", p.fenceKey, counts, p.slotsTermKey(), p.legacyKey(), entries, t.QueueKey, history, dedup, t.BindingKey},
+				[]string{"type", t.QueueKey},
 				[]string{"sadd", t.BindingKey, "x"},
 				[]string{"lpush", t.QueueKey, "x"})
 		}
@@ -150,6 +157,7 @@ func (p *Publisher) aclUses(tasks []*celery.Task) [][]string {
 	// The run history, after the queues: a missing LPUSH is named for
 	// the queue, where it matters most.
 	uses = append(uses,
+		[]string{"watch", history},
 		[]string{"lindex", history, "0"},
 		[]string{"lpush", history, "x"},
 		[]string{"ltrim", history, "0", "1"},

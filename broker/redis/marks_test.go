@@ -46,7 +46,7 @@ func equalResults(a []broker.Result, b ...broker.Result) bool {
 }
 
 // TestMarkRefusesAtOrBelow: a slot at or below its entry's high-water
-// mark is refused as a duplicate in the same script call that advances
+// mark is refused as a duplicate in the same transaction that advances
 // the mark for the slot above it; other entries are not affected.
 func TestMarkRefusesAtOrBelow(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
@@ -57,8 +57,8 @@ func TestMarkRefusesAtOrBelow(t *testing.T) {
 		t.Fatalf("first: %v", res)
 	}
 	fires := append(slotFires(a, 1, 2, 3), slotFires(b, 1)...)
-	if len(fires) > scriptBatch {
-		t.Fatal("the fires must fit one script call")
+	if len(fires) > flightFires {
+		t.Fatal("the fires must fit one transaction")
 	}
 	if res := publishAll(t, p, 1, fires); !equalResults(res, broker.ResultDuplicate, broker.ResultDuplicate, broker.ResultOK, broker.ResultOK) {
 		t.Fatalf("below, at and above the mark, and another entry: %v", res)
@@ -75,8 +75,8 @@ func TestMarkRefusesAtOrBelow(t *testing.T) {
 	}
 }
 
-// TestOneEntryManySlotsOneCall: an entry's slots past a script call's
-// size stay in one call and in order, whatever else the batch holds.
+// TestCallPlanKeepsEntriesTogether: an entry's slots past a flight's
+// size stay in one flight and in order, whatever else the batch holds.
 func TestCallPlanKeepsEntriesTogether(t *testing.T) {
 	t.Parallel()
 	var tasks [3]*celery.Task
@@ -108,13 +108,13 @@ func TestCallPlanKeepsEntriesTogether(t *testing.T) {
 		}
 		lo = hi
 	}
-	// Distinct entries keep their order, in calls of scriptBatch.
-	distinct := make([]celery.Fire, 130)
+	// Distinct entries keep their order, in flights of flightFires.
+	distinct := make([]celery.Fire, 2*flightFires+2)
 	for i := range distinct {
 		distinct[i] = celery.Fire{Task: &celery.Task{Name: strconv.Itoa(i)}}
 	}
 	order, cuts = callPlan(distinct)
-	if len(cuts) != 3 || cuts[0] != scriptBatch || order[77] != 77 {
+	if len(cuts) != 3 || cuts[0] != flightFires || order[77] != 77 {
 		t.Fatalf("distinct entries: cuts %v", cuts)
 	}
 }

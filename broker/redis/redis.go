@@ -7,7 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
+
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,131 +39,6 @@ func (p *Publisher) BackfillKey(id string) string { return p.prefix + "backfill:
 // DedupKey is the previous release's per-fire dedup key of (entry, slot).
 // This release writes it only while legacyKey exists.
 func (p *Publisher) DedupKey(id [36]byte) string { return p.prefix + "dedup:" + string(id[:]) }
-
-// publishScript is the whole publish of a batch of fires, atomic in
-// Redis:
-//  1. compare the token with the fence: lower is stale (the whole batch
-//     is refused), higher raises it;
-//  2. SADD each Kombu binding the batch carries: the publisher sends each
-//     one once per term, so a restored message is never dropped;
-//  3. dedup each fire. A scheduled fire's slot is checked against its
-//     entry's high-water mark, the last slot published, which the newest
-//     record of the entry's run history carries (LINDEX 0): at or below it
-//     is a duplicate, and nothing else happens for that fire. A manual
-//     fire claims its trigger key (SET NX PX). A backfill's fire (its
-//     slot argument starts with "b") is checked against its job's
-//     cursor, the last slot the job published: at or below it is a
-//     duplicate; a push moves the cursor (for the legacy TTL, or until
-//     the job ends) and leaves the mark alone, since the slot is past.
-//  4. LPUSH the message;
-//  5. LPUSH the run record, "<mark> <runs> " and the record Go built: it
-//     advances the mark and counts the run in the same write, so a fire
-//     costs three commands (read the head, push the message, push the
-//     record), and the list is trimmed to the history length once it
-//     holds twice that, which keeps trimming off the per-fire path.
-//
-// The mark is exact because an entry's slots reach the script in order:
-// the scheduler fires them in order and puts failed ones back in front,
-// the publisher keeps an entry's fires of one Publish in one script call
-// (callPlan), and here, once a fire of an entry fails, its later fires in
-// the call are not attempted either.
-//
-// A fire whose LPUSH fails (the queue key holds another type) leaves the
-// mark (or trigger key) as it was and gets -2: it stays pending, is
-// retried, and does not hold up other entries. A history key of another
-// type fails the LINDEX before anything of that fire is written, which
-// aborts the call: its earlier fires are then duplicates on the retry.
-//
-// While legacyKey exists (an older release led since this release last
-// did), a scheduled fire is also a duplicate if the older release's dedup
-// key exists, and a pushed one writes that key, so neither release
-// repeats the other's slots during a rolling upgrade. An entry whose
-// newest record is the older release's carries its count on from that
-// release's run-count hash.
-//
-// KEYS: fence, the previous release's run counts, slots-term, the legacy
-// flag, the entries registry, then per fire: queue, history, dedup (the
-// trigger key, or the legacy dedup key); then the bindings. ARGV: token,
-// history length (at least 1: the newest record is the mark), number of
-// fires, legacy TTL ms, trigger TTL ms, the history keys' prefix length,
-// then per fire: message, run record, slot (Unix microseconds, "" for a
-// manual fire); then the bindings' members. Returns one result per fire:
-// 1 pushed, 0 duplicate, -1 stale, -2 failed.
-var publishScript = redis.NewScript(`
-local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
-local token = tonumber(ARGV[1])
-local n = tonumber(ARGV[3])
-local out = {}
-if token < fence then
-  for i = 1, n do out[i] = -1 end
-  return out
-end
-if token > fence then
-  redis.call('SET', KEYS[1], ARGV[1])
-  redis.call('SET', KEYS[3], ARGV[1])
-end
-for b = 6 + 3 * n, #KEYS do
-  redis.pcall('SADD', KEYS[b], ARGV[b + 1])
-end
-local keep = tonumber(ARGV[2])
-local plen = tonumber(ARGV[6])
-local legacy = redis.call('EXISTS', KEYS[4]) == 1
-local failed = {}
-for i = 1, n do
-  local k, a = 3 * i + 3, 3 * i + 4
-  local hist, slot = KEYS[k + 1], ARGV[a + 2]
-  local mark, runs = '', nil
-  local head = redis.call('LINDEX', hist, 0)
-  if head then
-    local m, r = string.match(head, '^(%d*) (%d+) ')
-    if r then mark, runs = m, tonumber(r) end
-  end
-  local fresh
-  local bf = string.byte(slot) == 98
-  if failed[hist] then
-    out[i] = -2
-  elseif slot == '' then
-    fresh = redis.call('SET', KEYS[k + 2], ARGV[1], 'NX', 'PX', ARGV[5])
-  elseif bf then
-    slot = string.sub(slot, 2)
-    local cur = redis.call('GET', KEYS[k + 2])
-    fresh = not cur or tonumber(cur) < tonumber(slot)
-  else
-    fresh = mark == '' or tonumber(mark) < tonumber(slot)
-    if fresh and legacy and redis.call('EXISTS', KEYS[k + 2]) == 1 then fresh = false end
-  end
-  if fresh then
-    local pushed = redis.pcall('LPUSH', KEYS[k], ARGV[a])
-    if type(pushed) == 'table' and pushed.err then
-      if slot == '' then redis.call('DEL', KEYS[k + 2]) else failed[hist] = true end
-      out[i] = -2
-    else
-      if not runs then
-        local entry = string.sub(hist, plen + 1)
-        runs = tonumber(redis.call('HGET', KEYS[2], entry) or '0')
-        redis.call('HSET', KEYS[5], entry, 1)
-      end
-      if bf then
-        redis.call('SET', KEYS[k + 2], slot, 'PX', ARGV[4])
-      elseif slot ~= '' then
-        mark = slot
-        if legacy then redis.call('SET', KEYS[k + 2], ARGV[1], 'PX', ARGV[4]) end
-      end
-      local len = redis.call('LPUSH', hist, mark .. ' ' .. (runs + 1) .. ' ' .. ARGV[a + 1])
-      if len > 2 * keep then redis.call('LTRIM', hist, 0, keep - 1) end
-      out[i] = 1
-    end
-  elseif out[i] == nil then
-    out[i] = 0
-  end
-end
-return out
-`)
-
-// scriptBatch is about the most fires one script call carries. Larger
-// batches hold Redis (single-threaded) for longer per call; 64 already
-// makes the per-call overhead small next to the per-fire work.
-const scriptBatch = 64
 
 // fenceScript raises the fence to token and returns the fence's value.
 // When the fence it raises was last raised by a release that kept
@@ -254,17 +129,17 @@ type Publisher struct {
 	rdb      redis.UniversalClient
 	fenceKey string
 	prefix   string
-	ttlArg   string
-	trigArg  string
-	keepArg  string
-	// histPrefixLen is len(historyKey("")), for the script to find an
-	// entry's name in its history key.
-	histPrefixLen string
-	keep          int
-	cluster       string // task ids' namespace, to name a scheduled run's task
-	now           func() time.Time
-	bufs          sync.Pool
-	repl          *replication
+	ttlArg   string        // the legacy TTL, for the fence script
+	dedupTTL time.Duration // the legacy keys' and backfill cursors' lifetime
+	trigTTL  time.Duration
+	// keepTrim is the history length the lists are trimmed to (at least
+	// 1: the newest record is the mark).
+	keepTrim int
+	keep     int
+	cluster  string // task ids' namespace, to name a scheduled run's task
+	now      func() time.Time
+	bufs     sync.Pool
+	repl     *replication
 
 	// legacy: this term found the legacy window open (RaiseFence).
 	legacy atomic.Bool
@@ -273,8 +148,11 @@ type Publisher struct {
 	sentChannel string        // /<db>.celeryev/task.sent
 	sentClock   atomic.Uint64 // the events' Lamport clock
 
-	// fixed are every publish call's first keys, boxed once.
-	fixed []any
+	// pub makes publishes of one Publisher run one at a time. A publish's
+	// transaction watches only the fence (tx.go), so two publishes of one
+	// entry must not interleave their reads and writes. The leader's loop
+	// publishes one batch at a time anyway: this costs it nothing.
+	pub sync.Mutex
 
 	mu    sync.Mutex
 	term  int64            // the token bindings were last written under
@@ -297,22 +175,21 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 	}
 	opts.History = max(opts.History, 0)
 	p := &Publisher{
-		rdb:           rdb,
-		fenceKey:      opts.KeyPrefix + "fence",
-		prefix:        opts.KeyPrefix,
-		ttlArg:        strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
-		trigArg:       strconv.FormatInt(opts.TriggerTTL.Milliseconds(), 10),
-		keepArg:       strconv.Itoa(max(opts.History, 1)),
-		keep:          opts.History,
-		histPrefixLen: strconv.Itoa(len(opts.KeyPrefix + "runs:")),
-		cluster:       opts.Cluster,
-		now:           opts.Now,
-		bufs:          sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
-		repl:          newReplication(opts),
-		sentFrom:      opts.SentEventsFrom,
-		sentChannel:   fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
+		rdb:         rdb,
+		fenceKey:    opts.KeyPrefix + "fence",
+		prefix:      opts.KeyPrefix,
+		ttlArg:      strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
+		dedupTTL:    opts.DedupTTL,
+		trigTTL:     opts.TriggerTTL,
+		keepTrim:    max(opts.History, 1),
+		keep:        opts.History,
+		cluster:     opts.Cluster,
+		now:         opts.Now,
+		bufs:        sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
+		repl:        newReplication(opts),
+		sentFrom:    opts.SentEventsFrom,
+		sentChannel: fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
 	}
-	p.fixed = []any{p.fenceKey, p.countsKey(), p.slotsTermKey(), p.legacyKey(), p.entriesKey()}
 	return p
 }
 
@@ -352,25 +229,19 @@ func (p *Publisher) Fence(ctx context.Context) (int64, error) {
 	return v, err
 }
 
-// Publish pushes every fire, in flights of pipelined script calls, and
-// stores each outcome in results (len(results) must equal len(fires)). A
-// non-nil error means some fires may not have been attempted; their result
-// is ResultError and retrying them is safe, since each entry's high-water
-// mark makes a repeat a no-op.
+// Publish pushes every fire, in flights of one transaction each (tx.go),
+// and stores each outcome in results (len(results) must equal
+// len(fires)). A non-nil error means some fires may not have been
+// attempted; their result is ResultError and retrying them is safe, since
+// each entry's high-water mark makes a repeat a no-op.
 func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
 	if len(fires) == 0 {
 		return nil
 	}
+	p.pub.Lock()
 	now := p.now()
 	err := p.run(ctx, token, fires, now, results)
-	if err != nil && isNoScript(err) {
-		// The script cache was flushed (a restart or SCRIPT FLUSH): load it
-		// and try once more. Anything already pushed dedups.
-		if lerr := publishScript.Load(ctx, p.rdb).Err(); lerr != nil {
-			return fmt.Errorf("publisher: load script: %w", lerr)
-		}
-		err = p.run(ctx, token, fires, now, results)
-	}
+	p.pub.Unlock()
 	if err != nil {
 		p.repl.failed()
 		return fmt.Errorf("publisher: publish %d fires: %w", len(fires), err)
@@ -405,13 +276,14 @@ func (p *Publisher) sendSentEvents(ctx context.Context, fires []celery.Fire, res
 	}
 }
 
-// flightFires is about how many fires one pipeline carries. A Publish
-// sends its script calls in flights of this size, each on its own
-// connection as soon as it is encoded, so Redis runs one flight while the
-// next is encoded: a burst costs about the larger of the two, not their
-// sum. The order between flights does not matter: an entry's fires are
-// all in one call. With --broker-min-replicas each flight ends with its
-// own WAIT (TestSentinelFailoverNoLostSlot caught a single WAIT on another
+// flightFires is about the most fires one transaction carries. A
+// Publish sends its flights each on its own connection as soon as it is
+// encoded, so Redis runs one while the next is encoded: a burst costs
+// about the larger of the two, not their sum. The order between flights
+// does not matter: an entry's fires are all in one. Larger flights hold
+// Redis (single-threaded) for longer per EXEC, and watch more keys. With
+// --broker-min-replicas each flight ends with its own WAIT
+// (TestSentinelFailoverNoLostSlot caught a single WAIT on another
 // connection passing on the new master while the flights' writes went to
 // the old one).
 const flightFires = 128
@@ -420,172 +292,91 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 	pl := plans.Get().(*plan)
 	defer pl.release()
 	order, cuts := pl.make(fires)
-	cmds := make([]*redis.Cmd, len(cuts))
-	tok := strconv.FormatInt(token, 10)
-	fixed := p.fixed
 	want := p.repl.target(ctx, p.rdb)
 	bindings := p.bindings(token, fires)
 	legacy := p.legacy.Load()
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
-	// The flights read spans of buf while later calls append to it: an
+	// The flights read spans of buf while later flights append to it: an
 	// append never writes a byte a span holds, and a span keeps the array
 	// it was cut from if buf grows.
 	buf := (*bp)[:0]
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		execErr  error
-		pipe     = p.rdb.Pipeline()
-		inFlight int
-	)
-	var waits []*redis.IntCmd
-	send := func(pipe redis.Pipeliner) {
-		// WAIT counts the replicas that hold this connection's writes, on
-		// the server that took them: each flight waits for its own (a
-		// failover between flights may send them to different masters).
-		if w := p.repl.queue(ctx, pipe, want, tok); w != nil {
-			waits = append(waits, w)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := pipe.Exec(ctx); err != nil {
-				mu.Lock()
-				if execErr == nil {
-					execErr = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
+	flights := pl.flights(len(cuts))
+	errs := make([]error, len(cuts))
+	var wg sync.WaitGroup
 	lo := 0
 	for c, hi := range cuts {
-		call := order[lo:hi]
-		// EVALSHA's arguments in one slice, as go-redis's EvalSha would
-		// build them from a keys and an args slice, with a copy: "evalsha",
-		// sha, numkeys, the keys, then the arguments. The keys go first,
-		// then each fire is encoded for its arguments.
-		var binds []binding
-		if c == 0 { // each new binding once: the first call carries them
-			binds = bindings
+		fl := &flights[c]
+		fl.reset(order[lo:hi])
+		lo = hi
+		if c == 0 { // each new binding once: the first flight carries them
+			fl.binds = bindings
 		}
-		nkeys := len(fixed) + 3*len(call) + len(binds)
-		argv := pl.argv(3 + nkeys + 6 + 3*len(call) + len(binds))
-		argv = append(argv, "evalsha", publishScript.Hash(), nkeys)
-		argv = append(argv, fixed...)
-		for _, i := range call {
-			f := &fires[i]
-			t := f.Task
-			switch {
-			case f.Manual:
-				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.TriggerKey(f.RequestKey()))
-			case f.Backfill != "":
-				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.BackfillKey(f.Backfill))
-			case legacy:
-				f.Task.AssignID(f)
-				argv = append(argv, t.QueueKey, p.historyKey(t.Name), p.DedupKey(f.ID))
-			default:
-				// The dedup key is unread outside the legacy window: no
-				// key is built per fire.
-				argv = append(argv, t.QueueKey, p.historyKey(t.Name), t.QueueKey)
-			}
-		}
-		for _, b := range binds {
-			argv = append(argv, b.key)
-		}
-		argv = append(argv, tok, p.keepArg, len(call), p.ttlArg, p.trigArg, p.histPrefixLen)
-		for _, i := range call {
+		for j, i := range fl.idx {
 			f := &fires[i]
 			start := len(buf)
 			buf = f.Task.AppendMessage(buf, f, token, now)
 			mid := len(buf)
 			buf = appendRun(buf, f, token, now)
-			msg, run := buf[start:mid:mid], buf[mid:len(buf):len(buf)]
-			switch {
-			case f.Manual:
-				argv = append(argv, msg, run, "")
-			case f.Backfill != "":
-				argv = append(argv, msg, run, "b"+strconv.FormatInt(f.Slot.UnixMicro(), 10))
-			default:
-				argv = append(argv, msg, run, strconv.FormatInt(f.Slot.UnixMicro(), 10))
-			}
+			fl.msgs[j], fl.recs[j] = buf[start:mid:mid], buf[mid:len(buf):len(buf)]
 		}
-		for _, b := range binds {
-			argv = append(argv, b.member)
-		}
-		pl.keep(argv)
-		cmd := redis.NewCmd(ctx, argv...)
-		cmd.SetFirstKeyPos(3)
-		_ = pipe.Process(ctx, cmd)
-		cmds[c] = cmd
-		lo = hi
-		if inFlight += len(call); inFlight >= flightFires || c == len(cuts)-1 {
-			send(pipe)
-			pipe, inFlight = p.rdb.Pipeline(), 0
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[c] = p.publishFlight(ctx, token, fires, fl, legacy, want)
+		}()
 	}
 	wg.Wait()
 	*bp = buf[:0]
-	err := execErr
-	var first error
-	lo = 0
-	for c, cmd := range cmds {
-		call := order[lo:cuts[c]]
-		lo = cuts[c]
-		vals, cerr := cmd.Int64Slice()
-		if cerr == nil && len(vals) != len(call) {
-			cerr = fmt.Errorf("publish script returned %d results for %d fires", len(vals), len(call))
-		}
-		if c == 0 && cerr != nil {
-			p.unbind(bindings) // not written: the next publish carries them
-		}
-		for j, i := range call {
-			switch {
-			case cerr != nil:
+	var first, err error
+	for c := range flights {
+		fl := &flights[c]
+		if errs[c] != nil {
+			for _, i := range fl.idx {
 				results[i] = broker.ResultError
-			case vals[j] == 1:
-				results[i] = broker.ResultOK
-			case vals[j] == 0:
-				results[i] = broker.ResultDuplicate
-			case vals[j] == -2:
-				results[i] = broker.ResultError
-				if first == nil {
-					first = fmt.Errorf("entry %q: LPUSH to %s failed (does the key hold another type?)", fires[i].Task.Name, fires[i].Task.QueueKey)
-				}
-			default:
-				results[i] = broker.ResultStale
+			}
+			if c == 0 {
+				p.unbind(bindings) // not written: the next publish carries them
+			}
+			if err == nil {
+				err = errs[c]
+			}
+			continue
+		}
+		fl.results(results)
+		if fl.failure != nil && first == nil {
+			first = fl.failure
+		}
+	}
+	waited := false
+	for c := range flights {
+		if w := flights[c].wait; w != nil && errs[c] == nil {
+			waited = true
+			// One flight short of replicas leaves the whole publish
+			// pending: what did reach them dedups on the retry.
+			if werr := p.repl.check(w, want, results); werr != nil && first == nil {
+				first = werr
 			}
 		}
-		if cerr != nil && first == nil {
-			first = cerr
-		}
 	}
-	if len(waits) == 0 {
+	if !waited {
 		_ = p.repl.check(nil, want, results) // nothing to wait for
 	}
-	for _, w := range waits {
-		// One flight short of replicas leaves the whole publish pending:
-		// what did reach them dedups on the retry.
-		if werr := p.repl.check(w, want, results); werr != nil && first == nil {
-			first = werr
-		}
-	}
-	// Exec's error says why when the connection itself failed (a refused
-	// AUTH leaves every reply empty, and its command's error reads only
-	// "unexpected type=<nil>"); otherwise it is the first command's.
+	// A flight's own error (the connection failed, or a refused AUTH)
+	// says more than a fire's.
 	if err != nil {
 		return err
 	}
 	return first
 }
 
-// callPlan splits one Publish's fires into script calls: order lists the
-// fires' indexes call by call, and cuts[c] is where call c ends in order.
-// Every fire of one entry lands in one call, in its order, so a slot of an
-// entry never runs in Redis before an earlier slot of it that failed (the
-// high-water mark would then call the earlier one a duplicate). Calls
-// close at scriptBatch fires, on an entry boundary. When each entry fires
+// callPlan splits one Publish's fires into flights: order lists the
+// fires' indexes flight by flight, and cuts[c] is where flight c ends in
+// order. Every fire of one entry lands in one flight, in its order, so a
+// slot of an entry never reaches Redis before an earlier slot of it that
+// failed (the high-water mark would then call the earlier one a
+// duplicate), and two flights never contend for one entry's keys. Flights
+// close at flightFires fires, on an entry boundary. When each entry fires
 // once, the common case, order is the fires' own.
 func callPlan(fires []celery.Fire) (order, cuts []int) {
 	var pl plan
@@ -593,17 +384,15 @@ func callPlan(fires []celery.Fire) (order, cuts []int) {
 	return slices.Clone(order), slices.Clone(cuts)
 }
 
-// plan is one Publish's scratch space: its call plan and its commands'
-// arguments. Plans are pooled, since a busy leader publishes 512 fires
-// at a time many times a second, and each publish's fresh maps and
-// slices were a sixth of its allocations.
+// plan is one Publish's scratch space: its flight plan and the flights.
+// Plans are pooled, since a busy leader publishes 512 fires at a time
+// many times a second.
 type plan struct {
 	seen   map[*celery.Task]int // task -> its group
 	groups [][]int
 	order  []int
 	cuts   []int
-	args   []any   // every call's arguments, back to back
-	calls  [][]any // the spans of args handed to commands
+	fls    []flight
 }
 
 var plans = sync.Pool{New: func() any { return &plan{seen: map[*celery.Task]int{}} }}
@@ -638,7 +427,7 @@ func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
 	}
 	pl.groups = groups
 	if !repeated {
-		for hi := scriptBatch; hi < len(fires); hi += scriptBatch {
+		for hi := flightFires; hi < len(fires); hi += flightFires {
 			cuts = append(cuts, hi)
 		}
 		pl.order, pl.cuts = order, append(cuts, len(fires))
@@ -648,7 +437,7 @@ func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
 	size := 0
 	for _, g := range groups {
 		order = append(order, g...)
-		if size += len(g); size >= scriptBatch {
+		if size += len(g); size >= flightFires {
 			cuts, size = append(cuts, len(order)), 0
 		}
 	}
@@ -659,34 +448,38 @@ func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
 	return order, cuts
 }
 
-// argv returns an empty slice with room for n arguments. A span handed
-// to a command is never written again until release: a call that does
-// not fit starts a new array.
-func (pl *plan) argv(n int) []any {
-	if cap(pl.args)-len(pl.args) < n {
-		pl.args = make([]any, 0, max(n, 2*cap(pl.args), 1024))
+// flights returns n flights, reusing the pooled ones' slices.
+func (pl *plan) flights(n int) []flight {
+	if cap(pl.fls) < n {
+		pl.fls = append(pl.fls[:cap(pl.fls)], make([]flight, n-cap(pl.fls))...)
 	}
-	return pl.args[len(pl.args) : len(pl.args) : len(pl.args)+n]
+	pl.fls = pl.fls[:n]
+	return pl.fls
 }
 
-// keep records that argv, from argv(n), is now a command's.
-func (pl *plan) keep(argv []any) {
-	if len(pl.args)+len(argv) <= cap(pl.args) {
-		pl.args = pl.args[:len(pl.args)+len(argv)]
-	}
-	pl.calls = append(pl.calls, argv)
+// reset makes fl the flight of the fires at idx.
+func (fl *flight) reset(idx []int) {
+	n := len(idx)
+	fl.idx = idx
+	fl.msgs = slices.Grow(fl.msgs[:0], n)[:n]
+	fl.recs = slices.Grow(fl.recs[:0], n)[:n]
+	fl.out = slices.Grow(fl.out[:0], n)[:n]
+	fl.binds, fl.failure, fl.wait = nil, nil, nil
 }
 
 // release returns pl to the pool, holding no reference to what was sent.
 func (pl *plan) release() {
-	for _, a := range pl.calls {
-		clear(a)
+	for i := range pl.fls {
+		fl := &pl.fls[i]
+		clear(fl.msgs)
+		clear(fl.recs)
+		fl.idx, fl.binds, fl.failure, fl.wait = nil, nil, nil, nil
 	}
 	clear(pl.seen)
-	if len(pl.order) > planMax || cap(pl.args) > 16*planMax {
+	if len(pl.order) > planMax {
 		return // a large publish's scratch is not kept
 	}
-	pl.args, pl.calls = pl.args[:0], pl.calls[:0]
+	pl.fls = pl.fls[:0]
 	plans.Put(pl)
 }
 
@@ -748,8 +541,4 @@ func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) e
 		}
 	}
 	return nil
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

@@ -138,6 +138,12 @@ func (r *replication) queue(ctx context.Context, pipe redis.Pipeliner, want int,
 		return nil
 	}
 	pipe.Set(ctx, r.syncKey, token, 0)
+	return r.queueWait(ctx, pipe, want)
+}
+
+// queueWait appends WAIT alone, for a connection whose last write was
+// the marker (a publish's transaction writes it).
+func (r *replication) queueWait(ctx context.Context, pipe redis.Pipeliner, want int) *redis.IntCmd {
 	// A pipeline reads every reply within the client's ReadTimeout, so the
 	// broker client must allow more than the WAIT timeout (BrokerConfig).
 	wait := redis.NewIntCmd(ctx, "wait", want, r.timeout.Milliseconds())
