@@ -138,7 +138,6 @@ type Publisher struct {
 	keep     int
 	cluster  string // task ids' namespace, to name a scheduled run's task
 	now      func() time.Time
-	bufs     sync.Pool
 	repl     *replication
 
 	// legacy: this term found the legacy window open (RaiseFence).
@@ -153,6 +152,10 @@ type Publisher struct {
 	// entry must not interleave their reads and writes. The leader's loop
 	// publishes one batch at a time anyway: this costs it nothing.
 	pub sync.Mutex
+	// marks are the marks this term wrote or read (tx.go), under pub.
+	marks markCache
+	// scratch is the last publish's scratch space, under pub.
+	scratch *plan
 
 	mu    sync.Mutex
 	term  int64            // the token bindings were last written under
@@ -185,7 +188,6 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		keep:        opts.History,
 		cluster:     opts.Cluster,
 		now:         opts.Now,
-		bufs:        sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }},
 		repl:        newReplication(opts),
 		sentFrom:    opts.SentEventsFrom,
 		sentChannel: fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
@@ -197,6 +199,9 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 // it publishes anything, so a deposed leader is refused from then on. It
 // returns ErrStale if a larger token already holds the fence.
 func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
+	p.pub.Lock()
+	p.marks.reset(token) // a new term reads every mark afresh
+	p.pub.Unlock()
 	v, err := fenceScript.Run(ctx, p.rdb, []string{p.fenceKey, p.slotsTermKey(), p.legacyKey()}, token, p.ttlArg).Int64()
 	if err != nil {
 		return fmt.Errorf("publisher: raise fence: %w", err)
@@ -289,29 +294,30 @@ func (p *Publisher) sendSentEvents(ctx context.Context, fires []celery.Fire, res
 const flightFires = 128
 
 func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, now time.Time, results []broker.Result) error {
-	pl := plans.Get().(*plan)
-	defer pl.release()
+	pl := p.scratch
+	if pl == nil {
+		pl = &plan{}
+	}
+	defer p.keepScratch(pl)
 	order, cuts := pl.make(fires)
 	want := p.repl.target(ctx, p.rdb)
 	bindings := p.bindings(token, fires)
 	legacy := p.legacy.Load()
-	bp := p.bufs.Get().(*[]byte)
-	defer p.bufs.Put(bp)
-	// The flights read spans of buf while later flights append to it: an
-	// append never writes a byte a span holds, and a span keeps the array
-	// it was cut from if buf grows.
-	buf := (*bp)[:0]
 	flights := pl.flights(len(cuts))
 	errs := make([]error, len(cuts))
 	var wg sync.WaitGroup
 	lo := 0
 	for c, hi := range cuts {
 		fl := &flights[c]
-		fl.reset(order[lo:hi])
+		p.prepare(fl, fires, order[lo:hi], token)
 		lo = hi
 		if c == 0 { // each new binding once: the first flight carries them
 			fl.binds = bindings
 		}
+		// Each flight encodes into its own buffer, kept from publish to
+		// publish at the size its flights need. A span stays valid if
+		// the buffer grows: it keeps the array it was cut from.
+		buf := fl.buf[:0]
 		for j, i := range fl.idx {
 			f := &fires[i]
 			start := len(buf)
@@ -320,6 +326,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 			buf = appendRun(buf, f, token, now)
 			fl.msgs[j], fl.recs[j] = buf[start:mid:mid], buf[mid:len(buf):len(buf)]
 		}
+		fl.buf = buf[:0]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -327,7 +334,6 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 		}()
 	}
 	wg.Wait()
-	*bp = buf[:0]
 	var first, err error
 	for c := range flights {
 		fl := &flights[c]
@@ -362,6 +368,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 	if !waited {
 		_ = p.repl.check(nil, want, results) // nothing to wait for
 	}
+	p.remember(flights, errs, results)
 	// A flight's own error (the connection failed, or a refused AUTH)
 	// says more than a fire's.
 	if err != nil {
@@ -384,25 +391,27 @@ func callPlan(fires []celery.Fire) (order, cuts []int) {
 	return slices.Clone(order), slices.Clone(cuts)
 }
 
-// plan is one Publish's scratch space: its flight plan and the flights.
-// Plans are pooled, since a busy leader publishes 512 fires at a time
-// many times a second.
+// plan is one Publish's scratch space: its flight plan and the flights,
+// with their encoding buffers. The Publisher keeps one (publishes take
+// turns), since a busy leader publishes 512 fires at a time many times a
+// second. It is not a sync.Pool: the GC empties those every other cycle,
+// and a leader with a large heap collects often, so each publish grew its
+// buffers again from nothing (9% of a 20k leader's CPU was that copying).
 type plan struct {
-	seen   map[*celery.Task]int // task -> its group
+	seen   map[string]int // entry -> its group
 	groups [][]int
 	order  []int
 	cuts   []int
 	fls    []flight
 }
 
-var plans = sync.Pool{New: func() any { return &plan{seen: map[*celery.Task]int{}} }}
-
-// planMax is the largest scratch a pooled plan keeps, in fires.
+// planMax is the largest publish whose scratch the Publisher keeps, in
+// fires.
 const planMax = 4096
 
 func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
 	if pl.seen == nil {
-		pl.seen = map[*celery.Task]int{}
+		pl.seen = map[string]int{}
 	}
 	order = pl.order[:0]
 	cuts = pl.cuts[:0]
@@ -410,10 +419,12 @@ func (pl *plan) make(fires []celery.Fire) (order, cuts []int) {
 	repeated := false
 	for i := range fires {
 		order = append(order, i)
-		g, ok := pl.seen[fires[i].Task]
+		// By name: a reload may recompile an entry's task while fires of
+		// the old one are pending, and both share the entry's mark.
+		g, ok := pl.seen[fires[i].Task.Name]
 		if !ok {
 			g = len(groups)
-			pl.seen[fires[i].Task] = g
+			pl.seen[fires[i].Task.Name] = g
 			if g < cap(groups) {
 				groups = groups[:g+1]
 				groups[g] = groups[g][:0]
@@ -457,30 +468,123 @@ func (pl *plan) flights(n int) []flight {
 	return pl.fls
 }
 
-// reset makes fl the flight of the fires at idx.
-func (fl *flight) reset(idx []int) {
+// prepare makes fl the flight of the fires at idx: one entry state per
+// entry, from the term's cache where it has the entry.
+func (p *Publisher) prepare(fl *flight, fires []celery.Fire, idx []int, token int64) {
 	n := len(idx)
 	fl.idx = idx
 	fl.msgs = slices.Grow(fl.msgs[:0], n)[:n]
 	fl.recs = slices.Grow(fl.recs[:0], n)[:n]
 	fl.out = slices.Grow(fl.out[:0], n)[:n]
+	fl.grp = slices.Grow(fl.grp[:0], n)[:n]
+	fl.extra = slices.Grow(fl.extra[:0], n)[:n]
+	fl.ents = fl.ents[:0]
 	fl.binds, fl.failure, fl.wait = nil, nil, nil
+	p.marks.forTerm(token)
+	for j, i := range idx {
+		name := fires[i].Task.Name
+		if k := len(fl.ents) - 1; k >= 0 && fl.ents[k].name == name {
+			fl.grp[j] = int32(k) // an entry's fires are adjacent (callPlan)
+			continue
+		}
+		fl.grp[j] = int32(len(fl.ents))
+		e := entryState{name: name}
+		if c := p.marks.m[name]; c != nil {
+			e.hist, e.base, e.cached, e.known, e.slot = c.hist, c.mark, true, true, c
+		} else {
+			e.hist = p.historyKey(name)
+		}
+		fl.ents = append(fl.ents, e)
+	}
 }
 
-// release returns pl to the pool, holding no reference to what was sent.
-func (pl *plan) release() {
+// remember puts what each flight learned of its entries' marks in the
+// term's cache, and drops an entry whose fire did not certainly land (an
+// error, a replica shortfall): the next publish reads it from Redis.
+func (p *Publisher) remember(flights []flight, errs []error, results []broker.Result) {
+	for c := range flights {
+		fl := &flights[c]
+		bad := errs[c] != nil
+		for j, i := range fl.idx {
+			e := &fl.ents[fl.grp[j]]
+			switch {
+			case results[i] == broker.ResultStale:
+				p.marks.reset(0) // the term is over
+				return
+			case bad || results[i] == broker.ResultError:
+				e.failed = true // now: not to be cached
+			}
+		}
+		for k := range fl.ents {
+			e := &fl.ents[k]
+			if bad || e.failed || !e.known {
+				delete(p.marks.m, e.name)
+				continue
+			}
+			if e.slot != nil {
+				e.slot.mark = e.m // one lookup a fire: prepare's
+				continue
+			}
+			p.marks.put(e.name, e.hist, e.m)
+		}
+	}
+}
+
+// keepScratch keeps pl for the next publish, holding no reference to what was
+// sent.
+func (p *Publisher) keepScratch(pl *plan) {
 	for i := range pl.fls {
 		fl := &pl.fls[i]
 		clear(fl.msgs)
 		clear(fl.recs)
+		clear(fl.extra)
+		clear(fl.ents)
+		for k := range fl.queues {
+			clear(fl.queues[k].args)
+			fl.queues[k].typ, fl.queues[k].cmd = nil, nil
+		}
 		fl.idx, fl.binds, fl.failure, fl.wait = nil, nil, nil, nil
 	}
 	clear(pl.seen)
 	if len(pl.order) > planMax {
-		return // a large publish's scratch is not kept
+		p.scratch = nil // a large publish's scratch is not kept
+		return
 	}
 	pl.fls = pl.fls[:0]
-	plans.Put(pl)
+	p.scratch = pl
+}
+
+// markCacheMax bounds the marks a term remembers. Past it the cache
+// starts over: at a million entries most fire rarely, and one LINDEX
+// when one does costs less than keeping every mark (~100 B each).
+const markCacheMax = 1 << 16
+
+// markCache is a term's marks by entry, with each entry's history key.
+type markCache struct {
+	term int64
+	m    map[string]*cachedMark
+}
+
+type cachedMark struct {
+	hist string
+	mark mark
+}
+
+// forTerm empties the cache when token is not its term's.
+func (c *markCache) forTerm(token int64) {
+	if c.m == nil || c.term != token {
+		c.reset(token)
+	}
+}
+
+func (c *markCache) reset(token int64) { c.term, c.m = token, map[string]*cachedMark{} }
+
+// put adds an entry the cache does not hold.
+func (c *markCache) put(name, hist string, m mark) {
+	if len(c.m) >= markCacheMax {
+		c.m = map[string]*cachedMark{}
+	}
+	c.m[name] = &cachedMark{hist: hist, mark: m}
 }
 
 type binding struct{ key, member string }
@@ -523,6 +627,11 @@ func (p *Publisher) unbind(bs []binding) {
 // (which holds their mark and run count) and their registry field. It is fenced like a publish: ErrStale if a
 // newer leader holds the fence.
 func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) error {
+	p.pub.Lock()
+	defer p.pub.Unlock()
+	for _, e := range entries {
+		delete(p.marks.m, e)
+	}
 	for len(entries) > 0 {
 		batch := entries[:min(len(entries), 256)]
 		entries = entries[len(batch):]

@@ -39,11 +39,17 @@ import (
 // (docs/performance.md).
 //
 // Per flight, Redis sees: WATCH; GET fence, TYPE of each queue, LINDEX of
-// each entry's newest run record (its mark and run count) and the
-// trigger, backfill or legacy dedup key of the fires that have one; then
-// MULTI, one LPUSH per queue with all of its fresh messages, and per
-// fresh fire its run record (LPUSH), an LTRIM every History runs, and
-// its trigger, cursor or legacy key; EXEC.
+// the newest run record (the mark and run count) of each entry this term
+// has not published yet, and the trigger, backfill or legacy dedup key of
+// the fires that have one; then MULTI, one LPUSH per queue with all of
+// its fresh messages, and per fresh fire its run record (LPUSH), an LTRIM
+// every History runs, and its trigger, cursor or legacy key; EXEC.
+//
+// The marks a term wrote itself it remembers (marks): no one else writes
+// them while its fence holds, so a busy entry costs one LINDEX a term,
+// not one a fire. Only a fire Redis took for certain updates the cache;
+// an error, a replica shortfall or Forget drops the entry from it, and
+// the next publish reads Redis again.
 //
 // The queue's type is checked before the push, since a push that fails
 // inside EXEC cannot hold back the run record that advances the mark: a
@@ -73,29 +79,62 @@ const (
 )
 
 // flight is one transaction's fires: positions in fires, their encoded
-// messages and run records, and their outcomes.
+// messages and run records, and their outcomes. Flights are pooled with
+// their plan: the slices keep their arrays from publish to publish.
 type flight struct {
-	idx   []int    // indexes into the Publish's fires, each entry's in slot order
+	idx   []int    // indexes into the Publish's fires, each entry's adjacent, in slot order
 	msgs  [][]byte // per position: the message
 	recs  [][]byte // per position: the run record as Go knows it (appendRun)
 	out   []int8   // per position: outPushed ... outFailed
+	grp   []int32  // per position: its entry's index in ents
+	ents  []entryState
 	binds []binding
 	// failure says why fires of a flight that otherwise ran got
 	// outFailed (a queue of another type); nil when none did.
 	failure error
 	// wait is the flight's WAIT, when replicas are waited for.
 	wait *redis.IntCmd
+
+	buf []byte // the messages and records are spans of it
+
+	// scratch, reused by every attempt
+	extra  []redis.Cmder // per position: the trigger, cursor or legacy read
+	queues []queuePush
+	recbuf []byte
 }
 
 // entryState is what a flight knows of one entry while it decides: its
-// mark and run count, from its newest record and then its own pushes.
+// mark and run count, from the term's cache or its newest record, and
+// then from its own pushes.
 type entryState struct {
-	head   *redis.StringCmd
-	counts *redis.StringCmd // the previous release's run count, when the head has none
-	mark   string           // "" before the first scheduled publish
-	runs   int64
-	known  bool // runs is known (a head of this release's format, or counted)
-	failed bool // a push of this entry failed: its later fires are not attempted
+	name    string
+	hist    string
+	head    *redis.StringCmd // the newest record, when not cached
+	counts  *redis.StringCmd // the previous release's run count, when the head has none
+	m       mark
+	base    mark        // the cached mark each attempt starts from
+	slot    *cachedMark // where the cache holds it
+	cached  bool        // base came from the term's cache
+	known   bool        // m.runs is known (cached, a head of this release's format, or counted)
+	failed  bool        // a push of this entry failed: its later fires are not attempted
+	written bool        // this attempt queued a record of the entry
+}
+
+// mark is an entry's high-water mark and run count.
+type mark struct {
+	slot int64 // Unix microseconds of the last scheduled slot published
+	has  bool  // false before the first scheduled publish
+	runs int64
+}
+
+// queuePush is one queue's part of a flight: its type, read before the
+// push, and the LPUSH of its fresh messages.
+type queuePush struct {
+	key  string
+	typ  *redis.StatusCmd
+	args []any // "lpush", key, then the messages
+	who  []int // the positions pushed
+	cmd  *redis.IntCmd
 }
 
 // publishFlight runs fl's transaction, again while EXEC is refused.
@@ -148,23 +187,28 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 	// Reads.
 	reads := tx.Pipeline()
 	fence := reads.Get(ctx, p.fenceKey)
-	queues := map[string]*redis.StatusCmd{}
-	entries := map[*celery.Task]*entryState{}
-	extra := make([]redis.Cmder, len(fl.idx))
+	fl.queues = fl.queues[:0]
+	for k := range fl.ents {
+		e := &fl.ents[k]
+		e.head, e.counts, e.failed, e.written = nil, nil, false, false
+		if e.cached {
+			e.m = e.base // a refused attempt advanced m
+		} else {
+			e.head = reads.LIndex(ctx, e.hist, 0)
+		}
+	}
 	for j, i := range fl.idx {
 		f := &fires[i]
-		if _, ok := queues[f.Task.QueueKey]; !ok {
-			queues[f.Task.QueueKey] = reads.Type(ctx, f.Task.QueueKey)
-		}
-		if _, ok := entries[f.Task]; !ok {
-			entries[f.Task] = &entryState{head: reads.LIndex(ctx, p.historyKey(f.Task.Name), 0)}
+		if fl.queue(f.Task.QueueKey) == nil {
+			fl.addQueue(f.Task.QueueKey, reads.Type(ctx, f.Task.QueueKey))
 		}
 		switch k := p.dedupKey(f, legacy); {
 		case k == "":
+			fl.extra[j] = nil
 		case f.Backfill != "":
-			extra[j] = reads.Get(ctx, k)
+			fl.extra[j] = reads.Get(ctx, k)
 		default:
-			extra[j] = reads.Exists(ctx, k)
+			fl.extra[j] = reads.Exists(ctx, k)
 		}
 	}
 	if err := execReads(ctx, reads); err != nil {
@@ -186,16 +230,20 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 	// An entry whose newest record has no run count (none yet, or the
 	// previous release's format) carries on from that release's count.
 	var counts redis.Pipeliner
-	for t, e := range entries {
+	for k := range fl.ents {
+		e := &fl.ents[k]
+		if e.cached {
+			continue
+		}
 		head, err := e.head.Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("read %s's mark: %w", t.Name, err)
+			return fmt.Errorf("read %s's mark: %w", e.name, err)
 		}
-		if e.mark, e.runs, e.known = parseHead(head); !e.known {
+		if e.m, e.known = parseHead(head); !e.known {
 			if counts == nil {
 				counts = tx.Pipeline()
 			}
-			e.counts = counts.HGet(ctx, p.countsKey(), t.Name)
+			e.counts = counts.HGet(ctx, p.countsKey(), e.name)
 		}
 	}
 	if counts != nil {
@@ -214,35 +262,35 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 	for _, b := range fl.binds {
 		w.SAdd(ctx, b.key, b.member)
 	}
-	// Messages go out in one LPUSH per queue, in the flight's order;
-	// pushes[q] is that LPUSH's arguments, and who[q] its fires.
-	pushes := map[string][]any{}
-	who := map[string][]int{}
-	claimed := map[string]bool{}  // trigger keys claimed earlier in this flight
-	cursors := map[string]int64{} // backfill cursors moved earlier in this flight
-	recs := make([]*redis.IntCmd, len(fl.idx))
+	var (
+		claimed map[string]bool  // trigger keys claimed earlier in this flight
+		cursors map[string]int64 // backfill cursors moved earlier in this flight
+	)
+	recs := fl.recbuf[:0]
 	writes := false
 	for j, i := range fl.idx {
 		f := &fires[i]
-		e := entries[f.Task]
+		e := &fl.ents[fl.grp[j]]
 		if e.failed {
 			fl.out[j] = outFailed
 			continue
 		}
 		fresh := false
-		var slot int64
+		slot := f.Slot.UnixMicro()
 		switch {
 		case f.Manual:
 			k := p.TriggerKey(f.RequestKey())
-			fresh = extra[j].(*redis.IntCmd).Val() == 0 && !claimed[k]
+			fresh = fl.extra[j].(*redis.IntCmd).Val() == 0 && !claimed[k]
 			if fresh {
+				if claimed == nil {
+					claimed = map[string]bool{}
+				}
 				claimed[k] = true
 			}
 		case f.Backfill != "":
-			slot = f.Slot.UnixMicro()
 			c, ok := cursors[f.Backfill]
 			if !ok {
-				v, err := extra[j].(*redis.StringCmd).Result()
+				v, err := fl.extra[j].(*redis.StringCmd).Result()
 				if err != nil && !errors.Is(err, redis.Nil) {
 					return fmt.Errorf("read backfill %s's cursor: %w", f.Backfill, err)
 				}
@@ -250,9 +298,8 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 			}
 			fresh = c < slot
 		default:
-			slot = f.Slot.UnixMicro()
-			fresh = e.mark == "" || markBelow(e.mark, slot)
-			if fresh && legacy && extra[j].(*redis.IntCmd).Val() == 1 {
+			fresh = !e.m.has || e.m.slot < slot
+			if fresh && legacy && fl.extra[j].(*redis.IntCmd).Val() == 1 {
 				fresh = false
 			}
 		}
@@ -260,12 +307,12 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 			fl.out[j] = outDuplicate
 			continue
 		}
-		q := f.Task.QueueKey
-		if t := queues[q].Val(); t != "list" && t != "none" {
+		q := fl.queue(f.Task.QueueKey)
+		if t := q.typ.Val(); t != "list" && t != "none" {
 			// Not pushed, and nothing of the fire is written: it stays
 			// pending, and the entry's later fires wait behind it.
 			if fl.failure == nil {
-				fl.failure = fmt.Errorf("entry %q: LPUSH to %s failed (does the key hold another type?)", f.Task.Name, q)
+				fl.failure = fmt.Errorf("entry %q: LPUSH to %s failed (does the key hold another type?)", f.Task.Name, q.key)
 			}
 			fl.out[j] = outFailed
 			if !f.Manual {
@@ -273,54 +320,63 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 			}
 			continue
 		}
-		if pushes[q] == nil {
-			pushes[q] = []any{"lpush", q}
+		if len(q.args) == 0 {
+			q.args = append(q.args, "lpush", q.key)
 		}
-		pushes[q] = append(pushes[q], fl.msgs[j])
-		who[q] = append(who[q], j)
+		q.args = append(q.args, fl.msgs[j])
+		q.who = append(q.who, j)
 		if !e.known {
 			n, err := e.counts.Int64()
 			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("read %s's run count: %w", f.Task.Name, err)
+				return fmt.Errorf("read %s's run count: %w", e.name, err)
 			}
-			e.runs, e.known = n, true
-			w.HSet(ctx, p.entriesKey(), f.Task.Name, 1)
+			e.m.runs, e.known = n, true
+			w.HSet(ctx, p.entriesKey(), e.name, 1)
 		}
 		switch {
 		case f.Manual:
 			w.Set(ctx, p.TriggerKey(f.RequestKey()), tok, p.trigTTL)
 		case f.Backfill != "":
+			if cursors == nil {
+				cursors = map[string]int64{}
+			}
 			cursors[f.Backfill] = slot
 			w.Set(ctx, p.BackfillKey(f.Backfill), slot, p.dedupTTL)
 		default:
-			e.mark = strconv.FormatInt(slot, 10)
+			e.m.slot, e.m.has = slot, true
 			if legacy {
 				w.Set(ctx, p.DedupKey(f.ID), tok, p.dedupTTL)
 			}
 		}
-		e.runs++
-		hist := p.historyKey(f.Task.Name)
-		rec := make([]byte, 0, len(e.mark)+24+len(fl.recs[j]))
-		rec = append(rec, e.mark...)
-		rec = append(rec, ' ')
-		rec = strconv.AppendInt(rec, e.runs, 10)
-		rec = append(rec, ' ')
-		rec = append(rec, fl.recs[j]...)
-		recs[j] = w.LPush(ctx, hist, rec)
-		// Every keepArg runs rather than when the list is long: the
+		e.m.runs++
+		start := len(recs)
+		if e.m.has {
+			recs = strconv.AppendInt(recs, e.m.slot, 10)
+		}
+		recs = append(recs, ' ')
+		recs = strconv.AppendInt(recs, e.m.runs, 10)
+		recs = append(recs, ' ')
+		recs = append(recs, fl.recs[j]...)
+		// The spans stay valid if recs grows: they keep the array they
+		// were cut from.
+		w.LPush(ctx, e.hist, recs[start:len(recs):len(recs)])
+		// Every keepTrim runs rather than when the list is long: the
 		// length is not known inside the transaction. The list stays
 		// under twice the history length.
-		if e.runs%int64(p.keepTrim) == 0 {
-			w.LTrim(ctx, hist, 0, int64(p.keepTrim-1))
+		if e.m.runs%int64(p.keepTrim) == 0 {
+			w.LTrim(ctx, e.hist, 0, int64(p.keepTrim-1))
 		}
+		e.written = true
 		fl.out[j] = outPushed
 		writes = true
 	}
-	qcmds := map[string]*redis.IntCmd{}
-	for q, args := range pushes {
-		c := redis.NewIntCmd(ctx, args...)
-		_ = w.Process(ctx, c)
-		qcmds[q] = c
+	fl.recbuf = recs[:0]
+	for k := range fl.queues {
+		q := &fl.queues[k]
+		if len(q.args) > 0 {
+			q.cmd = redis.NewIntCmd(ctx, q.args...)
+			_ = w.Process(ctx, q.cmd)
+		}
 	}
 	if want > 0 {
 		// WAIT waits for this connection's last write: the marker makes
@@ -329,7 +385,8 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		writes = true
 	}
 	if writes || token > cur || len(fl.binds) > 0 {
-		if cmds, err := w.Exec(ctx); err != nil && !isCommandErr(err) {
+		cmds, err := w.Exec(ctx)
+		if err != nil && !isCommandErr(err) {
 			if redis.IsExecAbortError(err) {
 				// A queued command was refused (MOVED, NOPERM, OOM): say which.
 				for _, c := range cmds {
@@ -340,24 +397,23 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 			}
 			return err // refused (TxFailedErr), or the connection failed
 		}
+		// A command that failed inside EXEC (a queue retyped after the
+		// check) failed the fires it carried, and the records of the
+		// flight were written all the same: say so, and let the entries
+		// be read again.
+		for _, c := range cmds {
+			if ce := c.Err(); ce != nil {
+				switch name := c.Name(); name {
+				case "lpush", "ltrim":
+					for _, j := range fl.positionsOf(c) {
+						fl.out[j] = outFailed
+					}
+					fl.failure = fmt.Errorf("%s %v failed inside the transaction: %w", name, c.Args()[1], ce)
+				}
+			}
+		}
 	} else if err := tx.Unwatch(ctx).Err(); err != nil {
 		return err
-	}
-	// A push that failed inside EXEC (the queue was retyped after the
-	// check) failed its fires; their records were written all the same.
-	for q, c := range qcmds {
-		if err := c.Err(); err != nil {
-			for _, j := range who[q] {
-				fl.out[j] = outFailed
-			}
-			fl.failure = fmt.Errorf("LPUSH to %s failed inside the transaction, after its type was checked: %w", q, err)
-		}
-	}
-	for j, c := range recs {
-		if c != nil && c.Err() != nil {
-			fl.out[j] = outFailed
-			fl.failure = fmt.Errorf("record %s's run: %w", fires[fl.idx[j]].Task.Name, c.Err())
-		}
 	}
 	if want > 0 {
 		// WAIT holds the connection, and blocks Redis for nobody; the
@@ -367,6 +423,48 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		_, _ = pipe.Exec(ctx)
 	}
 	return nil
+}
+
+// addQueue adds queue key's part, reusing a pooled one's slices.
+func (fl *flight) addQueue(key string, typ *redis.StatusCmd) {
+	n := len(fl.queues)
+	if n < cap(fl.queues) {
+		fl.queues = fl.queues[:n+1]
+	} else {
+		fl.queues = append(fl.queues, queuePush{})
+	}
+	q := &fl.queues[n]
+	clear(q.args)
+	q.key, q.typ, q.args, q.who, q.cmd = key, typ, q.args[:0], q.who[:0], nil
+}
+
+// queue returns the flight's part for queue key, or nil.
+func (fl *flight) queue(key string) *queuePush {
+	for k := range fl.queues {
+		if fl.queues[k].key == key {
+			return &fl.queues[k]
+		}
+	}
+	return nil
+}
+
+// positionsOf lists the positions whose fires a failed command of the
+// transaction carried: a queue's LPUSH carries its messages, a history's
+// LPUSH or LTRIM every fire of that entry.
+func (fl *flight) positionsOf(c redis.Cmder) []int {
+	key := fmt.Sprint(c.Args()[1])
+	for k := range fl.queues {
+		if q := &fl.queues[k]; q.cmd == c {
+			return q.who
+		}
+	}
+	var out []int
+	for j := range fl.idx {
+		if fl.ents[fl.grp[j]].hist == key && fl.out[j] == outPushed {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // execReads runs a pipeline of reads; a missing key (redis.Nil) is an
@@ -394,34 +492,35 @@ func isCommandErr(err error) bool {
 // parseHead reads the mark and run count that lead a run record of this
 // release ("<mark> <runs> ..."); known is false for no record or the
 // previous release's format, which carried no count.
-func parseHead(head string) (mark string, runs int64, known bool) {
+func parseHead(head string) (m mark, known bool) {
 	i := 0
 	for i < len(head) && head[i] >= '0' && head[i] <= '9' {
 		i++
 	}
 	if i == len(head) || head[i] != ' ' {
-		return "", 0, false
+		return mark{}, false
 	}
 	j := i + 1
 	for j < len(head) && head[j] >= '0' && head[j] <= '9' {
 		j++
 	}
 	if j == i+1 || j == len(head) || head[j] != ' ' {
-		return "", 0, false
+		return mark{}, false
 	}
-	n, err := strconv.ParseInt(head[i+1:j], 10, 64)
+	runs, err := strconv.ParseInt(head[i+1:j], 10, 64)
 	if err != nil {
-		return "", 0, false
+		return mark{}, false
 	}
-	return head[:i], n, true
-}
-
-// markBelow reports whether the mark (Unix microseconds) is below slot.
-// An unreadable mark is below every slot, as Lua's comparison made it
-// fail open for the slot rather than hold the entry forever.
-func markBelow(mark string, slot int64) bool {
-	m, err := strconv.ParseInt(mark, 10, 64)
-	return err != nil || m < slot
+	m.runs = runs
+	if i > 0 {
+		// An unreadable mark (past int64) is below every slot, as Lua's
+		// comparison made it: it fails open for the slot rather than
+		// hold the entry forever.
+		if v, err := strconv.ParseInt(head[:i], 10, 64); err == nil {
+			m.slot, m.has = v, true
+		}
+	}
+	return m, true
 }
 
 // results turns the flight's outcomes into results.

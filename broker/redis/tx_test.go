@@ -152,20 +152,83 @@ func TestParseHead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		head  string
-		mark  string
-		runs  int64
+		want  mark
 		known bool
 	}{
-		{"1764496800000000 7 1764496800000000000 1764496800000123 3 0", "1764496800000000", 7, true},
-		{" 2 1764496800000000000 1764496800000123 3 1 id", "", 2, true}, // manual runs only: no mark yet
-		{"", "", 0, false}, // no record
-		{"1764496800000000000,1764496800000123,3,id,0", "", 0, false}, // the previous release's format
-		{"12 x 3", "", 0, false},
-		{"12 3", "", 0, false},
+		{"1764496800000000 7 1764496800000000000 1764496800000123 3 0", mark{slot: 1764496800000000, has: true, runs: 7}, true},
+		{" 2 1764496800000000000 1764496800000123 3 1 id", mark{runs: 2}, true}, // manual runs only: no mark yet
+		{"99999999999999999999 4 x", mark{runs: 4}, true},                       // past int64: below every slot
+		{"", mark{}, false}, // no record
+		{"1764496800000000000,1764496800000123,3,id,0", mark{}, false}, // the previous release's format
+		{"12 x 3", mark{}, false},
+		{"12 3", mark{}, false},
 	} {
-		mark, runs, known := parseHead(tc.head)
-		if mark != tc.mark || runs != tc.runs || known != tc.known {
-			t.Errorf("parseHead(%q) = %q, %d, %v; want %q, %d, %v", tc.head, mark, runs, known, tc.mark, tc.runs, tc.known)
+		m, known := parseHead(tc.head)
+		if m != tc.want || known != tc.known {
+			t.Errorf("parseHead(%q) = %+v, %v; want %+v, %v", tc.head, m, known, tc.want, tc.known)
 		}
 	}
+}
+
+// TestMarkCache: the marks a term remembers never make a fresh slot a
+// duplicate. An attempt whose EXEC is refused starts again from the
+// remembered mark, not from what the refused attempt advanced it to; an
+// entry forgotten starts afresh; another leader's term in between is
+// read from Redis, not from what this publisher remembers of its own.
+func TestMarkCache(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	admin := rs.Client()
+	ctx := context.Background()
+	opts := Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"}
+	task := namedTask(t, "e", "{task: tasks.add, every: 1s}")
+
+	t.Run("refused attempt", func(t *testing.T) {
+		admin.FlushAll(ctx)
+		c := rs.Client()
+		p := New(c, opts)
+		if err := p.RaiseFence(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		publishAll(t, p, 1, slotFires(task, 1)) // the mark, now remembered
+		touched := false
+		// Rewriting the fence with its own value changes no token but
+		// refuses the EXEC of whoever watched it.
+		c.AddHook(&beforeExec{fn: func() { touched = admin.Set(ctx, p.fenceKey, "1", 0).Err() == nil }})
+		res := publishAll(t, p, 1, slotFires(task, 2, 3))
+		if !touched || !equalResults(res, broker.ResultOK, broker.ResultOK) {
+			t.Fatalf("after a refused EXEC: %v (hook ran: %v), want both pushed", res, touched)
+		}
+		if n := admin.LLen(ctx, "celery").Val(); n != 3 {
+			t.Fatalf("queue holds %d messages, want 3", n)
+		}
+	})
+	t.Run("forgotten entry", func(t *testing.T) {
+		admin.FlushAll(ctx)
+		p := New(rs.Client(), opts)
+		publishAll(t, p, 1, slotFires(task, 5))
+		if err := p.Forget(ctx, 1, []string{"e"}); err != nil {
+			t.Fatal(err)
+		}
+		if res := publishAll(t, p, 1, slotFires(task, 3)); !equalResults(res, broker.ResultOK) {
+			t.Fatalf("an entry back after Forget: %v, want its slot pushed", res)
+		}
+	})
+	t.Run("another term between", func(t *testing.T) {
+		admin.FlushAll(ctx)
+		p, other := New(rs.Client(), opts), New(rs.Client(), opts)
+		if err := p.RaiseFence(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		publishAll(t, p, 1, slotFires(task, 5))
+		if err := other.RaiseFence(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		publishAll(t, other, 2, slotFires(task, 6, 7, 8))
+		if err := p.RaiseFence(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if res := publishAll(t, p, 3, slotFires(task, 6, 9)); !equalResults(res, broker.ResultDuplicate, broker.ResultOK) {
+			t.Fatalf("after another leader's term: %v, want 6 a duplicate and 9 pushed", res)
+		}
+	})
 }
