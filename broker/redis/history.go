@@ -14,14 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The run history lives in Redis, written by the publish script itself:
+// The run history lives in Redis, written by the publish itself:
 // a capped list per entry, newest first. It costs a few bytes of Redis per
 // fire and nothing in etcd, and every replica reads it for status. The
 // newest record is also the entry's dedup: it carries the high-water mark.
 //
 // A run record is "<mark> <runs> <slot> <published> <token> <manual>
 // [<task id>]": the mark (the last scheduled slot published, Unix
-// microseconds, empty before the first) and the run count as the script
+// microseconds, empty before the first) and the run count as the publish
 // prepends them, then the slot (Unix nanoseconds), the publish time (Unix
 // microseconds), the token, manual as 0 or 1, and a manual run's task id
 // (a scheduled run's is its slot's UUIDv5). The previous release wrote
@@ -30,7 +30,7 @@ import (
 func (p *Publisher) historyKey(entry string) string { return p.prefix + "runs:" + entry }
 func (p *Publisher) countsKey() string              { return p.prefix + "runcount" }
 
-// appendRun appends what Go knows of a run's record; the script puts the
+// appendRun appends what Go knows of a run's record; the publish puts the
 // mark and the count in front.
 func appendRun(dst []byte, f *celery.Fire, token int64, now time.Time) []byte {
 	dst = strconv.AppendInt(dst, f.Slot.UnixNano(), 10)

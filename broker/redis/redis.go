@@ -83,7 +83,7 @@ type Options struct {
 	// KeyPrefix prefixes beatd's own keys (the fence, the run history, the
 	// entries registry). Put a hash tag in it, e.g. "beatd:{default}:", and the
 	// same tag in Kombu's global_keyprefix, and Redis Cluster can run the
-	// script.
+	// publish's transaction.
 	KeyPrefix string
 	// DedupTTL is how long the previous release's per-fire dedup keys
 	// live (its --dedup-ttl): the legacy window after an upgrade.
