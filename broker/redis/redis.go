@@ -325,6 +325,7 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 			mid := len(buf)
 			buf = appendRun(buf, f, token, now)
 			fl.msgs[j], fl.recs[j] = buf[start:mid:mid], buf[mid:len(buf):len(buf)]
+			fl.keys[j] = p.dedupKey(f, legacy) // after encoding: it may need the task id
 		}
 		fl.buf = buf[:0]
 		wg.Add(1)
@@ -478,6 +479,7 @@ func (p *Publisher) prepare(fl *flight, fires []celery.Fire, idx []int, token in
 	fl.out = slices.Grow(fl.out[:0], n)[:n]
 	fl.grp = slices.Grow(fl.grp[:0], n)[:n]
 	fl.extra = slices.Grow(fl.extra[:0], n)[:n]
+	fl.keys = slices.Grow(fl.keys[:0], n)[:n]
 	fl.ents = fl.ents[:0]
 	fl.binds, fl.failure, fl.wait = nil, nil, nil
 	p.marks.forTerm(token)
@@ -538,6 +540,7 @@ func (p *Publisher) keepScratch(pl *plan) {
 		clear(fl.msgs)
 		clear(fl.recs)
 		clear(fl.extra)
+		clear(fl.keys)
 		clear(fl.ents)
 		for k := range fl.queues {
 			clear(fl.queues[k].args)

@@ -97,6 +97,8 @@ type flight struct {
 
 	buf []byte // the messages and records are spans of it
 
+	keys []string // per position: the fire's dedupKey, "" for most
+
 	// scratch, reused by every attempt
 	extra  []redis.Cmder // per position: the trigger, cursor or legacy read
 	queues []queuePush
@@ -107,17 +109,16 @@ type flight struct {
 // mark and run count, from the term's cache or its newest record, and
 // then from its own pushes.
 type entryState struct {
-	name    string
-	hist    string
-	head    *redis.StringCmd // the newest record, when not cached
-	counts  *redis.StringCmd // the previous release's run count, when the head has none
-	m       mark
-	base    mark        // the cached mark each attempt starts from
-	slot    *cachedMark // where the cache holds it
-	cached  bool        // base came from the term's cache
-	known   bool        // m.runs is known (cached, a head of this release's format, or counted)
-	failed  bool        // a push of this entry failed: its later fires are not attempted
-	written bool        // this attempt queued a record of the entry
+	name   string
+	hist   string
+	head   *redis.StringCmd // the newest record, when not cached
+	counts *redis.StringCmd // the previous release's run count, when the head has none
+	m      mark
+	base   mark        // the cached mark each attempt starts from
+	slot   *cachedMark // where the cache holds it
+	cached bool        // base came from the term's cache
+	known  bool        // m.runs is known (cached, a head of this release's format, or counted)
+	failed bool        // a push of this entry failed: its later fires are not attempted
 }
 
 // mark is an entry's high-water mark and run count.
@@ -167,6 +168,8 @@ func (p *Publisher) publishFlight(ctx context.Context, token int64, fires []cele
 // dedupKey is the key besides the mark that decides whether f is new: a
 // manual fire's trigger key, a backfill's cursor, or in the legacy window
 // the previous release's per-fire key. "" for a scheduled fire otherwise.
+// f must be encoded: a manual fire without a request is keyed by the task
+// id its message carries.
 func (p *Publisher) dedupKey(f *celery.Fire, legacy bool) string {
 	switch {
 	case f.Manual:
@@ -174,7 +177,6 @@ func (p *Publisher) dedupKey(f *celery.Fire, legacy bool) string {
 	case f.Backfill != "":
 		return p.BackfillKey(f.Backfill)
 	case legacy:
-		f.Task.AssignID(f)
 		return p.DedupKey(f.ID)
 	}
 	return ""
@@ -190,7 +192,7 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 	fl.queues = fl.queues[:0]
 	for k := range fl.ents {
 		e := &fl.ents[k]
-		e.head, e.counts, e.failed, e.written = nil, nil, false, false
+		e.head, e.counts, e.failed = nil, nil, false
 		if e.cached {
 			e.m = e.base // a refused attempt advanced m
 		} else {
@@ -202,7 +204,7 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		if fl.queue(f.Task.QueueKey) == nil {
 			fl.addQueue(f.Task.QueueKey, reads.Type(ctx, f.Task.QueueKey))
 		}
-		switch k := p.dedupKey(f, legacy); {
+		switch k := fl.keys[j]; {
 		case k == "":
 			fl.extra[j] = nil
 		case f.Backfill != "":
@@ -279,13 +281,12 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		slot := f.Slot.UnixMicro()
 		switch {
 		case f.Manual:
-			k := p.TriggerKey(f.RequestKey())
-			fresh = fl.extra[j].(*redis.IntCmd).Val() == 0 && !claimed[k]
+			fresh = fl.extra[j].(*redis.IntCmd).Val() == 0 && !claimed[fl.keys[j]]
 			if fresh {
 				if claimed == nil {
 					claimed = map[string]bool{}
 				}
-				claimed[k] = true
+				claimed[fl.keys[j]] = true
 			}
 		case f.Backfill != "":
 			c, ok := cursors[f.Backfill]
@@ -335,17 +336,17 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		}
 		switch {
 		case f.Manual:
-			w.Set(ctx, p.TriggerKey(f.RequestKey()), tok, p.trigTTL)
+			w.Set(ctx, fl.keys[j], tok, p.trigTTL)
 		case f.Backfill != "":
 			if cursors == nil {
 				cursors = map[string]int64{}
 			}
 			cursors[f.Backfill] = slot
-			w.Set(ctx, p.BackfillKey(f.Backfill), slot, p.dedupTTL)
+			w.Set(ctx, fl.keys[j], slot, p.dedupTTL)
 		default:
 			e.m.slot, e.m.has = slot, true
 			if legacy {
-				w.Set(ctx, p.DedupKey(f.ID), tok, p.dedupTTL)
+				w.Set(ctx, fl.keys[j], tok, p.dedupTTL)
 			}
 		}
 		e.m.runs++
@@ -366,7 +367,6 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 		if e.m.runs%int64(p.keepTrim) == 0 {
 			w.LTrim(ctx, e.hist, 0, int64(p.keepTrim-1))
 		}
-		e.written = true
 		fl.out[j] = outPushed
 		writes = true
 	}
