@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/flagenv"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -137,6 +139,11 @@ the embedded member's client port inside a beatd pod.`)
 		}
 		if _, err := cli.MemberRemove(ctx, id); err != nil {
 			fmt.Fprintln(stderr, "beatd members remove:", err)
+			if errors.Is(err, rpctypes.ErrUnhealthy) {
+				// etcd counts a member healthy only after 5 s connected,
+				// so this passes on its own once a restart settles.
+				fmt.Fprintln(stderr, "etcd keeps a quorum of members connected for 5 s before removing one; retry in a few seconds")
+			}
 			return 1
 		}
 		fmt.Fprintf(stdout, "removed member %s (%x)\n", pos[0], id)
