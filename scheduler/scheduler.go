@@ -81,7 +81,9 @@ type Config struct {
 	Metrics    *Metrics
 	// Cluster, Origin and KombuPrefix are passed to celery.Compile.
 	Cluster, Origin, KombuPrefix string
-	// BatchSize is the most fires per pipelined publish (default 512).
+	// BatchSize is the most fires per pipelined publish (default 2048:
+	// a publish's flights go out together, and 20,000 slots due at once
+	// were out ~20% sooner than in batches of 512; BenchmarkBurst).
 	BatchSize int
 	// RemovedGrace keeps the state of removed entries this long.
 	RemovedGrace time.Duration
@@ -194,7 +196,7 @@ func New(c Config, sc *config.Config) (*Scheduler, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 512
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.RemovedGrace <= 0 {
 		c.RemovedGrace = store.DefaultRemovedGrace
@@ -492,6 +494,9 @@ type pendingFire struct {
 	bf     *backfillRun   // the backfill it is a slot of
 }
 
+// DefaultBatchSize is Config.BatchSize unless set.
+const DefaultBatchSize = 2048
+
 // loop is one term's state, owned by Run's goroutine.
 type loop struct {
 	s        *Scheduler
@@ -691,6 +696,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.feedWait = 0
 		}
 		if len(l.pending) > 0 {
+			l.persist.publishing()
 			err := l.publishPending(ctx)
 			switch {
 			case err == nil:
@@ -701,6 +707,7 @@ func (l *loop) run(ctx context.Context) error {
 				return l.finish()
 			}
 			// Transient: keep the slots pending and retry with backoff.
+			l.persist.published()
 			arm(l.nextBackoff())
 			select {
 			case <-ctx.Done():
@@ -737,6 +744,7 @@ func (l *loop) run(ctx context.Context) error {
 		} else if len(l.backfills) > 0 {
 			wait = min(wait, backfillSave) // progress to write, or the end to record
 		}
+		l.persist.published()
 		arm(wait)
 		if done, err := l.wait(ctx, timer); done {
 			return err
