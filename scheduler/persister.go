@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/election"
@@ -38,13 +37,6 @@ type persister struct {
 	errc chan struct{} // closed when the term's writes are refused
 	kick chan struct{} // write now: a request completed, or a flush
 
-	// busy is set while the loop publishes a run of due fires, and idle
-	// is poked when it stops: a periodic write waits for the end of the
-	// run (up to burstDefer), so etcd's work for it (in this process,
-	// when embedded) does not compete with a burst of 20,000 fires.
-	busy atomic.Bool
-	idle chan struct{}
-
 	mu      sync.Mutex
 	err     error
 	pending map[string]pendingState // changed since handed to the table
@@ -72,12 +64,6 @@ type pendingState struct {
 // spareMax is the largest pending map kept for the next interval.
 const spareMax = 1 << 16
 
-// burstDefer is the longest a periodic write waits for the loop to
-// finish publishing: a burst of 20,000 fires takes ~200 ms, and a loop
-// that stays busy (a catch-up of a million slots) still has its state
-// written at most this much later.
-const burstDefer = 500 * time.Millisecond
-
 // writeAttemptTimeout bounds one write, so a request stuck on a dead
 // etcd member does not hold up the next attempt or a shutdown.
 const writeAttemptTimeout = 2 * time.Second
@@ -93,7 +79,7 @@ const dedupMargin = time.Hour
 func newPersister(s StateStore, g election.Fence, t *store.Table, c Config) *persister {
 	p := &persister{store: s, guard: g, table: t, log: c.Logger, m: c.Metrics, clock: c.Clock,
 		interval: c.StateInterval, dedupTTL: c.DedupTTL,
-		errc: make(chan struct{}), kick: make(chan struct{}, 1), idle: make(chan struct{}, 1), written: make(chan struct{}),
+		errc: make(chan struct{}), kick: make(chan struct{}, 1), written: make(chan struct{}),
 		pending: map[string]pendingState{}, inFlight: map[string]bool{}}
 	if t.Dirty() > 0 {
 		// Changed before it was handed over (pruning, first baselines):
@@ -188,41 +174,6 @@ func (p *persister) complete(r store.Request, st *store.EntryState) {
 	p.poke()
 }
 
-// publishing and published bracket the loop's runs of publishes.
-func (p *persister) publishing() { p.busy.Store(true) }
-
-func (p *persister) published() {
-	if p.busy.Swap(false) {
-		select {
-		case p.idle <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// awaitIdle waits, up to burstDefer, for the loop to finish a run of
-// publishes.
-func (p *persister) awaitIdle(ctx context.Context) {
-	select {
-	case <-p.idle: // an old poke: the loop may be busy again
-	default:
-	}
-	if !p.busy.Load() {
-		return
-	}
-	// The bound is on the real clock: it spaces work on this machine
-	// and reads no schedule time, and a test's fake clock would count
-	// it among the loop's timers.
-	t := time.NewTimer(burstDefer)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-p.idle:
-	case <-t.C:
-	case <-p.kick: // a flush waits: write now
-	}
-}
-
 func (p *persister) poke() {
 	select {
 	case p.kick <- struct{}{}:
@@ -285,7 +236,6 @@ func (p *persister) run(ctx context.Context) {
 			return
 		case <-tick.Chan():
 			tick.Reset(p.interval)
-			p.awaitIdle(ctx)
 		case <-p.kick:
 			kicked = true
 		}

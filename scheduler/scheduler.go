@@ -696,7 +696,6 @@ func (l *loop) run(ctx context.Context) error {
 			l.feedWait = 0
 		}
 		if len(l.pending) > 0 {
-			l.persist.publishing()
 			err := l.publishPending(ctx)
 			switch {
 			case err == nil:
@@ -707,7 +706,6 @@ func (l *loop) run(ctx context.Context) error {
 				return l.finish()
 			}
 			// Transient: keep the slots pending and retry with backoff.
-			l.persist.published()
 			arm(l.nextBackoff())
 			select {
 			case <-ctx.Done():
@@ -744,7 +742,6 @@ func (l *loop) run(ctx context.Context) error {
 		} else if len(l.backfills) > 0 {
 			wait = min(wait, backfillSave) // progress to write, or the end to record
 		}
-		l.persist.published()
 		arm(wait)
 		if done, err := l.wait(ctx, timer); done {
 			return err
