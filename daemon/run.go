@@ -455,7 +455,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.timeline = console.NewTimeline(nil)
 	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}, cfg)
+		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), BatchSize: batchFor(m.Broker),
+		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}, cfg)
 	if err != nil {
 		return err
 	}
@@ -704,3 +705,15 @@ var (
 	_ scheduler.Dispatcher = (*amqpbroker.AMQP)(nil)
 	_ scheduler.Forgetter  = (*redisbroker.Publisher)(nil)
 )
+
+// amqpBatch is the publish batch on RabbitMQ: its journal keeps 256
+// records of a batch's task ids, which stays within ~5 MB at 512 fires a
+// batch. Redis takes the scheduler's default (2,048).
+const amqpBatch = 512
+
+func batchFor(brokerURL string) int {
+	if amqpbroker.IsAMQPURL(brokerURL) {
+		return amqpBatch
+	}
+	return 0
+}
