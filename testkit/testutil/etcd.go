@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,12 +15,19 @@ import (
 // MustStartEmbeddedEtcd runs an in-process single-node etcd for the test.
 func MustStartEmbeddedEtcd(tb testing.TB) *embedetcd.Server {
 	tb.Helper()
-	s, err := embedetcd.Start(embedetcd.Config{Dir: tb.TempDir(), ClientPort: FreePort(tb), PeerPort: FreePort(tb)})
-	if err != nil {
-		tb.Fatal(err)
+	// A free port is free only when FreePort looked: a test running in
+	// parallel can bind it first. Another pair of ports then does.
+	for attempt := 1; ; attempt++ {
+		s, err := embedetcd.Start(embedetcd.Config{Dir: tb.TempDir(), ClientPort: FreePort(tb), PeerPort: FreePort(tb)})
+		if err != nil && errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(s.Close)
+		return s
 	}
-	tb.Cleanup(s.Close)
-	return s
 }
 
 // NewEtcdClient returns a client on endpoints, closed when the test ends.
