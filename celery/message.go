@@ -150,9 +150,8 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	body = append(body[:len(body)-1], `, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`...)
 
 	scratch := builderBufs.Get().(*[]byte)
-	defer builderBufs.Put(scratch)
 	b := builder{buf: (*scratch)[:0]}
-	defer func() { *scratch = b.buf[:0] }()
+	defer func() { *scratch = b.buf[:0]; builderBufs.Put(scratch) }()
 	b.static(`{"body": `)
 	b.json(base64.StdEncoding.EncodeToString(body))
 	b.static(`, "content-encoding": "utf-8", "content-type": "application/json", "headers": {`)

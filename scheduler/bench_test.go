@@ -130,6 +130,9 @@ func BenchmarkBurst(b *testing.B) {
 				env.runBatch(b, sb.String(), time.Duration(seconds)*time.Second+500*time.Millisecond, batch)
 				b.StopTimer()
 				slots := slices.Sorted(maps.Keys(env.disp.last))
+				if len(slots) < 2 {
+					b.Fatalf("%d bursts published", len(slots))
+				}
 				var bursts []time.Duration
 				for _, k := range slots[1:] {
 					bursts = append(bursts, env.disp.last[k])
