@@ -16,6 +16,9 @@ import (
 const (
 	brokerProbeEvery   = 500 * time.Millisecond
 	brokerProbeTimeout = time.Second
+	// brokerConfirmTimeout bounds the leader's last ping before it hands
+	// over for a cut path.
+	brokerConfirmTimeout = 500 * time.Millisecond
 )
 
 // brokerHealth is this replica's view of its own path to the broker.
@@ -158,6 +161,23 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 			}
 		}
 		if healthy == "" {
+			continue
+		}
+		// The standby's "ok" may be newer than this replica's last failure:
+		// when a broker outage ends, a standby can probe it healthy before
+		// this replica's failures have aged out, and handing over then
+		// would turn the end of an outage into a needless failover. So the
+		// path is tried once more, after the standby's report was read. A
+		// short timeout is enough: one that expires only hands over, as the
+		// failures already said to.
+		pctx, cancel := context.WithTimeout(ctx, brokerConfirmTimeout)
+		err = m.brokerPing(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			m.log.Info("not handing over: the broker answers this replica again", "standby", healthy, "failing_for", now.Sub(since).Round(100*time.Millisecond).String())
 			continue
 		}
 		why := m.brokerHA.Err()
