@@ -263,7 +263,7 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 			continue
 		}
 		var enc []byte
-		if len(t.open(b)) == 0 {
+		if t.empty(b) {
 			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+t.suffix(b)))
 		} else {
 			enc = t.appendBucket(nil, b)

@@ -122,7 +122,13 @@ type Table struct {
 	digits int // the layout: a bucket key's hex digits (2, 3 or 4)
 	enc    [][]byte
 	dec    []map[string]EntryState
-	dirty  []bool
+	// add are new entries of a bucket kept encoded, not yet in its enc:
+	// appended to it when it is written, without decoding the bucket. A
+	// bulk load of a million entries adds a few to nearly every bucket in
+	// every write cycle, and decoding each bucket into a map for that was
+	// a third of the load's allocations.
+	add   [][]EntryState
+	dirty []bool
 	// wrote marks the buckets written in the current cycle, hot those
 	// written in the last one (Compact ends a cycle).
 	wrote, hot []bool
@@ -141,8 +147,8 @@ func NewTable() *Table { return newTable(2) }
 
 func newTable(digits int) *Table {
 	n := layoutBuckets(digits)
-	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), dirty: make([]bool, n),
-		wrote: make([]bool, n), hot: make([]bool, n)}
+	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), add: make([][]EntryState, n),
+		dirty: make([]bool, n), wrote: make([]bool, n), hot: make([]bool, n)}
 }
 
 // Buckets is how many buckets the table's layout has.
@@ -169,7 +175,7 @@ func (t *Table) Fit() bool {
 	if d == t.digits {
 		return false
 	}
-	var all []EntryState
+	all := make([]EntryState, 0, t.n)
 	t.Range(func(st EntryState) bool { all = append(all, st); return true })
 	stale := t.stale
 	for b := range t.enc {
@@ -191,12 +197,23 @@ func (t *Table) Len() int { return t.n }
 // open returns bucket b decoded, for a change.
 func (t *Table) open(b int) map[string]EntryState {
 	if t.dec[b] == nil {
-		m := map[string]EntryState{}
+		m := make(map[string]EntryState, len(t.add[b]))
 		// enc holds only what decoded cleanly when it was stored.
 		_ = eachRecord(t.enc[b], func(st EntryState) { m[st.Name] = st })
-		t.dec[b] = m
+		for _, st := range t.add[b] {
+			m[st.Name] = st
+		}
+		t.dec[b], t.add[b] = m, nil
 	}
 	return t.dec[b]
+}
+
+// empty says bucket b holds no entry.
+func (t *Table) empty(b int) bool {
+	if m := t.dec[b]; m != nil {
+		return len(m) == 0
+	}
+	return len(t.enc[b]) == 0 && len(t.add[b]) == 0
 }
 
 // Get returns name's state.
@@ -205,6 +222,11 @@ func (t *Table) Get(name string) (EntryState, bool) {
 	if m := t.dec[b]; m != nil {
 		st, ok := m[name]
 		return st, ok
+	}
+	for _, st := range t.add[b] {
+		if st.Name == name {
+			return st, true
+		}
 	}
 	var found EntryState
 	ok := false
@@ -219,12 +241,26 @@ func (t *Table) Get(name string) (EntryState, bool) {
 // Set stores st and marks its bucket dirty.
 func (t *Table) Set(st EntryState) {
 	b := t.bucketOf(st.Name)
+	t.dirty[b] = true
+	if t.dec[b] == nil && st.Out == nil && st.Runs == 0 {
+		// A new entry's first state goes beside the encoded bucket.
+		for i := range t.add[b] {
+			if t.add[b][i].Name == st.Name {
+				t.add[b][i] = st
+				return
+			}
+		}
+		if !hasRecord(t.enc[b], st.Name) {
+			t.add[b] = append(t.add[b], st)
+			t.n++
+			return
+		}
+	}
 	m := t.open(b)
 	if _, ok := m[st.Name]; !ok {
 		t.n++
 	}
 	m[st.Name] = st
-	t.dirty[b] = true
 }
 
 // Delete removes name and marks its bucket dirty.
@@ -258,6 +294,11 @@ func (t *Table) Range(f func(EntryState) bool) {
 		if stop {
 			return
 		}
+		for _, st := range t.add[b] {
+			if !f(st) {
+				return
+			}
+		}
 	}
 }
 
@@ -289,6 +330,7 @@ func (t *Table) written(b int, enc []byte) {
 	// A copy exactly as long as it is: appendBucket's growth left up to
 	// twice that, and a million entries keep their buckets encoded.
 	t.enc[b], t.dirty[b], t.wrote[b] = bytes.Clone(enc), false, true
+	t.add[b] = nil
 }
 
 // Compact ends a write cycle. It drops the decoded copy of every bucket
@@ -393,6 +435,20 @@ const (
 
 // appendBucket encodes bucket b into dst.
 func (t *Table) appendBucket(dst []byte, b int) []byte {
+	if enc := t.enc[b]; t.dec[b] == nil && len(enc) > 0 {
+		// The stored records as they are, and the new ones after them,
+		// their times relative to the stored base (zigzag takes either
+		// sign). They carry no outcomes or run count, so either format
+		// reads them.
+		base, n := binary.Uvarint(enc[1:])
+		if n > 0 {
+			dst = append(dst, enc...)
+			for _, st := range t.add[b] {
+				dst = appendRecord(dst, st, int64(base))
+			}
+			return dst
+		}
+	}
 	m := t.open(b)
 	var base int64
 	for _, st := range m {
@@ -410,42 +466,48 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 	dst = append(dst, format)
 	dst = binary.AppendUvarint(dst, uint64(max(base, 0)))
 	for _, st := range m {
-		dst = binary.AppendUvarint(dst, uint64(len(st.Name)))
-		dst = append(dst, st.Name...)
-		var f byte
-		if !st.LastSlot.IsZero() {
-			f |= flagLast
+		dst = appendRecord(dst, st, base)
+	}
+	return dst
+}
+
+// appendRecord encodes st's record with times relative to base.
+func appendRecord(dst []byte, st EntryState, base int64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(st.Name)))
+	dst = append(dst, st.Name...)
+	var f byte
+	if !st.LastSlot.IsZero() {
+		f |= flagLast
+	}
+	if !st.Since.IsZero() {
+		f |= flagSince
+	}
+	if !st.RemovedAt.IsZero() {
+		f |= flagRemoved
+	}
+	if st.Paused {
+		f |= flagPaused
+	}
+	if st.Imported {
+		f |= flagImport
+	}
+	if st.Out != nil {
+		f |= flagOutcome
+	}
+	if st.Runs > 0 {
+		f |= flagRuns
+	}
+	dst = append(dst, f)
+	for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
+		if !tm.IsZero() {
+			dst = appendTime(dst, tm, base)
 		}
-		if !st.Since.IsZero() {
-			f |= flagSince
-		}
-		if !st.RemovedAt.IsZero() {
-			f |= flagRemoved
-		}
-		if st.Paused {
-			f |= flagPaused
-		}
-		if st.Imported {
-			f |= flagImport
-		}
-		if st.Out != nil {
-			f |= flagOutcome
-		}
-		if st.Runs > 0 {
-			f |= flagRuns
-		}
-		dst = append(dst, f)
-		for _, tm := range [...]time.Time{st.LastSlot, st.Since, st.RemovedAt} {
-			if !tm.IsZero() {
-				dst = appendTime(dst, tm, base)
-			}
-		}
-		if st.Runs > 0 {
-			dst = binary.AppendUvarint(dst, st.Runs)
-		}
-		if st.Out != nil {
-			dst = appendOutcomes(dst, st.Out, base)
-		}
+	}
+	if st.Runs > 0 {
+		dst = binary.AppendUvarint(dst, st.Runs)
+	}
+	if st.Out != nil {
+		dst = appendOutcomes(dst, st.Out, base)
 	}
 	return dst
 }
@@ -479,7 +541,7 @@ func (t *Table) loadBucket(b []byte) error {
 		return nil
 	}
 	home := t.bucketOf(recs[0].Name)
-	same := len(t.enc[home]) == 0 && t.dec[home] == nil
+	same := t.empty(home)
 	for _, st := range recs {
 		same = same && t.bucketOf(st.Name) == home
 	}
@@ -576,4 +638,50 @@ func readTime(b []byte, base int64) (time.Time, []byte, error) {
 		b = b[n:]
 	}
 	return time.Unix(base+d, int64(ns)).UTC(), b, nil
+}
+
+// hasRecord says whether the encoded bucket b holds a record named name,
+// reading only the records' names and lengths: Set asks it for every new
+// entry, and decoding each record (a string and times apiece) was what
+// the bulk load's appends are meant to save.
+func hasRecord(b []byte, name string) bool {
+	if len(b) == 0 || b[0] < formatNoOutcomes || b[0] > bucketFormat {
+		return false
+	}
+	_, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return false
+	}
+	b = b[1+n:]
+	for len(b) > 0 {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l+1 {
+			return false
+		}
+		if string(b[n:n+int(l)]) == name { // no allocation: the compiler compares in place
+			return true
+		}
+		b = b[n+int(l):]
+		flags := b[0]
+		b = b[1:]
+		var err error
+		for _, f := range [...]byte{flagLast, flagSince, flagRemoved} {
+			if flags&f != 0 {
+				if _, b, err = readTime(b, 0); err != nil {
+					return false
+				}
+			}
+		}
+		if flags&flagRuns != 0 {
+			if _, b, err = readUvarint(b); err != nil {
+				return false
+			}
+		}
+		if flags&flagOutcome != 0 {
+			if _, b, err = readOutcomes(b, 0); err != nil {
+				return false
+			}
+		}
+	}
+	return false
 }
