@@ -131,6 +131,7 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 	t := m.clock.NewTicker(brokerProbeEvery)
 	defer t.Stop()
 	after := m.failoverAfter()
+	var spared time.Time // the failures a passing ping last spared
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,7 +178,12 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 			return
 		}
 		if err == nil {
-			m.log.Info("not handing over: the broker answers this replica again", "standby", healthy, "failing_for", now.Sub(since).Round(100*time.Millisecond).String())
+			// Until a publish succeeds the failures stay dated, and this
+			// ping repeats at each tick: the line is logged once.
+			if !since.Equal(spared) {
+				spared = since
+				m.log.Info("not handing over: the broker answers this replica again", "standby", healthy, "failing_for", now.Sub(since).Round(100*time.Millisecond).String())
+			}
 			continue
 		}
 		why := m.brokerHA.Err()

@@ -46,8 +46,9 @@ func TestBrokerWatchdogConfirmsBeforeHandover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+			var logs testutil.SyncBuffer
 			m := &Main{Options: Options{ID: "r0", BrokerFailoverAfter: 3 * time.Second},
-				clock: clock, etcd: cli, log: slog.New(slog.DiscardHandler), sched: &scheduler.Scheduler{}}
+				clock: clock, etcd: cli, log: slog.New(slog.NewTextHandler(&logs, nil)), sched: &scheduler.Scheduler{}}
 			m.Etcd.Prefix = "/" + strings.ReplaceAll(t.Name(), " ", "_") + "/"
 			m.brokerHA.handovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "h"}, []string{"reason"})
 			m.brokerHA.err, m.brokerHA.probed = errors.New("i/o timeout"), true
@@ -109,6 +110,9 @@ func TestBrokerWatchdogConfirmsBeforeHandover(t *testing.T) {
 			}
 			if resigns.Load() != 0 || pings.Load() != 3 {
 				t.Fatalf("resigns %d, pings %d; want 0 and a ping at each of 3 ticks", resigns.Load(), pings.Load())
+			}
+			if n := strings.Count(logs.String(), "not handing over"); n != 1 {
+				t.Errorf("%d lines of the spared handover over 3 ticks, want 1:\n%s", n, logs.String())
 			}
 		})
 	}
