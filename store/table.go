@@ -541,7 +541,7 @@ func (t *Table) loadBucket(b []byte) error {
 		return nil
 	}
 	home := t.bucketOf(recs[0].Name)
-	same := t.empty(home)
+	same := len(t.enc[home]) == 0 && t.dec[home] == nil && len(t.add[home]) == 0
 	for _, st := range recs {
 		same = same && t.bucketOf(st.Name) == home
 	}
