@@ -67,6 +67,10 @@ const recentFires = 4
 // sweepEvery is how many minutes apart Observe drops the records of
 // entries that have not fired for an hour: their persisted state says
 // what the record did, and churn (tenants come and go) must not grow it.
+// A sweep walks every record under the lock, on the scheduler's loop: at
+// a million entries tens of milliseconds. So it waits for the second half
+// of a minute, away from the crontab slots that fall due together at its
+// start, unless no fire comes then for another sweepEvery.
 const sweepEvery = 10
 
 // NewTimeline returns an empty timeline reading the time from now (nil:
@@ -119,7 +123,7 @@ func (t *Timeline) Observe(term int64, entry string, slot time.Time, r broker.Re
 		}
 	}
 	e.result, e.manual, e.at = r, manual, now.UnixNano()
-	if min-t.swept >= sweepEvery {
+	if due := min - t.swept; due >= 2*sweepEvery || due >= sweepEvery && now.Second() >= 30 {
 		t.sweep(int32(min))
 	}
 }

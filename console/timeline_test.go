@@ -101,3 +101,35 @@ func TestTimelineSweep(t *testing.T) {
 		t.Errorf("entryStats is %d bytes, want at most 48", n)
 	}
 }
+
+// TestTimelineSweepAvoidsMinuteStart: a sweep that falls due with a
+// minute's first fires (a crontab burst) waits for the minute's second
+// half, and only for so long.
+func TestTimelineSweepAvoidsMinuteStart(t *testing.T) {
+	start := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		at    time.Duration // after start, of the fire that may sweep
+		swept bool
+	}{
+		{"at a minute's start", 61*time.Minute + 2*time.Second, false},
+		{"in a minute's second half", 61*time.Minute + 31*time.Second, true},
+		{"at a minute's start, a sweep overdue", 71*time.Minute + time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := start
+			tl := NewTimeline(func() time.Time { return now })
+			tl.Observe(1, "gone", now, broker.ResultOK, time.Millisecond, false)
+			now = start.Add(50*time.Minute + 30*time.Second) // swept here: gone is not an hour old yet
+			tl.Observe(1, "busy", now, broker.ResultOK, time.Millisecond, false)
+			if _, ok := tl.entries["gone"]; !ok || tl.swept != now.Unix()/60 {
+				t.Fatalf("setup: gone kept %v, swept at minute %d", ok, tl.swept)
+			}
+			now = start.Add(tc.at) // the next sweep is due from minute 60
+			tl.Observe(1, "busy", now, broker.ResultOK, time.Millisecond, false)
+			if _, kept := tl.entries["gone"]; kept == tc.swept {
+				t.Errorf("fire at %s: gone's record kept %v, want swept %v", now.Format(time.TimeOnly), kept, tc.swept)
+			}
+		})
+	}
+}
