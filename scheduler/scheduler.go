@@ -547,6 +547,18 @@ type loop struct {
 // it at its start.
 const sweepEvery = time.Hour
 
+// nextSweepAt is when a sweep done at now is next due: sweepEvery later,
+// moved to the second half of its minute. A sweep walks every entry's state
+// on the loop (a few hundred ms at a million entries), and crontab slots
+// fall due together at a minute's start.
+func nextSweepAt(now time.Time) time.Time {
+	t := now.Add(sweepEvery)
+	if t.Second() < 30 {
+		t = t.Truncate(time.Minute).Add(30 * time.Second)
+	}
+	return t
+}
+
 // ErrTermEnded is returned by Run when the loop stopped because leadership
 // ended (a stale fence or a refused write), not because of its context.
 var ErrTermEnded = errors.New("scheduler: term ended")
@@ -610,7 +622,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	configured := l.set.names()
 	_, gone := table.Prune(func(n string) bool { _, ok := configured[n]; return ok }, now, s.cfg.RemovedGrace)
 	l.states = table.States()
-	l.nextSweep = now.Add(sweepEvery)
+	l.nextSweep = nextSweepAt(now)
 	l.unfinished = map[string]bool{}
 	if f := s.cfg.Outcomes; f != nil {
 		l.reports = f.Reports()
@@ -1333,7 +1345,7 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 // sweepRemoved drops the state and broker keys of entries removed longer
 // than RemovedGrace ago, as a new term's start does.
 func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
-	l.nextSweep = now.Add(sweepEvery)
+	l.nextSweep = nextSweepAt(now)
 	var (
 		gone    []string
 		changed []store.EntryState

@@ -898,3 +898,17 @@ func testRemovedEntryForgotten(t *testing.T, reload func(*Scheduler, *config.Con
 		t.Fatal("c's state was dropped")
 	}
 }
+
+func TestNextSweepAt(t *testing.T) {
+	day := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ now, want time.Time }{
+		{day, day.Add(sweepEvery + 30*time.Second)},
+		{day.Add(29 * time.Second), day.Add(sweepEvery + 30*time.Second)},
+		{day.Add(30 * time.Second), day.Add(sweepEvery + 30*time.Second)},
+		{day.Add(45*time.Second + time.Millisecond), day.Add(sweepEvery + 45*time.Second + time.Millisecond)},
+	} {
+		if got := nextSweepAt(tc.now); !got.Equal(tc.want) {
+			t.Errorf("nextSweepAt(%s) = %s, want %s", tc.now.Format(time.TimeOnly), got.Format(time.TimeOnly), tc.want.Format(time.TimeOnly))
+		}
+	}
+}
