@@ -566,6 +566,17 @@ func DecodeBucket(value []byte) ([]EntryState, error) {
 
 // eachRecord decodes an encoded bucket, calling f for each entry.
 func eachRecord(b []byte, f func(EntryState)) error {
+	return walkRecords(b, func(name []byte, st EntryState) bool {
+		st.Name = string(name)
+		f(st)
+		return true
+	})
+}
+
+// walkRecords reads an encoded bucket's records in order, calling f with
+// each one's name, as stored, and the rest of its state, until f returns
+// false. The name is not copied into a string: hasRecord only compares it.
+func walkRecords(b []byte, f func(name []byte, st EntryState) bool) error {
 	if len(b) == 0 {
 		return nil
 	}
@@ -587,7 +598,8 @@ func eachRecord(b []byte, f func(EntryState)) error {
 		if n <= 0 || uint64(len(b)-n) < l+1 {
 			return errCorrupt
 		}
-		st := EntryState{Name: string(b[n : n+int(l)])}
+		name := b[n : n+int(l)]
+		var st EntryState
 		b = b[n+int(l):]
 		flags := b[0]
 		b = b[1:]
@@ -617,7 +629,9 @@ func eachRecord(b []byte, f func(EntryState)) error {
 				return err
 			}
 		}
-		f(st)
+		if !f(name, st) {
+			return nil
+		}
 	}
 	return nil
 }
@@ -640,48 +654,14 @@ func readTime(b []byte, base int64) (time.Time, []byte, error) {
 	return time.Unix(base+d, int64(ns)).UTC(), b, nil
 }
 
-// hasRecord says whether the encoded bucket b holds a record named name,
-// reading only the records' names and lengths: Set asks it for every new
-// entry, and decoding each record (a string and times apiece) was what
-// the bulk load's appends are meant to save.
+// hasRecord says whether the encoded bucket b holds a record named name.
+// Set asks it for every new entry, so it makes no string of the names it
+// passes: decoding each record was what the bulk load's appends save.
 func hasRecord(b []byte, name string) bool {
-	if len(b) == 0 || b[0] < formatNoOutcomes || b[0] > bucketFormat {
-		return false
-	}
-	_, n := binary.Uvarint(b[1:])
-	if n <= 0 {
-		return false
-	}
-	b = b[1+n:]
-	for len(b) > 0 {
-		l, n := binary.Uvarint(b)
-		if n <= 0 || uint64(len(b)-n) < l+1 {
-			return false
-		}
-		if string(b[n:n+int(l)]) == name { // no allocation: the compiler compares in place
-			return true
-		}
-		b = b[n+int(l):]
-		flags := b[0]
-		b = b[1:]
-		var err error
-		for _, f := range [...]byte{flagLast, flagSince, flagRemoved} {
-			if flags&f != 0 {
-				if _, b, err = readTime(b, 0); err != nil {
-					return false
-				}
-			}
-		}
-		if flags&flagRuns != 0 {
-			if _, b, err = readUvarint(b); err != nil {
-				return false
-			}
-		}
-		if flags&flagOutcome != 0 {
-			if _, b, err = readOutcomes(b, 0); err != nil {
-				return false
-			}
-		}
-	}
-	return false
+	found := false
+	_ = walkRecords(b, func(n []byte, _ EntryState) bool {
+		found = string(n) == name // compared in place, not allocated
+		return !found
+	})
+	return found
 }
