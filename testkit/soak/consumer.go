@@ -1,10 +1,11 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+
 	"sync"
 	"time"
 
@@ -159,23 +160,57 @@ const consumeBatch = 2000
 
 func (c *Consumer) loop(ctx context.Context) {
 	defer close(c.done)
-	if c.every > 0 {
-		c.loopEvery(ctx)
-		return
-	}
-	for ctx.Err() == nil {
-		vals, err := c.rdb.RPopCount(ctx, c.queue, consumeBatch).Result()
-		if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
-			// Empty: block briefly rather than spin.
-			var kv []string
-			kv, err = c.rdb.BRPop(ctx, time.Second, c.queue).Result()
-			if errors.Is(err, redis.Nil) {
-				continue
+	var pc *popConn
+	defer func() {
+		if pc != nil {
+			pc.Close()
+		}
+	}()
+	// pop drains one batch, blocking up to block for a message when the
+	// queue is empty; on plain TCP over a raw connection (popConn), else
+	// with go-redis.
+	raw := true
+	pop := func(block time.Duration) ([][]byte, error) {
+		if raw && pc == nil {
+			var err error
+			if pc, err = dialPop(ctx, c.rdb.Options()); err != nil {
+				raw = false
 			}
+		}
+		if pc != nil {
+			msgs, err := pc.pop(c.queue, consumeBatch, block)
+			if err != nil {
+				pc.Close()
+				pc = nil // redialled on the next call
+			}
+			return msgs, err
+		}
+		vals, err := c.rdb.RPopCount(ctx, c.queue, consumeBatch).Result()
+		if (errors.Is(err, redis.Nil) || err == nil && len(vals) == 0) && block > 0 {
+			var kv []string
+			kv, err = c.rdb.BRPop(ctx, block, c.queue).Result()
+			vals = nil
 			if err == nil && len(kv) == 2 {
 				vals = kv[1:]
 			}
 		}
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		msgs := make([][]byte, len(vals))
+		for i, v := range vals {
+			msgs[i] = []byte(v)
+		}
+		return msgs, err
+	}
+	if c.every > 0 {
+		c.loopEvery(ctx, pop)
+		return
+	}
+	for ctx.Err() == nil {
+		// Empty: block briefly rather than spin, and briefly enough for
+		// Stop not to wait on a raw connection's BRPOP.
+		msgs, err := pop(200 * time.Millisecond)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -188,12 +223,14 @@ func (c *Consumer) loop(ctx context.Context) {
 			}
 			continue
 		}
-		c.record(time.Now(), vals)
+		if len(msgs) > 0 {
+			c.record(time.Now(), msgs)
+		}
 	}
 }
 
 // loopEvery empties the queue once per period, in batches.
-func (c *Consumer) loopEvery(ctx context.Context) {
+func (c *Consumer) loopEvery(ctx context.Context, pop func(time.Duration) ([][]byte, error)) {
 	tick := time.NewTicker(c.every)
 	defer tick.Stop()
 	for {
@@ -203,17 +240,17 @@ func (c *Consumer) loopEvery(ctx context.Context) {
 		case <-tick.C:
 		}
 		for ctx.Err() == nil {
-			vals, err := c.rdb.RPopCount(ctx, c.queue, consumeBatch).Result()
-			if errors.Is(err, redis.Nil) || err == nil && len(vals) == 0 {
-				break
-			}
+			msgs, err := pop(0)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.fail(err)
 				}
 				break
 			}
-			c.record(time.Now(), vals)
+			if len(msgs) == 0 {
+				break
+			}
+			c.record(time.Now(), msgs)
 		}
 	}
 }
@@ -227,43 +264,44 @@ func (c *Consumer) fail(err error) {
 }
 
 // record measures a batch received at now.
-func (c *Consumer) record(now time.Time, vals []string) {
+func (c *Consumer) record(now time.Time, vals [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.cur
 	for _, raw := range vals {
-		var name string
+		var name []byte
 		var slot time.Time
 		if c.mode == LagSlot {
-			name = headerString(raw, "beat_entry")
-			s := headerString(raw, "beat_slot")
-			t, ok := c.slotMemo[s]
-			if !ok && s != "" {
+			var end int
+			name, end = headerValueAt(raw, "beat_entry")
+			s := headerValue(raw[end:], "beat_slot")
+			t, ok := c.slotMemo[string(s)]
+			if !ok && len(s) > 0 {
 				var err error
-				if t, err = time.Parse(time.RFC3339Nano, s); err == nil {
+				if t, err = time.Parse(time.RFC3339Nano, string(s)); err == nil {
 					if len(c.slotMemo) > 100_000 {
 						clear(c.slotMemo)
 					}
-					c.slotMemo[s] = t
+					c.slotMemo[string(s)] = t
 					ok = true
 				}
 			}
 			if !ok {
-				name = ""
+				name = nil
 			}
 			slot = t
 		} else {
-			name = headerString(raw, "task")
+			name = headerValue(raw, "task")
 		}
-		if name == "" {
+		if len(name) == 0 {
 			w.Unparsed++
 			c.total.Unparsed++
 			continue
 		}
-		e := c.entries[name]
+		e := c.entries[string(name)]
 		if e == nil {
 			e = &entryState{firstRecv: now, window: -1}
-			c.entries[name] = e
+			c.entries[string(name)] = e
 		}
 		if e.window != c.windowNo {
 			e.window = c.windowNo
@@ -306,28 +344,47 @@ func (c *Consumer) record(now time.Time, vals []string) {
 	}
 }
 
-// headerString finds "key": "value" in a message's JSON and returns value
-// ("" when absent). It is a scan, not a JSON parse, to keep the consumer
-// cheap at tens of thousands of messages a second; the values it reads
-// (entry names, task names, RFC 3339 times) hold no escapes.
-func headerString(raw, key string) string {
-	i := strings.Index(raw, `"`+key+`"`)
-	if i < 0 {
-		return ""
+// headerValue finds "key": "value" in a message's JSON and returns value
+// (empty when absent). It is a scan, not a JSON parse, to keep the
+// consumer cheap at tens of thousands of messages a second; the values it
+// reads (entry names, task names, RFC 3339 times) hold no escapes.
+func headerValue(raw []byte, key string) []byte {
+	v, _ := headerValueAt(raw, key)
+	return v
+}
+
+// headerValueAt is headerValue, and where in raw the value ends (0 when
+// absent): beatd's beat_slot header follows its beat_entry, and is looked
+// for from there.
+func headerValueAt(raw []byte, key string) ([]byte, int) {
+	// The needle leaves out its opening quote: bytes.Index looks for the
+	// needle's first byte, and a JSON message is full of quotes.
+	needle := []byte(key + `"`)
+	for off := 0; ; {
+		i := bytes.Index(raw[off:], needle)
+		if i < 0 {
+			return nil, 0
+		}
+		i += off
+		off = i + len(needle)
+		if i == 0 || raw[i-1] != '"' {
+			continue
+		}
+		rest := bytes.TrimLeft(raw[off:], " \t")
+		rest, ok := bytes.CutPrefix(rest, []byte(":"))
+		if !ok {
+			continue // a value that reads like the key
+		}
+		rest = bytes.TrimLeft(rest, " \t")
+		rest, ok = bytes.CutPrefix(rest, []byte(`"`))
+		if !ok {
+			return nil, 0 // null, a number
+		}
+		j := bytes.IndexByte(rest, '"')
+		if j < 0 {
+			return nil, 0
+		}
+		end := len(raw) - len(rest) + j
+		return rest[:j], end
 	}
-	rest := strings.TrimLeft(raw[i+len(key)+2:], " \t")
-	rest, ok := strings.CutPrefix(rest, ":")
-	if !ok {
-		return ""
-	}
-	rest = strings.TrimLeft(rest, " \t")
-	rest, ok = strings.CutPrefix(rest, `"`)
-	if !ok {
-		return ""
-	}
-	j := strings.IndexByte(rest, '"')
-	if j < 0 {
-		return ""
-	}
-	return rest[:j]
 }

@@ -21,7 +21,7 @@ const (
 	compactMsg = `{"headers":{"task":"soak.e00007","id":"x","eta":null},"properties":{}}`
 )
 
-func TestHeaderString(t *testing.T) {
+func TestHeaderValue(t *testing.T) {
 	tests := []struct {
 		name, raw, key, want string
 	}{
@@ -32,11 +32,13 @@ func TestHeaderString(t *testing.T) {
 		{name: "number value", raw: beatdMsg, key: "beat_fencing_token", want: ""},
 		{name: "absent", raw: compactMsg, key: "beat_slot", want: ""},
 		{name: "truncated", raw: `{"headers": {"task": "abc`, key: "task", want: ""},
+		{name: "key as a value's suffix", raw: `{"a": "xtask", "task": "t1"}`, key: "task", want: "t1"},
+		{name: "key as a value", raw: `{"a": "task", "task": "t2"}`, key: "task", want: "t2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := headerString(tt.raw, tt.key); got != tt.want {
-				t.Errorf("headerString(%s) = %q, want %q", tt.key, got, tt.want)
+			if got := string(headerValue([]byte(tt.raw), tt.key)); got != tt.want {
+				t.Errorf("headerValue(%s) = %q, want %q", tt.key, got, tt.want)
 			}
 		})
 	}
@@ -207,9 +209,9 @@ func TestConsumerRecord(t *testing.T) {
 		return fmt.Sprintf(`{"headers": {"task": "soak.tick", "beat_entry": %q, "beat_slot": %q}}`, entry, slot.Format(time.RFC3339Nano))
 	}
 	c := &Consumer{mode: LagSlot, interval: time.Second, entries: map[string]*entryState{}, cur: &Window{}, slotMemo: map[string]time.Time{}}
-	c.record(base.Add(20*time.Millisecond), []string{msg("a", base), msg("b", base), "not json"})
-	c.record(base.Add(time.Second+30*time.Millisecond), []string{msg("a", base.Add(time.Second)), msg("a", base.Add(time.Second))})
-	c.record(base.Add(4*time.Second+10*time.Millisecond), []string{msg("a", base.Add(4*time.Second))})
+	c.record(base.Add(20*time.Millisecond), [][]byte{[]byte(msg("a", base)), []byte(msg("b", base)), []byte("not json")})
+	c.record(base.Add(time.Second+30*time.Millisecond), [][]byte{[]byte(msg("a", base.Add(time.Second))), []byte(msg("a", base.Add(time.Second)))})
+	c.record(base.Add(4*time.Second+10*time.Millisecond), [][]byte{[]byte(msg("a", base.Add(4*time.Second)))})
 	w := c.Take()
 	if w.Messages != 5 || w.Unparsed != 1 || w.Repeats != 1 || w.Gaps != 2 || w.Entries != 2 {
 		t.Errorf("window %+v: want 5 messages, 1 unparsed, 1 repeat, 2 gaps, 2 entries", w)
@@ -223,10 +225,10 @@ func TestConsumerRecord(t *testing.T) {
 
 	g := &Consumer{mode: LagGrid, interval: time.Second, entries: map[string]*entryState{}, cur: &Window{}, slotMemo: map[string]time.Time{}}
 	task := func(name string) string { return fmt.Sprintf(`{"headers": {"task": %q}}`, name) }
-	g.record(base, []string{task("x")})                            // grid origin: lag 0
-	g.record(base.Add(1100*time.Millisecond), []string{task("x")}) // 100ms behind the grid
-	g.record(base.Add(2300*time.Millisecond), []string{task("x")}) // 300ms behind
-	g.record(base.Add(2300*time.Millisecond), []string{task("y")}) // a new entry: lag 0
+	g.record(base, [][]byte{[]byte(task("x"))})                            // grid origin: lag 0
+	g.record(base.Add(1100*time.Millisecond), [][]byte{[]byte(task("x"))}) // 100ms behind the grid
+	g.record(base.Add(2300*time.Millisecond), [][]byte{[]byte(task("x"))}) // 300ms behind
+	g.record(base.Add(2300*time.Millisecond), [][]byte{[]byte(task("y"))}) // a new entry: lag 0
 	w = g.Take()
 	if w.Messages != 4 || w.Lag.Max() != 300*time.Millisecond || w.Period.Count() != 2 || w.Period.Max() != 1200*time.Millisecond {
 		t.Errorf("grid window: %d messages, max lag %v, %d periods, max period %v; want 4, 300ms, 2, 1.2s",
