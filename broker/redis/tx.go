@@ -38,12 +38,13 @@ import (
 // variadic LPUSH, Redis spends about a third of the CPU per fire
 // (docs/performance.md).
 //
-// Per flight, Redis sees: WATCH; GET fence, TYPE of each queue, LINDEX of
-// the newest run record (the mark and run count) of each entry this term
-// has not published yet, and the trigger, backfill or legacy dedup key of
-// the fires that have one; then MULTI, one LPUSH per queue with all of
-// its fresh messages, and per fresh fire its run record (LPUSH), an LTRIM
-// every History runs, and its trigger, cursor or legacy key; EXEC.
+// Per flight, Redis sees two round trips. First WATCH, GET fence, TYPE of
+// each queue, LINDEX of the newest run record (the mark and run count) of
+// each entry this term has not published yet, and the trigger, backfill
+// or legacy dedup key of the fires that have one. Then MULTI, one LPUSH
+// per queue with all of its fresh messages, and per fresh fire its run
+// record (LPUSH), an LTRIM every History runs, and its trigger, cursor or
+// legacy key; EXEC.
 //
 // The marks a term wrote itself it remembers (marks): no one else writes
 // them while its fence holds, so a busy entry costs one LINDEX a term,
@@ -145,9 +146,18 @@ func (p *Publisher) publishFlight(ctx context.Context, token int64, fires []cele
 		wait *backoff.ExponentialBackOff
 	)
 	for range txAttempts {
+		// decide sends the WATCH itself, with its reads: Client.Watch
+		// would spend a round trip of its own on it, a third of a
+		// flight's (docs/performance.md).
 		err = p.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			return p.decide(ctx, tx, token, fires, fl, legacy, want)
-		}, p.fenceKey)
+			err := p.decide(ctx, tx, token, fires, fl, legacy, want)
+			if err != nil && !errors.Is(err, redis.TxFailedErr) {
+				// No EXEC ended the WATCH: the connection goes back to
+				// the pool, and must not take it along.
+				_ = tx.Unwatch(ctx).Err()
+			}
+			return err
+		})
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -188,6 +198,9 @@ func (p *Publisher) decide(ctx context.Context, tx *redis.Tx, token int64, fires
 	fl.failure, fl.wait = nil, nil
 	// Reads.
 	reads := tx.Pipeline()
+	// WATCH runs before the reads, in their round trip: a fence raised
+	// after it fails the EXEC, one raised before it is read.
+	_ = reads.Process(ctx, redis.NewStatusCmd(ctx, "watch", p.fenceKey))
 	fence := reads.Get(ctx, p.fenceKey)
 	fl.queues = fl.queues[:0]
 	for k := range fl.ents {

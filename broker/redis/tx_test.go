@@ -232,3 +232,57 @@ func TestMarkCache(t *testing.T) {
 		}
 	})
 }
+
+// multiCount counts the MULTI/EXEC transactions a client sends.
+type multiCount struct{ n int }
+
+func (h *multiCount) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (h *multiCount) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (h *multiCount) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			h.n++
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestFailedReadLeavesNoWatch: a flight's WATCH goes out with its reads,
+// so a read that fails leaves no EXEC to end it. The connection goes
+// back to the pool unwatched: after a fence raise, the next publish on
+// it (a pool of one) commits on its first EXEC instead of having it
+// refused by the old WATCH.
+func TestFailedReadLeavesNoWatch(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	admin := rs.Client()
+	ctx := context.Background()
+	opts := Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:"}
+	one := goredis.NewClient(&goredis.Options{Addr: admin.Options().Addr, PoolSize: 1})
+	defer one.Close()
+	p := New(one, opts)
+	if err := p.RaiseFence(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	task := namedTask(t, "e", "{task: tasks.add, every: 1s}")
+	// The entry's history key of the wrong type fails its LINDEX.
+	if err := admin.HSet(ctx, p.historyKey("e"), "x", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]broker.Result, 1)
+	if err := p.Publish(ctx, 5, slotFires(task, 1), res); err == nil {
+		t.Fatalf("publish over a history of the wrong type: %v, want an error", res)
+	}
+	admin.Del(ctx, p.historyKey("e"))
+	if err := New(admin, opts).RaiseFence(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	var count multiCount
+	one.AddHook(&count)
+	p = New(one, opts)
+	if got := publishAll(t, p, 6, slotFires(task, 1)); !equalResults(got, broker.ResultOK) {
+		t.Fatalf("publish after the fence raise: %v", got)
+	}
+	if count.n != 1 {
+		t.Fatalf("%d transactions sent, want 1: a WATCH from the failed publish refused an EXEC", count.n)
+	}
+}
