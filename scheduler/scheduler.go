@@ -168,6 +168,9 @@ type entry struct {
 	// none. Loop-owned, and set anew by each term's start: it stands for
 	// a map by name, which at a million entries weighs ~60 MB.
 	it *item
+	// pubSeq is the number of the last publication that held one of its
+	// fires (publishPending). Loop-owned.
+	pubSeq uint64
 }
 
 // entrySet is the running entries, in name order as config.Entries: a
@@ -499,16 +502,18 @@ const DefaultBatchSize = 2048
 
 // loop is one term's state, owned by Run's goroutine.
 type loop struct {
-	s        *Scheduler
-	term     Term
-	guard    election.Fence
-	set      *entrySet
-	heap     slotHeap
-	states   map[string]*store.EntryState
-	pending  []pendingFire
-	persist  *persister
-	fires    []celery.Fire
-	results  []broker.Result
+	s       *Scheduler
+	term    Term
+	guard   election.Fence
+	set     *entrySet
+	heap    slotHeap
+	states  map[string]*store.EntryState
+	pending []pendingFire
+	persist *persister
+	// pubs are the two publications a burst alternates between, pubSeq
+	// the last one's number (publishPending).
+	pubs     [2]publication
+	pubSeq   uint64
 	backoff  *backoff.ExponentialBackOff // publish retries while the broker fails
 	requests <-chan struct{}
 	dirty    map[string]bool    // entries changed in the batch being published
@@ -952,13 +957,99 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 
 // publishPending publishes pending fires in batches, then hands their new
 // state to the persister. Fires whose publish failed stay pending.
+//
+// A burst publishes batch after batch, and the loop's own share of a
+// batch (recording its results, collecting and building the next) used to
+// leave Redis idle: at 20,000 entries due at once, ~6 of each batch's
+// ~22 ms. So the next batch is launched before the current one's results
+// are recorded, when nothing one decides can change the other: both hold
+// only scheduled slots, of entries without max_runs, and no entry is in
+// both. An entry's slots are then still published in order, and a failed
+// slot is retried before any later slot of its entry is tried (the
+// entry's high-water mark would call the earlier one a duplicate).
+// Publishes still run one at a time, in launch order.
 func (l *loop) publishPending(ctx context.Context) error {
+	cur := l.launch(ctx, nil)
+	for chained := 1; ; chained++ {
+		var next *publication
+		if chained < maxChain && l.chains(cur) {
+			if len(l.pending) == 0 {
+				l.collectDue(l.s.cfg.Clock.Now())
+			}
+			if l.disjoint(cur) {
+				next = l.launch(ctx, cur)
+			}
+		}
+		// While next is out, cur's states wait for the chain's last batch:
+		// handing them over is a map walk of the loop's, and it goes
+		// after the burst rather than in it.
+		err := l.complete(ctx, cur, next == nil)
+		if next == nil {
+			return err
+		}
+		if err != nil {
+			// next is in flight: wait for it, and record what it did.
+			if nerr := l.complete(ctx, next, true); errors.Is(nerr, ErrTermEnded) && !errors.Is(err, ErrTermEnded) {
+				err = nerr
+			}
+			return err
+		}
+		cur = next
+	}
+}
+
+// maxChain is the most batches publishPending publishes back to back
+// (~0.35 s at 20,000 fires a second) before the loop looks at its
+// requests, reports and reloads again.
+const maxChain = 16
+
+// publication is one batch handed to the Dispatcher, from its launch to
+// the loop recording its results (complete). The loop keeps two and
+// alternates, so a burst's batches reuse their buffers.
+type publication struct {
+	seq     uint64
+	batch   []pendingFire
+	fires   []celery.Fire
+	results []broker.Result
+	// plain: only scheduled slots of entries without max_runs, whose
+	// results change nothing another batch decides.
+	plain bool
+	// err and at are Publish's error and when it returned; done is closed
+	// then.
+	err  error
+	at   time.Time
+	done chan struct{}
+}
+
+// launch takes a batch off the front of pending and publishes it in its
+// own goroutine, after prev's publish (if any) has returned. The caller
+// must complete it.
+func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 	s := l.s
-	m := s.cfg.Metrics
 	n := min(len(l.pending), s.cfg.BatchSize)
-	batch := l.holdOverlapping(l.pending[:n], s.cfg.Clock.Now())
-	l.fires = l.fires[:0]
-	for _, p := range batch {
+	l.pubSeq++
+	pub := &l.pubs[l.pubSeq%2]
+	pub.seq = l.pubSeq
+	pub.batch = append(pub.batch[:0], l.holdOverlapping(l.pending[:n], s.cfg.Clock.Now())...)
+	// Drop the batch from the queue without copying what is left.
+	if rest := l.pending[n:]; len(rest) > 0 {
+		l.pending = rest
+	} else if cap(l.pending) <= 4*s.cfg.BatchSize {
+		// The queue is empty: the next batch reuses its array (a new one
+		// every batch was a tenth of a busy leader's allocations). A
+		// larger one, left by a catch-up, goes.
+		clear(l.pending[:n])
+		l.pending = l.pending[:0]
+	} else {
+		l.pending = nil
+	}
+	pub.fires = pub.fires[:0]
+	pub.plain = true
+	for _, p := range pub.batch {
+		p.e.pubSeq = pub.seq
+		if !plainFire(p) {
+			pub.plain = false
+		}
 		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
 		if p.req != nil {
 			f.Request = p.req.ID
@@ -966,18 +1057,71 @@ func (l *loop) publishPending(ctx context.Context) error {
 		if p.bf != nil {
 			f.Backfill = p.bf.job.ID
 		}
-		l.fires = append(l.fires, f)
+		pub.fires = append(pub.fires, f)
 	}
-	l.results = append(l.results[:0], make([]broker.Result, len(batch))...)
-	var err error
-	if len(batch) > 0 {
-		err = s.cfg.Dispatcher.Publish(ctx, l.term.Token, l.fires, l.results)
+	pub.results = append(pub.results[:0], make([]broker.Result, len(pub.batch))...)
+	pub.err = nil
+	pub.done = make(chan struct{})
+	if len(pub.batch) == 0 {
+		pub.at = s.cfg.Clock.Now()
+		close(pub.done)
+		return pub
 	}
-	now := s.cfg.Clock.Now()
+	// prev's channel is read here, not in the goroutine: by the time that
+	// runs, prev may have completed and its buffers been launched again.
+	var after <-chan struct{}
+	if prev != nil {
+		after = prev.done
+	}
+	go func() {
+		defer close(pub.done)
+		if after != nil {
+			<-after
+		}
+		pub.err = s.cfg.Dispatcher.Publish(ctx, l.term.Token, pub.fires, pub.results)
+		pub.at = s.cfg.Clock.Now()
+	}()
+	return pub
+}
+
+func plainFire(p pendingFire) bool {
+	return !p.manual && p.req == nil && p.bf == nil && p.e.MaxRuns() <= 0
+}
+
+// chains says whether the batch after cur may be launched before cur's
+// results are recorded: cur is plain, and no state write must land
+// between the two publishes.
+func (l *loop) chains(cur *publication) bool {
+	return cur.plain && !l.s.cfg.PersistEachBatch && !l.mustFlush
+}
+
+// disjoint says whether the next batch is plain and shares no entry with
+// cur.
+func (l *loop) disjoint(cur *publication) bool {
+	n := min(len(l.pending), l.s.cfg.BatchSize)
+	if n == 0 {
+		return false
+	}
+	for _, p := range l.pending[:n] {
+		if p.e.pubSeq == cur.seq || !plainFire(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// complete waits for pub's publish and records its results: each entry's
+// state, metrics and log lines. Fires that failed go back to the front of
+// pending. save hands the states changed so far to the persister.
+func (l *loop) complete(ctx context.Context, pub *publication, save bool) error {
+	<-pub.done
+	s := l.s
+	m := s.cfg.Metrics
+	err, now := pub.err, pub.at
 	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
-	for i, p := range batch {
-		r := l.results[i]
+	for i, p := range pub.batch {
+		r := pub.results[i]
 		p.e.countFire(m, r, p.manual, p.bf != nil, now, err)
 		if s.cfg.Observer != nil {
 			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual || p.bf != nil)
@@ -988,7 +1132,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			// runs and their outcomes) is not the backfill's.
 			l.backfillPublished(p)
 			if logFires && l.fireLog.allow(now, s.cfg.FireLogLimit, r, true) {
-				id := l.fires[i].ID
+				id := pub.fires[i].ID
 				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
 					"task_id", string(id[:]), "result", r.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
 			}
@@ -997,7 +1141,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			if !p.manual {
 				m.FireLag.Observe(lag.Seconds())
 			}
-			id := l.fires[i].ID
+			id := pub.fires[i].ID
 			if !p.manual {
 				st := l.state(p.e.Name)
 				if p.slot.After(st.LastSlot) {
@@ -1028,7 +1172,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 			}
 		case r == broker.ResultStale:
 			stale := 0
-			for _, r := range l.results {
+			for _, r := range pub.results {
 				if r == broker.ResultStale {
 					stale++
 				}
@@ -1043,7 +1187,7 @@ func (l *loop) publishPending(ctx context.Context) error {
 		l.fireLog.summarise(s.log, now, l.term.Token)
 	}
 	// One state per entry per batch, however often it fired in it.
-	if len(l.dirty) > 0 {
+	if save && len(l.dirty) > 0 {
 		l.saveDirty()
 		// While etcd refuses writes, waiting for each batch's write would
 		// make every fire late: fire on time, as with Redis, and let the
@@ -1059,22 +1203,9 @@ func (l *loop) publishPending(ctx context.Context) error {
 			cancel()
 		}
 	}
-	// Drop the batch from the queue without copying what is left; only
-	// failures, rare, are put back in front (in slot order).
-	if len(failed) == 0 {
-		rest := l.pending[n:]
-		if len(rest) == 0 && cap(l.pending) <= 4*s.cfg.BatchSize {
-			// The queue is empty: the next batch reuses its array (a
-			// new one every batch was a tenth of a busy leader's
-			// allocations). A larger one, left by a catch-up, goes.
-			clear(l.pending[:n])
-			rest = l.pending[:0]
-		} else if len(rest) == 0 {
-			rest = nil
-		}
-		l.pending = rest
-	} else {
-		l.pending = append(failed, l.pending[n:]...)
+	// Failures, rare, go back in front (in slot order).
+	if len(failed) > 0 {
+		l.pending = append(failed, l.pending...)
 	}
 	if err != nil {
 		if errors.Is(err, broker.ErrStale) {

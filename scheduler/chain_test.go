@@ -1,0 +1,140 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/celery"
+	beatdtest "github.com/beatd/beatd/testkit/testutil"
+)
+
+// startedDispatcher signals each Publish's start, by its number.
+type startedDispatcher struct {
+	*fakeDispatcher
+	mu      sync.Mutex
+	calls   int
+	started map[int]chan struct{}
+}
+
+func (d *startedDispatcher) startedCh(n int) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started[n] == nil {
+		d.started[n] = make(chan struct{})
+	}
+	return d.started[n]
+}
+
+func (d *startedDispatcher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
+	d.mu.Lock()
+	d.calls++
+	n := d.calls
+	d.mu.Unlock()
+	close(d.startedCh(n))
+	return d.fakeDispatcher.Publish(ctx, token, fires, results)
+}
+
+// TestBurstPublishesWhileRecording: in a burst, the next batch goes to
+// the broker while the loop records the one before (publishPending). The
+// observer of the first batch's fire waits for the second publish to
+// start: a loop that published only after recording would never start it.
+func TestBurstPublishesWhileRecording(t *testing.T) {
+	h := newHarness(t, "entries:\n  a: {task: t, every: 10s, relative: true}\n  b: {task: t, every: 10s, relative: true}\n  c: {task: t, every: 10s, relative: true}\n", t0.Add(time.Second))
+	d := &startedDispatcher{fakeDispatcher: h.disp, started: map[int]chan struct{}{}}
+	h.sched.cfg.Dispatcher = d
+	h.sched.cfg.BatchSize = 1
+	var overlapped, waitedOut int
+	var mu sync.Mutex
+	h.sched.cfg.Observer = func(entry string, _ time.Time, _ broker.Result, _ time.Duration, _ bool) {
+		if entry != "a" {
+			return
+		}
+		select {
+		case <-d.startedCh(2):
+			mu.Lock()
+			overlapped++
+			mu.Unlock()
+		case <-time.After(3 * time.Second):
+			mu.Lock()
+			waitedOut++
+			mu.Unlock()
+		}
+	}
+	h.start(7)
+	h.settle()
+	setClock(h.clock, t0.Add(10*time.Second))
+	got := h.waitPublished(3)
+	want := []string{"a 2026-11-30T10:00:10Z", "b 2026-11-30T10:00:10Z", "c 2026-11-30T10:00:10Z"}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("published %v, want %v", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if overlapped != 1 || waitedOut != 0 {
+		t.Fatalf("the second batch started during the first's recording %d times (timed out %d): want once", overlapped, waitedOut)
+	}
+}
+
+// failOnceDispatcher fails one fire, the first time it is published.
+type failOnceDispatcher struct {
+	*fakeDispatcher
+	mu     sync.Mutex
+	target string // "entry slot"
+	done   bool
+}
+
+func (d *failOnceDispatcher) Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error {
+	d.mu.Lock()
+	fail := false
+	for i := range fires {
+		if !d.done && fires[i].Task.Name+" "+fires[i].Slot.UTC().Format(time.RFC3339) == d.target {
+			d.done, fail = true, true
+		}
+	}
+	d.mu.Unlock()
+	if fail {
+		for i := range results {
+			results[i] = broker.ResultError
+		}
+		return errors.New("connection reset")
+	}
+	return d.fakeDispatcher.Publish(ctx, token, fires, results)
+}
+
+// TestChainKeepsEntryOrderOnFailure: a clock step leaves several slots
+// of each entry pending (catchup: all), one batch after another. The
+// first of x's fails once: it goes out again before any later slot of x,
+// which would otherwise take the entry's mark past it (and Redis would
+// call it a duplicate). A batch that shares an entry with the one in
+// flight waits for it.
+func TestChainKeepsEntryOrderOnFailure(t *testing.T) {
+	h := newHarness(t, "entries:\n  x: {task: t, every: 10s, relative: true, catchup: all, catchup_window: 10m}\n  y: {task: t, every: 10s, relative: true, catchup: all, catchup_window: 10m}\n", t0.Add(time.Second))
+	d := &failOnceDispatcher{fakeDispatcher: h.disp, target: "x 2026-11-30T10:00:10Z"}
+	h.sched.cfg.Dispatcher = d
+	h.sched.cfg.BatchSize = 1
+	h.start(7)
+	h.settle()
+	setClock(h.clock, t0.Add(time.Minute)) // past stepLateness: a step
+	beatdtest.EventuallyEvery(t, 10*time.Second, 2*time.Millisecond, "both entries' six slots", func() bool {
+		if len(h.disp.list()) >= 12 {
+			return true
+		}
+		h.clock.Advance(100 * time.Millisecond) // past the retry backoff
+		return false
+	})
+	var last = map[string]string{}
+	for _, k := range h.disp.list() {
+		name, slot := k[:1], k[2:]
+		if slot <= last[name] {
+			t.Fatalf("published %v: %s's slot %s after %s", h.disp.list(), name, slot, last[name])
+		}
+		last[name] = slot
+	}
+	if !d.done {
+		t.Fatal("the fire meant to fail was never published")
+	}
+}
