@@ -13,11 +13,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// beforeExec runs fn once, just before the first MULTI/EXEC a client
-// sends: after the transaction's reads, before its writes.
+// beforeExec runs fn (if set) once, just before the first MULTI/EXEC a
+// client sends: after the transaction's reads, before its writes. It
+// counts the transactions sent.
 type beforeExec struct {
-	once sync.Once
-	fn   func()
+	once  sync.Once
+	fn    func()
+	execs int
 }
 
 func (h *beforeExec) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
@@ -25,7 +27,10 @@ func (h *beforeExec) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (h *beforeExec) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		if len(cmds) > 0 && cmds[0].Name() == "multi" {
-			h.once.Do(h.fn)
+			h.execs++
+			if h.fn != nil {
+				h.once.Do(h.fn)
+			}
 		}
 		return next(ctx, cmds)
 	}
@@ -233,20 +238,6 @@ func TestMarkCache(t *testing.T) {
 	})
 }
 
-// multiCount counts the MULTI/EXEC transactions a client sends.
-type multiCount struct{ n int }
-
-func (h *multiCount) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
-func (h *multiCount) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
-func (h *multiCount) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "multi" {
-			h.n++
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestFailedReadLeavesNoWatch: a flight's WATCH goes out with its reads,
 // so a read that fails leaves no EXEC to end it. The connection goes
 // back to the pool unwatched: after a fence raise, the next publish on
@@ -276,13 +267,13 @@ func TestFailedReadLeavesNoWatch(t *testing.T) {
 	if err := New(admin, opts).RaiseFence(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
-	var count multiCount
+	var count beforeExec
 	one.AddHook(&count)
 	p = New(one, opts)
 	if got := publishAll(t, p, 6, slotFires(task, 1)); !equalResults(got, broker.ResultOK) {
 		t.Fatalf("publish after the fence raise: %v", got)
 	}
-	if count.n != 1 {
-		t.Fatalf("%d transactions sent, want 1: a WATCH from the failed publish refused an EXEC", count.n)
+	if count.execs != 1 {
+		t.Fatalf("%d transactions sent, want 1: a WATCH from the failed publish refused an EXEC", count.execs)
 	}
 }
