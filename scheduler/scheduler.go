@@ -1041,8 +1041,8 @@ type publication struct {
 	batch   []pendingFire
 	fires   []celery.Fire
 	results []broker.Result
-	// plain: only scheduled slots of entries without max_runs, whose
-	// results change nothing another batch decides.
+	// plain: every fire is plainFire's, whose result changes nothing
+	// another batch decides.
 	plain bool
 	// err and at are Publish's error and when it returned; done is closed
 	// then.
