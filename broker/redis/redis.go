@@ -147,6 +147,10 @@ type Publisher struct {
 	sentChannel string        // /<db>.celeryev/task.sent
 	sentClock   atomic.Uint64 // the events' Lamport clock
 
+	// watchKeys are the keys publishFlight names to Client.Watch: none but
+	// on a cluster client (New).
+	watchKeys []string
+
 	// pub makes publishes of one Publisher run one at a time. A publish's
 	// transaction watches only the fence (tx.go), so two publishes of one
 	// entry must not interleave their reads and writes. The leader's loop
@@ -191,6 +195,12 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		repl:        newReplication(opts),
 		sentFrom:    opts.SentEventsFrom,
 		sentChannel: fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
+	}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		// A cluster client picks a transaction's node by the key its
+		// Watch names, so it is named there as well (a round trip of its
+		// own, as before): a flight's own WATCH is then a repeat.
+		p.watchKeys = []string{p.fenceKey}
 	}
 	return p
 }

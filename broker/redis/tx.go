@@ -157,7 +157,7 @@ func (p *Publisher) publishFlight(ctx context.Context, token int64, fires []cele
 				_ = tx.Unwatch(ctx).Err()
 			}
 			return err
-		})
+		}, p.watchKeys...)
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
