@@ -17,9 +17,8 @@ import (
 // would have started. (GOGC itself is the daemon's: tuneGC.)
 type gcGap struct {
 	samples [4]metrics.Sample
-	// began and ended are the heap's total allocation when the last
-	// burst began and ended.
-	began, ended uint64
+	// ended is the heap's total allocation when the last burst ended.
+	ended uint64
 	// running: a cycle this started has not ended. Its goroutine ends
 	// with the cycle (runtime.GC cannot be stopped), tens of ms.
 	running atomic.Bool
@@ -48,22 +47,17 @@ func (g *gcGap) read() (allocs, goal, live, objects uint64) {
 	return v(0), v(1), v(2), v(3)
 }
 
-// begin marks a burst's start.
-func (g *gcGap) begin() { g.began, _, _, _ = g.read() }
-
-// end is called as the burst's last batch is recorded. It starts a cycle
+// end is called as a burst's last batch is recorded. It starts a cycle
 // if the heap, grown by what it allocated since the last burst ended (the
 // gap and this burst: about what it will allocate until the next one
 // ends), would pass the earliest point at which the pacer starts one,
-// 70% of the way from the live heap to the goal.
+// 70% of the way from the live heap to the goal. The first burst only
+// marks where the next one's cycle starts.
 func (g *gcGap) end() {
 	allocs, goal, live, objects := g.read()
-	cycle := allocs - g.ended
-	if g.ended == 0 || allocs < g.ended {
-		cycle = 2 * (allocs - min(g.began, allocs)) // no gap seen yet
-	}
+	cycle, first := allocs-g.ended, g.ended == 0
 	g.ended = allocs
-	if !gcDue(cycle, goal, live, objects) {
+	if first || !gcDue(cycle, goal, live, objects) {
 		return
 	}
 	if g.running.CompareAndSwap(false, true) {

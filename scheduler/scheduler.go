@@ -975,7 +975,6 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 // out whole, so a failed slot is still retried before any later slot of
 // its entry (whose mark would make the earlier one a duplicate).
 func (l *loop) publishPending(ctx context.Context) error {
-	l.gc.begin()
 	cur := l.launch(ctx, nil)
 	var out []*publication // gone out whole, to be recorded
 	for chained := 1; ; chained++ {
