@@ -15,9 +15,13 @@ func TestNewClient(t *testing.T) {
 		wantAddr string
 		wantDB   int
 		wantPass string
-		wantErr  string
+		// wantProto is the RESP version spoken: 2, as Kombu, unless the
+		// URL says otherwise (0 here stands for 2).
+		wantProto int
+		wantErr   string
 	}{
 		{name: "default", cfg: BrokerConfig{}, wantAddr: "127.0.0.1:6379"},
+		{name: "RESP3 when asked", cfg: BrokerConfig{URL: "redis://h:1/0?protocol=3"}, wantAddr: "h:1", wantProto: 3},
 		{name: "user and db", cfg: BrokerConfig{URL: "redis://bob:secret@redis.example:6380/3"}, wantAddr: "redis.example:6380", wantDB: 3, wantPass: "secret"},
 		{name: "password override", cfg: BrokerConfig{URL: "redis://:inurl@h:1/0", Password: "fromfile"}, wantAddr: "h:1", wantPass: "fromfile"},
 		{name: "unix", cfg: BrokerConfig{URL: "unix:///run/redis.sock?db=2"}, wantAddr: "/run/redis.sock", wantDB: 2},
@@ -41,7 +45,14 @@ func TestNewClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if cl, ok := c.(*redis.Client); ok && tt.wantAddr != "" {
+			cl, ok := c.(*redis.Client)
+			if !ok {
+				t.Fatalf("client %T", c)
+			}
+			if want := max(tt.wantProto, 2); cl.Options().Protocol != want {
+				t.Errorf("protocol %d, want %d", cl.Options().Protocol, want)
+			}
+			if tt.wantAddr != "" {
 				o := cl.Options()
 				if o.Addr != tt.wantAddr || o.DB != tt.wantDB || o.Password != tt.wantPass {
 					t.Errorf("addr %q db %d pass %q", o.Addr, o.DB, o.Password)

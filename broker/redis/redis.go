@@ -316,22 +316,25 @@ func (p *Publisher) run(ctx context.Context, token int64, fires []celery.Fire, n
 	flights := pl.flights(len(cuts))
 	errs := make([]error, len(cuts))
 	var wg sync.WaitGroup
+	// The flights' goroutines read the cache; it is written only after
+	// they are done (remember).
+	p.marks.forTerm(token)
 	lo := 0
 	for c, hi := range cuts {
-		fl := &flights[c]
-		p.prepare(fl, fires, order[lo:hi], token)
+		fl, idx := &flights[c], order[lo:hi]
 		lo = hi
-		if c == 0 { // each new binding once: the first flight carries them
-			fl.binds = bindings
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Encoding is in the flight's goroutine: a burst's flights
-			// then encode on every core while the loop prepares the next,
-			// instead of one after another on the loop's (a third of a
-			// 20,000-entry burst's time there). A flight's fires are its
-			// own, and a template is only read.
+			// Preparing and encoding are in the flight's goroutine: a
+			// burst's flights then do them on every core while this one
+			// starts the next, instead of one after another here (a
+			// third of a 20,000-entry burst's time). A flight's fires are
+			// its own, and a template is only read.
+			p.prepare(fl, fires, idx)
+			if c == 0 { // each new binding once: the first flight carries them
+				fl.binds = bindings
+			}
 			p.encode(fl, fires, token, now, legacy)
 			errs[c] = p.publishFlight(ctx, token, fires, fl, legacy, want)
 		}()
@@ -489,8 +492,9 @@ func (pl *plan) flights(n int) []flight {
 }
 
 // prepare makes fl the flight of the fires at idx: one entry state per
-// entry, from the term's cache where it has the entry.
-func (p *Publisher) prepare(fl *flight, fires []celery.Fire, idx []int, token int64) {
+// entry, from the term's cache where it has the entry. The cache must be
+// the term's (forTerm).
+func (p *Publisher) prepare(fl *flight, fires []celery.Fire, idx []int) {
 	n := len(idx)
 	fl.idx = idx
 	fl.msgs = slices.Grow(fl.msgs[:0], n)[:n]
@@ -501,7 +505,6 @@ func (p *Publisher) prepare(fl *flight, fires []celery.Fire, idx []int, token in
 	fl.keys = slices.Grow(fl.keys[:0], n)[:n]
 	fl.ents = fl.ents[:0]
 	fl.binds, fl.failure, fl.wait = nil, nil, nil
-	p.marks.forTerm(token)
 	for j, i := range idx {
 		name := fires[i].Task.Name
 		if k := len(fl.ents) - 1; k >= 0 && fl.ents[k].name == name {
