@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -18,6 +16,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -159,10 +158,9 @@ func etcdFatal(err error) bool {
 	return strings.Contains(msg, "x509:") || strings.Contains(msg, "tls:") || strings.Contains(msg, "certificate")
 }
 
-// tlsHandshake connects to endpoint with tc and returns a TLS error that
-// says the server or this client's certificate is refused; nil if the
-// handshake succeeds or the server cannot be reached at all (that may
-// heal).
+// tlsHandshake is tlsfiles.RefusedHandshake for an etcd endpoint URL.
+// gRPC's server speaks first (its SETTINGS frame), so an accepted
+// handshake returns at once.
 func tlsHandshake(endpoint string, tc *tls.Config) error {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
@@ -171,22 +169,5 @@ func tlsHandshake(endpoint string, tc *tls.Config) error {
 	tc = tc.Clone()
 	tc.ServerName = u.Hostname()
 	tc.NextProtos = []string{"h2"}
-	d := &net.Dialer{Timeout: 3 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", u.Host, tc)
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil
-		}
-		return err
-	}
-	defer conn.Close()
-	// With TLS 1.3 the server judges the client's certificate after the
-	// client's handshake is done, and says so in an alert on first read.
-	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-	var b [1]byte
-	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
-		return err
-	}
-	return nil
+	return tlsfiles.RefusedHandshake(u.Host, tc, time.Second)
 }

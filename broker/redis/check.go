@@ -8,8 +8,10 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,6 +57,11 @@ func (p *Publisher) Check(ctx context.Context, tasks ...*celery.Task) error {
 			// Sentinels answered, without an address for the master name.
 			return fmt.Errorf("ping: the sentinels know no master of that name (--broker-master-name): %w", err)
 		}
+		if IsUnreachable(err) {
+			if terr := p.refusedTLS(); terr != nil {
+				return fmt.Errorf("TLS handshake: %w", terr)
+			}
+		}
 		return fmt.Errorf("ping: %w", err)
 	}
 	// A least-privilege user may not run INFO; then the probes below find
@@ -92,6 +99,22 @@ func (p *Publisher) Check(ctx context.Context, tasks ...*celery.Task) error {
 		}
 	}
 	return nil
+}
+
+// refusedTLS tells a server that refuses this client's TLS certificate
+// from one that is down, for a plain TLS client. Redis says nothing until
+// it is asked, so an accepted handshake costs the full wait: it runs only
+// after a failed ping.
+func (p *Publisher) refusedTLS() error {
+	c, ok := p.rdb.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	o := c.Options()
+	if o.TLSConfig == nil || o.Network == "unix" {
+		return nil
+	}
+	return tlsfiles.RefusedHandshake(o.Addr, o.TLSConfig, time.Second)
 }
 
 func checkErr(what string, err error) error {

@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -152,4 +155,43 @@ func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error
 		}
 	}
 	return r.pair, nil
+}
+
+// RefusedHandshake dials addr ("host:port") with tc and returns the TLS
+// error if the server refuses this client (its certificate, or the lack
+// of one) or this client refuses the server's certificate. It returns nil
+// if the handshake is accepted or the server cannot be reached at all,
+// which may heal.
+//
+// It exists because a client library sees a refused client certificate
+// only by chance: with TLS 1.3 the server judges the client's certificate
+// after the client's side of the handshake is done, and says so in an
+// alert. A client that writes its first command first gets a reset
+// connection, which reads as "down". This one writes nothing and reads
+// the alert, waiting at most wait for it.
+func RefusedHandshake(addr string, tc *tls.Config, wait time.Duration) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName = host
+	}
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", addr, tc)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+			return nil
+		}
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "tls:") {
+		return err
+	}
+	return nil
 }
