@@ -75,38 +75,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StateUnpersistedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_unpersisted_age_seconds",
 			Help: "Age of the oldest state change the leader has not yet written to etcd. With Redis no age is dangerous (the entries' marks outlive it); on RabbitMQ a backlog past the journal's horizon could duplicate."}),
 	}
-	m.Fires = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_fires_total",
-		Help: "Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit."},
-		[]string{"entry", "result"}), m: m}
-	m.Runs = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_runs_total",
-		Help: "Runs by entry and outcome as the workers reported it (published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped). The entry label is empty past the per-entry limit."},
-		[]string{"entry", "outcome"}), m: m}
+	m.Fires = newEntryCounterVec(m, "beatd_fires_total",
+		"Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit.",
+		"result", fireResults, fireResults)
+	m.Runs = newEntryCounterVec(m, "beatd_runs_total",
+		"Runs by entry and outcome as the workers reported it (published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped). The entry label is empty past the per-entry limit.",
+		"outcome", runOutcomes(), kindNames(alertedOutcomes))
 	m.RunDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "beatd_run_duration_seconds",
 		Help:    "The runtime workers report for beatd's runs (task-succeeded's runtime).",
 		Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200}})
 	m.AutoPaused = prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_entries_auto_paused_total",
 		Help: "Entries paused by pause_after_failures."})
-	m.Missed = &EntryCounterVec{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_missed_slots_total",
-		Help: "Slots not fired, by entry and reason. The entry label is empty past the per-entry limit."},
-		[]string{"entry", "reason"}), m: m}
-	reg.MustRegister(m.Fires.vec, m.FireLag, m.Missed.vec, m.Runs.vec, m.RunDuration, m.AutoPaused,
+	m.Missed = newEntryCounterVec(m, "beatd_missed_slots_total",
+		"Slots not fired, by entry and reason. The entry label is empty past the per-entry limit.",
+		"reason", missedReasons, missedReasons)
+	reg.MustRegister(m.Fires, m.FireLag, m.Missed, m.Runs, m.RunDuration, m.AutoPaused,
 		m.Entries, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
 	return m
 }
 
-// EntryCounterVec is a counter by entry and one more label. Past the
-// per-entry limit every entry counts under the empty entry label.
-type EntryCounterVec struct {
-	vec *prometheus.CounterVec
-	m   *Metrics
+// runOutcomes is every value of beatd_runs_total's outcome label.
+func runOutcomes() []string {
+	out := make([]string, outcome.NumKinds)
+	for k := range outcome.Kind(outcome.NumKinds) {
+		out[k] = k.String()
+	}
+	return out
 }
 
-// WithLabelValues returns the counter of entry and the second label.
-func (v *EntryCounterVec) WithLabelValues(entry, label string) prometheus.Counter {
-	if !v.m.stats.perEntry.Load() {
-		entry = ""
+func kindNames(ks []outcome.Kind) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.String()
 	}
-	return v.vec.WithLabelValues(entry, label)
+	return out
 }
 
 // setEntries records the running config's entry names: it sets
@@ -122,9 +124,9 @@ func (m *Metrics) setEntries(sc *config.Config) {
 	was := m.stats.perEntry.Swap(perEntry)
 	if was != perEntry {
 		// Drop the other mode's series rather than export both.
-		m.Fires.vec.Reset()
-		m.Missed.vec.Reset()
-		m.Runs.vec.Reset()
+		m.Fires.reset()
+		m.Missed.reset()
+		m.Runs.reset()
 	}
 	labels := names
 	if !perEntry {
@@ -148,14 +150,8 @@ func (m *Metrics) perEntryFor(n int) bool {
 // createSeries makes entry's series (or the aggregate's, for "") at 0, so
 // alerts see them before the first event.
 func (m *Metrics) createSeries(entry string) {
-	for _, r := range fireResults {
-		m.Fires.vec.WithLabelValues(entry, r)
-	}
-	for _, r := range missedReasons {
-		m.Missed.vec.WithLabelValues(entry, r)
-	}
-	for _, k := range alertedOutcomes {
-		m.Runs.vec.WithLabelValues(entry, k.String())
+	for _, v := range []*EntryCounterVec{m.Fires, m.Missed, m.Runs} {
+		v.series(entry)
 	}
 }
 

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,10 +125,10 @@ func TestMetricsTimestamps(t *testing.T) {
 
 	h.store.request(store.OpTrigger, "e")
 	h.waitPublished(2)
-	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "manual")); v != 1 {
+	if v := h.sched.cfg.Metrics.Fires.value("e", "manual"); v != 1 {
 		t.Errorf("manual fires %v, want 1", v)
 	}
-	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "ok")); v != 1 {
+	if v := h.sched.cfg.Metrics.Fires.value("e", "ok"); v != 1 {
 		t.Errorf("ok fires %v, want 1 (the trigger counts as manual)", v)
 	}
 	if r := h.sched.cfg.Metrics.Results()["e"]; r.LastResult != "manual" {
@@ -147,7 +149,7 @@ func TestMetricsTimestamps(t *testing.T) {
 	if want := float64(t0.Add(20 * time.Second).Unix()); next() != want || oldest() != want {
 		t.Errorf("during the outage next fire %v, oldest %v; want the stuck slot %v", next(), oldest(), want)
 	}
-	if v := testutil.ToFloat64(h.sched.cfg.Metrics.Fires.WithLabelValues("e", "error")); v < 1 {
+	if v := h.sched.cfg.Metrics.Fires.value("e", "error"); v < 1 {
 		t.Errorf("error fires %v", v)
 	}
 	if r := h.sched.cfg.Metrics.Results()["e"]; r.LastResult != "error" || r.LastError != "connection refused" {
@@ -230,5 +232,102 @@ func TestOverdueWhileTheTermCannotStart(t *testing.T) {
 	h.done <- nil
 	if _, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil); ok {
 		t.Error("next fire still exported after the term")
+	}
+}
+
+// TestEntryCounterVec: an entry's alerted series are exported at 0 from
+// its creation, the others from their first count, and the text format
+// holds across scrapes (the label pairs are cached at the first).
+func TestEntryCounterVec(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetrics(reg)
+	m.stats.perEntry.Store(true) // as setEntries does under the limit
+	m.createSeries("a")
+	runs := func(entry, kind string) (float64, bool) {
+		return series(t, reg, "beatd_runs_total", map[string]string{"entry": entry, "outcome": kind})
+	}
+	for _, tc := range []struct {
+		kind    string
+		present bool
+	}{{"succeeded", true}, {"failed", true}, {"lost", true}, {"skipped", true}, {"published", false}, {"started", false}} {
+		if v, ok := runs("a", tc.kind); ok != tc.present || v != 0 {
+			t.Errorf("runs{a,%s} before a count = %v, present %v; want 0, present %v", tc.kind, v, ok, tc.present)
+		}
+	}
+	m.Runs.WithLabelValues("a", "published").Add(2)
+	m.Runs.WithLabelValues("b", "succeeded").Inc() // an entry first named by a count
+	for _, tc := range []struct {
+		entry, kind string
+		want        float64
+	}{{"a", "published", 2}, {"a", "succeeded", 0}, {"b", "succeeded", 1}, {"b", "failed", 0}} {
+		if v, ok := runs(tc.entry, tc.kind); !ok || v != tc.want {
+			t.Errorf("runs{%s,%s} = %v, present %v; want %v", tc.entry, tc.kind, v, ok, tc.want)
+		}
+	}
+	want := `
+# HELP beatd_missed_slots_total ` + missedHelp(t, reg) + `
+# TYPE beatd_missed_slots_total counter
+beatd_missed_slots_total{entry="a",reason="catchup_once"} 0
+beatd_missed_slots_total{entry="a",reason="catchup_skip"} 0
+beatd_missed_slots_total{entry="a",reason="catchup_window"} 3
+beatd_missed_slots_total{entry="a",reason="max_catchup"} 0
+beatd_missed_slots_total{entry="a",reason="max_runs"} 0
+beatd_missed_slots_total{entry="a",reason="overlap"} 0
+beatd_missed_slots_total{entry="a",reason="paused"} 0
+beatd_missed_slots_total{entry="a",reason="removed"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "beatd_missed_slots_total"); err == nil {
+		t.Error("compared equal before the count")
+	}
+	m.Missed.WithLabelValues("a", ReasonWindow).Add(3)
+	for range 2 { // the second scrape reuses the first's label pairs
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "beatd_missed_slots_total"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func missedHelp(t *testing.T, reg prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "beatd_missed_slots_total" {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatal("beatd_missed_slots_total not exported")
+	return ""
+}
+
+// TestEntryCounterVecConcurrent: counts and new entries while scrapes run
+// (for -race), and no count is lost.
+func TestEntryCounterVecConcurrent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.stats.perEntry.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			m.Fires.WithLabelValues(fmt.Sprintf("e%d", i%50), "ok").Inc()
+		}
+	}()
+	for scraping := true; scraping; {
+		select {
+		case <-done:
+			scraping = false
+		default:
+			if _, err := reg.Gather(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 50 {
+		if v, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": fmt.Sprintf("e%d", i), "result": "ok"}); !ok || v != 40 {
+			t.Fatalf("fires{e%d,ok} = %v, present %v; want 40", i, v, ok)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The loop's side of outcomes: it records each published run in the
@@ -66,7 +65,7 @@ func (l *loop) countRun(name string, k outcome.Kind) {
 // the set's search by name costs a binary search at scale.
 func (l *loop) countEntryRun(e *entry, k outcome.Kind) {
 	if e.runs == nil {
-		e.runs = new([outcome.NumKinds]prometheus.Counter)
+		e.runs = new([outcome.NumKinds]*Counter)
 	}
 	if e.runs[k] == nil {
 		e.runs[k] = l.s.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())

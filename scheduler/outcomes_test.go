@@ -69,7 +69,7 @@ func (h *outcomeHarness) report(entry string, slot time.Time, kind outcome.Kind,
 }
 
 func (h *outcomeHarness) runs(entry string, k outcome.Kind) float64 {
-	return testutil.ToFloat64(h.sched.cfg.Metrics.Runs.WithLabelValues(entry, k.String()))
+	return h.sched.cfg.Metrics.Runs.value(entry, k.String())
 }
 
 // stop ends the term and waits for it, leaving its result for the

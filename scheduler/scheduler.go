@@ -156,10 +156,10 @@ type entry struct {
 	// fires holds the fire counters by broker.Result, then manual,
 	// made at the first fire: an entry that never fired weighs 72 bytes
 	// less, which counts at 100k entries.
-	fires *[6]prometheus.Counter
+	fires *[6]*Counter
 	// runs holds its beatd_runs_total counters by outcome, made at the
 	// first run that reaches each.
-	runs *[outcome.NumKinds]prometheus.Counter
+	runs *[outcome.NumKinds]*Counter
 	// sched is the schedule the loop runs: the entry's, with an interval
 	// anchored where it began (startEntry). Loop-owned; the definition
 	// itself is never changed, so other goroutines read it freely.
@@ -1373,7 +1373,7 @@ func (e *entry) countFire(m *Metrics, r broker.Result, manual, backfill bool, no
 		i, label = len(e.fires)-1, ResultBackfill
 	}
 	if e.fires == nil {
-		e.fires = new([6]prometheus.Counter)
+		e.fires = new([6]*Counter)
 	}
 	if e.fires[i] == nil {
 		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)

@@ -370,7 +370,7 @@ func TestCatchupPolicies(t *testing.T) {
 				t.Fatalf("fired %v, want %v", got, tt.wantFired)
 			}
 			for reason, want := range tt.wantMissed {
-				if got := testutil.ToFloat64(h.sched.cfg.Metrics.Missed.WithLabelValues("e", reason)); got != want {
+				if got := h.sched.cfg.Metrics.Missed.value("e", reason); got != want {
 					t.Errorf("missed{%s} = %v, want %v", reason, got, want)
 				}
 			}
@@ -564,7 +564,7 @@ func TestAdminRequests(t *testing.T) {
 	if got := h.disp.list(); len(got) != 1 {
 		t.Fatalf("paused entry fired: %v", got)
 	}
-	if got := testutil.ToFloat64(h.sched.cfg.Metrics.Missed.WithLabelValues("e", ReasonPaused)); got != 2 {
+	if got := h.sched.cfg.Metrics.Missed.value("e", ReasonPaused); got != 2 {
 		t.Errorf("missed{paused} = %v, want 2", got)
 	}
 	h.store.request(store.OpResume, "e")
@@ -676,7 +676,7 @@ func TestSlotDuringStartupIsNotMissed(t *testing.T) {
 		t.Fatalf("fired %v, want the 10:00:00 slot due after the election", got)
 	}
 	// 09:59:59, due before the election, was an outage slot: skipped.
-	if n := testutil.ToFloat64(h.sched.cfg.Metrics.Missed.WithLabelValues("s", ReasonSkip)); n != 1 {
+	if n := h.sched.cfg.Metrics.Missed.value("s", ReasonSkip); n != 1 {
 		t.Errorf("missed{skip} = %v, want 1", n)
 	}
 }
