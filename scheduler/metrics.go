@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"sync/atomic"
+
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +40,9 @@ type Metrics struct {
 	PerEntryLimit int
 
 	stats *entryStats
+	// mode counts the switches between per-entry and aggregate series.
+	// Each drops the series the entries' cached counters point at.
+	mode atomic.Uint32
 }
 
 // DefaultPerEntryLimit is PerEntryLimit unless set.
@@ -94,6 +99,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// syncMetrics drops the entries' cached counters (entry.fires and
+// entry.runs) once the Metrics switched between per-entry and aggregate
+// series: the switch dropped the series they count into. A delta reload
+// keeps the unchanged entries, and so their caches, across it.
+func (l *loop) syncMetrics() {
+	if g := l.s.cfg.Metrics.mode.Load(); g != l.metricsMode {
+		l.metricsMode = g
+		for _, e := range l.set.list {
+			e.fires, e.runs = nil, nil
+		}
+	}
+}
+
 // runOutcomes is every value of beatd_runs_total's outcome label.
 func runOutcomes() []string {
 	out := make([]string, outcome.NumKinds)
@@ -127,6 +145,7 @@ func (m *Metrics) setEntries(sc *config.Config) {
 		m.Fires.reset()
 		m.Missed.reset()
 		m.Runs.reset()
+		m.mode.Add(1)
 	}
 	labels := names
 	if !perEntry {

@@ -331,3 +331,39 @@ func TestEntryCounterVecConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsPerEntryLimitCrossed: entries that fired before the config
+// grew past the limit, by a delta reload, count into the aggregate after it, not into the
+// per-entry series the switch dropped.
+func TestMetricsPerEntryLimitCrossed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.PerEntryLimit = 2
+	h := &harness{t: t, clock: clockwork.NewFakeClockAt(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
+	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
+		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sched = s
+	h.start(7)
+	h.settle()
+	h.clock.Advance(10 * time.Second)
+	h.waitPublished(2)
+	h.settle()
+	if v, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "a", "result": "ok"}); !ok || v != 1 {
+		t.Fatalf("fires{a,ok} under the limit = %v, %v; want 1", v, ok)
+	}
+	// A delta reload (the entries API, an etcd source) keeps a and b's
+	// entries, and with them their cached counters.
+	if err := s.ReloadDelta(mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s}\n"), []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	h.clock.Advance(10 * time.Second)
+	h.waitPublished(5)
+	h.settle()
+	if v, ok := series(t, reg, "beatd_fires_total", map[string]string{"entry": "", "result": "ok"}); !ok || v != 3 {
+		t.Errorf("aggregate ok fires after crossing the limit = %v, %v; want 3 (a, b and c once each)", v, ok)
+	}
+}

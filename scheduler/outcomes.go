@@ -53,6 +53,7 @@ func (l *loop) records(e *entry, now time.Time) bool {
 // countRun counts one of name's runs reaching k, through the entry's
 // cached counters (a label lookup per fire costs more than the rest).
 func (l *loop) countRun(name string, k outcome.Kind) {
+	l.syncMetrics()
 	e := l.set.get(name)
 	if e == nil {
 		l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String()).Inc()
@@ -64,6 +65,7 @@ func (l *loop) countRun(name string, k outcome.Kind) {
 // countEntryRun is countRun for a caller that holds the entry (a fire):
 // the set's search by name costs a binary search at scale.
 func (l *loop) countEntryRun(e *entry, k outcome.Kind) {
+	l.syncMetrics()
 	if e.runs == nil {
 		e.runs = new([outcome.NumKinds]*Counter)
 	}

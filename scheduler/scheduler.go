@@ -510,6 +510,9 @@ type loop struct {
 	states  map[string]*store.EntryState
 	pending []pendingFire
 	persist *persister
+	// metricsMode is the Metrics' mode the entries' cached counters were
+	// made in (syncMetrics).
+	metricsMode uint32
 	// free holds publications to reuse; pubSeq is the last one's number
 	// (publishPending).
 	free     []*publication
@@ -1169,6 +1172,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 	s := l.s
 	m := s.cfg.Metrics
 	err, now := pub.err, pub.at
+	l.syncMetrics()
 	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
 	for i, p := range pub.batch {
