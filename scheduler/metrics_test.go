@@ -164,21 +164,27 @@ func TestMetricsTimestamps(t *testing.T) {
 	}
 }
 
-// TestMetricsPerEntryLimit: past the limit, no per-entry series; the
-// aggregates stay.
-func TestMetricsPerEntryLimit(t *testing.T) {
+// limitHarness starts a leader on yaml with a per-entry limit.
+func limitHarness(t *testing.T, limit int, yaml string) (*harness, *Scheduler, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	m.PerEntryLimit = 2
+	m.PerEntryLimit = limit
 	h := &harness{t: t, clock: clockwork.NewFakeClockAt(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
-	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
-		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s, relative: true}\n"))
+	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"}, mustConfig(t, yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.sched = s
 	h.start(7)
 	h.settle()
+	return h, s, reg
+}
+
+// TestMetricsPerEntryLimit: past the limit, no per-entry series; the
+// aggregates stay.
+func TestMetricsPerEntryLimit(t *testing.T) {
+	h, s, reg := limitHarness(t, 2, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n  c: {task: t, every: 10s, relative: true}\n")
 	h.clock.Advance(10 * time.Second)
 	h.waitPublished(3)
 	h.settle()
@@ -336,18 +342,7 @@ func TestEntryCounterVecConcurrent(t *testing.T) {
 // grew past the limit, by a delta reload, count into the aggregate after it, not into the
 // per-entry series the switch dropped.
 func TestMetricsPerEntryLimitCrossed(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
-	m.PerEntryLimit = 2
-	h := &harness{t: t, clock: clockwork.NewFakeClockAt(t0), disp: newFakeDispatcher(), store: newMemStore(7), reg: reg}
-	s, err := New(Config{Dispatcher: h.disp, Store: h.store, Clock: h.clock, Metrics: m, Cluster: "beatd/test"},
-		mustConfig(t, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.sched = s
-	h.start(7)
-	h.settle()
+	h, s, reg := limitHarness(t, 2, "entries:\n  a: {task: t, every: 10s}\n  b: {task: t, every: 10s}\n")
 	h.clock.Advance(10 * time.Second)
 	h.waitPublished(2)
 	h.settle()
