@@ -66,7 +66,7 @@ func (c *Counter) Value() float64 { return math.Float64frombits(c.bits.Load()) }
 // values; those in zeroed are exported at 0 for every entry from its
 // creation.
 func newEntryCounterVec(m *Metrics, name, help, label string, values, zeroed []string) *EntryCounterVec {
-	v := &EntryCounterVec{desc: prometheus.NewDesc(name, help, []string{"entry", label}, nil), values: values,
+	v := &EntryCounterVec{desc: prometheus.NewDesc(name, help, []string{entryLabel, label}, nil), values: values,
 		index: make(map[string]int, len(values)), zeroed: make([]bool, len(values)), m: m,
 		entries: map[string]*entryCounters{}}
 	for i, s := range values {
@@ -74,7 +74,7 @@ func newEntryCounterVec(m *Metrics, name, help, label string, values, zeroed []s
 		v.zeroed[i] = slices.Contains(zeroed, s)
 		v.pairs = append(v.pairs, &dto.LabelPair{Name: &label, Value: &values[i]})
 	}
-	if label <= "entry" {
+	if label <= entryLabel {
 		// A metric's label pairs go out sorted by name, "entry" first.
 		panic("scheduler: an entry counter's second label must sort after \"entry\"")
 	}
@@ -135,7 +135,7 @@ func (v *EntryCounterVec) Collect(ch chan<- prometheus.Metric) {
 	all := make([]*entryCounters, 0, len(v.entries))
 	for name, e := range v.entries {
 		if e.labels == nil {
-			entryPair := &dto.LabelPair{Name: proto("entry"), Value: &name}
+			entryPair := &dto.LabelPair{Name: &entryLabel, Value: &name}
 			e.labels = make([][]*dto.LabelPair, len(v.values))
 			flat := make([]*dto.LabelPair, 2*len(v.values))
 			for i := range v.values {
@@ -155,7 +155,8 @@ func (v *EntryCounterVec) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func proto(s string) *string { return &s }
+// entryLabel is the first label's name, shared by every entry's pairs.
+var entryLabel = "entry"
 
 // counterSample is one series at a scrape. Its label pairs are shared
 // between scrapes, as prometheus' own counters share theirs.

@@ -1,6 +1,7 @@
-// Package tlsfiles checks the certificate, key and CA files beatd is
-// given, so a bad one is one clear error at start that names the file,
-// and serves a certificate that is read again when its files change
+// Package tlsfiles checks the TLS material beatd is given, so a bad one
+// is one clear error at start: the certificate, key and CA files (naming
+// the file), and a server's refusal of them (RefusedHandshake). It also
+// serves a certificate that is read again when its files change
 // (cert-manager rotates them in place).
 package tlsfiles
 
