@@ -392,7 +392,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// After every source is read: a schedules.yaml of a few entries with
 	// a million runtime entries is a large config.
-	tuneGC(len(cfg.Entries))
+	tuneRuntime(len(cfg.Entries))
 
 	brokerPass, err := Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
