@@ -22,8 +22,10 @@ func TestTuneProcs(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set: tuneProcs leaves it alone")
 	}
+	reset := func() { procsSet.Store(0); runtime.SetDefaultGOMAXPROCS() }
+	reset()
+	t.Cleanup(reset)
 	def := runtime.GOMAXPROCS(0)
-	t.Cleanup(func() { procsSet.Store(0); runtime.SetDefaultGOMAXPROCS() })
 	for _, tc := range []struct{ n, want int }{
 		{0, 1}, {oneProcConfig, 1}, {oneProcConfig + 1, def}, {1_000_000, def}, {10, 1}, {10, 1},
 	} {

@@ -13,11 +13,19 @@ import (
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
+// newTestMain is NewMain for a test: it leaves the test process's GOGC
+// and GOMAXPROCS alone, which the package's other tests share.
+func newTestMain(stdout, stderr io.Writer) *Main {
+	m := NewMain(stdout, stderr)
+	m.tune = func(int) {}
+	return m
+}
+
 // runMain starts a Main in-process, as main does, and closes it when the
 // test ends.
 func runMain(t *testing.T, args ...string) *Main {
 	t.Helper()
-	m := NewMain(io.Discard, io.Discard)
+	m := newTestMain(io.Discard, io.Discard)
 	if err := m.ParseFlags(context.Background(), args); err != nil {
 		t.Fatal(err)
 	}

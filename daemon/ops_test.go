@@ -45,7 +45,7 @@ func TestRunEmptyConfigAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log testutil.SyncBuffer
-	m := NewMain(&log, &log)
+	m := newTestMain(&log, &log)
 	if err := m.ParseFlags(context.Background(), []string{"--config", config, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
 		"--broker", rs.URL(0), "--http", "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestEmbeddedEtcdLogsAreOurs(t *testing.T) {
 	config := filepath.Join(dir, "schedules.yaml")
 	_ = os.WriteFile(config, []byte("entries:\n  a: {task: t.a, every: 1m}\n"), 0o644)
 	var log testutil.SyncBuffer
-	m := NewMain(&log, &log)
+	m := newTestMain(&log, &log)
 	if err := m.ParseFlags(context.Background(), []string{"--config", config, "--data-dir", filepath.Join(dir, "data"), "--broker", rs.URL(0),
 		"--etcd-client-port", strconv.Itoa(testutil.FreePort(t)), "--etcd-peer-port", strconv.Itoa(testutil.FreePort(t)), "--http", "127.0.0.1:0", "--log-level", "debug"}); err != nil {
 		t.Fatal(err)

@@ -121,6 +121,11 @@ type Main struct {
 	// their watch follows on from it.
 	entriesRev int64
 
+	// tune fits the process's runtime (GOGC, GOMAXPROCS) to the config's
+	// size: tuneRuntime, or nothing where Main is not the process's only
+	// tenant (tests run several in one process).
+	tune func(entries int)
+
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
@@ -207,7 +212,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			StateInterval: DefaultStateInterval, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout},
-		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)},
+		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)}, tune: tuneRuntime,
 	}
 }
 
@@ -392,7 +397,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// After every source is read: a schedules.yaml of a few entries with
 	// a million runtime entries is a large config.
-	tuneRuntime(len(cfg.Entries))
+	m.tune(len(cfg.Entries))
 
 	brokerPass, err := Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {

@@ -79,14 +79,14 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 			if m.sched == nil {
 				return nil // the first merge starts the scheduler
 			}
-			tuneRuntime(len(c.Entries))
+			m.tune(len(c.Entries))
 			return m.sched.Reload(c)
 		},
 		ApplyDelta: func(c *config.Config, changed []string) error {
 			if m.sched == nil {
 				return nil
 			}
-			tuneRuntime(len(c.Entries))
+			m.tune(len(c.Entries))
 			return m.sched.ReloadDelta(c, changed)
 		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
