@@ -316,8 +316,12 @@ func (r *BenchReport) WriteMarkdown(w io.Writer) {
 	if celery != nil {
 		for _, run := range r.Runs {
 			if run.Scheduler == "beatd" && run.Err == "" && run.CPUPerFireUs > 0 {
-				fmt.Fprintf(w, "- celery beat CPU per fire / beatd CPU per fire at %d entries: **%.1f×** (beatd uses 1/%.0f)\n",
+				fmt.Fprintf(w, "- celery beat CPU per fire / beatd CPU per fire at %d entries: **%.1f×** (beatd uses 1/%.0f)",
 					run.Entries, celery.CPUPerFireUs/run.CPUPerFireUs, celery.CPUPerFireUs/run.CPUPerFireUs)
+				if run.LifeCPUPerFireUs > 0 && celery.LifeCPUPerFireUs > 0 {
+					fmt.Fprintf(w, "; start-up included **%.1f×**", celery.LifeCPUPerFireUs/run.LifeCPUPerFireUs)
+				}
+				fmt.Fprintln(w)
 			}
 		}
 	}
@@ -342,10 +346,14 @@ func us(v float64) string {
 	return fmt.Sprintf("%.1f µs", v)
 }
 
-// targets checks beatd's runs against issue 9's goals: CPU per fire at
-// most 1/50 of celery beat's; peak RSS at most 150 MiB with 1,000 entries
-// and 400 MiB with 20,000; at 20,000, 95% of the offered load delivered
-// with a p99 lag of 50 ms at most. Benchmarks inform, they do not fail.
+// targets checks beatd's runs against the project's targets (README's
+// guide and issue 20): CPU per fire, start-up included, at most 1/50 of
+// celery beat's at 1,000 and 20,000 entries; peak RSS at most 150 MiB
+// with 1,000 entries and 400 MiB with 20,000; at 20,000, Redis's CPU per
+// fire at most 6 µs, and 95% of the offered load delivered with a p99 lag
+// of 200 ms at most (issue 9 had asked 50 ms, before a burst's 20,000
+// slots were each fenced and deduplicated in Redis). Benchmarks inform,
+// they do not fail.
 func (r *BenchReport) targets(celery *BenchRun) []string {
 	mark := func(ok bool) string {
 		if ok {
@@ -358,18 +366,24 @@ func (r *BenchReport) targets(celery *BenchRun) []string {
 		if run.Scheduler != "beatd" || run.Err != "" || (run.Entries != 1000 && run.Entries != 20000) {
 			continue
 		}
-		if celery != nil && run.CPUPerFireUs > 0 {
-			out = append(out, fmt.Sprintf("- target, %d entries: CPU per fire ≤ 1/50 of celery beat's (%s): %s",
-				run.Entries, us(celery.CPUPerFireUs/50), mark(run.CPUPerFireUs <= celery.CPUPerFireUs/50)))
+		if celery != nil && run.LifeCPUPerFireUs > 0 && celery.LifeCPUPerFireUs > 0 {
+			out = append(out, fmt.Sprintf("- target, %d entries: CPU per fire incl. start-up ≤ 1/50 of celery beat's (%s): %s",
+				run.Entries, us(celery.LifeCPUPerFireUs/50), mark(run.LifeCPUPerFireUs <= celery.LifeCPUPerFireUs/50)))
 		}
 		rss := 150.0
 		if run.Entries == 20000 {
 			rss = 400
 		}
 		out = append(out, fmt.Sprintf("- target, %d entries: peak RSS ≤ %.0f MiB: %s", run.Entries, rss, mark(run.PeakRSSMiB <= rss)))
-		if run.Entries == 20000 && run.Offered > 0 {
-			out = append(out, fmt.Sprintf("- target, 20000 entries: ≥ 95%% delivered and lag p99 ≤ 50 ms: %s",
-				mark(float64(run.Delivered) >= 0.95*run.Offered && run.Lag.P99ms <= 50)))
+		if run.Entries != 20000 {
+			continue
+		}
+		if run.RedisCPUPerFireUs > 0 {
+			out = append(out, fmt.Sprintf("- target, 20000 entries: Redis CPU per fire ≤ 6 µs: %s", mark(run.RedisCPUPerFireUs <= 6)))
+		}
+		if run.Offered > 0 {
+			out = append(out, fmt.Sprintf("- target, 20000 entries: ≥ 95%% delivered and lag p99 ≤ 200 ms: %s",
+				mark(float64(run.Delivered) >= 0.95*run.Offered && run.Lag.P99ms <= 200)))
 		}
 	}
 	return out
