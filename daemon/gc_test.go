@@ -1,8 +1,8 @@
 package daemon
 
 import (
-	"os"
 	"runtime"
+	"strconv"
 	"testing"
 )
 
@@ -19,13 +19,13 @@ func TestGCPercentFor(t *testing.T) {
 }
 
 func TestTuneProcs(t *testing.T) {
-	if os.Getenv("GOMAXPROCS") != "" {
-		t.Skip("GOMAXPROCS is set: tuneProcs leaves it alone")
-	}
 	reset := func() { procsSet.Store(0); runtime.SetDefaultGOMAXPROCS() }
 	reset()
 	t.Cleanup(reset)
+	// Go's default, whatever the environment running the test says.
 	def := runtime.GOMAXPROCS(0)
+
+	t.Setenv("GOMAXPROCS", "")
 	for _, tc := range []struct{ n, want int }{
 		{0, 1}, {oneProcConfig, 1}, {oneProcConfig + 1, def}, {1_000_000, def}, {10, 1}, {10, 1},
 	} {
@@ -33,5 +33,13 @@ func TestTuneProcs(t *testing.T) {
 		if got := runtime.GOMAXPROCS(0); got != tc.want {
 			t.Errorf("after tuneProcs(%d): GOMAXPROCS %d, want %d", tc.n, got, tc.want)
 		}
+	}
+
+	// An operator's GOMAXPROCS wins: tuneProcs changes nothing.
+	reset()
+	t.Setenv("GOMAXPROCS", strconv.Itoa(def))
+	tuneProcs(10)
+	if got := runtime.GOMAXPROCS(0); got != def || procsSet.Load() != 0 {
+		t.Errorf("with GOMAXPROCS=%d in the environment, tuneProcs(10) set it to %d (applied %d)", def, got, procsSet.Load()-1)
 	}
 }
