@@ -94,6 +94,11 @@ type EntryStatus struct {
 	// of its max_runs.
 	Finished      bool `json:"finished,omitempty"`
 	RemainingRuns *int `json:"remaining_runs,omitempty"`
+	// Health is "behind" while the entry's slots come due faster than the
+	// leader publishes them, "runaway" once the leader stopped it because
+	// its schedule went wrong; empty while it keeps its schedule.
+	Health       string `json:"health,omitempty"`
+	HealthReason string `json:"health_reason,omitempty"`
 }
 
 // Outcomes is what the workers reported about an entry's runs, kept with

@@ -89,6 +89,9 @@ func (b *backend) Ready(ctx context.Context) error {
 		if err := b.sched.PersistError(); err != nil {
 			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
 		}
+		if err := b.sched.Health(b.clock.Now()); err != nil {
+			return err
+		}
 		if b.pub != nil {
 			if err := b.pub.ReplicationError(); err != nil {
 				return fmt.Errorf("leader cannot publish: %w", err)
@@ -220,6 +223,7 @@ func (b *backend) addLocalResults(st *api.Status) {
 			continue
 		}
 		e.LastResult, e.LastError = r.LastResult, r.LastError
+		e.Health, e.HealthReason = r.Health, r.HealthReason
 		e.LastErrorAt, e.LastPublishedAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
 		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
 			e.NextRunAt = timePtr(r.NextFireAt)

@@ -30,6 +30,9 @@ type entryStats struct {
 	mu                  sync.Mutex
 	leading             bool
 	byName              map[string]*entryStat
+	// flags are the entries the loop flagged behind or runaway
+	// (entryhealth.go): few, and kept past the per-entry limit too.
+	flags map[string]entryFlag
 }
 
 // entryStat is one entry's record, compact (times in Unix nanoseconds, 0
@@ -52,11 +55,14 @@ type entryStat struct {
 // EntryResult is an entry's last outcome on this replica's current or
 // last term, for /status.
 type EntryResult struct {
-	LastResult    string
-	LastError     string
-	LastErrorAt   time.Time
-	LastSuccessAt time.Time
-	NextFireAt    time.Time // the oldest slot not yet published, else the next one
+	// Health is HealthBehind or HealthRunaway while the loop flags the
+	// entry (empty: it keeps its schedule), HealthReason says why.
+	Health, HealthReason string
+	LastResult           string
+	LastError            string
+	LastErrorAt          time.Time
+	LastSuccessAt        time.Time
+	NextFireAt           time.Time // the oldest slot not yet published, else the next one
 }
 
 func newEntryStats() *entryStats { return &entryStats{byName: map[string]*entryStat{}} }
@@ -147,6 +153,7 @@ func (m *Metrics) termEnded() {
 	s := m.stats
 	s.mu.Lock()
 	s.leading = false
+	clear(s.flags) // the next term's loop finds its own
 	s.mu.Unlock()
 	s.heapDue.Store(0)
 	s.pendingDue.Store(0)
@@ -268,6 +275,11 @@ func (m *Metrics) Results() map[string]EntryResult {
 		}
 		out[n] = r
 	}
+	for n, f := range s.flags {
+		r := out[n]
+		r.Health, r.HealthReason = f.kind, f.reason
+		out[n] = r
+	}
 	return out
 }
 
@@ -323,6 +335,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPeriod
 	ch <- descOldestNext
 	ch <- descPerEntry
+	ch <- descBehind
+	ch <- descRunaway
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -331,6 +345,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPerEntry, prometheus.GaugeValue, b2f(perEntry))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.collectFlags(ch)
 	oldest := int64(0)
 	for _, due := range []int64{s.heapDue.Load(), s.pendingDue.Load()} {
 		if s.leading && due != 0 && (oldest == 0 || due < oldest) {

@@ -524,6 +524,16 @@ type loop struct {
 	changed  []store.EntryState // their new state, handed to the persister
 	baseline []store.EntryState // Since baselines to persist
 	fireLog  fireLog
+	// collectDue's: the slots each entry added to the pass (made once an
+	// entry adds a second), the items it set aside, and its late-slot
+	// log line, summarised.
+	passCount map[*entry]int
+	setAside  []*item
+	lateLog   lateLog
+	// behind and runaway are the entries flagged (entryhealth.go), by
+	// name: the flags outlive a reload that keeps the entry.
+	behind  map[string]bool
+	runaway map[string]bool
 	// nextSweep is when the loop next looks for removed entries past
 	// their grace (sweepRemoved).
 	nextSweep time.Time
@@ -720,18 +730,28 @@ func (l *loop) run(ctx context.Context) error {
 			err := l.publishPending(ctx)
 			switch {
 			case err == nil:
+				// Control between slices of work: with slots always due
+				// the loop never reaches its wait below, and a reload, a
+				// DELETE, a pause or the end of the term would otherwise
+				// wait for the work to run out.
+				if _, done, err := l.serve(ctx, nil, false); done {
+					return err
+				}
 				continue
 			case errors.Is(err, ErrTermEnded):
 				return err
 			case ctx.Err() != nil:
 				return l.finish()
 			}
-			// Transient: keep the slots pending and retry with backoff.
+			// Transient: keep the slots pending and retry with backoff,
+			// serving control meanwhile (a broker outage must not hold a
+			// DELETE for the length of the backoff).
 			arm(l.nextBackoff())
-			select {
-			case <-ctx.Done():
-				return l.finish()
-			case <-timer.Chan():
+			for fired := false; !fired; {
+				var done bool
+				if fired, done, err = l.serve(ctx, timer.Chan(), true); done {
+					return err
+				}
 			}
 			// Slots that came due meanwhile join the retry, up to a
 			// batch: one fire that keeps failing (a queue key of the
@@ -764,7 +784,7 @@ func (l *loop) run(ctx context.Context) error {
 			wait = min(wait, backfillSave) // progress to write, or the end to record
 		}
 		arm(wait)
-		if done, err := l.wait(ctx, timer); done {
+		if _, done, err := l.serve(ctx, timer.Chan(), true); done {
 			return err
 		}
 		if !timer.Stop() {
@@ -776,36 +796,69 @@ func (l *loop) run(ctx context.Context) error {
 	}
 }
 
-// wait blocks until the timer fires or something else needs the loop,
-// and handles that; done means the term is over, with run's result.
-func (l *loop) wait(ctx context.Context, timer clockwork.Timer) (done bool, err error) {
+// serve handles what needs the loop besides its slots: the end of the
+// term, a reload, admin requests, a worker's report, the persister's
+// failure. With block it waits for one of them or for timer (fired says
+// the timer it was); without, it handles one that is ready, if any, and
+// returns at once. done means the term is over, with run's result.
+func (l *loop) serve(ctx context.Context, timer <-chan time.Time, block bool) (fired, done bool, err error) {
 	s := l.s
+	if !block {
+		select {
+		case <-ctx.Done():
+		case <-s.reload:
+			l.applyReload(s.cfg.Clock.Now())
+			l.reloadBackfills(ctx, s.cfg.Clock.Now())
+			return false, false, nil
+		case _, ok := <-l.requests:
+			done, err = l.requestsChanged(ctx, ok)
+			return false, done, err
+		case r := <-l.reports:
+			l.applyReports(r, s.cfg.Clock.Now())
+			return false, false, nil
+		case <-l.persist.errc:
+			return false, false, nil
+		default:
+			return false, false, nil
+		}
+		return false, true, l.finish()
+	}
 	select {
 	case <-ctx.Done():
-		return true, l.finish()
-	case <-timer.Chan():
+		return false, true, l.finish()
+	case <-timer:
+		return true, false, nil
 	case <-s.reload:
 		l.applyReload(s.cfg.Clock.Now())
 		l.reloadBackfills(ctx, s.cfg.Clock.Now())
 	case _, ok := <-l.requests:
-		if !ok {
-			l.requests = nil
-			if ctx.Err() == nil {
-				return true, fmt.Errorf("%w: request watch closed", ErrTermEnded)
-			}
-			return false, nil
-		}
-		reqs, _, err := s.cfg.Store.PendingRequests(ctx)
-		if err != nil {
-			s.cfg.Metrics.EtcdErrors.Inc()
-			s.log.Warn("list admin requests", "err", err)
-			return false, nil
-		}
-		l.handleRequests(ctx, reqs)
+		done, err = l.requestsChanged(ctx, ok)
+		return false, done, err
 	case r := <-l.reports:
 		l.applyReports(r, s.cfg.Clock.Now())
 	case <-l.persist.errc:
 	}
+	return false, false, nil
+}
+
+// requestsChanged applies the admin requests after their watch said they
+// changed (ok false: the watch closed).
+func (l *loop) requestsChanged(ctx context.Context, ok bool) (done bool, err error) {
+	s := l.s
+	if !ok {
+		l.requests = nil
+		if ctx.Err() == nil {
+			return true, fmt.Errorf("%w: request watch closed", ErrTermEnded)
+		}
+		return false, nil
+	}
+	reqs, _, err := s.cfg.Store.PendingRequests(ctx)
+	if err != nil {
+		s.cfg.Metrics.EtcdErrors.Inc()
+		s.log.Warn("list admin requests", "err", err)
+		return false, nil
+	}
+	l.handleRequests(ctx, reqs)
 	return false, nil
 }
 
@@ -862,6 +915,11 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	}
 	e.sched = Anchored(e.Entry, st, now)
 	plan := planCatchup(e.Entry, e.sched, st, now)
+	l.clearFlags(e.Name) // a new or changed definition starts afresh
+	if why := plan.insane(e.Entry, now); why != "" {
+		l.stopRunaway(e, why, now)
+		return
+	}
 	l.applyPlan(e, plan)
 	m := l.s.cfg.Metrics
 	if plan.next.IsZero() {
@@ -878,22 +936,19 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 }
 
 // collectDue moves every due slot from the heap to pending, advancing each
-// entry to its next slot.
+// entry to its next slot. An entry adds at most entryShare slots to one
+// pass: one whose slots are always due (an interval the loop cannot
+// sustain) is set aside for the rest of the pass, so the others' slots
+// still go out on time, and it is flagged as behind until it catches up.
 func (l *loop) collectDue(now time.Time) {
-	var late, fired int
-	defer func() {
-		if late > 0 {
-			l.s.log.Warn("slots found late (a wall-clock step forward, or a stalled loop): each entry's catch-up policy applies",
-				"entries", late, "fired", fired, "late_over", stepLateness.String())
-		}
-	}()
+	defer l.lateLog.flush(l.s.log, now)
 	nowNs := now.UnixNano()
+	clear(l.passCount)
 	for len(l.heap) > 0 && l.heap[0].due <= nowNs && len(l.pending) < l.s.cfg.BatchSize {
 		it := l.heap[0]
 		e := it.e
 		if time.Duration(nowNs-it.due) > stepLateness {
-			late++
-			fired += l.catchUpLate(it, now)
+			l.lateLog.add(l.catchUpLate(it, now))
 			continue
 		}
 		if st := l.states[e.Name]; st != nil && st.Paused {
@@ -910,11 +965,39 @@ func (l *loop) collectDue(now time.Time) {
 			l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 			continue
 		}
+		if !next.After(it.slot) {
+			l.stopRunaway(e, fmt.Sprintf("its schedule gave %s after %s", schedule.FormatSlot(next), schedule.FormatSlot(it.slot)), now)
+			continue
+		}
 		it.set(next)
 		l.s.cfg.Metrics.scheduled(e.Name, it.dueTime())
-		heap.Fix(&l.heap, 0)
+		if it.due > nowNs {
+			l.caughtUp(e, now)
+			heap.Fix(&l.heap, 0)
+			continue
+		}
+		// Still due: the entry is behind its own schedule.
+		if l.passCount == nil {
+			l.passCount = map[*entry]int{}
+		}
+		if l.passCount[e]++; l.passCount[e] < entryShare {
+			heap.Fix(&l.heap, 0)
+			continue
+		}
+		heap.Pop(&l.heap)
+		l.setAside = append(l.setAside, it)
+		l.fallBehind(e, now)
 	}
+	for _, it := range l.setAside {
+		heap.Push(&l.heap, it)
+	}
+	clear(l.setAside)
+	l.setAside = l.setAside[:0]
 }
+
+// entryShare is the most slots one entry adds to a collectDue pass. A
+// regular entry adds one; a short interval after a slow burst a few.
+const entryShare = 8
 
 // applyPlan queues a catch-up plan's fires and counts what it dropped.
 func (l *loop) applyPlan(e *entry, plan catchupPlan) {
@@ -945,6 +1028,10 @@ func (l *loop) catchUpLate(it *item, now time.Time) int {
 		prev.Paused = st.Paused
 	}
 	plan := planCatchup(e.Entry, e.sched, &prev, now)
+	if why := plan.insane(e.Entry, now); why != "" {
+		l.stopRunaway(e, why, now)
+		return 0
+	}
 	l.applyPlan(e, plan)
 	m := l.s.cfg.Metrics
 	if plan.next.IsZero() {
@@ -1465,6 +1552,7 @@ func (l *loop) applyReload(now time.Time) {
 		}
 	}
 	l.pending = kept
+	l.purgeFlags()
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.list))
 }
@@ -1524,6 +1612,7 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 		}
 	}
 	l.pending = kept
+	l.purgeFlags()
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.list), "changed", len(names))
 }

@@ -1,0 +1,185 @@
+package scheduler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/store"
+)
+
+// stuckSchedule gives the same slot for ever: a schedule whose arithmetic
+// went wrong (an overflow that wrapped), as `every: 2400000h` once did.
+type stuckSchedule struct{ at time.Time }
+
+func (s stuckSchedule) Next(time.Time) time.Time { return s.at }
+
+// withSchedule replaces entry name's schedule in cfg, for schedules the
+// validator refuses.
+func withSchedule(t *testing.T, cfg *config.Config, name string, s schedule.Schedule) *config.Config {
+	t.Helper()
+	e := cfg.Entry(name)
+	if e == nil {
+		t.Fatalf("no entry %q", name)
+	}
+	e.Schedule = s
+	return cfg
+}
+
+func newHarnessWith(t *testing.T, yaml string, now time.Time, edit func(*config.Config)) *harness {
+	t.Helper()
+	h := newHarness(t, yaml, now)
+	cfg := mustConfig(t, yaml)
+	edit(cfg)
+	if err := h.sched.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func countPrefix(list []string, prefix string) int {
+	n := 0
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// An entry whose slots are always due (1 ns, which only --min-interval
+// admits, and not that low) gets its share of each pass: the others fire
+// on their slots, and a DELETE, a pause and the end of the term are served
+// while it spins.
+func TestAlwaysDueEntryLeavesTheLoopToOthers(t *testing.T) {
+	const yaml = "entries:\n  fast: {task: t, every: 1s}\n  other: {task: t, every: 1s, relative: true}\n  third: {task: t, every: 1s, relative: true}\n"
+	h := newHarnessWith(t, yaml, t0, func(cfg *config.Config) {
+		ev, err := schedule.NewEvery(time.Nanosecond, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		withSchedule(t, cfg, "fast", ev)
+	})
+	h.start(7)
+	h.settle()
+	h.clock.Advance(time.Second) // a billion of fast's slots come due
+	eventually(t, 5*time.Second, "other's and third's slots", func() bool {
+		got := h.disp.list()
+		return countPrefix(got, "other ") == 1 && countPrefix(got, "third ") == 1
+	})
+	eventually(t, 5*time.Second, "fast flagged behind", func() bool {
+		return h.sched.cfg.Metrics.Results()["fast"].Health == HealthBehind
+	})
+	if err := h.sched.Health(h.clock.Now()); err == nil || !strings.Contains(err.Error(), "fast") {
+		t.Errorf("Health = %v, want it to name fast as behind", err)
+	}
+	if got := gaugeOf(t, h, "beatd_entries_behind"); got != 1 {
+		t.Errorf("beatd_entries_behind = %v, want 1", got)
+	}
+
+	// A pause of another entry is applied while fast still spins.
+	h.store.request(store.OpPause, "third")
+	start := time.Now()
+	eventually(t, 2*time.Second, "the pause", func() bool { st := h.store.get("third"); return st != nil && st.Paused })
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("pause applied after %s, want ≤ 1s", took)
+	}
+
+	// The DELETE of fast is applied within a second, and it fires no more.
+	start = time.Now()
+	if err := h.sched.Reload(mustConfig(t, "entries:\n  other: {task: t, every: 1s, relative: true}\n  third: {task: t, every: 1s, relative: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "the delete applied", func() bool { return h.sched.applied.Load() == h.sched.entries.Load() })
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("delete applied after %s, want ≤ 1s", took)
+	}
+	h.settle() // idle again: nothing of fast is due or pending
+	n := countPrefix(h.disp.list(), "fast ")
+	h.clock.Advance(time.Second)
+	h.settle()
+	if got := countPrefix(h.disp.list(), "fast "); got != n {
+		t.Errorf("fast published %d more after its delete", got-n)
+	}
+	if got := countPrefix(h.disp.list(), "other "); got != 2 {
+		t.Errorf("other published %d slots after 2 s, want 2", got)
+	}
+	if r := h.sched.cfg.Metrics.Results()["fast"]; r.Health != "" {
+		t.Errorf("fast still flagged %q after its delete", r.Health)
+	}
+	if err := h.sched.Health(h.clock.Now()); err != nil {
+		t.Errorf("Health after the delete = %v", err)
+	}
+}
+
+// A schedule that stops moving forward is stopped and reported, not spun;
+// a new definition starts the entry again.
+func TestRunawayEntryIsStopped(t *testing.T) {
+	const yaml = "entries:\n  stuck: {task: t, every: 1s}\n  wrapped: {task: t, every: 1s}\n  other: {task: t, every: 1s, relative: true}\n"
+	h := newHarnessWith(t, yaml, t0, func(cfg *config.Config) {
+		withSchedule(t, cfg, "stuck", stuckSchedule{at: t0.Add(time.Second)})
+		// An overflow that wrapped into the past, as a slot dated 1716.
+		withSchedule(t, cfg, "wrapped", stuckSchedule{at: time.Date(1716, 1, 1, 0, 0, 0, 0, time.UTC)})
+	})
+	h.start(7)
+	h.settle()
+	h.clock.Advance(time.Second)
+	h.settle()
+	h.clock.Advance(time.Second)
+	h.settle()
+	got := h.disp.list()
+	if n := countPrefix(got, "stuck "); n != 1 {
+		t.Errorf("stuck published %d times, want its one slot before the loop saw it repeat: %v", n, got)
+	}
+	if n := countPrefix(got, "wrapped "); n != 0 {
+		t.Errorf("wrapped published %d times, want 0: %v", n, got)
+	}
+	if n := countPrefix(got, "other "); n != 2 {
+		t.Errorf("other published %d slots in 2 s, want 2: %v", n, got)
+	}
+	res := h.sched.cfg.Metrics.Results()
+	for _, name := range []string{"stuck", "wrapped"} {
+		if res[name].Health != HealthRunaway {
+			t.Errorf("%s health = %q, want runaway", name, res[name].Health)
+		}
+	}
+	err := h.sched.Health(h.clock.Now())
+	if err == nil || !strings.Contains(err.Error(), "stuck, wrapped") {
+		t.Errorf("Health = %v, want it to name stuck and wrapped", err)
+	}
+	if got := gaugeOf(t, h, "beatd_entries_runaway"); got != 2 {
+		t.Errorf("beatd_entries_runaway = %v, want 2", got)
+	}
+
+	// A sane definition of both starts them afresh.
+	if err := h.sched.Reload(mustConfig(t, yaml)); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if err := h.sched.Health(h.clock.Now()); err != nil {
+		t.Errorf("Health after a sane reload = %v", err)
+	}
+	h.clock.Advance(time.Second)
+	h.settle()
+	if n := countPrefix(h.disp.list(), "wrapped "); n != 1 {
+		t.Errorf("wrapped published %d slots after its fix, want 1", n)
+	}
+}
+
+// gaugeOf gathers one unlabelled gauge from the harness's registry.
+func gaugeOf(t *testing.T, h *harness, name string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
