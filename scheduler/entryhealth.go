@@ -117,25 +117,46 @@ func (l *loop) purgeFlags() {
 }
 
 // lateLog summarises collectDue's slots found late in one line every
-// lateLogEvery: a loop that finds slots late finds them again each pass,
+// repeatEvery: a loop that finds slots late finds them again each pass,
 // and a line each time was thousands a minute.
 type lateLog struct {
-	next          time.Time
+	every         repeatLog
 	entries, slot int
 }
-
-const lateLogEvery = 10 * time.Second
 
 func (g *lateLog) add(fired int) { g.entries++; g.slot += fired }
 
 func (g *lateLog) flush(log *slog.Logger, now time.Time) {
-	if g.entries == 0 || now.Before(g.next) {
+	if g.entries == 0 {
+		return
+	}
+	if ok, _ := g.every.allow(now); !ok {
 		return
 	}
 	log.Warn("slots found late (a wall-clock step forward, or a stalled loop): each entry's catch-up policy applies",
-		"entries", g.entries, "fired", g.slot, "late_over", stepLateness.String(), "summary_of", lateLogEvery.String())
-	g.next = now.Add(lateLogEvery)
+		"entries", g.entries, "fired", g.slot, "late_over", stepLateness.String(), "summary_of", repeatEvery.String())
 	g.entries, g.slot = 0, 0
+}
+
+// repeatLog lets a line that can repeat out once every repeatEvery, and
+// counts the times it held back in between.
+type repeatLog struct {
+	next time.Time
+	held int
+}
+
+// repeatEvery is how often a repeating line is logged at most.
+const repeatEvery = 10 * time.Second
+
+// allow says whether the line goes out now, and how many were held back
+// since the last one that did.
+func (r *repeatLog) allow(now time.Time) (ok bool, held int) {
+	if now.Before(r.next) {
+		r.held++
+		return false, 0
+	}
+	held, r.held, r.next = r.held, 0, now.Add(repeatEvery)
+	return true, held
 }
 
 // entryFlag is a flagged entry's record in entryStats.

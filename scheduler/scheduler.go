@@ -530,6 +530,7 @@ type loop struct {
 	passCount map[*entry]int
 	setAside  []*item
 	lateLog   lateLog
+	failLog   repeatLog // complete's "publish failed"
 	// behind and runaway are the entries flagged (entryhealth.go), by
 	// name: the flags outlive a reload that keeps the entry.
 	behind  map[string]bool
@@ -1355,7 +1356,9 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 		}
 		m.RedisErrors.Inc()
 		s.setPublishErr(err)
-		s.log.Warn("publish failed; slots stay pending", "err", err, "pending", len(l.pending))
+		if ok, held := l.failLog.allow(now); ok {
+			s.log.Warn("publish failed; slots stay pending", "err", err, "pending", len(l.pending), "failures_not_logged", held)
+		}
 		return err
 	}
 	s.setPublishErr(nil)
