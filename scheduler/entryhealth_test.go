@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,7 @@ func TestRunawayEntryIsStopped(t *testing.T) {
 	}
 }
 
-// gaugeOf gathers one unlabelled gauge from the harness's registry.
+// gaugeOf gathers one unlabelled gauge or counter from the harness's registry.
 func gaugeOf(t *testing.T, h *harness, name string) float64 {
 	t.Helper()
 	mfs, err := h.reg.Gather()
@@ -177,9 +178,66 @@ func gaugeOf(t *testing.T, h *harness, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			if c := mf.GetMetric()[0].GetCounter(); c != nil {
+				return c.GetValue()
+			}
 			return mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// An outage counts each slot once, at its first failed publish, and the
+// retries apart; a slot an earlier term pushed is published, not a
+// duplicate.
+func TestFiresCountSlotsNotAttempts(t *testing.T) {
+	h := newHarness(t, "entries:\n  e: {task: t, every: 1s, relative: true}\n  d: {task: t, every: 1s, relative: true}\n", t0)
+	// An earlier term pushed d's first slot and died before recording it.
+	h.disp.seen["d 2026-11-30T10:00:01Z"] = true
+	h.start(7)
+	h.settle()
+	h.clock.Advance(time.Second)
+	eventually(t, 5*time.Second, "the first slots", func() bool { return len(h.disp.list()) >= 1 })
+	h.settle()
+	m := h.sched.cfg.Metrics
+	if v := m.Fires.value("d", "ok"); v != 1 {
+		t.Errorf("d's deduplicated slot counted ok %v times, want 1", v)
+	}
+	if v := m.Fires.value("d", "duplicate"); v != 0 {
+		t.Errorf("d counted duplicate %v times, want 0", v)
+	}
+	if v := gaugeOf(t, h, "beatd_fires_deduplicated_total"); v != 1 {
+		t.Errorf("beatd_fires_deduplicated_total = %v, want 1", v)
+	}
+	if r := m.Results()["d"]; r.LastResult != "ok" {
+		t.Errorf("d's last result = %q, want ok", r.LastResult)
+	}
+
+	// An outage of 15 s (15 slots), each slot retried many times.
+	h.disp.setErr(errors.New("connection refused"))
+	for i := 0; i < 5; i++ {
+		h.clock.Advance(time.Second)
+		for j := 0; j < 4; j++ { // backoff timers fire: more attempts
+			h.settle()
+			h.clock.Advance(500 * time.Millisecond)
+		}
+	}
+	h.settle()
+	failed := m.Fires.value("e", "error")
+	if failed < 1 || failed > 15 {
+		t.Errorf("e's failed slots = %v over an outage of 15 slots, want each slot once", failed)
+	}
+	if v := gaugeOf(t, h, "beatd_publish_retries_total"); v < failed {
+		t.Errorf("beatd_publish_retries_total = %v, want the retries counted apart (≥ %v)", v, failed)
+	}
+	h.disp.setErr(nil)
+	h.clock.Advance(3 * time.Second)
+	h.settle()
+	if got := m.Fires.value("e", "error"); got != failed {
+		t.Errorf("e's failed slots moved from %v to %v after the outage", failed, got)
+	}
+	if r := m.Results()["e"]; r.LastResult != "ok" {
+		t.Errorf("e's last result after the outage = %q, want ok", r.LastResult)
+	}
 }

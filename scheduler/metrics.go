@@ -33,6 +33,12 @@ type Metrics struct {
 	Runs        *EntryCounterVec // entry, outcome
 	RunDuration prometheus.Histogram
 	AutoPaused  prometheus.Counter
+	// Deduplicated counts slots the broker refused as already pushed by
+	// an earlier term: published once, and counted as ok in Fires.
+	// PublishRetries counts failed publishes of slots that had failed
+	// before: Fires counts each slot once.
+	Deduplicated   prometheus.Counter
+	PublishRetries prometheus.Counter
 
 	// PerEntryLimit: with more entries than this, the entry label is
 	// left empty and per-entry gauges are not exported, so 100k entries do
@@ -80,8 +86,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StateUnpersistedAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_state_unpersisted_age_seconds",
 			Help: "Age of the oldest state change the leader has not yet written to etcd. With Redis no age is dangerous (the entries' marks outlive it); on RabbitMQ a backlog past the journal's horizon could duplicate."}),
 	}
+	m.Deduplicated = prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_fires_deduplicated_total",
+		Help: "Slots the broker refused as already pushed by an earlier term (a failover's re-publish): each was published once, and counts as ok in beatd_fires_total."})
+	m.PublishRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "beatd_publish_retries_total",
+		Help: "Failed publishes of slots whose publish had failed before (a broker outage's retries). beatd_fires_total{result=\"error\"} counts each failed slot once."})
 	m.Fires = newEntryCounterVec(m, "beatd_fires_total",
-		"Publishes by entry and result (ok, duplicate, stale, error, manual). The entry label is empty past the per-entry limit.",
+		"Slots by entry and result, each slot once: ok (published, by this term or, deduplicated, by an earlier one), error (its publish failed: counted once, at the first failure; it is retried and counts as ok once out), stale, manual, backfill; duplicate is no longer used. The entry label is empty past the per-entry limit.",
 		"result", fireResults, fireResults)
 	m.Runs = newEntryCounterVec(m, "beatd_runs_total",
 		"Runs by entry and outcome as the workers reported it (published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped). The entry label is empty past the per-entry limit.",
@@ -94,6 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Missed = newEntryCounterVec(m, "beatd_missed_slots_total",
 		"Slots not fired, by entry and reason. The entry label is empty past the per-entry limit.",
 		"reason", missedReasons, missedReasons)
+	reg.MustRegister(m.Deduplicated, m.PublishRetries)
 	reg.MustRegister(m.Fires, m.FireLag, m.Missed, m.Runs, m.RunDuration, m.AutoPaused,
 		m.Entries, m.EtcdErrors, m.RedisErrors, m.PendingSlots, m.StatePersistFailing, m.StateUnpersistedAge, &statsCollector{m})
 	return m

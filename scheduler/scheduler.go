@@ -493,6 +493,8 @@ type pendingFire struct {
 	slot   time.Time
 	due    time.Time
 	manual bool
+	// failed: a publish of it failed already; what follows is a retry.
+	failed bool
 	req    *store.Request // the trigger request it answers
 	bf     *backfillRun   // the backfill it is a slot of
 }
@@ -1265,12 +1267,27 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 	var failed []pendingFire
 	for i, p := range pub.batch {
 		r := pub.results[i]
-		p.e.countFire(m, r, p.manual, p.bf != nil, now, err)
-		if s.cfg.Observer != nil {
-			s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual || p.bf != nil)
+		dedup := r == broker.ResultDuplicate
+		if dedup {
+			// An earlier term pushed this slot and died before recording
+			// it: the slot was published, once, and that is its result.
+			// The refusal is only worth a counter.
+			m.Deduplicated.Inc()
+			r = broker.ResultOK
+		}
+		if r == broker.ResultError && p.failed {
+			// A retry: the slot was counted at its first failure, and an
+			// outage of N slots stays N failed slots, not N × attempts.
+			m.PublishRetries.Inc()
+			m.published(p.e.Name, "error", p.manual, now, err) // its last error, for /status
+		} else {
+			p.e.countFire(m, r, p.manual, p.bf != nil, now, err)
+			if s.cfg.Observer != nil {
+				s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual || p.bf != nil)
+			}
 		}
 		switch {
-		case p.bf != nil && (r == broker.ResultOK || r == broker.ResultDuplicate):
+		case p.bf != nil && r == broker.ResultOK:
 			// A past slot: the entry's own state (its last slot, its
 			// runs and their outcomes) is not the backfill's.
 			l.backfillPublished(p)
@@ -1279,7 +1296,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
 					"task_id", string(id[:]), "result", r.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
 			}
-		case r == broker.ResultOK || r == broker.ResultDuplicate:
+		case r == broker.ResultOK:
 			lag := now.Sub(p.due)
 			if !p.manual {
 				m.FireLag.Observe(lag.Seconds())
@@ -1307,7 +1324,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 			if logFires {
 				if l.fireLog.allow(now, s.cfg.FireLogLimit, r, p.manual) {
 					s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "manual", p.manual, "source", p.e.Source)
+						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "deduplicated", dedup, "manual", p.manual, "source", p.e.Source)
 				}
 			}
 			if p.req != nil {
@@ -1323,6 +1340,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 			s.log.Warn("stale publish refused", "token", l.term.Token, "fires", stale)
 			return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
 		default:
+			p.failed = true
 			failed = append(failed, p)
 		}
 	}
