@@ -241,3 +241,54 @@ func TestFiresCountSlotsNotAttempts(t *testing.T) {
 		t.Errorf("e's last result after the outage = %q, want ok", r.LastResult)
 	}
 }
+
+// A broker outage makes pending slots late; those over 30 s late go
+// through the entry's catch-up policy, as late slots found in the heap do.
+func TestOutageLateSlotsFollowCatchup(t *testing.T) {
+	tests := []struct {
+		name    string
+		catchup string
+		missed  string
+		// minMissed: of the outage's 41 slots, at least the first ten are
+		// over 30 s late when the broker answers again; the policy drops
+		// all of them but the latest (once), or all (skip).
+		minMissed float64
+	}{
+		{name: "all", catchup: "all"},
+		{name: "once", catchup: "once", missed: ReasonOnce, minMissed: 10},
+		{name: "skip", catchup: "skip", missed: ReasonSkip, minMissed: 11},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "entries:\n  e: {task: t, every: 1s, relative: true, catchup: "+tt.catchup+"}\n", t0)
+			h.start(7)
+			h.settle()
+			h.disp.setErr(errors.New("connection refused"))
+			for i := 0; i < 41; i++ {
+				h.clock.Advance(time.Second)
+				h.settle()
+			}
+			h.disp.setErr(nil)
+			h.clock.Advance(2500 * time.Millisecond) // past any backoff: slots up to 10:00:43
+			h.settle()
+			const total = 43
+			got := countPrefix(h.disp.list(), "e ")
+			var missed float64
+			if tt.missed != "" {
+				missed = h.sched.cfg.Metrics.Missed.value("e", tt.missed)
+			}
+			if float64(got)+missed != total || missed < tt.minMissed {
+				t.Fatalf("published %d and missed{%s} %v of %d slots, want every slot accounted for and ≥ %v dropped: %v",
+					got, tt.missed, missed, total, tt.minMissed, h.disp.list())
+			}
+			if tt.catchup == "once" || tt.catchup == "skip" {
+				// The dropped slots are the oldest: once keeps the latest
+				// late one, and every slot after it goes out.
+				first, _ := time.Parse(time.RFC3339, strings.TrimPrefix(h.disp.list()[0], "e "))
+				if want := t0.Add(time.Duration(missed+1) * time.Second); !first.Equal(want) {
+					t.Errorf("first slot published %s, want %s", first.Format(time.RFC3339), want.Format(time.RFC3339))
+				}
+			}
+		})
+	}
+}

@@ -760,8 +760,12 @@ func (l *loop) run(ctx context.Context) error {
 			// batch: one fire that keeps failing (a queue key of the
 			// wrong type) then delays the others by the backoff instead
 			// of stopping them, and a broker that is down leaves at most
-			// a batch pending, not every slot of the outage.
-			l.collectDue(s.cfg.Clock.Now())
+			// a batch pending, not every slot of the outage. Those the
+			// outage made late go through their catch-up policy, as
+			// late slots found in the heap do.
+			now := s.cfg.Clock.Now()
+			l.catchUpPending(now)
+			l.collectDue(now)
 			continue
 		}
 		l.collectDue(s.cfg.Clock.Now())
@@ -1020,6 +1024,53 @@ func (l *loop) applyPlan(e *entry, plan catchupPlan) {
 // entry's catch-up policy, as after a failover: catchup: once fires the
 // latest, skip none, all each within the window.
 const stepLateness = 30 * time.Second
+
+// catchUpPending applies each entry's catch-up policy to its pending
+// scheduled slots over stepLateness late, which a publish that kept
+// failing left there: the one rule for a late slot, wherever it waited.
+// catchup: all keeps them (within catchup_window), once the latest, skip
+// none. Manual fires and backfills are kept as they are.
+func (l *loop) catchUpPending(now time.Time) {
+	cutoff := now.Add(-stepLateness)
+	late := func(p pendingFire) bool { return !p.manual && p.bf == nil && p.req == nil && p.due.Before(cutoff) }
+	var latest map[*entry]time.Time
+	for _, p := range l.pending {
+		if late(p) && p.e.Catchup == config.CatchupOnce {
+			if latest == nil {
+				latest = map[*entry]time.Time{}
+			}
+			if p.slot.After(latest[p.e]) {
+				latest[p.e] = p.slot
+			}
+		}
+	}
+	m := l.s.cfg.Metrics
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		reason := ""
+		if late(p) {
+			switch p.e.Catchup {
+			case config.CatchupSkip:
+				reason = ReasonSkip
+			case config.CatchupOnce:
+				if !p.slot.Equal(latest[p.e]) {
+					reason = ReasonOnce
+				}
+			default:
+				if p.due.Before(now.Add(-p.e.CatchupWindow)) {
+					reason = ReasonWindow
+				}
+			}
+		}
+		if reason == "" {
+			kept = append(kept, p)
+			continue
+		}
+		m.Missed.WithLabelValues(p.e.Name, reason).Inc()
+	}
+	clear(l.pending[len(kept):])
+	l.pending = kept
+}
 
 // catchUpLate applies e's catch-up policy to it's slot and every slot
 // after it up to now, and moves it to the next slot. It returns how many
