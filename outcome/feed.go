@@ -45,6 +45,13 @@ type Feed struct {
 
 	mu      sync.Mutex
 	watched map[string]watch
+	// unwatched is the newest report of each task id no one watched, for
+	// a while: a worker's report that came during a leaderless gap or a
+	// handover (every replica listens) reaches its run once the new
+	// leader watches it. early holds those matched so, for the loop.
+	unwatched unwatched
+	early     []Report
+	nEarly    atomic.Int32
 
 	last    [numSources]atomic.Int64 // Unix ns of the newest report of any task
 	reports [numSources]atomic.Uint64
@@ -65,11 +72,31 @@ func NewFeed(clock clockwork.Clock, buffer int) *Feed {
 // Reports is what the scheduler reads.
 func (f *Feed) Reports() <-chan Report { return f.c }
 
-// Watch passes on reports about task id, as entry's.
+// Watch passes on reports about task id, as entry's, from now on and
+// the newest one that came before, if the feed still holds it (Early).
 func (f *Feed) Watch(id, entry string) {
 	f.mu.Lock()
 	f.watched[id] = watch{entry: entry, since: f.clock.Now()}
+	if ev, ok := f.unwatched.take(id); ok {
+		f.early = append(f.early, Report{Entry: entry, Event: ev.Event, Source: ev.src})
+		f.nEarly.Add(1)
+	}
 	f.mu.Unlock()
+}
+
+// Early appends to dst the reports that came before their task id was
+// watched, and forgets them.
+func (f *Feed) Early(dst []Report) []Report {
+	if f.nEarly.Load() == 0 {
+		return dst
+	}
+	f.mu.Lock()
+	dst = append(dst, f.early...)
+	clear(f.early)
+	f.early = f.early[:0]
+	f.nEarly.Store(0)
+	f.mu.Unlock()
+	return dst
 }
 
 // Unwatch stops passing on reports about id.
@@ -83,6 +110,9 @@ func (f *Feed) Unwatch(id string) {
 func (f *Feed) Clear() {
 	f.mu.Lock()
 	clear(f.watched)
+	clear(f.early)
+	f.early = f.early[:0]
+	f.nEarly.Store(0)
 	f.mu.Unlock()
 }
 
@@ -108,10 +138,13 @@ func (f *Feed) Deliver(ctx context.Context, src Source, evs []Event) {
 	f.last[src].Store(f.clock.Now().UnixNano())
 	f.reports[src].Add(uint64(len(evs)))
 	var out []Report
+	now := f.clock.Now()
 	f.mu.Lock()
 	for _, e := range evs {
 		if w, ok := f.watched[e.TaskID]; ok {
 			out = append(out, Report{Entry: w.entry, Event: e, Source: src})
+		} else {
+			f.unwatched.keep(e, src, now)
 		}
 	}
 	f.mu.Unlock()
@@ -162,4 +195,74 @@ func (f *Feed) Collectors() []prometheus.Collector {
 			}))
 	}
 	return cs
+}
+
+// unwatched holds the newest report of task ids no one watched, up to
+// unwatchedCap ids and unwatchedAge old, oldest out first. Received
+// events are left out: a run's end, and its start, are what a new
+// leader needs, and most of a busy worker's events are other tasks'.
+type unwatched struct {
+	byID map[string]heldEvent
+	// ring holds the ids in arrival order: n of them from head.
+	ring    []heldID
+	head, n int
+}
+
+type heldEvent struct {
+	Event
+	src Source
+	at  time.Time
+}
+
+type heldID struct {
+	id string
+	at time.Time
+}
+
+const (
+	// unwatchedCap bounds the memory (~10 MB) whatever the workers run.
+	unwatchedCap = 32768
+	// unwatchedAge covers a failover (lease TTL and a start) many times.
+	unwatchedAge = 10 * time.Minute
+)
+
+func (u *unwatched) keep(e Event, src Source, now time.Time) {
+	if e.Kind == Received || e.Kind == Unknown {
+		return
+	}
+	if u.byID == nil {
+		u.byID = map[string]heldEvent{}
+		u.ring = make([]heldID, unwatchedCap)
+	}
+	if old, ok := u.byID[e.TaskID]; ok {
+		if e.Kind.Supersedes(old.Kind) {
+			u.byID[e.TaskID] = heldEvent{Event: e, src: src, at: old.at}
+		}
+		return
+	}
+	for u.n > 0 && (u.n == len(u.ring) || now.Sub(u.ring[u.head].at) > unwatchedAge) {
+		u.drop()
+	}
+	u.ring[(u.head+u.n)%len(u.ring)] = heldID{id: e.TaskID, at: now}
+	u.n++
+	u.byID[e.TaskID] = heldEvent{Event: e, src: src, at: now}
+}
+
+// drop forgets the oldest id (unless taken, or held anew, since).
+func (u *unwatched) drop() {
+	old := u.ring[u.head]
+	if h, ok := u.byID[old.id]; ok && h.at.Equal(old.at) {
+		delete(u.byID, old.id)
+	}
+	u.ring[u.head] = heldID{}
+	u.head = (u.head + 1) % len(u.ring)
+	u.n--
+}
+
+func (u *unwatched) take(id string) (heldEvent, bool) {
+	h, ok := u.byID[id]
+	if ok {
+		delete(u.byID, id)
+	}
+	return h, ok
 }

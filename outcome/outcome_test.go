@@ -1,11 +1,14 @@
 package outcome
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/jonboulle/clockwork"
 )
 
 // captured reads testdata/redis-psubscribe.txt: redis-cli's PSUBSCRIBE *
@@ -133,5 +136,49 @@ func TestSupersedes(t *testing.T) {
 		if got := tc.ev.Supersedes(tc.cur); got != tc.want {
 			t.Errorf("%s supersedes %s = %v, want %v", tc.ev, tc.cur, got, tc.want)
 		}
+	}
+}
+
+// A report that comes before its task id is watched (a leaderless gap, a
+// handover) reaches the run once it is; the feed holds a bounded number.
+func TestFeedHoldsReportsUntilWatched(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	f := NewFeed(clock, 4)
+	ctx := context.Background()
+	f.Deliver(ctx, FromEvents, []Event{
+		{TaskID: "a", Kind: Received},
+		{TaskID: "a", Kind: Started},
+		{TaskID: "a", Kind: Succeeded, Runtime: time.Second},
+		{TaskID: "b", Kind: Received}, // not worth holding
+	})
+	f.Watch("a", "ea")
+	f.Watch("b", "eb")
+	got := f.Early(nil)
+	if len(got) != 1 || got[0].Entry != "ea" || got[0].Kind != Succeeded || got[0].Runtime != time.Second {
+		t.Fatalf("Early = %+v, want a's newest report, as ea's", got)
+	}
+	if again := f.Early(nil); len(again) != 0 {
+		t.Fatalf("Early twice = %+v", again)
+	}
+	// Old reports age out, and the count is capped.
+	f.Deliver(ctx, FromEvents, []Event{{TaskID: "old", Kind: Failed}})
+	clock.Advance(unwatchedAge + time.Second)
+	evs := make([]Event, unwatchedCap+10)
+	for i := range evs {
+		evs[i] = Event{TaskID: fmt.Sprintf("t%d", i), Kind: Succeeded}
+	}
+	f.Deliver(ctx, FromEvents, evs)
+	f.mu.Lock()
+	held := len(f.unwatched.byID)
+	f.mu.Unlock()
+	if held > unwatchedCap {
+		t.Errorf("feed holds %d unwatched ids, cap %d", held, unwatchedCap)
+	}
+	f.Watch("old", "eo")
+	f.Watch("t0", "e0") // pushed out by the cap
+	f.Watch(fmt.Sprintf("t%d", unwatchedCap+9), "elast")
+	got = f.Early(nil)
+	if len(got) != 1 || got[0].Entry != "elast" {
+		t.Errorf("Early after age and cap = %+v, want only the newest id's", got)
 	}
 }

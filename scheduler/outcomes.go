@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
@@ -111,10 +112,13 @@ func (l *loop) loadOutcomes() {
 
 // adoptUnrecorded takes in the run the broker says was published last
 // when the loaded state does not know it (the previous leader died
-// between the publish and its state write): an entry with max_runs
-// counts it, and one with an overlap policy records it as in progress,
-// so the new leader neither runs once too often nor publishes over it. Best effort: a
-// broker that does not answer leaves the state as loaded.
+// between the publish and its state write): the slot is published, so
+// the new leader neither owes it again nor counts it missed; an entry
+// with max_runs counts it; and an entry whose runs are recorded gets it
+// as its newest run, watched, so an outcome that came while no replica
+// led still reaches it (outcome.Feed.Early) and an overlap policy does
+// not publish over it. Best effort: a broker that does not answer
+// leaves the state as loaded.
 func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	lp, ok := l.s.cfg.Dispatcher.(LastPublisher)
 	if !ok {
@@ -122,7 +126,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	var names []string
 	for _, e := range l.set.list {
-		if e.HoldsOverlap() || e.MaxRuns() > 0 {
+		if e.HoldsOverlap() || e.MaxRuns() > 0 || l.records(e, now) {
 			names = append(names, e.Name)
 		}
 	}
@@ -137,36 +141,45 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	for name, r := range last {
 		e := l.set.get(name)
 		st := l.state(name)
-		if e.MaxRuns() > 0 && !r.Manual && r.Slot.After(st.LastSlot) {
-			// Published after the last state write: it counts, and
-			// is not caught up as a new run.
-			st.Runs++
+		changed := false
+		if !r.Manual && r.Slot.After(st.LastSlot) {
 			st.LastSlot = r.Slot
+			if e.MaxRuns() > 0 {
+				st.Runs++
+			}
+			changed = true
+		}
+		if (e.HoldsOverlap() || l.records(e, now)) && adoptRun(e, st, r, now) {
+			changed = true
+			l.s.log.Info("adopted a run the previous leader published after its last state write", "entry", name,
+				"slot", r.Slot.UTC().Format(time.RFC3339Nano), "task_id", r.TaskID)
+		}
+		if changed {
 			l.baseline = append(l.baseline, *st)
 		}
-		if !e.HoldsOverlap() {
-			continue
-		}
-		if st.Out == nil {
-			st.Out = &store.Outcomes{}
-		}
-		known := false
-		for _, k := range st.Out.Runs {
-			known = known || k.Kind != outcome.Skipped && (r.Manual && k.ID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot))
-		}
-		n := st.Out.Newest()
-		if known || n != nil && !r.PublishedAt.After(n.Published) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
-			continue
-		}
-		run := store.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, Published: r.PublishedAt}
-		if r.Manual {
-			run.ID = r.TaskID
-		}
-		st.Out.Push(run)
-		l.baseline = append(l.baseline, *st)
-		l.s.log.Info("adopted a run the previous leader published after its last state write", "entry", name,
-			"slot", r.Slot.UTC().Format(time.RFC3339Nano), "task_id", r.TaskID)
 	}
+}
+
+// adoptRun records r as st's newest run, in progress, unless st knows it,
+// knows a newer one, or it is past its entry's overlap deadline.
+func adoptRun(e *entry, st *store.EntryState, r broker.Run, now time.Time) bool {
+	if st.Out == nil {
+		st.Out = &store.Outcomes{}
+	}
+	for _, k := range st.Out.Runs {
+		if k.Kind != outcome.Skipped && (r.Manual && k.ID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot)) {
+			return false
+		}
+	}
+	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.Published) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
+		return false
+	}
+	run := store.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, Published: r.PublishedAt}
+	if r.Manual {
+		run.ID = r.TaskID
+	}
+	st.Out.Push(run)
+	return true
 }
 
 // recordPublished records a published fire as the entry's newest run.
@@ -221,6 +234,15 @@ func (l *loop) applyReports(r outcome.Report, now time.Time) {
 func (l *loop) drainReports(now time.Time) {
 	if l.reports == nil {
 		return
+	}
+	// Reports that came before their run was watched: during a
+	// leaderless gap or a handover, or before this term re-published
+	// its predecessor's last slots.
+	if early := l.s.cfg.Outcomes.Early(nil); len(early) > 0 {
+		for _, r := range early {
+			l.applyReport(r, now)
+		}
+		l.saveDirty()
 	}
 	select {
 	case r := <-l.reports:

@@ -1,0 +1,130 @@
+package livetest
+
+import (
+	"bufio"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/testkit/testutil"
+)
+
+// What beatd says must be what happened, judged against the broker and
+// the worker: these tests read the worker's own results and the metrics,
+// not beatd's memory.
+
+// TestFailoverReportsWhatHappened: kill -9 the leader while a run is on
+// the worker. The run ends during the leaderless gap, so its
+// task-succeeded event comes while no replica leads; the new leader's
+// re-publish of the slot is refused as already pushed. No slot the worker
+// ran shows "duplicate", and the run shows succeeded soon after the new
+// leader is elected.
+func TestFailoverReportsWhatHappened(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4})
+	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
+  gap: {task: tasks.sleep, every: 3s, args: [2, gap]}
+  tick: {task: tasks.add, every: 1s, args: [1, 2]}
+`)
+	args := func(id string) []string {
+		return []string{"--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/truth/",
+			"--broker", rs.URL(0), "--lease-ttl", "2s", "--state-interval", "1s", "--id", id}
+	}
+	a := startBeatd(t, nil, args("a")...)
+	waitFor(t, 20*time.Second, "a leads", func() bool { return a.status(t).Leader })
+	b := startBeatd(t, nil, args("b")...)
+	waitFor(t, 20*time.Second, "b stands by", func() bool { code, _ := b.get("/status"); return code == 200 })
+	// Kill a right after it publishes a run of gap: the worker ends that
+	// run 2 s later, while no replica leads.
+	fires := func() []string { return gapFires.FindAllString(a.output(), -1) }
+	n := len(fires())
+	waitFor(t, 20*time.Second, "a publishes a run of gap", func() bool { return len(fires()) > n })
+	a.Kill()
+	f := fires()
+	taskID := gapTaskID.FindStringSubmatch(f[len(f)-1])[1]
+	waitFor(t, 20*time.Second, "b leads", func() bool { return b.status(t).Leader })
+	elected := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() {
+			e, _ := entryOf(b.status(t), "gap")
+			t.Logf("gap's runs on b (looking for %s): %+v", taskID, e.Runs)
+		}
+	})
+	waitFor(t, 10*time.Second, "the run the worker finished in the gap shows succeeded on b", func() bool {
+		e, _ := entryOf(b.status(t), "gap")
+		for _, r := range e.Runs {
+			if r.TaskID == taskID {
+				return r.Outcome == "succeeded"
+			}
+		}
+		return false
+	})
+	t.Logf("outcome of the gap's run seen %s after b's election", time.Since(elected).Round(time.Millisecond))
+	// The worker ran it once.
+	if n := len(executions(t, rs, "gap")); n == 0 {
+		t.Fatal("the worker recorded no run of gap")
+	}
+	st := b.status(t)
+	for _, e := range st.Entries {
+		if e.LastResult == "duplicate" {
+			t.Errorf("%s: last result duplicate after the failover", e.Name)
+		}
+	}
+	if strings.Contains(b.output(), `"result":"duplicate"`) {
+		t.Error(`b's fire log says "result":"duplicate" for a slot published once`)
+	}
+	_, metrics := b.get("/metrics")
+	if v := metricValue(metrics, `beatd_fires_total{entry="tick",result="duplicate"}`); v != 0 {
+		t.Errorf(`beatd_fires_total{entry="tick",result="duplicate"} = %v, want 0`, v)
+	}
+}
+
+// TestOutageCountsSlotsNotRetries: Redis down 20 s under a 1-s entry
+// counts about 20 failed slots, not every retry; retries count apart.
+func TestOutageCountsSlotsNotRetries(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	cfg := writeFile(t, t.TempDir(), "schedules.yaml", "entries:\n  tick: {task: tasks.add, every: 1s, args: [1, 2]}\n")
+	p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/outage/",
+		"--broker", rs.URL(0), "--lease-ttl", "5s", "--id", "o")
+	p.waitFired(3, 30*time.Second)
+	rs.Stop()
+	time.Sleep(20 * time.Second) // the outage itself: nothing to poll for
+	rs.Start()
+	waitFor(t, 30*time.Second, "publishing again", func() bool {
+		_, m := p.get("/metrics")
+		return metricValue(m, "beatd_pending_slots") == 0 && metricValue(m, `beatd_fires_total{entry="tick",result="ok"}`) > 20
+	})
+	_, m := p.get("/metrics")
+	failed := metricValue(m, `beatd_fires_total{entry="tick",result="error"}`)
+	retries := metricValue(m, "beatd_publish_retries_total")
+	t.Logf("outage of 20 s: %v failed slots, %v retries", failed, retries)
+	if failed < 15 || failed > 22 {
+		t.Errorf(`beatd_fires_total{entry="tick",result="error"} = %v after a 20-s outage of a 1-s entry, want 15..22`, failed)
+	}
+	if retries <= failed {
+		t.Errorf("beatd_publish_retries_total = %v, want the retries counted apart (more than the %v slots)", retries, failed)
+	}
+}
+
+var (
+	metricLine = regexp.MustCompile(`^(\S+) (\S+)$`)
+	gapFires   = regexp.MustCompile(`"msg":"fired".*"entry":"gap".*`)
+	gapTaskID  = regexp.MustCompile(`"task_id":"([^"]+)"`)
+)
+
+// metricValue reads one series' value from a /metrics text (0 if absent).
+func metricValue(text, series string) float64 {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		m := metricLine.FindStringSubmatch(sc.Text())
+		if m != nil && m[1] == series {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			return v
+		}
+	}
+	return 0
+}
