@@ -247,10 +247,11 @@ func (o *nextOptions) states(ctx context.Context) (map[string]*store.EntryState,
 // largest units, rounded down to the second ("2d 3h", "19h 30m", "5m 3s",
 // "42s").
 func humanDuration(d time.Duration) string {
+	// Seconds first, then the sign: -d overflows for math.MinInt64.
+	s, sign := int64(d/time.Second), ""
 	if d < 0 {
-		return "-" + humanDuration(-d)
+		s, sign = -s, "-"
 	}
-	s := int64(d / time.Second)
 	units := []struct {
 		secs int64
 		name string
@@ -259,7 +260,7 @@ func humanDuration(d time.Duration) string {
 		if s < u.secs && u.secs > 1 {
 			continue
 		}
-		out := strconv.FormatInt(s/u.secs, 10) + u.name
+		out := sign + strconv.FormatInt(s/u.secs, 10) + u.name
 		if i+1 < len(units) {
 			if rest := s % u.secs / units[i+1].secs; rest > 0 {
 				out += " " + strconv.FormatInt(rest, 10) + units[i+1].name
@@ -267,5 +268,5 @@ func humanDuration(d time.Duration) string {
 		}
 		return out
 	}
-	return "0s"
+	return sign + "0s"
 }
