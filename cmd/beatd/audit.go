@@ -51,7 +51,7 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 			if server != "" {
 				cl, err := newAPIClient(server, tokenFile, serverCA)
 				if err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				q := url.Values{"limit": {strconv.Itoa(limit)}}
@@ -62,19 +62,19 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 					Records []store.AuditRecord `json:"records"`
 				}
 				if err := cl.do(rctx, http.MethodGet, "/api/v1/audit?"+q.Encode(), nil, &out); err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				recs = out.Records
 			} else {
 				cli, err := etcd.Client()
 				if err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				defer cli.Close()
 				if recs, err = store.New(cli, etcd.KeyPrefix()).AuditLog(rctx, entry, limit); err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", etcd.Failure("read the audit trail", timeout, err))
+					fmt.Fprintln(stderr, "beatd audit:", termErr(etcd.Failure("read the audit trail", timeout, err)))
 					return codeErr(exitFail)
 				}
 			}
@@ -112,7 +112,7 @@ func printAudit(w io.Writer, recs []store.AuditRecord) {
 				entry = r.Entries[0]
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.UTC().Format(time.RFC3339), dash(r.Actor), dash(r.Via), r.Action,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.UTC().Format(time.RFC3339), dash(r.Actor), dash(r.Via), dash(r.Action),
 			dash(entry), dash(oneLine(r.Note, 60)), dash(oneLine(r.Detail, 60)))
 	}
 	_ = tw.Flush()

@@ -64,7 +64,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	pos := fs.Args()
 	cl, err := newAPIClient(*server, *tokenFile, *caFile)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd entries:", err)
+		fmt.Fprintln(stderr, "beatd entries:", termErr(err))
 		return 1
 	}
 	c := &entriesClient{base: cl.base + "/api/v1/entries", token: cl.token, note: *note, http: cl.http}
@@ -76,7 +76,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 			return usage()
 		}
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd entries apply:", err)
+			fmt.Fprintln(stderr, "beatd entries apply:", termErr(err))
 			return 1
 		}
 		return 0
@@ -84,7 +84,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	if verb == "list" && len(pos) == 0 {
 		// Each page has its own deadline: a million entries take many.
 		if err := c.list(ctx, stdout, *output, api.ListQuery{Prefix: *prefix, Task: *task, Queue: *queue, Limit: *limit}); err != nil {
-			fmt.Fprintln(stderr, "beatd entries list:", err)
+			fmt.Fprintln(stderr, "beatd entries list:", termErr(err))
 			return 1
 		}
 		return 0
@@ -96,13 +96,13 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 		err = c.get(ctx, stdout, pos[0], *output)
 	case verb == "delete" && len(pos) == 1:
 		if err = c.do(ctx, "DELETE", "/"+pos[0], nil, nil); err == nil {
-			fmt.Fprintf(stdout, "entry %s deleted\n", pos[0])
+			fmt.Fprintf(stdout, "entry %s deleted\n", term(pos[0]))
 		}
 	default:
 		return usage()
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd entries "+verb+":", err)
+		fmt.Fprintln(stderr, "beatd entries "+term(verb)+":", termErr(err))
 		return 1
 	}
 	return 0
@@ -279,7 +279,7 @@ func printEntryRows(tw *tabwriter.Writer, entries []api.Entry) {
 		if len(e.NextRuns) > 0 {
 			next = e.NextRuns[0].Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Source, e.Task, e.Schedule, state, next)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", dash(e.Name), dash(e.Source), dash(e.Task), dash(e.Schedule), dash(state), next)
 	}
 }
 
@@ -337,7 +337,7 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 				return err
 			}
 			for _, n := range names {
-				fmt.Fprintf(w, "entry %s applied\n", n)
+				fmt.Fprintf(w, "entry %s applied\n", term(n))
 			}
 			return nil
 		}
@@ -477,7 +477,7 @@ func entriesNode(w io.Writer, path string, top *yaml.Node) (*yaml.Node, error) {
 				if s := field(v, "source"); s != nil {
 					src = "source " + s.Value
 				}
-				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", name.Value, src)
+				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", term(name.Value), term(src))
 				continue
 			}
 			out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name.Value}, spec)
