@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -168,36 +169,72 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return unreachable(req.URL, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return err
+		return fmt.Errorf("beatd at %s: %s: reading the answer: %w", serverOf(req.URL), resp.Status, err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Errors     []config.FieldError `json:"errors"`
-			MaxEntries int                 `json:"max_entries"`
-		}
-		if json.Unmarshal(data, &e) != nil || len(e.Errors) == 0 {
-			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
-		}
-		lines := []string{resp.Status}
-		for _, fe := range e.Errors {
-			if fe.Pointer != "" {
-				lines = append(lines, fmt.Sprintf("  %s: %s", fe.Pointer, fe.Message))
-			} else {
-				lines = append(lines, "  "+fe.Message)
-			}
-		}
-		return &serverError{msg: strings.Join(lines, "\n"), maxEntries: e.MaxEntries}
+		return answerError(resp.Status, data)
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
 	}
 	return nil
 }
+
+// answerError is the error of an answer with an error status: the
+// status, then the server's reason, whatever shape its body has: the
+// API's {"errors": [{pointer, message}]}, {"error": "..."}, plain text,
+// or nothing.
+func answerError(status string, body []byte) error {
+	var e struct {
+		Errors     []config.FieldError `json:"errors"`
+		Error      string              `json:"error"`
+		MaxEntries int                 `json:"max_entries"`
+	}
+	text := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) != nil {
+		e.Errors, e.Error = nil, ""
+	}
+	lines := []string{status}
+	for _, fe := range e.Errors {
+		switch {
+		case fe.Pointer != "" && fe.Message != "":
+			lines = append(lines, fmt.Sprintf("  %s: %s", fe.Pointer, fe.Message))
+		case fe.Message != "":
+			lines = append(lines, "  "+fe.Message)
+		}
+	}
+	switch {
+	case len(lines) > 1:
+	case e.Error != "":
+		lines = append(lines, "  "+e.Error)
+	case text != "":
+		if r := []rune(text); len(r) > 2000 {
+			text = string(r[:2000]) + "…"
+		}
+		lines = append(lines, "  "+text)
+	default:
+		lines[0] += " (the server gave no reason)"
+	}
+	return &serverError{msg: strings.Join(lines, "\n"), maxEntries: e.MaxEntries}
+}
+
+// unreachable is the error of a request that got no answer: it names
+// the server and where its address comes from.
+func unreachable(u *url.URL, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from beatd at %s (is it running? --server or BEATD_SERVER give beatd's HTTP address): %w", serverOf(u), err)
+	}
+	return fmt.Errorf("beatd at %s: %w", serverOf(u), err)
+}
+
+// serverOf is the scheme and host of a request's URL.
+func serverOf(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 func (c *entriesClient) list(ctx context.Context, w io.Writer, output string, q api.ListQuery) error {
 	switch output {
