@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -161,6 +162,24 @@ func Start(cfg Config) (*Server, error) {
 		eps = memberClientURLs(e)
 	}
 	return &Server{etcd: e, Endpoints: eps}, nil
+}
+
+// ClientAddrs are the addresses the member's client listeners are bound
+// to, as the kernel reports them: what a warning about who can reach
+// the member must look at, not the URLs it advertises.
+func (s *Server) ClientAddrs() []net.Addr {
+	out := make([]net.Addr, 0, len(s.etcd.Clients))
+	for _, l := range s.etcd.Clients {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+// ClientCertAuth reports whether the member refuses clients without a
+// certificate of its client CA.
+func (s *Server) ClientCertAuth() bool {
+	cfg := s.etcd.Config()
+	return cfg.ClientTLSInfo.ClientCertAuth
 }
 
 // Close stops the member; its data stays in Dir.
