@@ -80,7 +80,7 @@ func (m *Main) embedConfig(ctx context.Context) embedetcd.Config {
 			name = m.ID
 		}
 	}
-	return embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"), ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: name,
+	return embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"), DataDir: m.DataDir, ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: name,
 		InitialCluster: c.InitialCluster, ClusterToken: c.Token, AdvertisePeerURL: c.AdvertisePeerURL,
 		AdvertiseClientURL: c.AdvertiseClientURL, ListenPeerURL: c.ListenPeerURL, ListenClientURL: c.ListenClientURL,
 		PeerCertFile: c.PeerCertFile, PeerKeyFile: c.PeerKeyFile, PeerTrustedCAFile: c.PeerTrustedCAFile,
@@ -99,6 +99,20 @@ func (m *Main) logEmbedded() {
 	}
 	m.log.Warn("no --etcd-endpoints: starting an embedded single-node etcd; this mode has NO high availability",
 		"data_dir", m.DataDir, "client_port", m.EtcdClientPort)
+}
+
+// dataDirFailed logs, as the one ERROR line naming the data dir and the
+// cause, a start-up failure of the embedded etcd's storage (a data dir
+// that is a file, read-only, full); other errors are left to the
+// caller. A failure while running is said by embedetcd's stop hook.
+func (m *Main) dataDirFailed(err error) {
+	cause, path := embedetcd.StorageCause(err)
+	// The file that failed is in the data dir, or is the data dir or one
+	// of its parents (a file where a directory must be).
+	if cause == "" || path != "" && !embedetcd.Within(path, m.DataDir) && !embedetcd.Within(m.DataDir, path) {
+		return
+	}
+	m.log.Error("the data dir is not usable: beatd stops", "data_dir", m.DataDir, "cause", cause, "path", path, "err", err.Error())
 }
 
 // avoidRaftLeader keeps raft leadership off this replica's embedded member
