@@ -248,6 +248,14 @@ func (t *Tokens) refreshLocked() {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,63}$`)
 
+// CheckName refuses a token name that a tokens file cannot hold.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("token name %q: want 1-64 letters, digits or _.@:- (starting with a letter or digit)", name)
+	}
+	return nil
+}
+
 // Load reads a tokens file:
 //
 //	tokens:
@@ -298,8 +306,8 @@ func parse(path string, b []byte) (table, error) {
 		k, v := toks.Content[i], toks.Content[i+1]
 		name := k.Value
 		switch {
-		case !nameRE.MatchString(name):
-			at(k, "token name %q: want 1-64 letters, digits or _.@:- (starting with a letter or digit)", name)
+		case CheckName(name) != nil:
+			at(k, "%v", CheckName(name))
 			continue
 		case seen[name]:
 			at(k, "token %q is named twice", name)

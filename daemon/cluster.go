@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,7 +62,7 @@ func (c *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ClientKeyFile, "etcd-client-key-file", "", "embedded cluster mode: the key of --etcd-client-cert-file")
 	fs.StringVar(&c.ClientCAFile, "etcd-client-trusted-ca-file", "", "embedded cluster mode: the CA that signs the clients' certificates (and the members', for this replica's own client unless --etcd-cacert is given)")
 	fs.BoolVar(&c.ClientCertAuth, "etcd-client-cert-auth", false, "embedded cluster mode: refuse etcd clients (other replicas, the CLI) without a certificate signed by --etcd-client-trusted-ca-file")
-	fs.BoolVar(&c.InsecureOK, "etcd-insecure-ok", false, "embedded cluster mode: a member whose client port listens beyond loopback without --etcd-client-cert-auth is intended; silences the warning (the metric beatd_etcd_client_unauthenticated stays 1)")
+	fs.BoolVar(&c.InsecureOK, "etcd-insecure-ok", false, "embedded etcd: a client port without --etcd-client-cert-auth (beyond loopback, or the single node's on loopback) is intended; silences the warning (the metric beatd_etcd_client_unauthenticated stays 1 beyond loopback)")
 	fs.UintVar(&c.HeartbeatMs, "etcd-heartbeat-interval", 100, "embedded etcd: raft heartbeat interval in milliseconds")
 	fs.UintVar(&c.ElectionMs, "etcd-election-timeout", 1000, "embedded etcd: raft election timeout in milliseconds")
 	fs.BoolVar(&c.MoveRaftLeader, "etcd-move-raft-leader", true, "embedded cluster mode: the beatd leader moves raft leadership off its own member, so a kill -9 of it fails over within the lease TTL")
@@ -80,7 +80,7 @@ func (m *Main) embedConfig(ctx context.Context) embedetcd.Config {
 			name = m.ID
 		}
 	}
-	return embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"), ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: name,
+	return embedetcd.Config{Dir: filepath.Join(m.DataDir, "etcd"), DataDir: m.DataDir, ClientPort: m.EtcdClientPort, PeerPort: m.EtcdPeerPort, Name: name,
 		InitialCluster: c.InitialCluster, ClusterToken: c.Token, AdvertisePeerURL: c.AdvertisePeerURL,
 		AdvertiseClientURL: c.AdvertiseClientURL, ListenPeerURL: c.ListenPeerURL, ListenClientURL: c.ListenClientURL,
 		PeerCertFile: c.PeerCertFile, PeerKeyFile: c.PeerKeyFile, PeerTrustedCAFile: c.PeerTrustedCAFile,
@@ -99,6 +99,20 @@ func (m *Main) logEmbedded() {
 	}
 	m.log.Warn("no --etcd-endpoints: starting an embedded single-node etcd; this mode has NO high availability",
 		"data_dir", m.DataDir, "client_port", m.EtcdClientPort)
+}
+
+// dataDirFailed logs, as the one ERROR line naming the data dir and the
+// cause, a start-up failure of the embedded etcd's storage (a data dir
+// that is a file, read-only, full); other errors are left to the
+// caller. A failure while running is said by embedetcd's stop hook.
+func (m *Main) dataDirFailed(err error) {
+	cause, path := embedetcd.StorageCause(err)
+	// The file that failed is in the data dir, or is the data dir or one
+	// of its parents (a file where a directory must be).
+	if cause == "" || path != "" && !embedetcd.Within(path, m.DataDir) && !embedetcd.Within(m.DataDir, path) {
+		return
+	}
+	m.log.Error("the data dir is not usable: beatd stops", "data_dir", m.DataDir, "cause", cause, "path", path, "err", err.Error())
 }
 
 // avoidRaftLeader keeps raft leadership off this replica's embedded member
@@ -159,39 +173,71 @@ func (m *Main) checkClusterFlags() error {
 	return nil
 }
 
-// clientUnauthenticated says why the embedded member's client port lets
-// anyone who reaches it write the schedule ("" when it does not): it
-// listens beyond loopback without client certificate auth.
-func (m *Main) clientUnauthenticated() string {
-	c := m.Cluster
-	if c.InitialCluster == "" || c.ClientCertAuth {
-		return ""
+// clientUnauthenticated says who can use the embedded member's client
+// port without authenticating, from the addresses its listeners are
+// bound to (what etcd bound, not a URL it advertises): "" when nobody
+// can (client certificate auth, or no embedded member); otherwise why,
+// and whether that reaches beyond this machine (a listener on a
+// non-loopback or unspecified address).
+func clientUnauthenticated(addrs []net.Addr, certAuth bool) (why string, beyondLoopback bool) {
+	if certAuth || len(addrs) == 0 {
+		return "", false
 	}
-	listen := c.ListenClientURL
-	if listen == "" {
-		listen = "0.0.0.0 (the default)"
-	} else if u, err := url.Parse(listen); err == nil {
-		if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || ip != nil && ip.IsLoopback() {
-			return ""
+	var open, local []string
+	for _, a := range addrs {
+		switch a := a.(type) {
+		case *net.TCPAddr:
+			if a.IP.IsLoopback() {
+				local = append(local, a.String())
+				continue
+			}
+		case *net.UnixAddr:
+			local = append(local, a.String())
+			continue
 		}
+		open = append(open, a.String())
 	}
-	return "the embedded etcd member's client port listens on " + listen + " without client certificate auth: " +
-		"whoever reaches it can rewrite the schedule, and so which tasks every worker runs. " +
-		"Set --etcd-client-cert-auth with --etcd-client-cert-file, --etcd-client-key-file and --etcd-client-trusted-ca-file " +
-		"(beatd certs init makes them), or --etcd-insecure-ok to state that this is intended"
+	if len(open) > 0 {
+		return "the embedded etcd member's client port listens on " + strings.Join(open, ", ") + " without client certificate auth: " +
+			"whoever reaches it can rewrite the schedule, and so which tasks every worker runs. " +
+			"Set --etcd-client-cert-auth with --etcd-client-cert-file, --etcd-client-key-file and --etcd-client-trusted-ca-file " +
+			"(beatd certs init makes them), or --etcd-insecure-ok to state that this is intended", true
+	}
+	return "the embedded etcd's client port " + strings.Join(local, ", ") + " has no authentication: any local user on this machine " +
+		"can connect to it and add, change, trigger or pause entries, which the leader fires, with no audit record. " +
+		"Where other users share the machine, run the embedded etcd with client certificate auth " +
+		"(a one-member cluster: see Securing the quickstart in docs/operations.md), or use an external etcd with auth; " +
+		"--etcd-insecure-ok states that this is intended", false
 }
 
-// warnUnauthenticated keeps saying, once a minute, that the embedded
-// member's client port is open, until ctx ends; the gauge says it too.
+// warnUnauthenticated says who can use the embedded member's client port
+// without authenticating: beyond loopback, once a minute until ctx ends,
+// with the gauge at 1; on loopback only, once at start (any local user
+// can). External etcd's access is its own operator's to set.
 func (m *Main) warnUnauthenticated(ctx context.Context, g prometheus.Gauge) {
-	why := m.clientUnauthenticated()
-	if why == "" {
-		g.Set(0)
-		return
+	var addrs []net.Addr
+	var certAuth bool
+	if m.embedded != nil {
+		addrs, certAuth = m.embedded.ClientAddrs(), m.embedded.ClientCertAuth()
 	}
-	g.Set(1)
-	if m.Cluster.InsecureOK {
-		m.log.Info("embedded etcd client port without client certificate auth, as --etcd-insecure-ok states")
+	m.warnClients(ctx, g, addrs, certAuth)
+}
+
+// warnClients is warnUnauthenticated for the given listeners.
+func (m *Main) warnClients(ctx context.Context, g prometheus.Gauge, addrs []net.Addr, certAuth bool) {
+	why, beyond := clientUnauthenticated(addrs, certAuth)
+	g.Set(0)
+	if beyond {
+		g.Set(1)
+	}
+	switch {
+	case why == "":
+		return
+	case m.Cluster.InsecureOK:
+		m.log.Info("embedded etcd client port without client certificate auth, as --etcd-insecure-ok states", "listen", addrStrings(addrs))
+		return
+	case !beyond:
+		m.log.Warn(why)
 		return
 	}
 	t := m.clock.NewTicker(time.Minute)
@@ -204,4 +250,12 @@ func (m *Main) warnUnauthenticated(ctx context.Context, g prometheus.Gauge) {
 		case <-t.Chan():
 		}
 	}
+}
+
+func addrStrings(addrs []net.Addr) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return out
 }

@@ -357,6 +357,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if len(m.Etcd.EndpointURLs()) == 0 {
 		m.logEmbedded()
 		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+			m.dataDirFailed(err)
 			return fmt.Errorf("data dir: %w", err)
 		}
 		etcdc = make(chan started, 1)
@@ -372,6 +373,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if etcdc != nil {
 		s := <-etcdc
 		if s.err != nil {
+			m.dataDirFailed(s.err)
 			return s.err
 		}
 		m.embedded = s.srv

@@ -93,7 +93,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	if o.config != "" {
 		var err error
 		if cfg, err = config.LoadFile(o.config); err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, termErr(err))
 			return exitFail
 		}
 	}
@@ -101,7 +101,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	defer cancel()
 	cli, err := o.etcd.Client()
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd status:", err)
+		fmt.Fprintln(stderr, "beatd status:", termErr(err))
 		return exitFail
 	}
 	defer cli.Close()
@@ -115,17 +115,17 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, "no leader has published its config to etcd yet: schedules and next runs unknown (pass --config)")
 		case err != nil:
 			if ctx.Err() != nil {
-				fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read the leader's config", o.timeout, err))
+				fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read the leader's config", o.timeout, err)))
 				return exitFail
 			}
 			notes = append(notes, err.Error())
 		}
 	} else if hdr, err = catalog.ReadHeader(ctx, cli, prefix); err != nil && !errors.Is(err, catalog.ErrNone) {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read the leader's config", o.timeout, err))
+		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read the leader's config", o.timeout, err)))
 		return exitFail
 	}
 	if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read runtime entries", o.timeout, err))
+		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read runtime entries", o.timeout, err)))
 		return exitFail
 	}
 	hist, closeHist, err := o.broker.history(keys.Cluster(prefix))
@@ -139,7 +139,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), q)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd status:", o.etcd.Failure("read status", o.timeout, err))
+		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read status", o.timeout, err)))
 		return exitFail
 	}
 	if st.HistoryError != "" {
@@ -191,7 +191,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, n := range notes {
-		fmt.Fprintln(stderr, "note:", n)
+		fmt.Fprintln(stderr, "note:", termText(n))
 	}
 	return 0
 }
@@ -203,9 +203,9 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 	case st.LeaderID == "":
 		fmt.Fprintln(w, "leader: none")
 	case st.LeaderUnresponsive:
-		fmt.Fprintf(w, "leader: %s (fencing token %d) NOT RESPONDING: its lease was not renewed, it expires in %ds\n", st.LeaderID, st.FencingToken, st.LeaderLeaseSeconds)
+		fmt.Fprintf(w, "leader: %s (fencing token %d) NOT RESPONDING: its lease was not renewed, it expires in %ds\n", term(st.LeaderID), st.FencingToken, st.LeaderLeaseSeconds)
 	default:
-		fmt.Fprintf(w, "leader: %s (fencing token %d)\n", st.LeaderID, st.FencingToken)
+		fmt.Fprintf(w, "leader: %s (fencing token %d)\n", term(st.LeaderID), st.FencingToken)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if wide {
@@ -219,16 +219,16 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 			errText = e.LastErrorAt.Format(time.RFC3339) + " " + e.LastError
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
-				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), lastOutcome(e), fmtTime(e.NextRunAt), oneLine(errText, 0))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
+				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), dash(lastOutcome(e)), fmtTime(e.NextRunAt), oneLine(errText, 0))
 		} else {
-			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), lastOutcome(e),
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), dash(lastOutcome(e)),
 				fmtTime(e.NextRunAt), oneLine(errText, 60))
 		}
 	}
 	_ = tw.Flush()
 	for _, b := range st.Backfills {
-		fmt.Fprintf(w, "backfill %s of %s: %s, %d published, %d skipped of %d (%s to %s, by %s)\n", b.ID, b.Entry, b.State,
+		fmt.Fprintf(w, "backfill %s of %s: %s, %d published, %d skipped of %d (%s to %s, by %s)\n", term(b.ID), term(b.Entry), term(b.State),
 			b.Published, b.Skipped, b.Total, b.From.UTC().Format(time.RFC3339), b.To.UTC().Format(time.RFC3339), dash(b.Actor))
 	}
 }
@@ -246,7 +246,7 @@ func lastOutcome(e api.EntryStatus) string {
 // printEntry writes one entry's detail and its runs' outcomes.
 func printEntry(w io.Writer, e api.EntryStatus) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, term(v)) }
 	row("entry", e.Name)
 	row("task", dash(e.Task))
 	row("schedule", dash(e.Schedule))
@@ -286,26 +286,28 @@ func printEntry(w io.Writer, e api.EntryStatus) {
 		if r.SkippedSlots > 1 {
 			exc = fmt.Sprintf("%d slots in a row, the newest shown", r.SkippedSlots)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, r.Outcome, r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, dash(r.Outcome), r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
 			dash(r.Worker), dash(oneLine(exc, 80)))
 	}
 	_ = tw.Flush()
 }
 
+// dash is a table cell of user text: "-" when empty, else escaped (term).
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return term(s)
 }
 
-// oneLine keeps a table cell on one line, cut to max runes (0: no cut).
+// oneLine keeps a table cell on one line, cut to max runes (0: no cut),
+// escaped (term).
 func oneLine(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); max > 0 && len(r) > max {
-		return string(r[:max-1]) + "…"
+		s = string(r[:max-1]) + "…"
 	}
-	return s
+	return term(s)
 }
 
 func fmtTime(t *time.Time) string {
@@ -448,7 +450,7 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 	}
 	cli, err := o.etcd.Client()
 	if err != nil {
-		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
+		fmt.Fprintf(stderr, "beatd %s: %s\n", op, termErr(err))
 		return exitFail
 	}
 	defer cli.Close()
@@ -459,13 +461,13 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 			if tctx.Err() != nil {
 				err = o.etcd.Failure("check the entry", o.timeout, err)
 			}
-			fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, err)
+			fmt.Fprintf(stderr, "beatd %s %s: %s\n", op, term(name), termErr(err))
 			return exitFail
 		}
 	}
 	if op == store.OpPause && strings.TrimSpace(o.note) == "" {
 		if h, err := catalog.ReadHeader(tctx, cli, o.etcd.KeyPrefix()); err == nil && h.RequireNotes {
-			fmt.Fprintf(stderr, "beatd pause %s: the leader runs with --require-notes: say why with --note\n", name)
+			fmt.Fprintf(stderr, "beatd pause %s: the leader runs with --require-notes: say why with --note\n", term(name))
 			return exitUsage
 		}
 	}
@@ -473,13 +475,13 @@ func (o *adminOptions) run(ctx context.Context, op store.Op, name string, stdout
 	rec := &store.AuditRecord{Actor: req.Actor, Role: "etcd", Via: "etcd", Action: string(op), Entry: name, Note: req.Note, Detail: localUser()}
 	r, err := store.New(cli, o.etcd.KeyPrefix()).PutRequest(tctx, req, rec, time.Now())
 	if err != nil {
-		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, o.etcd.Failure("queue the request", o.timeout, err))
+		fmt.Fprintf(stderr, "beatd %s %s: %s\n", op, term(name), termErr(o.etcd.Failure("queue the request", o.timeout, err)))
 		return exitFail
 	}
 	outcome := "queued"
 	if o.wait > 0 {
 		if err := waitConsumed(ctx, cli, r.Key, o.wait); err != nil {
-			fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running? etcd at %s)\n", op, name, o.wait, o.etcd.Where())
+			fmt.Fprintf(stderr, "beatd %s %s: queued, but no leader acted within %s (is a beatd leader running? etcd at %s)\n", op, term(name), o.wait, term(o.etcd.Where()))
 			return exitFail
 		}
 		outcome = "done"
@@ -492,7 +494,7 @@ func (o *adminOptions) print(stdout io.Writer, op store.Op, name, id, outcome st
 	if o.asJSON {
 		_ = json.NewEncoder(stdout).Encode(map[string]string{"op": string(op), "entry": name, "request": id, "outcome": outcome})
 	} else {
-		fmt.Fprintf(stdout, "%s %s: %s\n", op, name, outcome)
+		fmt.Fprintf(stdout, "%s %s: %s\n", op, term(name), outcome)
 	}
 }
 
@@ -521,7 +523,7 @@ func localUser() string {
 func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, stdout, stderr io.Writer) int {
 	c, err := newAPIClient(o.server, o.tokenFile, o.serverCA)
 	if err != nil {
-		fmt.Fprintf(stderr, "beatd %s: %v\n", op, err)
+		fmt.Fprintf(stderr, "beatd %s: %s\n", op, termErr(err))
 		return exitFail
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -535,7 +537,7 @@ func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, st
 		Request string `json:"request"`
 	}
 	if err := c.do(ctx, http.MethodPost, path, body, &out); err != nil {
-		fmt.Fprintf(stderr, "beatd %s %s: %v\n", op, name, err)
+		fmt.Fprintf(stderr, "beatd %s %s: %s\n", op, term(name), termErr(err))
 		return exitFail
 	}
 	o.print(stdout, op, name, out.Request, "accepted")

@@ -51,7 +51,7 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 			if server != "" {
 				cl, err := newAPIClient(server, tokenFile, serverCA)
 				if err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				q := url.Values{"limit": {strconv.Itoa(limit)}}
@@ -62,19 +62,19 @@ is recorded as actor "etcd": etcd's credentials are the schedule's.`, store.Defa
 					Records []store.AuditRecord `json:"records"`
 				}
 				if err := cl.do(rctx, http.MethodGet, "/api/v1/audit?"+q.Encode(), nil, &out); err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				recs = out.Records
 			} else {
 				cli, err := etcd.Client()
 				if err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", err)
+					fmt.Fprintln(stderr, "beatd audit:", termErr(err))
 					return codeErr(exitFail)
 				}
 				defer cli.Close()
 				if recs, err = store.New(cli, etcd.KeyPrefix()).AuditLog(rctx, entry, limit); err != nil {
-					fmt.Fprintln(stderr, "beatd audit:", etcd.Failure("read the audit trail", timeout, err))
+					fmt.Fprintln(stderr, "beatd audit:", termErr(etcd.Failure("read the audit trail", timeout, err)))
 					return codeErr(exitFail)
 				}
 			}
@@ -112,10 +112,17 @@ func printAudit(w io.Writer, recs []store.AuditRecord) {
 				entry = r.Entries[0]
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.UTC().Format(time.RFC3339), dash(r.Actor), dash(r.Via), r.Action,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At.UTC().Format(time.RFC3339), dash(r.Actor), dash(r.Via), dash(r.Action),
 			dash(entry), dash(oneLine(r.Note, 60)), dash(oneLine(r.Detail, 60)))
 	}
 	_ = tw.Flush()
+}
+
+// tokenLine is the tokens-file entry of a new token: one line of YAML to
+// append under tokens: as it is (docs/access.md redirects it there), its
+// note to a reader a comment.
+func tokenLine(name string, r auth.Role, tok string) string {
+	return fmt.Sprintf("  %s: {role: %s, sha256: %s}  # beatd token new: the token itself is on stdout, shown once\n", name, r, auth.Hash(tok))
 }
 
 // tokenCommand is `beatd token new NAME --role R | hash`.
@@ -130,19 +137,27 @@ func tokenCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	newCmd := &cobra.Command{
 		Use:   "new NAME --role read|operate|admin",
 		Short: "print a new random token, and the line that adds it to the tokens file",
-		Long: `new prints a new random token (give it to its holder: it is not stored
-anywhere) and the tokens-file line that lets it in, which holds only the
-token's SHA-256. Roles: read (status, entries, audit), operate (also trigger,
-pause, resume, backfill), admin (also put and delete entries).`,
+		Long: `new prints a new random token on stdout (give it to its holder: it is not
+stored anywhere) and on stderr one line, the tokens-file entry that lets it
+in, which holds only the token's SHA-256. The line is YAML to append under
+tokens: as it is:
+
+  beatd token new alice --role operate 2>>tokens.yaml >alice.token
+
+Roles: read (status, entries, audit), operate (also trigger, pause, resume,
+backfill), admin (also put and delete entries).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			r, err := auth.ParseRole(role)
 			if err != nil {
 				return usageError{c, err}
 			}
+			if err := auth.CheckName(args[0]); err != nil {
+				return usageError{c, err}
+			}
 			tok := auth.NewToken()
 			fmt.Fprintln(stdout, tok)
-			fmt.Fprintf(stderr, "The token is above, on stdout; it is shown once. Add this under tokens: in the tokens file:\n  %s: {role: %s, sha256: %s}\n", args[0], r, auth.Hash(tok))
+			fmt.Fprint(stderr, tokenLine(args[0], r, tok))
 			return nil
 		},
 	}

@@ -89,7 +89,7 @@ role, since the replica reads the run history to plan it.`, scheduler.DefaultBac
 func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	cl, err := newAPIClient(o.server, o.tokenFile, o.serverCA)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd backfill:", err)
+		fmt.Fprintln(stderr, "beatd backfill:", termErr(err))
 		return exitFail
 	}
 	cl.note = o.note
@@ -108,10 +108,10 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 		defer cancel()
 		body, _ := json.Marshal(map[string]string{"note": o.note})
 		if err := cl.do(rctx, http.MethodDelete, "/api/v1/backfills/"+url.PathEscape(o.cancel), body, nil); err != nil {
-			fmt.Fprintf(stderr, "beatd backfill --cancel %s: %v\n", o.cancel, err)
+			fmt.Fprintf(stderr, "beatd backfill --cancel %s: %s\n", term(o.cancel), termErr(err))
 			return exitFail
 		}
-		fmt.Fprintf(stdout, "backfill %s: cancel accepted\n", o.cancel)
+		fmt.Fprintf(stdout, "backfill %s: cancel accepted\n", term(o.cancel))
 		return 0
 	}
 	if len(args) != 1 || o.from == "" || o.to == "" {
@@ -133,7 +133,7 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 	defer cancel()
 	var ans api.BackfillAnswer
 	if err := cl.do(rctx, http.MethodPost, "/api/v1/entries/"+url.PathEscape(name)+"/backfill", body, &ans); err != nil {
-		fmt.Fprintf(stderr, "beatd backfill %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "beatd backfill %s: %s\n", term(name), termErr(err))
 		return exitFail
 	}
 	if o.asJSON && o.wait == 0 {
@@ -148,15 +148,15 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 			if s.Fired && !o.includeFired {
 				pub = "no (fired)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", s.Slot.UTC().Format(time.RFC3339), s.TaskID, s.Fired, pub)
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", s.Slot.UTC().Format(time.RFC3339), term(s.TaskID), s.Fired, pub)
 		}
 		_ = tw.Flush()
 		fmt.Fprintf(stdout, "dry run: %d slots, %d would be published, %d already fired\n", len(ans.Slots), ans.Publish, ans.Fired)
 		return 0
 	}
-	fmt.Fprintf(stdout, "backfill %s of %s queued: %d slots to publish, %d already fired\n", ans.Job.ID, name, ans.Publish, ans.Fired)
+	fmt.Fprintf(stdout, "backfill %s of %s queued: %d slots to publish, %d already fired\n", term(ans.Job.ID), term(name), ans.Publish, ans.Fired)
 	if o.wait == 0 {
-		fmt.Fprintf(stdout, "follow it with: beatd backfill --list %s\n", name)
+		fmt.Fprintf(stdout, "follow it with: beatd backfill --list %s\n", term(name))
 		return 0
 	}
 	return o.follow(ctx, cl, ans.Job.ID, stdout, stderr)
@@ -172,9 +172,9 @@ func (o *backfillOptions) follow(ctx context.Context, cl *entriesClient, id stri
 		err := cl.do(rctx, http.MethodGet, "/api/v1/backfills/"+url.PathEscape(id), nil, &job)
 		cancel()
 		if err != nil {
-			fmt.Fprintf(stderr, "beatd backfill: %v\n", err)
+			fmt.Fprintf(stderr, "beatd backfill: %s\n", termErr(err))
 		} else {
-			line := fmt.Sprintf("%s: %s, %d published, %d skipped of %d", id, job.State, job.Published, job.Skipped, job.Total)
+			line := fmt.Sprintf("%s: %s, %d published, %d skipped of %d", term(id), term(job.State), job.Published, job.Skipped, job.Total)
 			if line != last && !o.asJSON {
 				fmt.Fprintln(stdout, line)
 				last = line
@@ -190,7 +190,7 @@ func (o *backfillOptions) follow(ctx context.Context, cl *entriesClient, id stri
 			}
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "beatd backfill: %s not finished within %s (it goes on; beatd backfill --list shows it)\n", id, o.wait)
+			fmt.Fprintf(stderr, "beatd backfill: %s not finished within %s (it goes on; beatd backfill --list shows it)\n", term(id), o.wait)
 			return exitFail
 		}
 		select {
@@ -212,7 +212,7 @@ func (o *backfillOptions) runList(ctx context.Context, cl *entriesClient, entry 
 		path += "?entry=" + url.QueryEscape(entry)
 	}
 	if err := cl.do(rctx, http.MethodGet, path, nil, &out); err != nil {
-		fmt.Fprintln(stderr, "beatd backfill --list:", err)
+		fmt.Fprintln(stderr, "beatd backfill --list:", termErr(err))
 		return exitFail
 	}
 	if o.asJSON {
@@ -226,8 +226,8 @@ func (o *backfillOptions) runList(ctx context.Context, cl *entriesClient, entry 
 		if j.Error != "" {
 			note = strings.TrimSpace(note + " (" + j.Error + ")")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", j.ID, j.Entry, j.State, j.From.UTC().Format(time.RFC3339),
-			j.To.UTC().Format(time.RFC3339), j.Published, j.Skipped, j.Total, dash(j.Actor), dash(note))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", dash(j.ID), dash(j.Entry), dash(j.State), j.From.UTC().Format(time.RFC3339),
+			j.To.UTC().Format(time.RFC3339), j.Published, j.Skipped, j.Total, dash(j.Actor), dash(oneLine(note, 0)))
 	}
 	_ = tw.Flush()
 	return 0
@@ -257,6 +257,6 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 
 // usageFail prints a usage problem with a pointer to --help.
 func usageFail(c *cobra.Command, stderr io.Writer, msg string) int {
-	fmt.Fprintf(stderr, "beatd: %s\nRun '%s --help' for usage.\n", msg, c.CommandPath())
+	fmt.Fprintf(stderr, "beatd: %s\nRun '%s --help' for usage.\n", termText(msg), c.CommandPath())
 	return exitUsage
 }

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ue) {
 		cmd = ue.cmd
 	}
-	fmt.Fprintf(stderr, "beatd: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	fmt.Fprintf(stderr, "beatd: %s\nRun '%s --help' for usage.\n", termErr(err), cmd.CommandPath())
 	return exitUsage
 }
 

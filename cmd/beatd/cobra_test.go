@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -195,6 +196,8 @@ func TestHumanDuration(t *testing.T) {
 		{2 * 24 * time.Hour, "2d"},
 		{400 * 24 * time.Hour, "400d"},
 		{-90 * time.Second, "-1m 30s"},
+		{math.MaxInt64, "106751d 23h"},
+		{math.MinInt64, "-106751d 23h"},
 	}
 	for _, tt := range tests {
 		if got := humanDuration(tt.d); got != tt.want {

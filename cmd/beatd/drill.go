@@ -53,7 +53,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		RunE: func(*cobra.Command, []string) error {
 			bin, err := os.Executable()
 			if err != nil {
-				fmt.Fprintln(stderr, "beatd drill:", err)
+				fmt.Fprintln(stderr, "beatd drill:", termErr(err))
 				return exitError(exitFail)
 			}
 			var kinds []string
@@ -69,7 +69,7 @@ func drillLocalCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 				Faults: kinds, LeaseTTL: *ttl, MinEach: *minEach, Dir: *dir, Log: stdout, Broker: *brokerKind, Sentinel: *sentinel, Topology: *topology,
 				EtcdDelay: *etcdDelay})
 			if err != nil {
-				fmt.Fprintln(stderr, "beatd drill:", err)
+				fmt.Fprintln(stderr, "beatd drill:", termErr(err))
 				return exitError(exitFail)
 			}
 			return codeErr(finishDrill(rep, *report, stdout, stderr))
@@ -99,7 +99,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		}
 		cfg, err := config.LoadFile(*configFile)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, termErr(err))
 			return exitError(exitFail)
 		}
 		fromT, err := time.Parse(time.RFC3339Nano, *from)
@@ -115,7 +115,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		if amqpbroker.IsAMQPURL(*brokerKind) {
 			msgs, err := drainAMQP(*brokerKind, *queue)
 			if err != nil {
-				fmt.Fprintln(stderr, "beatd drill audit:", err)
+				fmt.Fprintln(stderr, "beatd drill audit:", termErr(err))
 				return exitError(exitFail)
 			}
 			rep := chaos.Audit(cfg, msgs, fromT, toT)
@@ -126,7 +126,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		}
 		rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: *brokerKind, Password: os.Getenv("BEATD_BROKER_PASSWORD")})
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd drill audit:", err)
+			fmt.Fprintln(stderr, "beatd drill audit:", termErr(err))
 			return exitError(exitFail)
 		}
 		defer rdb.Close()
@@ -134,7 +134,7 @@ func drillAuditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Com
 		defer cancel()
 		msgs, err := chaos.ReadQueue(tctx, rdb, *queue)
 		if err != nil {
-			fmt.Fprintf(stderr, "beatd drill audit: broker at %s (within %s): %v\n", broker.Redacted(*brokerKind), *timeout, err)
+			fmt.Fprintf(stderr, "beatd drill audit: broker at %s (within %s): %s\n", broker.Redacted(*brokerKind), *timeout, termErr(err))
 			return exitError(exitFail)
 		}
 		return codeErr(finishDrill(chaos.Audit(cfg, msgs, fromT, toT), *report, stdout, stderr))
@@ -148,7 +148,7 @@ func finishDrill(rep *chaos.Report, reportPath string, stdout, stderr io.Writer)
 	if reportPath != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(reportPath, b, 0o644); err != nil {
-			fmt.Fprintln(stderr, "beatd drill:", err)
+			fmt.Fprintln(stderr, "beatd drill:", termErr(err))
 			return 1
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -64,7 +65,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	pos := fs.Args()
 	cl, err := newAPIClient(*server, *tokenFile, *caFile)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd entries:", err)
+		fmt.Fprintln(stderr, "beatd entries:", termErr(err))
 		return 1
 	}
 	c := &entriesClient{base: cl.base + "/api/v1/entries", token: cl.token, note: *note, http: cl.http}
@@ -76,7 +77,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 			return usage()
 		}
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd entries apply:", err)
+			fmt.Fprintln(stderr, "beatd entries apply:", termErr(err))
 			return 1
 		}
 		return 0
@@ -84,7 +85,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	if verb == "list" && len(pos) == 0 {
 		// Each page has its own deadline: a million entries take many.
 		if err := c.list(ctx, stdout, *output, api.ListQuery{Prefix: *prefix, Task: *task, Queue: *queue, Limit: *limit}); err != nil {
-			fmt.Fprintln(stderr, "beatd entries list:", err)
+			fmt.Fprintln(stderr, "beatd entries list:", termErr(err))
 			return 1
 		}
 		return 0
@@ -96,13 +97,13 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 		err = c.get(ctx, stdout, pos[0], *output)
 	case verb == "delete" && len(pos) == 1:
 		if err = c.do(ctx, "DELETE", "/"+pos[0], nil, nil); err == nil {
-			fmt.Fprintf(stdout, "entry %s deleted\n", pos[0])
+			fmt.Fprintf(stdout, "entry %s deleted\n", term(pos[0]))
 		}
 	default:
 		return usage()
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd entries "+verb+":", err)
+		fmt.Fprintln(stderr, "beatd entries "+term(verb)+":", termErr(err))
 		return 1
 	}
 	return 0
@@ -168,36 +169,72 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return unreachable(req.URL, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return err
+		return fmt.Errorf("beatd at %s: %s: reading the answer: %w", serverOf(req.URL), resp.Status, err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Errors     []config.FieldError `json:"errors"`
-			MaxEntries int                 `json:"max_entries"`
-		}
-		if json.Unmarshal(data, &e) != nil || len(e.Errors) == 0 {
-			return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(data)))
-		}
-		lines := []string{resp.Status}
-		for _, fe := range e.Errors {
-			if fe.Pointer != "" {
-				lines = append(lines, fmt.Sprintf("  %s: %s", fe.Pointer, fe.Message))
-			} else {
-				lines = append(lines, "  "+fe.Message)
-			}
-		}
-		return &serverError{msg: strings.Join(lines, "\n"), maxEntries: e.MaxEntries}
+		return answerError(resp.Status, data)
 	}
 	if out != nil {
 		return json.Unmarshal(data, out)
 	}
 	return nil
 }
+
+// answerError is the error of an answer with an error status: the
+// status, then the server's reason, whatever shape its body has: the
+// API's {"errors": [{pointer, message}]}, {"error": "..."}, plain text,
+// or nothing.
+func answerError(status string, body []byte) error {
+	var e struct {
+		Errors     []config.FieldError `json:"errors"`
+		Error      string              `json:"error"`
+		MaxEntries int                 `json:"max_entries"`
+	}
+	text := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) != nil {
+		e.Errors, e.Error = nil, ""
+	}
+	lines := []string{status}
+	for _, fe := range e.Errors {
+		switch {
+		case fe.Pointer != "" && fe.Message != "":
+			lines = append(lines, fmt.Sprintf("  %s: %s", fe.Pointer, fe.Message))
+		case fe.Message != "":
+			lines = append(lines, "  "+fe.Message)
+		}
+	}
+	switch {
+	case len(lines) > 1:
+	case e.Error != "":
+		lines = append(lines, "  "+e.Error)
+	case text != "":
+		if r := []rune(text); len(r) > 2000 {
+			text = string(r[:2000]) + "…"
+		}
+		lines = append(lines, "  "+text)
+	default:
+		lines[0] += " (the server gave no reason)"
+	}
+	return &serverError{msg: strings.Join(lines, "\n"), maxEntries: e.MaxEntries}
+}
+
+// unreachable is the error of a request that got no answer: it names
+// the server and where its address comes from.
+func unreachable(u *url.URL, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer from beatd at %s (is it running? --server or BEATD_SERVER give beatd's HTTP address): %w", serverOf(u), err)
+	}
+	return fmt.Errorf("beatd at %s: %w", serverOf(u), err)
+}
+
+// serverOf is the scheme and host of a request's URL.
+func serverOf(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 func (c *entriesClient) list(ctx context.Context, w io.Writer, output string, q api.ListQuery) error {
 	switch output {
@@ -279,7 +316,7 @@ func printEntryRows(tw *tabwriter.Writer, entries []api.Entry) {
 		if len(e.NextRuns) > 0 {
 			next = e.NextRuns[0].Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Source, e.Task, e.Schedule, state, next)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", dash(e.Name), dash(e.Source), dash(e.Task), dash(e.Schedule), dash(state), next)
 	}
 }
 
@@ -337,7 +374,7 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 				return err
 			}
 			for _, n := range names {
-				fmt.Fprintf(w, "entry %s applied\n", n)
+				fmt.Fprintf(w, "entry %s applied\n", term(n))
 			}
 			return nil
 		}
@@ -477,7 +514,7 @@ func entriesNode(w io.Writer, path string, top *yaml.Node) (*yaml.Node, error) {
 				if s := field(v, "source"); s != nil {
 					src = "source " + s.Value
 				}
-				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", name.Value, src)
+				fmt.Fprintf(w, "entry %s skipped: %s is not written through the API\n", term(name.Value), term(src))
 				continue
 			}
 			out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name.Value}, spec)

@@ -56,22 +56,22 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	src, err := migrate.Load(ctx, fs.Arg(0), *redbeatPrefix)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd import:", err)
+		fmt.Fprintln(stderr, "beatd import:", termErr(err))
 		return 1
 	}
 	res, err := migrate.Convert(src, migrate.Options{Now: now})
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd import:", err)
+		fmt.Fprintln(stderr, "beatd import:", termErr(err))
 		return 1
 	}
 	for _, w := range res.Warnings {
-		fmt.Fprintln(stderr, "warning:", w)
+		fmt.Fprintln(stderr, "warning:", termText(w))
 	}
 	if *check {
 		return importCheck(ctx, res, *python, *helper, *count, now, stdout, stderr)
 	}
 	if _, err := io.WriteString(stdout, res.YAML); err != nil {
-		fmt.Fprintln(stderr, "beatd import:", err)
+		fmt.Fprintln(stderr, "beatd import:", termErr(err))
 		return 1
 	}
 	fmt.Fprintf(stderr, "beatd import: %d entries converted, %d not (see the warnings)\n", len(res.Config.Entries), len(res.Skipped))
@@ -87,12 +87,12 @@ func importState(ctx context.Context, res *migrate.Result, ef *daemon.EtcdFlags,
 		// beatd run's embedded etcd keeps its data here: start it on free
 		// ports just for the import (beatd run must not be running).
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
-			fmt.Fprintln(stderr, "beatd import: data dir:", err)
+			fmt.Fprintln(stderr, "beatd import: data dir:", termErr(err))
 			return 1
 		}
 		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dataDir, "etcd"), Name: "beatd"})
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd import: embedded etcd (is beatd run still running on this data dir?):", err)
+			fmt.Fprintln(stderr, "beatd import: embedded etcd (is beatd run still running on this data dir?):", termErr(err))
 			return 1
 		}
 		defer srv.Close()
@@ -100,7 +100,7 @@ func importState(ctx context.Context, res *migrate.Result, ef *daemon.EtcdFlags,
 	}
 	cli, err := ef.Client()
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd import:", err)
+		fmt.Fprintln(stderr, "beatd import:", termErr(err))
 		return 1
 	}
 	defer cli.Close()
@@ -112,7 +112,7 @@ func importState(ctx context.Context, res *migrate.Result, ef *daemon.EtcdFlags,
 	defer cancel()
 	refused, err := store.New(cli, ef.KeyPrefix()).Import(ctx, in, force)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd import:", err)
+		fmt.Fprintln(stderr, "beatd import:", termErr(err))
 		return 1
 	}
 	skip := map[string]bool{}
@@ -144,12 +144,12 @@ func importCheck(ctx context.Context, res *migrate.Result, python, helper string
 	}
 	diffs, err := migrate.Compare(ctx, migrate.Helper{Python: python, Script: helper}, res.Checks, n, now)
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd import --check:", err)
+		fmt.Fprintln(stderr, "beatd import --check:", termErr(err))
 		return 1
 	}
 	failed := 0
 	for _, d := range diffs {
-		fmt.Fprintln(stdout, d)
+		fmt.Fprintln(stdout, termText(fmt.Sprint(d)))
 		if d.Documented == "" {
 			failed++
 		}

@@ -61,7 +61,7 @@ the embedded member's client port inside a beatd pod.`)
 	pos = append(pos, fs.Args()...)
 	cli, err := ef.Client()
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd members:", err)
+		fmt.Fprintln(stderr, "beatd members:", termErr(err))
 		return 1
 	}
 	defer cli.Close()
@@ -71,7 +71,7 @@ the embedded member's client port inside a beatd pod.`)
 	case sub == "list" && len(pos) == 0:
 		ms, err := listMembers(ctx, cli)
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd members:", err)
+			fmt.Fprintln(stderr, "beatd members:", termErr(err))
 			return 1
 		}
 		if *jsonOut {
@@ -92,7 +92,7 @@ the embedded member's client port inside a beatd pod.`)
 			if m.Learner {
 				status += " (learner)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", m.ID, m.Name, status, m.Leader, strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", m.ID, dash(m.Name), status, m.Leader, dash(strings.Join(m.PeerURLs, ",")), dash(strings.Join(m.ClientURLs, ",")))
 		}
 		tw.Flush()
 		return 0
@@ -103,7 +103,7 @@ the embedded member's client port inside a beatd pod.`)
 		}
 		resp, err := cli.MemberAdd(ctx, []string{*peerURL})
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd members add:", err)
+			fmt.Fprintln(stderr, "beatd members add:", termErr(err))
 			return 1
 		}
 		var ic []string
@@ -118,13 +118,13 @@ the embedded member's client port inside a beatd pod.`)
 				ic = append(ic, name+"="+u)
 			}
 		}
-		fmt.Fprintf(stdout, "added member %s (%x); start its replica with --etcd-name %s.\n", pos[0], resp.Member.ID, pos[0])
-		fmt.Fprintf(stdout, "the cluster now: %s\n", strings.Join(ic, ","))
+		fmt.Fprintf(stdout, "added member %s (%x); start its replica with --etcd-name %s.\n", term(pos[0]), resp.Member.ID, term(pos[0]))
+		fmt.Fprintf(stdout, "the cluster now: %s\n", term(strings.Join(ic, ",")))
 		return 0
 	case sub == "remove" && len(pos) == 1:
 		ms, err := listMembers(ctx, cli)
 		if err != nil {
-			fmt.Fprintln(stderr, "beatd members remove:", err)
+			fmt.Fprintln(stderr, "beatd members remove:", termErr(err))
 			return 1
 		}
 		var id uint64
@@ -138,7 +138,7 @@ the embedded member's client port inside a beatd pod.`)
 			return 1
 		}
 		if _, err := cli.MemberRemove(ctx, id); err != nil {
-			fmt.Fprintln(stderr, "beatd members remove:", err)
+			fmt.Fprintln(stderr, "beatd members remove:", termErr(err))
 			if errors.Is(err, rpctypes.ErrUnhealthy) {
 				// etcd counts a member healthy only after 5 s connected,
 				// so this passes on its own once a restart settles.
@@ -146,7 +146,7 @@ the embedded member's client port inside a beatd pod.`)
 			}
 			return 1
 		}
-		fmt.Fprintf(stdout, "removed member %s (%x)\n", pos[0], id)
+		fmt.Fprintf(stdout, "removed member %s (%x)\n", term(pos[0]), id)
 		return 0
 	}
 	return usage()

@@ -31,13 +31,13 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 		RunE: func(_ *cobra.Command, args []string) error {
 			cfg, err := config.LoadFile(args[0])
 			if err != nil {
-				fmt.Fprintln(stderr, err)
+				fmt.Fprintln(stderr, termErr(err))
 				return exitError(exitFail)
 			}
 			// Every check `run` makes of a file before it contacts a server.
 			for _, e := range cfg.Entries {
 				if err := scheduler.ValidateEntry(e); err != nil {
-					fmt.Fprintf(stderr, "%s: %v\n", args[0], err)
+					fmt.Fprintf(stderr, "%s: %s\n", args[0], termErr(err))
 					return exitError(exitFail)
 				}
 			}
@@ -111,7 +111,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.LoadFile(*configFile)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, termErr(err))
 		return 1
 	}
 	printSolarNotes(stderr, cfg, start)
@@ -126,7 +126,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 	}
 	states, err := o.states(c.Context())
 	if err != nil {
-		fmt.Fprintln(stderr, "beatd next:", err)
+		fmt.Fprintln(stderr, "beatd next:", termErr(err))
 		return 1
 	}
 	enc := json.NewEncoder(stdout)
@@ -150,7 +150,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 				}
 				continue
 			}
-			fmt.Fprintf(tw, "%s (%s)\t%s\t%v\tnever\t\n", e.Name, off, e.Task, e.Schedule)
+			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\tnever\t\n", term(e.Name), off, term(e.Task), term(fmt.Sprint(e.Schedule)))
 			continue
 		}
 		t := start
@@ -182,7 +182,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 							return 1
 						}
 					} else {
-						fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t\n", e.Name, e.Task, e.Schedule, what)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", term(e.Name), term(e.Task), term(fmt.Sprint(e.Schedule)), what)
 					}
 				}
 				break
@@ -200,7 +200,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			}
 			name, task, spec := "", "", ""
 			if i == 0 {
-				name, task, spec = e.Name, e.Task, fmt.Sprint(e.Schedule)
+				name, task, spec = term(e.Name), term(e.Task), term(fmt.Sprint(e.Schedule))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, task, spec, at, humanDuration(t.Sub(start)))
 		}
@@ -247,10 +247,11 @@ func (o *nextOptions) states(ctx context.Context) (map[string]*store.EntryState,
 // largest units, rounded down to the second ("2d 3h", "19h 30m", "5m 3s",
 // "42s").
 func humanDuration(d time.Duration) string {
+	// Seconds first, then the sign: -d overflows for math.MinInt64.
+	s, sign := int64(d/time.Second), ""
 	if d < 0 {
-		return "-" + humanDuration(-d)
+		s, sign = -s, "-"
 	}
-	s := int64(d / time.Second)
 	units := []struct {
 		secs int64
 		name string
@@ -259,7 +260,7 @@ func humanDuration(d time.Duration) string {
 		if s < u.secs && u.secs > 1 {
 			continue
 		}
-		out := strconv.FormatInt(s/u.secs, 10) + u.name
+		out := sign + strconv.FormatInt(s/u.secs, 10) + u.name
 		if i+1 < len(units) {
 			if rest := s % u.secs / units[i+1].secs; rest > 0 {
 				out += " " + strconv.FormatInt(rest, 10) + units[i+1].name
@@ -267,5 +268,5 @@ func humanDuration(d time.Duration) string {
 		}
 		return out
 	}
-	return "0s"
+	return sign + "0s"
 }

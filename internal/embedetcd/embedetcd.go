@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/beatd/beatd/internal/logbridge"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -37,6 +37,12 @@ type Config struct {
 	CompactionRetention string
 	// Logger receives etcd's own log, errors only; nil: JSON on stderr.
 	Logger *slog.Logger
+	// DataDir is the data dir the operator gave (default Dir): the one
+	// the ERROR line names when etcd stops on a storage failure.
+	DataDir string
+	// Exit ends the process after etcd's fatal error (default os.Exit;
+	// tests replace it).
+	Exit func(code int)
 
 	// Cluster mode: with InitialCluster set ("name=peerURL,..." in etcd's
 	// syntax), the member is one of several that form a cluster, and the
@@ -107,7 +113,7 @@ func Start(cfg Config) (*Server, error) {
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
 	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(quietClose{logbridge.ZapCore(cfg.Logger, "etcd", zapcore.ErrorLevel)}))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(&cfg, quietClose{logbridge.ZapCore(cfg.Logger, "etcd", zapcore.ErrorLevel)}))
 	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.ClientPort)}
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cfg.PeerPort)}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
@@ -161,6 +167,24 @@ func Start(cfg Config) (*Server, error) {
 		eps = memberClientURLs(e)
 	}
 	return &Server{etcd: e, Endpoints: eps}, nil
+}
+
+// ClientAddrs are the addresses the member's client listeners are bound
+// to, as the kernel reports them: what a warning about who can reach
+// the member must look at, not the URLs it advertises.
+func (s *Server) ClientAddrs() []net.Addr {
+	out := make([]net.Addr, 0, len(s.etcd.Clients))
+	for _, l := range s.etcd.Clients {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+// ClientCertAuth reports whether the member refuses clients without a
+// certificate of its client CA.
+func (s *Server) ClientCertAuth() bool {
+	cfg := s.etcd.Config()
+	return cfg.ClientTLSInfo.ClientCertAuth
 }
 
 // Close stops the member; its data stays in Dir.
