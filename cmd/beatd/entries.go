@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/api"
@@ -547,18 +548,16 @@ func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
 		b.WriteByte(']')
 	case yaml.ScalarNode:
 		switch n.Tag {
-		case "!!null":
-			b.WriteString("null")
-		case "!!bool", "!!int", "!!float":
-			var v any
-			if err := n.Decode(&v); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			out, err := json.Marshal(v)
+		case "!!null", "!!bool", "!!int", "!!float":
+			// The value schedules.yaml reads (config.Value), written as
+			// Celery's body carries it (celery.AppendJSON): 1.0 and 2.5e2
+			// stay floats, an integer of any size stays exact, so the
+			// server reads back the value the file would give.
+			v, err := config.Value(n)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n.Line, err)
 			}
-			b.Write(out)
+			b.Write(celery.AppendJSON(nil, v))
 		default: // strings and timestamps travel as written
 			out, _ := json.Marshal(n.Value)
 			b.Write(out)
