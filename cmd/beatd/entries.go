@@ -313,7 +313,11 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 		return err
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if n, ok := config.JSONNode(data); ok {
+		// JSON is read as JSON, as the server reads it (yaml.v3 refuses
+		// or changes some strings JSON writers produce).
+		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
+	} else if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
