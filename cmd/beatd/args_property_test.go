@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,8 @@ import (
 //   - PUT /api/v1/entries/NAME with a JSON body (the API handler, then
 //     ParseEntry as the daemon's backend calls it),
 //   - `beatd entries apply -f` of a YAML and of a JSON file (the CLI's
-//     YAML-to-JSON conversion, POST /api/v1/entries, ParseEntry),
+//     YAML-to-JSON conversion, POST /api/v1/entries, ParseEntry), and of
+//     what `beatd entries list -o yaml` prints of the PUT documents,
 //   - a django-celery-beat database (sources.DCBSource on SQLite: JSON
 //     text columns to an entry document, ParseEntry),
 //   - `beatd import` of a dumpdata file and of a celery_dump.py dump
@@ -86,6 +88,10 @@ func TestArgumentsKeptOnEveryPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("adm\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(api.Handler(api.Config{Backend: noStatus{}, Gatherer: prometheus.NewRegistry(), Entries: backend, Tokens: tokens}))
 	t.Cleanup(srv.Close)
 	for _, d := range gens {
@@ -104,9 +110,14 @@ func TestArgumentsKeptOnEveryPath(t *testing.T) {
 	for _, e := range backend.take() {
 		add("PUT JSON", e)
 	}
+	// What `entries list -o yaml` prints of them, applied back.
+	code, listed, errs := runCLI(t, "entries", "list", "-o", "yaml", "--server", srv.URL, "--token-file", tokenFile)
+	if code != 0 {
+		t.Fatalf("entries list: exit %d: %s", code, errs)
+	}
+	listedYAML := filepath.Join(dir, "listed.yaml")
 
 	// beatd entries apply -f, YAML and JSON.
-	tokenFile := filepath.Join(dir, "token")
 	applyYAML := filepath.Join(dir, "apply.yaml")
 	var applyJSON bytes.Buffer
 	applyJSON.WriteString(`{"entries": {`)
@@ -122,12 +133,12 @@ func TestArgumentsKeptOnEveryPath(t *testing.T) {
 	for _, d := range gens {
 		fmt.Fprintf(&applyY, "  %s: {task: tasks.t, every: 10s, args: %s, kwargs: %s}\n", d.name, yamlText(d.args, rng), yamlText(d.kwargs, rng))
 	}
-	for _, f := range []struct{ path, data string }{{tokenFile, "adm\n"}, {applyYAML, applyY.String()}, {applyYAML + ".json", applyJSON.String()}} {
+	for _, f := range []struct{ path, data string }{{listedYAML, listed}, {applyYAML, applyY.String()}, {applyYAML + ".json", applyJSON.String()}} {
 		if err := os.WriteFile(f.path, []byte(f.data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []struct{ label, path string }{{"apply YAML", applyYAML}, {"apply JSON", applyYAML + ".json"}} {
+	for _, f := range []struct{ label, path string }{{"apply YAML", applyYAML}, {"apply JSON", applyYAML + ".json"}, {"list -o yaml, apply", listedYAML}} {
 		if code, out, errs := runCLI(t, "entries", "apply", "-f", f.path, "--server", srv.URL, "--token-file", tokenFile); code != 0 {
 			t.Fatalf("%s: exit %d: %s %s (%v)", f.label, code, out, errs, backend.errs)
 		}
@@ -225,7 +236,7 @@ func TestArgumentsKeptOnEveryPath(t *testing.T) {
 	}
 
 	// Every path's message against the one compiled from the values.
-	paths := []string{"schedules.yaml", "PUT JSON", "apply YAML", "apply JSON", "django-celery-beat", "import dumpdata", "import celery"}
+	paths := []string{"schedules.yaml", "PUT JSON", "list -o yaml, apply", "apply YAML", "apply JSON", "django-celery-beat", "import dumpdata", "import celery"}
 	slot := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	message := func(s *celery.Spec) (body, msg []byte, err error) {
 		task, err := celery.Compile(s, "prop", "beatd@prop", "")
@@ -551,7 +562,20 @@ type parsingEntries struct {
 	api.EntriesBackend
 	mu      sync.Mutex
 	entries []*config.Entry
+	docs    map[string]json.RawMessage // the stored documents, as etcd keeps them
 	errs    []error
+}
+
+// ListEntries returns every stored document, in one page.
+func (p *parsingEntries) ListEntries(context.Context, api.ListQuery) (api.Page, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var page api.Page
+	for name, doc := range p.docs {
+		page.Entries = append(page.Entries, api.Entry{Name: name, Source: sources.API, Active: true, Spec: doc})
+	}
+	sort.Slice(page.Entries, func(i, j int) bool { return page.Entries[i].Name < page.Entries[j].Name })
+	return page, nil
 }
 
 func (p *parsingEntries) PutEntries(_ context.Context, docs []api.EntryDoc, _ map[string]int64) (int64, error) {
@@ -564,6 +588,10 @@ func (p *parsingEntries) PutEntries(_ context.Context, docs []api.EntryDoc, _ ma
 			return 0, err
 		}
 		p.entries = append(p.entries, e)
+		if p.docs == nil {
+			p.docs = map[string]json.RawMessage{}
+		}
+		p.docs[d.Name] = d.Spec
 	}
 	return 1, nil
 }

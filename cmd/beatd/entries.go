@@ -584,8 +584,12 @@ func printYAML(w io.Writer, v any) error {
 	if err != nil {
 		return err
 	}
-	var n yaml.Node
-	if err := yaml.Unmarshal(data, &n); err != nil {
+	// Read as JSON (config.JSONNode), not by yaml.v3, which refuses the
+	// surrogate-pair escapes a spec written by Python holds.
+	n := yaml.Node{Kind: yaml.DocumentNode}
+	if root, ok := config.JSONNode(data); ok {
+		n.Content = []*yaml.Node{root}
+	} else if err := yaml.Unmarshal(data, &n); err != nil {
 		return err
 	}
 	blockStyle(&n)
@@ -601,7 +605,12 @@ func printYAML(w io.Writer, v any) error {
 // string again where YAML would read it as something else ("07", "~").
 func blockStyle(n *yaml.Node) {
 	n.Style = 0
-	for _, c := range n.Content {
+	for i, c := range n.Content {
 		blockStyle(c)
+		if n.Kind == yaml.MappingNode && i%2 == 0 && strings.ContainsFunc(c.Value, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			// yaml.v3 writes such a key plain and loses a leading line
+			// break; quoted, it reads back as itself.
+			c.Style = yaml.DoubleQuotedStyle
+		}
 	}
 }
