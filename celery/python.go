@@ -31,6 +31,13 @@ var (
 // appendJSON writes v as json.dumps would.
 func appendJSON(dst []byte, v any) []byte { return appendPy(dst, v, &jsonDialect) }
 
+// AppendJSON appends v (a value of the kinds above) as Python's
+// json.dumps writes it, which is how a message body carries it: a float
+// always as a float (1.0, 250.0, 1e+300, -0.0), an integer exactly,
+// whatever its size. Read back as JSON or YAML, the text is the same
+// value.
+func AppendJSON(dst []byte, v any) []byte { return appendJSON(dst, v) }
+
 // appendRepr writes Python's repr() of v.
 func appendRepr(dst []byte, v any) []byte { return appendPy(dst, v, &reprDialect) }
 

@@ -9,8 +9,11 @@ import (
 
 // jsonNode reads a JSON object into the yaml.Node tree that yaml.v3
 // would build for it, or reports false for anything it does not take
-// on: not JSON, a duplicate or merge ("<<") key, deep nesting. The caller
-// then parses with yaml.v3, which gives the error or the YAML reading.
+// on: not JSON, a duplicate key, deep nesting. The caller then parses
+// with yaml.v3, which gives the error or the YAML reading. A "<<" key is
+// taken: quoted, it is a string to yaml.v3 too, not a merge (and
+// yaml.v3 cannot read the surrogate-pair escapes Python's json.dumps
+// writes, so a fallback would refuse a kwargs key "<<" next to an emoji).
 //
 // Why by hand: the entries API stores each entry as compact JSON, and a
 // leader parses every one at start. yaml.v3's general parser was ~60% of
@@ -19,6 +22,19 @@ import (
 // kinds; positions are unique byte offsets on line 1, which is all the
 // JSON-pointer mapping of errors needs).
 func jsonNode(data []byte) (*yaml.Node, bool) {
+	return readJSONNode(data)
+}
+
+// JSONNode reads a JSON object as JSON, into the tree yaml.v3 would build
+// for it, or reports false (not a JSON object, a duplicate key, deep
+// nesting: read it with yaml.v3). JSON is YAML, but yaml.v3 refuses some
+// JSON (a DEL or C1 control character as itself, a surrogate-pair escape
+// such as Python's json.dumps writes for an emoji) and folds a raw U+0085
+// or U+2028 in a string into a space; read this way, a JSON document
+// means what a JSON reader says, as in ParseEntry.
+func JSONNode(data []byte) (*yaml.Node, bool) { return readJSONNode(data) }
+
+func readJSONNode(data []byte) (*yaml.Node, bool) {
 	p := jsonParser{data: data}
 	p.ws()
 	if p.i >= len(data) || data[p.i] != '{' {
@@ -77,7 +93,7 @@ func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
 				return nil, false
 			}
 			k, ok := p.str()
-			if !ok || k.Value == "<<" {
+			if !ok {
 				return nil, false
 			}
 			for j := 0; j < len(n.Content); j += 2 {

@@ -70,7 +70,7 @@ func TestJSONNode(t *testing.T) {
 		{`{}`, true},
 		{`{"url":"http:\/\/x","emoji":"\ud83d\ude00"}`, true}, // JSON escapes yaml.v3 does not know
 		{`{"a":1,"a":2}`, false},                              // duplicate: yaml.v3 reports it
-		{`{"<<":{"task":"t"}}`, false},                        // a YAML merge key
+		{`{"<<":{"task":"t"}}`, true},                         // quoted, not a YAML merge key
 		{`{task: t}`, false},                                  // YAML flow, not JSON
 		{`{"a":01}`, false},                                   // a leading zero
 		{`{"a":1} trailing`, false},                           // trailing content

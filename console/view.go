@@ -626,18 +626,13 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 			}
 		}
 	}
-	// The next 20 slots, marking where the zone's UTC offset changes, on
-	// the grid the leader runs (scheduler.Anchored).
+	// The next 20 slots the leader fires (scheduler.Upcoming: its grid,
+	// end_at, calendars, max_runs), marking where the zone's UTC offset
+	// changes.
 	prev := p.Now.In(loc)
-	t := p.Now
-	sched := scheduler.Anchored(e, st, p.Now)
-	for i := 1; i <= 20; i++ {
-		t = sched.Next(t)
-		if t.IsZero() {
-			break
-		}
+	for i, t := range scheduler.Upcoming(e, st, p.Now, 20) {
 		at := t.In(loc)
-		row := nextRow{N: i, At: t, Abs: at.Format("Mon 2006-01-02 15:04:05 MST")}
+		row := nextRow{N: i + 1, At: t, Abs: at.Format("Mon 2006-01-02 15:04:05 MST")}
 		if _, po := prev.Zone(); po != offset(at) {
 			row.DST = fmt.Sprintf("DST: UTC offset %s → %s", prev.Format("-07:00"), at.Format("-07:00"))
 		}

@@ -188,13 +188,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			v.LastRuns = append(v.LastRuns, h.Runs...)
 		}
 		if e.Enabled && !v.Paused {
-			t, sched := now, scheduler.Anchored(e, st, now)
-			for range nextRunsShown {
-				if t = sched.Next(t); t.IsZero() {
-					break
-				}
-				v.NextRuns = append(v.NextRuns, t)
-			}
+			v.NextRuns = append(v.NextRuns, scheduler.Upcoming(e, st, now, nextRunsShown)...)
 		}
 		d, stored := docs[name]
 		if stored && e.Source == sources.API {

@@ -23,7 +23,10 @@ func parseDjango(origin string, rows []djangoRow) (*Source, error) {
 	src := &Source{Kind: "django", Origin: origin, Timezone: "UTC"}
 	src.Notes = append(src.Notes,
 		"django-celery-beat database (manage.py dumpdata django_celery_beat)",
-		"django-celery-beat also sends periodic_task_name with each task; beatd does not",
+		// celery/message.go sends it in the Redis message's properties,
+		// where Celery puts dcb's; the AMQP message has no field for it
+		// (py-amqp drops unknown properties, dcb's included).
+		"like django-celery-beat, beatd sends periodic_task_name (the entry's name) with each task on Redis, so django-celery-results links results to it; on RabbitMQ neither does (py-amqp drops the property)",
 		"django-celery-beat fires an edited entry at once; beatd waits for its next slot")
 	byModel := map[string]map[string]map[string]json.RawMessage{}
 	var tasks []djangoRow

@@ -91,11 +91,24 @@ func writeCanonical(b *bytes.Buffer, dec *json.Decoder) error {
 	return nil
 }
 
+// writeString writes s double-quoted, as Go's JSON encoder does, except
+// that the characters YAML does not read as themselves in a
+// double-quoted scalar are escaped too: DEL and the C1 controls (refused
+// as "control characters"), U+0085 (a line break YAML folds into a
+// space; U+2028 and U+2029 Go escapes already), U+FEFF, U+FFFE and U+FFFF.
 func writeString(b *bytes.Buffer, s string) {
-	enc := json.NewEncoder(b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	b.Truncate(b.Len() - 1) // the encoder's newline
+	var enc bytes.Buffer
+	e := json.NewEncoder(&enc)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s)
+	out := bytes.TrimSuffix(enc.Bytes(), []byte("\n")) // the encoder's newline
+	for _, r := range string(out) {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f || r == 0xfeff || r == 0xfffe || r == 0xffff {
+			fmt.Fprintf(b, `\u%04x`, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
 }
 
 // quote is s as a YAML double-quoted scalar.

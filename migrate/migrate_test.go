@@ -131,6 +131,8 @@ func TestDjangoImport(t *testing.T) {
 		"  \"once-quarterly\":\n    task: \"app.tasks.once\"\n    crontab: {minute: \"*/15\", hour: \"*\", day_of_week: \"*\", day_of_month: \"*\", month_of_year: \"*\"}\n    max_runs: 1",
 		"  \"done-once\":\n    task: \"app.tasks.done\"\n    at: \"2026-11-30T10:00:00Z\"\n    enabled: false",
 		"  \"quarter-hourly\":",
+		// What the header says of periodic_task_name is what celery/message.go does.
+		"# like django-celery-beat, beatd sends periodic_task_name (the entry's name) with each task on Redis",
 	} {
 		if !strings.Contains(res.YAML, want) {
 			t.Errorf("YAML lacks %q:\n%s", want, res.YAML)

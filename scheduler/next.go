@@ -20,7 +20,7 @@ func Anchored(e *config.Entry, st *store.EntryState, now time.Time) schedule.Sch
 	} else if st != nil && !st.LastSlot.IsZero() {
 		since = st.LastSlot
 	}
-	if e.MaxRuns() > 0 && st != nil && st.Runs >= uint64(e.MaxRuns()) {
+	if RunsLeft(e, st) == 0 {
 		return schedule.Never{} // it has made its max_runs
 	}
 	return bounded(e, schedule.Anchor(e.Schedule, since))
@@ -41,14 +41,46 @@ func bounded(e *config.Entry, s schedule.Schedule) schedule.Schedule {
 // made its max_runs (not because it is disabled or paused), and how many
 // runs it has left (-1: no max_runs).
 func Finished(e *config.Entry, st *store.EntryState, now time.Time) (finished bool, remaining int) {
-	remaining = -1
-	if most := e.MaxRuns(); most > 0 {
-		remaining = most
-		if st != nil {
-			remaining = max(most-int(min(st.Runs, uint64(most))), 0)
-		}
-	}
+	remaining = RunsLeft(e, st)
 	return remaining == 0 || !e.EndAt().IsZero() && Anchored(e, st, now).Next(now).IsZero(), remaining
+}
+
+// RunsLeft is how many more slots e fires before it has made its
+// max_runs, by the runs st counts (the leader's count, persisted with
+// each fire), or -1 when e has no max_runs.
+func RunsLeft(e *config.Entry, st *store.EntryState) int {
+	most := e.MaxRuns()
+	if most <= 0 {
+		return -1
+	}
+	if st == nil {
+		return most
+	}
+	return max(most-int(min(st.Runs, uint64(most))), 0)
+}
+
+// Upcoming is the next (at most) n slots after now that e fires, as the
+// leader decides: its anchored schedule, bounded by end_at and its
+// calendars (Anchored), and no more of them than its max_runs leaves
+// (RunsLeft). Whether e is enabled or paused is the caller's to say
+// (NextFire folds it in). `beatd next`, the entries API and the console
+// list upcoming slots with it.
+func Upcoming(e *config.Entry, st *store.EntryState, now time.Time, n int) []time.Time {
+	if left := RunsLeft(e, st); left >= 0 && left < n {
+		n = left
+	}
+	if n <= 0 {
+		return nil
+	}
+	out := make([]time.Time, 0, n)
+	s, t := Anchored(e, st, now), now
+	for range n {
+		if t = s.Next(t); t.IsZero() {
+			break
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // NextFire is the one answer to "when does e fire next, after now": the

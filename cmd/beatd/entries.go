@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/api"
@@ -349,7 +350,11 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 		return err
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if n, ok := config.JSONNode(data); ok {
+		// JSON is read as JSON, as the server reads it (yaml.v3 refuses
+		// or changes some strings JSON writers produce).
+		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
+	} else if err := yaml.Unmarshal(data, &doc); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
@@ -584,18 +589,16 @@ func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
 		b.WriteByte(']')
 	case yaml.ScalarNode:
 		switch n.Tag {
-		case "!!null":
-			b.WriteString("null")
-		case "!!bool", "!!int", "!!float":
-			var v any
-			if err := n.Decode(&v); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			out, err := json.Marshal(v)
+		case "!!null", "!!bool", "!!int", "!!float":
+			// The value schedules.yaml reads (config.Value), written as
+			// Celery's body carries it (celery.AppendJSON): 1.0 and 2.5e2
+			// stay floats, an integer of any size stays exact, so the
+			// server reads back the value the file would give.
+			v, err := config.Value(n)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n.Line, err)
 			}
-			b.Write(out)
+			b.Write(celery.AppendJSON(nil, v))
 		default: // strings and timestamps travel as written
 			out, _ := json.Marshal(n.Value)
 			b.Write(out)
@@ -618,8 +621,12 @@ func printYAML(w io.Writer, v any) error {
 	if err != nil {
 		return err
 	}
-	var n yaml.Node
-	if err := yaml.Unmarshal(data, &n); err != nil {
+	// Read as JSON (config.JSONNode), not by yaml.v3, which refuses the
+	// surrogate-pair escapes a spec written by Python holds.
+	n := yaml.Node{Kind: yaml.DocumentNode}
+	if root, ok := config.JSONNode(data); ok {
+		n.Content = []*yaml.Node{root}
+	} else if err := yaml.Unmarshal(data, &n); err != nil {
 		return err
 	}
 	blockStyle(&n)
@@ -635,7 +642,12 @@ func printYAML(w io.Writer, v any) error {
 // string again where YAML would read it as something else ("07", "~").
 func blockStyle(n *yaml.Node) {
 	n.Style = 0
-	for _, c := range n.Content {
+	for i, c := range n.Content {
 		blockStyle(c)
+		if n.Kind == yaml.MappingNode && i%2 == 0 && strings.ContainsFunc(c.Value, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			// yaml.v3 writes such a key plain and loses a leading line
+			// break; quoted, it reads back as itself.
+			c.Style = yaml.DoubleQuotedStyle
+		}
 	}
 }

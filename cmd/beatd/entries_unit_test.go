@@ -17,6 +17,8 @@ func TestApplyInput(t *testing.T) {
 	}{
 		{name: "entries mapping", in: "entries:\n  a: {task: t, every: 1s, kwargs: {z: 1, a: 2.5, s: '07', n: null, b: true}}\n",
 			want: `{"a":{"task":"t","every":"1s","kwargs":{"z":1,"a":2.5,"s":"07","n":null,"b":true}}}`},
+		{name: "numbers keep their type", in: "entries:\n  a: {task: t, every: 1s, args: [1.0, 2.5e2, 123456789012345678901234567890, -0.0, 0x1F, '1.0']}\n",
+			want: `{"a":{"task":"t","every":"1s","args":[1.0,250.0,123456789012345678901234567890,-0.0,31,"1.0"]}}`},
 		{name: "get -o yaml", in: "name: a\nsource: api\nactive: true\nspec:\n  task: t\n  every: 1s\nmod_revision: 5\n",
 			want: `{"a":{"task":"t","every":"1s"}}`},
 		{name: "list -o yaml", in: "entries:\n  - name: f\n    source: file\n  - name: a\n    source: api\n    spec: {task: t, cron: '* * * * *'}\n",

@@ -153,40 +153,32 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\tnever\t\n", term(e.Name), off, term(e.Task), term(fmt.Sprint(e.Schedule)))
 			continue
 		}
-		t := start
-		// The grid the leader runs: with no state (no --etcd-endpoints, or
-		// an entry not scheduled yet), an interval without start_at or
-		// relative is anchored at --from, as when beatd first schedules it.
-		sch := scheduler.Anchored(e, st, start)
-		for i := 0; i < *count; i++ {
-			t = sch.Next(t)
-			if t.IsZero() {
-				if i == 0 {
-					// Finished (end_at passed, max_runs made) is not an
-					// error: say which.
-					what := "never"
-					if fin, left := scheduler.Finished(e, st, start); fin && left == 0 {
-						what = fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns())
-					} else if fin {
-						what = "finished: end_at " + schedule.FormatSlot(e.EndAt().In(e.Location))
-					}
-					if *asJSON {
-						if what == "never" {
-							break
-						}
-						if err := enc.Encode(struct {
-							Entry    string `json:"entry"`
-							Finished string `json:"finished"`
-						}{e.Name, strings.TrimPrefix(what, "finished: ")}); err != nil {
-							fmt.Fprintln(stderr, err)
-							return 1
-						}
-					} else {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", term(e.Name), term(e.Task), term(fmt.Sprint(e.Schedule)), what)
+		// The slots the leader fires (scheduler.Upcoming): its grid, end_at,
+		// calendars and the runs max_runs leaves. With no state (no
+		// --etcd-endpoints, or an entry not scheduled yet), an interval
+		// without start_at or relative is anchored at --from, as when beatd
+		// first schedules it, and no run is counted yet.
+		slots := scheduler.Upcoming(e, st, start, *count)
+		if len(slots) == 0 {
+			// Finished (end_at passed, max_runs made) is not an error: say
+			// which.
+			what := finishedWord(e, st, start)
+			if *asJSON {
+				if what != "never" {
+					if err := enc.Encode(struct {
+						Entry    string `json:"entry"`
+						Finished string `json:"finished"`
+					}{e.Name, strings.TrimPrefix(what, "finished: ")}); err != nil {
+						fmt.Fprintln(stderr, err)
+						return 1
 					}
 				}
-				break
+			} else {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", term(e.Name), term(e.Task), term(fmt.Sprint(e.Schedule)), what)
 			}
+			continue
+		}
+		for i, t := range slots {
 			at := schedule.FormatSlot(t.In(e.Location))
 			if *asJSON {
 				if err := enc.Encode(struct {
@@ -204,12 +196,33 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, task, spec, at, humanDuration(t.Sub(start)))
 		}
+		if len(slots) < *count && !*asJSON {
+			// Fewer than asked: say why the list ends.
+			switch {
+			case scheduler.RunsLeft(e, st) == len(slots):
+				fmt.Fprintf(tw, "\t\t\tthen finished: max_runs (%d)\t\n", e.MaxRuns())
+			case !e.EndAt().IsZero():
+				fmt.Fprintf(tw, "\t\t\tthen finished: end_at %s\t\n", schedule.FormatSlot(e.EndAt().In(e.Location)))
+			}
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// finishedWord says why e has no slot after now: "finished: made its
+// max_runs (N)", "finished: end_at T", or "never".
+func finishedWord(e *config.Entry, st *store.EntryState, now time.Time) string {
+	switch fin, left := scheduler.Finished(e, st, now); {
+	case fin && left == 0:
+		return fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns())
+	case fin:
+		return "finished: end_at " + schedule.FormatSlot(e.EndAt().In(e.Location))
+	}
+	return "never"
 }
 
 // offWord says why an entry does not fire ("disabled", "paused"), or "".

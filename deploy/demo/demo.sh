@@ -23,9 +23,7 @@ cleanup() {
   [ -n "${BEATD_PID:-}" ] && kill -TERM "$BEATD_PID" 2>/dev/null && wait "$BEATD_PID" 2>/dev/null || true
   [ -n "${WORKER_PID:-}" ] && kill -TERM "$WORKER_PID" 2>/dev/null && wait "$WORKER_PID" 2>/dev/null || true
   [ -n "${REDIS_PID:-}" ] && kill -TERM "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null || true
-  published=$(grep -c '"msg":"fired"' "$work/beatd.log" 2>/dev/null || true)
-  succeeded=$(grep -c 'succeeded in' "$work/worker.log" 2>/dev/null || true)
-  echo "demo: beatd published ${published:-0} tasks; the Celery worker ran ${succeeded:-0} successfully."
+  /usr/bin/python3 deploy/demo/view.py count "$work/beatd.log" "$work/worker.log" || true
   echo "demo: logs are in $work"
 }
 trap cleanup EXIT INT TERM
@@ -48,25 +46,9 @@ echo "demo: Redis :$REDIS_PORT, Celery worker, beatd with embedded etcd :$ETCD_C
 echo "demo: watching for ${DURATION}s: beatd publishes ('fired') and the worker runs ('succeeded')"
 echo
 
-# Show both streams as they happen, one line each.
-tail -n +1 -F "$work/beatd.log" "$work/worker.log" 2>/dev/null | /usr/bin/python3 -u -c '
-import json, re, sys
-for line in sys.stdin:
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if r.get("msg") == "fired":
-            print("beatd   published %-24s slot %s  lag %-10s task_id %s%s" % (r["entry"], r["slot"], r["lag"], r["task_id"], "  (manual trigger)" if r.get("manual") else ""))
-        elif r.get("level") in ("WARN", "ERROR") or r.get("msg") in ("elected leader", "beatd started"):
-            print("beatd   %s" % r.get("msg"))
-    else:
-        m = re.search(r"Task (\S+)\[([0-9a-f-]+)\] succeeded in [0-9.]+s: (.*)", line)
-        if m:
-            print("worker  ran       %-24s -> %s" % (m.group(1), m.group(3)))
-' &
+# Show both streams as they happen, one line each (view.py also makes
+# the final counts, so the live view and the counts read the logs alike).
+tail -n +1 -F "$work/beatd.log" "$work/worker.log" 2>/dev/null | /usr/bin/python3 -u deploy/demo/view.py follow &
 TAIL_PID=$!
 
 sleep 8
