@@ -220,9 +220,9 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 		}
 		if wide {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
-				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.LastResult), dash(lastOutcome(e)), fmtTime(e.NextRunAt), oneLine(errText, 0))
+				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(lastResult(e)), dash(lastOutcome(e)), fmtTime(e.NextRunAt), oneLine(errText, 0))
 		} else {
-			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(e.LastResult), dash(lastOutcome(e)),
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(lastResult(e)), dash(lastOutcome(e)),
 				fmtTime(e.NextRunAt), oneLine(errText, 60))
 		}
 	}
@@ -231,6 +231,18 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 		fmt.Fprintf(w, "backfill %s of %s: %s, %d published, %d skipped of %d (%s to %s, by %s)\n", term(b.ID), term(b.Entry), term(b.State),
 			b.Published, b.Skipped, b.Total, b.From.UTC().Format(time.RFC3339), b.To.UTC().Format(time.RFC3339), dash(b.Actor))
 	}
+}
+
+// lastResult is the entry's last publish result, with the leader's flag
+// (behind, runaway) when it has one.
+func lastResult(e api.EntryStatus) string {
+	switch {
+	case e.Health == "":
+		return e.LastResult
+	case e.LastResult == "":
+		return e.Health
+	}
+	return e.LastResult + " (" + e.Health + ")"
 }
 
 // lastOutcome is what the workers reported about the newest run.
@@ -262,6 +274,9 @@ func printEntry(w io.Writer, e api.EntryStatus) {
 	row("failures in a row", fmt.Sprint(e.ConsecutiveFailures))
 	row("last published", fmtTime(e.LastPublishedAt))
 	row("next run", fmtTime(e.NextRunAt))
+	if e.Health != "" {
+		row("health", term(e.Health+": "+e.HealthReason))
+	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	if len(e.Runs) == 0 {
