@@ -218,7 +218,10 @@ func Handler(c Config) http.Handler {
 	}
 	mux := http.NewServeMux()
 	registerProbes(mux, c)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	// /status is a read like the entries API: it carries pause reasons
+	// (who paused, and their note), backfills, publish errors and the
+	// workers' exception messages.
+	mux.HandleFunc("GET /status", c.read(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		v := r.URL.Query()
@@ -234,7 +237,7 @@ func Handler(c Config) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
-	})
+	}))
 	admin := c.need(auth.RoleOperate, func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		op := r.PathValue("op")
 		if op != "trigger" && op != "pause" && op != "resume" {
