@@ -163,6 +163,8 @@ type Options struct {
 	HTTPTLSKey  string
 	HTTPTLSCA   string
 	MetricsHTTP string
+	// HTTPTimeouts bound both HTTP servers' connections (zero: defaults).
+	HTTPTimeouts HTTPTimeouts
 	// BrokerFailoverAfter is how long a leader's path to the broker may
 	// fail, while a standby reaches it, before it hands over (0: twice
 	// the lease TTL).
@@ -505,7 +507,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// net/http's own messages (a failed TLS handshake: a port scan, a
 	// plain-HTTP probe) are noise at debug, in the log's format.
 	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+	m.httpSrv = m.newHTTPServer(m.console.Handler(api.Handler(apiCfg)), httpErrs)
 	if m.HTTPTLSCert != "" {
 		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
 		if err != nil {
@@ -520,7 +522,7 @@ func (m *Main) Run(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("--metrics-http: %w", err)
 		}
-		m.metricsSrv = &http.Server{Handler: console.Secure(api.ProbeHandler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+		m.metricsSrv = m.newHTTPServer(console.Secure(api.ProbeHandler(apiCfg)), httpErrs)
 		m.wg.Go(func() {
 			if err := m.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.log.Error("metrics http server", "err", err)
