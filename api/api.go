@@ -233,7 +233,7 @@ func Handler(c Config) http.Handler {
 		}
 		st, err := c.Backend.Status(ctx, q)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			c.unavailable(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
@@ -262,6 +262,10 @@ func Handler(c Config) http.Handler {
 		case errors.Is(err, ErrUnknownEntry):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no entry " + name})
 		case err != nil:
+			if _, fromEtcd := etcdRefusal(err); fromEtcd {
+				c.unavailable(w, err)
+				return
+			}
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		default:
 			c.Logger.Info("admin request", "op", op, "entry", name, "request", id, "actor", who.Name, "via", a.Via)
