@@ -7,6 +7,12 @@ import (
 	"time"
 )
 
+// DefaultHTTPAddr is --http's default: loopback, so a replica started
+// without it serves its API and console to this host only. A deployment
+// whose probes, Prometheus or other replicas reach it from elsewhere sets
+// --http (the Kubernetes manifests and the image set :8080).
+const DefaultHTTPAddr = "127.0.0.1:8080"
+
 // HTTPTimeouts bound the HTTP servers' connections, so a slow or idle
 // client cannot hold one (and its goroutine and buffers) for good. Zero
 // fields take the defaults; tests shorten them.
