@@ -221,3 +221,51 @@ func TestSafeNext(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokedTokenEndsStream: a live stream opened with a token ends
+// soon after the token is revoked from the tokens file, and the
+// browser's reconnect is refused.
+func TestRevokedTokenEndsStream(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tokens.yaml")
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tokens:\n  reader: {role: read, sha256: " + auth.Hash("tok-reader") + "}\n")
+	tk, err := auth.New(auth.Options{File: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("tick", "tasks.tick", 5*time.Second)}}
+	_, hs := testServerWith(t, func(c *Config) { c.Tokens = tk }, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, hs.URL+"/console/events?view=overview", nil)
+	req.Header.Set("Authorization", "Bearer tok-reader")
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	b := make([]byte, 1)
+	if _, err := resp.Body.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	write("tokens:\n  someone-else: {role: read, sha256: " + auth.Hash("tok-other") + "}\n")
+	revoked := time.Now()
+	_, err = io.Copy(io.Discard, resp.Body)
+	if err != nil || ctx.Err() != nil {
+		t.Fatalf("the stream did not end after the token was revoked: %v", err)
+	}
+	if took := time.Since(revoked); took > 5*time.Second {
+		t.Errorf("the stream ended %s after the revocation, want within a few seconds", took)
+	}
+	if code, _ := fetch(t, hs.Client(), hs.URL, "/console/events?view=overview", "tok-reader"); code != http.StatusUnauthorized {
+		t.Errorf("reconnect with the revoked token: %d, want 401", code)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/beatd/beatd/auth"
 )
 
 // Sections of each view that the live stream keeps current, by element id.
@@ -83,6 +85,12 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	heartbeat := time.NewTicker(15 * time.Second)
 	defer heartbeat.Stop()
 	for {
+		// The viewer's token was checked when the stream opened; a
+		// revoked one ends it here, at the next render (the browser's
+		// reconnect is then refused).
+		if _, err := s.cfg.Tokens.Check(r, auth.RoleRead); err != nil {
+			return
+		}
 		changed := s.cluster.changes()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		p := build(rctx)
