@@ -223,7 +223,10 @@ func Handler(c Config) http.Handler {
 	}
 	mux := http.NewServeMux()
 	registerProbes(mux, c)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	// /status is a read like the entries API: it carries pause reasons
+	// (who paused, and their note), backfills, publish errors and the
+	// workers' exception messages.
+	mux.HandleFunc("GET /status", c.read(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		v := r.URL.Query()
@@ -235,11 +238,11 @@ func Handler(c Config) http.Handler {
 		}
 		st, err := c.Backend.Status(ctx, q)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			c.unavailable(w, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
-	})
+	}))
 	admin := c.need(auth.RoleOperate, func(w http.ResponseWriter, r *http.Request, who auth.Identity) {
 		op := r.PathValue("op")
 		if op != "trigger" && op != "pause" && op != "resume" {
@@ -264,6 +267,10 @@ func Handler(c Config) http.Handler {
 		case errors.Is(err, ErrUnknownEntry):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no entry " + name})
 		case err != nil:
+			if _, fromEtcd := etcdRefusal(err); fromEtcd {
+				c.unavailable(w, err)
+				return
+			}
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		default:
 			c.Logger.Info("admin request", "op", op, "entry", name, "request", id, "actor", who.Name, "via", a.Via)

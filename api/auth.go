@@ -78,27 +78,19 @@ func readOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 // roleHandler is a handler that knows who asked.
 type roleHandler func(w http.ResponseWriter, r *http.Request, who auth.Identity)
 
-// need guards h with a role. Reads are open unless Tokens.Guarded; every
+// need guards h with a role, by the one check (auth.Tokens.Check) the
+// console's pages take too: reads are open unless Tokens.Guarded; every
 // other role needs a token holding it: none configured is 403, a missing
 // or unknown token 401, a token of a lesser role 403.
 func (c Config) need(role auth.Role, h roleHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		who, ok := c.Tokens.FromRequest(r)
-		if role == auth.RoleRead && !c.Tokens.Guarded() {
-			h(w, r, who) // open: who is the token's, if one was sent
-			return
-		}
-		if !c.Tokens.Enabled() {
-			writeError(w, http.StatusForbidden, "", "this needs the "+role.String()+" role, and no tokens are configured: set --tokens-file (or --admin-token-file / BEATD_ADMIN_TOKEN)")
-			return
-		}
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
-			writeError(w, http.StatusUnauthorized, "", "missing or unknown bearer token (this needs the "+role.String()+" role)")
-			return
-		}
-		if !who.Allows(role) {
-			writeError(w, http.StatusForbidden, "", fmt.Sprintf("token %q has the %s role; this needs %s", who.Name, who.Role, role))
+		who, err := c.Tokens.Check(r, role)
+		if err != nil {
+			code := auth.Status(err)
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="beatd"`)
+			}
+			writeError(w, code, "", err.Error())
 			return
 		}
 		h(w, r, who)

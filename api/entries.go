@@ -28,7 +28,13 @@ import (
 // once.
 const (
 	MaxEntryBody = 64 << 10
-	MaxApplyBody = 8 << 20
+	// MaxApplyBody is the largest POST /api/v1/entries: an apply is one
+	// etcd transaction (all or none), which etcd takes up to its
+	// --max-request-bytes (EtcdMaxRequestBytes, 1.5 MiB by default) with
+	// every key and value. The compacted entries are no larger than the
+	// body, and the other half MiB is room for the keys (prefix and name)
+	// of MaxApplyEntries entries.
+	MaxApplyBody = 1 << 20
 	// MaxApplyEntries is the most entries one apply writes: etcd refuses a
 	// transaction of more operations than its --max-txn-ops (128 unless
 	// raised).
@@ -299,7 +305,11 @@ func readDoc(w http.ResponseWriter, r *http.Request, limit int64) (json.RawMessa
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body larger than %d bytes", limit))
+		what := "one entry"
+		if limit == MaxApplyBody {
+			what = "an apply (one etcd transaction, which etcd takes up to " + sizeText(EtcdMaxRequestBytes) + " by default)"
+		}
+		tooLarge(w, fmt.Sprintf("request body larger than %s (%d bytes), the most %s takes; send fewer or smaller entries at once", sizeText(limit), limit, what), limit)
 		return nil, false
 	}
 	if err != nil {
@@ -341,7 +351,6 @@ func (c Config) backendError(w http.ResponseWriter, err error, base string) {
 	case errors.Is(err, sources.ErrPrecondition), errors.Is(err, ErrFileOwned):
 		writeError(w, http.StatusConflict, "", err.Error())
 	default:
-		c.Logger.Error("entries API", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "", err.Error())
+		c.unavailable(w, err)
 	}
 }

@@ -61,7 +61,7 @@ func registerOps(mux *http.ServeMux, c Config) {
 	mux.HandleFunc("GET /api/v1/backfills", c.read(func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := b.Backfills(r.Context())
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			c.unavailable(w, err)
 			return
 		}
 		entry := r.URL.Query().Get("entry")
@@ -76,7 +76,7 @@ func registerOps(mux *http.ServeMux, c Config) {
 	mux.HandleFunc("GET /api/v1/backfills/{id}", c.read(func(w http.ResponseWriter, r *http.Request) {
 		jobs, err := b.Backfills(r.Context())
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			c.unavailable(w, err)
 			return
 		}
 		for _, j := range jobs {
@@ -102,7 +102,7 @@ func registerOps(mux *http.ServeMux, c Config) {
 		case errors.Is(err, ErrBackfillFinished):
 			writeError(w, http.StatusConflict, "", err.Error())
 		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			c.unavailable(w, err)
 		default:
 			writeJSON(w, http.StatusAccepted, map[string]string{"backfill": id, "op": "cancel"})
 		}
@@ -119,7 +119,7 @@ func registerOps(mux *http.ServeMux, c Config) {
 		}
 		recs, err := b.AuditLog(r.Context(), r.URL.Query().Get("entry"), limit)
 		if err != nil {
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			c.unavailable(w, err)
 			return
 		}
 		if recs == nil {
@@ -168,7 +168,7 @@ func (c Config) backfill(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, store.ErrBackfillBusy):
 			writeError(w, http.StatusConflict, "", err.Error())
 		case err != nil:
-			writeError(w, http.StatusServiceUnavailable, "", err.Error())
+			c.unavailable(w, err)
 		case spec.DryRun:
 			writeJSON(w, http.StatusOK, ans)
 		default:

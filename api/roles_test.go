@@ -64,7 +64,7 @@ func TestRoles(t *testing.T) {
 		role                     auth.Role
 		ok                       int
 	}{
-		{"status is open", "GET", "/status", "", auth.RoleNone, 200},
+		{"status", "GET", "/status", "", auth.RoleRead, 200},
 		{"list entries", "GET", "/api/v1/entries", "", auth.RoleRead, 200},
 		{"audit", "GET", "/api/v1/audit", "", auth.RoleRead, 200},
 		{"backfills", "GET", "/api/v1/backfills", "", auth.RoleRead, 200},
@@ -186,3 +186,39 @@ func TestRequireNotes(t *testing.T) {
 }
 
 func (f *fakeEntries) DeleteEntry(context.Context, string, int64) error { return nil }
+
+// TestCookieReadsOnly: the console's sign-in cookie is good for reads (the
+// same check as a bearer token), never for an action, so a page of
+// another site that gets a browser to send it can change nothing.
+func TestCookieReadsOnly(t *testing.T) {
+	t.Parallel()
+	tk := tokensFile(t, map[string]string{"boss": "admin"})
+	h := Handler(Config{Backend: &fakeBackend{}, Gatherer: prometheus.NewRegistry(), Entries: &fakeEntries{}, Ops: &fakeOps{}, Tokens: tk})
+	cookie := func() *http.Cookie {
+		rec := httptest.NewRecorder()
+		auth.SetCookie(rec, httptest.NewRequest("POST", "/console/login", nil), "tok-boss")
+		return rec.Result().Cookies()[0]
+	}()
+	tests := []struct {
+		name, method, path string
+		want               int
+	}{
+		{"list entries", "GET", "/api/v1/entries", 200},
+		{"status", "GET", "/status", 200},
+		{"audit", "GET", "/api/v1/audit", 200},
+		{"trigger", "POST", "/entries/e/trigger", 401},
+		{"delete entry", "DELETE", "/api/v1/entries/e", 401},
+		{"heap profile", "GET", "/debug/pprof/heap", 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, tt.path, nil)
+			req.AddCookie(cookie)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Errorf("%s %s with the cookie: %d, want %d: %s", tt.method, tt.path, rec.Code, tt.want, rec.Body)
+			}
+		})
+	}
+}

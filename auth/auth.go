@@ -198,11 +198,7 @@ func (t *Tokens) Who(token string) (Identity, bool) {
 
 // FromRequest returns the identity of r's bearer token.
 func (t *Tokens) FromRequest(r *http.Request) (Identity, bool) {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return Identity{}, false
-	}
-	return t.Who(strings.TrimSpace(got))
+	return t.fromRequest(r, RoleOperate) // the header only
 }
 
 // LoadError is why the tokens file's last change was refused (nil when

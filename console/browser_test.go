@@ -77,6 +77,13 @@ func buildBeatd(t *testing.T) string {
 
 func startEnv(t *testing.T) *env {
 	t.Helper()
+	return startEnvWith(t, 3, consoleConfig(), "BEATD_ADMIN_TOKEN="+adminToken)
+}
+
+// startEnvWith starts n replicas of the schedule, each with the
+// environment variables vars.
+func startEnvWith(t *testing.T, n int, schedule string, vars ...string) *env {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs beatd processes and Chromium")
 	}
@@ -89,13 +96,13 @@ func startEnv(t *testing.T) *env {
 	e := &env{t: t, etcd: testutil.NewEtcdClient(t, srv.Endpoints...), rdb: rs.Client()}
 	dir := t.TempDir()
 	config := filepath.Join(dir, "schedules.yaml")
-	if err := os.WriteFile(config, []byte(consoleConfig()), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(schedule), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("r%d", i)
 		p := &proc{&harness.Replica{ID: id, Bin: bin, HTTPPort: testutil.FreePort(t), LogPath: filepath.Join(dir, id+".log"),
-			Env: []string{"BEATD_ADMIN_TOKEN=" + adminToken}}}
+			Env: vars}}
 		p.Args = []string{"run", "--config", config, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
 			"--broker", rs.URL(0), "--id", p.ID, "--lease-ttl", leaseTTL.String(), "--prefix", prefix,
 			"--http", "127.0.0.1:" + strconv.Itoa(p.HTTPPort), "--log-format", "json"}
@@ -121,10 +128,10 @@ func startEnv(t *testing.T) *env {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, "a leader and three registrations", func() bool {
+	waitFor(t, 15*time.Second, "a leader and every registration", func() bool {
 		rs, err := election.Replicas(context.Background(), e.etcd, prefix)
 		_, lerr := election.Observe(context.Background(), e.etcd, prefix)
-		return err == nil && lerr == nil && len(rs) == 3
+		return err == nil && lerr == nil && len(rs) == n
 	})
 
 	opts := []chromedp.ExecAllocatorOption{

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/broker"
@@ -56,6 +57,9 @@ type Config struct {
 	Term func() int64
 	// Timeline is this replica's fire timeline (filled while it leads).
 	Timeline *Timeline
+	// Tokens decide who may read the console (auth.Tokens.Check, as for
+	// the entries API) and sign a browser in; nil leaves reads open.
+	Tokens *auth.Tokens
 	// AdminEnabled says whether this replica has an admin token: without
 	// one the action buttons explain that they cannot work here.
 	AdminEnabled bool
@@ -214,11 +218,14 @@ func entryURL(name string) string { return "/entry/" + url.PathEscape(name) }
 // headers, and state-changing requests from another origin are refused.
 func (s *Server) Handler(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.serveOverview)
-	mux.HandleFunc("GET /entry/{name}", s.serveEntry)
-	mux.HandleFunc("GET /console/events", s.serveEvents)
-	mux.HandleFunc("GET /console/leader.json", s.serveLeaderData)
-	mux.HandleFunc("GET /console/static/{file}", s.serveAsset)
+	mux.HandleFunc("GET /{$}", s.page(s.serveOverview))
+	mux.HandleFunc("GET /entry/{name}", s.page(s.serveEntry))
+	mux.HandleFunc("GET /console/events", s.data(s.serveEvents))
+	mux.HandleFunc("GET /console/leader.json", s.data(s.serveLeaderData))
+	mux.HandleFunc("GET /console/login", s.serveLoginForm)
+	mux.HandleFunc("POST /console/login", s.login)
+	mux.HandleFunc("POST /console/logout", s.logout)
+	mux.HandleFunc("GET /console/static/{file}", s.serveAsset) // no data: open
 	mux.Handle("/", next)
 	return Secure(mux)
 }
@@ -271,6 +278,7 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	q := overviewQuery(r.URL.Query())
 	p := s.overview(ctx, q, false)
+	p.SignedIn = signedIn(r)
 	s.writePage(w, http.StatusOK, p)
 }
 
@@ -278,6 +286,7 @@ func (s *Server) serveEntry(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	p := s.entryPage(ctx, r.PathValue("name"), false)
+	p.SignedIn = signedIn(r)
 	code := http.StatusOK
 	if p.Entry == nil {
 		code = http.StatusNotFound
@@ -380,6 +389,7 @@ func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas
 	if err != nil {
 		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
 	}
+	asViewer(ctx, req) // the leader guards its data as this replica does
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("leader %s at %s does not answer: %w", leader.ID, addr, err)

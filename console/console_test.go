@@ -146,6 +146,12 @@ func testServer(t *testing.T, cfg *config.Config, states ...*store.EntryState) (
 
 func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
 	t.Helper()
+	return testServerWith(t, func(c *Config) { c.Now = now }, cfg, states...)
+}
+
+// testServerWith is testServer with the console's Config changed by set.
+func testServerWith(t *testing.T, set func(*Config), cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
+	t.Helper()
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
 	const prefix = "/beatd/unit/"
@@ -164,7 +170,9 @@ func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states
 	if err := store.New(cli, prefix).Save(context.Background(), election.Fence{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *config.Config { return cfg }, Runs: runs, AdminEnabled: true, Now: now})
+	c := Config{Client: cli, Prefix: prefix, ID: "unit", Entries: func() *config.Config { return cfg }, Runs: runs, AdminEnabled: true}
+	set(&c)
+	s, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

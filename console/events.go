@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/beatd/beatd/auth"
 )
 
 // Sections of each view that the live stream keeps current, by element id.
@@ -17,6 +19,11 @@ var liveSections = map[string][]string{
 // minRenderGap spaces renders of one stream: a burst of fires (each a
 // state write in etcd) becomes one update.
 const minRenderGap = 200 * time.Millisecond
+
+// streamWriteTimeout is how long one write of the live stream may take:
+// the stream itself has no end, so the server's WriteTimeout is replaced
+// by this one per write.
+const streamWriteTimeout = 30 * time.Second
 
 // recheckEvery re-renders even without an etcd change, for what is not in
 // etcd: the leader's timeline, the broker, run history kept elsewhere.
@@ -44,14 +51,30 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		return s.overview(ctx, overviewQuery(v), true)
 	}
+	// The stream is meant to outlive the server's read and write
+	// timeouts: clear the read deadline (one that passed would cancel the
+	// request's context), and give each write its own deadline, so a
+	// viewer that stops reading is dropped at the next write instead of
+	// holding the stream.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{}) // ErrNotSupported off a real server: no deadline to clear
+	send := func(format string, args ...any) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return err
+		}
+		fl.Flush()
+		return nil
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	// A restarted replica is retried soon.
-	fmt.Fprint(w, "retry: 1000\n\n")
-	fl.Flush()
+	if send("retry: 1000\n\n") != nil {
+		return
+	}
 
 	ctx := r.Context()
 	live := s.liveCtx()
@@ -62,6 +85,12 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	heartbeat := time.NewTicker(15 * time.Second)
 	defer heartbeat.Stop()
 	for {
+		// The viewer's token was checked when the stream opened; a
+		// revoked one ends it here, at the next render (the browser's
+		// reconnect is then refused).
+		if _, err := s.cfg.Tokens.Check(r, auth.RoleRead); err != nil {
+			return
+		}
 		changed := s.cluster.changes()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		p := build(rctx)
@@ -80,10 +109,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(out) > 0 {
 			b, _ := json.Marshal(map[string]any{"sections": out})
-			if _, err := fmt.Fprintf(w, "event: sections\ndata: %s\n\n", b); err != nil {
+			if send("event: sections\ndata: %s\n\n", b) != nil {
 				return
 			}
-			fl.Flush()
 		}
 	wait:
 		select {
@@ -94,10 +122,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-recheck.C:
 		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+			if send(": keepalive\n\n") != nil {
 				return
 			}
-			fl.Flush()
 			goto wait
 		}
 		gap := time.NewTimer(minRenderGap)

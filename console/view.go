@@ -33,6 +33,7 @@ type page struct {
 	View         string // "overview" or "entry"
 	Events       string // the live stream's URL
 	AdminEnabled bool
+	SignedIn     bool // the viewer signed in with the form: offer to sign out
 	Live         bool
 	Now          time.Time
 	Cluster      clusterView

@@ -31,7 +31,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: m.brokerCheck,
-		Term:       m.leader.Token, Timeline: m.timeline, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
+		Term:       m.leader.Token, Timeline: m.timeline, Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
 	})
 }
 

@@ -163,6 +163,8 @@ type Options struct {
 	HTTPTLSKey  string
 	HTTPTLSCA   string
 	MetricsHTTP string
+	// HTTPTimeouts bound both HTTP servers' connections (zero: defaults).
+	HTTPTimeouts HTTPTimeouts
 	// BrokerFailoverAfter is how long a leader's path to the broker may
 	// fail, while a standby reaches it, before it hands over (0: twice
 	// the lease TTL).
@@ -207,7 +209,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 	host, _ := os.Hostname()
 	return &Main{
 		clock: clockwork.NewRealClock(), Options: Options{ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
-			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: ":8080",
+			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: DefaultHTTPAddr,
 			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
 			StateInterval: DefaultStateInterval, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
@@ -250,7 +252,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.DurationVar(&m.TriggerTTL, "trigger-ttl", redisbroker.DefaultTriggerTTL, "how long Redis remembers a manual trigger as published (one small key per trigger)")
 	fs.StringVar(&m.ID, "id", m.ID, "this replica's name (default: the hostname)")
 	fs.DurationVar(&m.LeaseTTL, "lease-ttl", m.LeaseTTL, "etcd lease TTL: how long a dead leader holds on")
-	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status and admin")
+	fs.StringVar(&m.HTTPAddr, "http", m.HTTPAddr, "HTTP listen address for health, metrics, status, the console and admin; loopback unless set (:8080 for every interface, as pods and other hosts need)")
 	fs.DurationVar(&m.BrokerFailoverAfter, "broker-failover-after", 0, "a leader that has not reached the broker for this long, while a standby reaches it, hands leadership to that standby (default twice --lease-ttl); a broker down for every replica causes no handover")
 	fs.StringVar(&m.HTTPTLSCert, "http-tls-cert", "", "serve --http as HTTPS with this certificate (PEM; read again when it changes, as cert-manager rotates it)")
 	fs.StringVar(&m.HTTPTLSKey, "http-tls-key", "", "the key of --http-tls-cert")
@@ -507,7 +509,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// net/http's own messages (a failed TLS handshake: a port scan, a
 	// plain-HTTP probe) are noise at debug, in the log's format.
 	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
-	m.httpSrv = &http.Server{Handler: m.console.Handler(api.Handler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+	m.httpSrv = m.newHTTPServer(m.console.Handler(api.Handler(apiCfg)), httpErrs)
 	if m.HTTPTLSCert != "" {
 		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
 		if err != nil {
@@ -522,7 +524,7 @@ func (m *Main) Run(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("--metrics-http: %w", err)
 		}
-		m.metricsSrv = &http.Server{Handler: console.Secure(api.ProbeHandler(apiCfg)), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrs}
+		m.metricsSrv = m.newHTTPServer(console.Secure(api.ProbeHandler(apiCfg)), httpErrs)
 		m.wg.Go(func() {
 			if err := m.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.log.Error("metrics http server", "err", err)

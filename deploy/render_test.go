@@ -38,6 +38,8 @@ var renderings = map[string]string{
 	"embedded+components": "resources: [../embedded]\ncomponents: [../components/monitoring, ../components/peer-tls]\n",
 	"external+monitoring": "resources: [../external]\ncomponents: [../components/monitoring]\n",
 	"embedded+etcd-tls":   "resources: [../embedded]\ncomponents: [../components/etcd-tls]\n",
+	"embedded+https":      "resources: [../embedded]\ncomponents: [../components/etcd-tls, ../components/http-tls]\n",
+	"external+https":      "resources: [../external]\ncomponents: [../components/monitoring, ../components/http-tls]\n",
 }
 
 // rendered is one kustomize build, decoded strictly.
@@ -312,7 +314,7 @@ func TestManifestInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls"} {
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https"} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, name)
 			c := container(t, r)
@@ -659,5 +661,72 @@ func checkRules(t *testing.T, pr *prometheusRule) {
 	}
 	if out, err := exec.Command("promtool", "check", "rules", f).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestHTTPSOrLoudComment: a rendering either serves beatd's HTTP as HTTPS
+// (certificate and key from a mounted Secret, probes over HTTPS, an https
+// advertised URL at the name the certificate holds), or it is plain HTTP
+// and the base manifest and deploy/README.md say so at their top, with
+// the way to turn HTTPS on.
+func TestHTTPSOrLoudComment(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https"} {
+		t.Run(name, func(t *testing.T) {
+			r := render(t, name)
+			c := container(t, r)
+			cert, tls := envValue(c, "BEATD_HTTP_TLS_CERT")
+			if want := strings.HasSuffix(name, "+https"); tls != want {
+				t.Fatalf("BEATD_HTTP_TLS_CERT set: %v, want %v", tls, want)
+			}
+			if !tls {
+				return
+			}
+			mounts := map[string]string{} // mount path → Secret
+			secrets := map[string]string{}
+			for _, v := range r.sts.Spec.Template.Spec.Volumes {
+				if v.Secret != nil {
+					secrets[v.Name] = v.Secret.SecretName
+				}
+			}
+			for _, m := range c.VolumeMounts {
+				if sec, ok := secrets[m.Name]; ok {
+					mounts[m.MountPath] = sec
+				}
+			}
+			key, _ := envValue(c, "BEATD_HTTP_TLS_KEY")
+			ca, _ := envValue(c, "BEATD_HTTP_TLS_CA")
+			for _, f := range []string{cert, key, ca} {
+				if mounts[path.Dir(f)] != "beatd-http-tls" {
+					t.Errorf("%s is not in the mounted Secret beatd-http-tls (mounts %v)", f, mounts)
+				}
+			}
+			for what, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+				if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+					t.Errorf("%s probe is not HTTPS: %+v", what, p)
+				}
+			}
+			adv, _ := envValue(c, "BEATD_ADVERTISE_URL")
+			if adv != "https://$(BEATD_ID)."+r.sts.Spec.ServiceName+":8080" {
+				t.Errorf("BEATD_ADVERTISE_URL %q: want the https URL at the pod's DNS name", adv)
+			}
+			idx := map[string]int{}
+			for i, e := range c.Env {
+				idx[e.Name] = i
+			}
+			if idx["BEATD_ID"] > idx["BEATD_ADVERTISE_URL"] {
+				t.Errorf("BEATD_ADVERTISE_URL comes before BEATD_ID, so $(BEATD_ID) is not expanded")
+			}
+		})
+	}
+	for _, f := range []string{"k8s/base/statefulset.yaml", "README.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		top := string(b[:min(len(b), 800)])
+		if !strings.Contains(strings.ToLower(top), "plain http") || !strings.Contains(top, "components/http-tls") {
+			t.Errorf("%s does not say at its top that the base is plain HTTP and how to turn HTTPS on:\n%s", f, top)
+		}
 	}
 }

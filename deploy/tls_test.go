@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +21,12 @@ import (
 )
 
 // TestEmbeddedTLSAsProcesses runs the embedded StatefulSet with the
-// etcd-tls component, from certificates made like `beatd certs init`
-// makes them: the members join over mutually authenticated peer TLS and
-// serve clients only with a certificate of their CA. A client without one,
-// or with one of another CA, is refused; the CLI with the right one works.
+// etcd-tls and http-tls components, from certificates made like `beatd
+// certs init` makes them: the members join over mutually authenticated
+// peer TLS and serve clients only with a certificate of their CA. A client
+// without one, or with one of another CA, is refused; the CLI with the
+// right one works. beatd's own HTTP is HTTPS only, and a standby's console
+// reads the leader's numbers over it, verifying its certificate.
 func TestEmbeddedTLSAsProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three beatd processes")
@@ -86,8 +90,9 @@ func TestEmbeddedTLSAsProcesses(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	opt := podOptions{broker: rs.URL(0), secrets: map[string]map[string]string{
 		"beatd-etcd-tls": {"ca.crt": read(caFile), "tls.crt": read(memberCert), "tls.key": read(memberKey)},
+		"beatd-http-tls": {"ca.crt": read(caFile), "tls.crt": read(memberCert), "tls.key": read(memberKey)},
 	}}
-	ec := startRendering(t, "embedded+etcd-tls", opt, clientTLS(cliCert, cliKey))
+	ec := startRendering(t, "embedded+https", opt, clientTLS(cliCert, cliKey))
 	lead, l := ec.leader("", 0, 60*time.Second)
 	ec.healthyMembers(3, 30*time.Second)
 	rdb := rs.Client()
@@ -96,6 +101,49 @@ func TestEmbeddedTLSAsProcesses(t *testing.T) {
 		return n >= 2
 	})
 	t.Logf("three members over TLS with certificate auth; leader %s (token %d)", lead.name, l.Token)
+
+	// beatd's HTTP: HTTPS with the Secret's certificate, the probes' paths
+	// answer over it, plain HTTP is refused, and a standby's console
+	// reaches the leader at its advertised https URL.
+	https := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS("", "")}}
+	for _, p := range ec.pods {
+		for _, probe := range []string{"/healthz", "/readyz"} {
+			resp, err := https.Get("https://" + p.httpAddr + probe)
+			if err != nil {
+				t.Fatalf("%s %s over HTTPS: %v", p.name, probe, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s %s over HTTPS: %d", p.name, probe, resp.StatusCode)
+			}
+		}
+		if resp, err := http.Get("http://" + p.httpAddr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Errorf("%s serves plain HTTP", p.name)
+			}
+		}
+		if adv := p.envValue("BEATD_ADVERTISE_URL"); !strings.HasPrefix(adv, "https://") {
+			t.Errorf("%s advertises %q, want https", p.name, adv)
+		}
+	}
+	var standby *pod
+	for _, p := range ec.pods {
+		if p != lead {
+			standby = p
+			break
+		}
+	}
+	waitFor(t, 15*time.Second, "the standby's console to show the leader's numbers", func() bool {
+		resp, err := https.Get("https://" + standby.httpAddr + "/")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page := string(b)
+		return resp.StatusCode == http.StatusOK && strings.Contains(page, `id="leader-id"`) && !strings.Contains(page, "numbers are unavailable")
+	})
 
 	var eps []string
 	for _, p := range ec.pods {

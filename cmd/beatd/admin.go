@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -345,6 +346,11 @@ func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile s
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, statusURL, nil)
 	if err != nil {
 		return err
+	}
+	// /status is a read: where tokens guard reads, it needs one, taken
+	// as --server's is (BEATD_TOKEN, else BEATD_ADMIN_TOKEN).
+	if tok := cmp.Or(os.Getenv("BEATD_TOKEN"), os.Getenv("BEATD_ADMIN_TOKEN")); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -1,6 +1,8 @@
 // beatd console: the admin token (held in this tab's sessionStorage), the
 // action buttons, relative times and the live updates (Server-Sent Events).
-// The page works without it, read-only.
+// The page works without it, read-only. Reading, where tokens guard it,
+// rests on the sign-in form's HttpOnly cookie, which this script never
+// sees.
 (function () {
   'use strict';
   var KEY = 'beatd-admin-token';
@@ -190,10 +192,20 @@
   // changed, rendered (and escaped) by the server's templates.
   function live() {
     var url = body.dataset.events, state = document.getElementById('live-state');
+    if (!state) { return; }
     if (!url || !window.EventSource) { state.textContent = 'Live updates unavailable: reload to refresh.'; return; }
     var es = new EventSource(url);
     es.onopen = function () { state.textContent = 'Live'; state.className = 'live ok'; };
-    es.onerror = function () { state.textContent = 'Live updates: reconnecting…'; state.className = 'live bad'; };
+    es.onerror = function () {
+      // A refused stream (401: signed out, or the token was revoked) is
+      // not retried by the browser; a dropped one is.
+      if (es.readyState === EventSource.CLOSED) {
+        state.textContent = 'Live updates stopped: reload the page (you may need to sign in again).';
+      } else {
+        state.textContent = 'Live updates: reconnecting…';
+      }
+      state.className = 'live bad';
+    };
     es.addEventListener('sections', function (ev) {
       var data = JSON.parse(ev.data);
       var focused = document.activeElement && document.activeElement.id;
@@ -212,6 +224,19 @@
   }
 
   document.addEventListener('DOMContentLoaded', function () {
+    // The sign-in form posts the token to the server, which keeps it in
+    // an HttpOnly cookie for reading; this tab keeps it too, for actions.
+    var login = document.getElementById('login-form');
+    if (login) {
+      login.addEventListener('submit', function () {
+        setToken(document.getElementById('login-token').value.trim());
+      });
+      return;
+    }
+    var logout = document.getElementById('logout-form');
+    if (logout) {
+      logout.addEventListener('submit', function () { setToken(''); });
+    }
     var form = document.getElementById('token-form');
     form.addEventListener('submit', function (e) {
       e.preventDefault();
