@@ -95,7 +95,7 @@ type amqpParts struct {
 func Validate(e *Spec) error {
 	for i := 0; i < e.Options.Headers.Len(); i++ {
 		if k := e.Options.Headers.Keys[i]; ReservedHeaders[k] {
-			return fmt.Errorf("publisher: entry %q: header %q is reserved", e.Name, k)
+			return fmt.Errorf("celery: entry %q: header %q is reserved", e.Name, k)
 		}
 	}
 	return nil

@@ -81,7 +81,7 @@ func appendPy(dst []byte, v any, d *dialect) []byte {
 		}
 		return append(dst, '}')
 	}
-	panic("publisher: unsupported value type") // the config loader never produces one
+	panic("celery: unsupported value type") // the config loader never produces one
 }
 
 // jsonEscapes and pyEscapes are the two-character escapes (after the
@@ -120,7 +120,7 @@ func appendU4(dst []byte, r rune) []byte {
 // fixed notation when the exponent is in [-4, 16), else d.ddde+XX.
 func appendPyFloat(dst []byte, f float64) []byte {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		panic("publisher: non-finite float") // rejected by the config loader
+		panic("celery: non-finite float") // rejected by the config loader
 	}
 	if f == 0 {
 		if math.Signbit(f) {

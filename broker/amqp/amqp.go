@@ -131,7 +131,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		return nil, err
 	}
 	if opts.Verify == nil {
-		return nil, errors.New("publisher: AMQP needs a leadership check (Verify)")
+		return nil, errors.New("amqp: AMQP needs a leadership check (Verify)")
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -152,7 +152,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	if opts.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.resends, a.allTerms} {
 			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("publisher: register AMQP metrics: %w", err)
+				return nil, fmt.Errorf("amqp: register AMQP metrics: %w", err)
 			}
 		}
 	}
@@ -263,23 +263,23 @@ func (a *AMQP) connect() error {
 		a.exchOK = map[string]bool{}
 		return nil
 	}
-	return fmt.Errorf("publisher: connect to RabbitMQ: %w", errors.Join(errs...))
+	return fmt.Errorf("amqp: connect to RabbitMQ: %w", errors.Join(errs...))
 }
 
 // lock declares the exclusive lock queue on conn.
 func (a *AMQP) lock() error {
 	ch, err := a.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("publisher: open channel: %w", err)
+		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	defer ch.Close()
 	_, err = ch.QueueDeclare(a.lockName, false, false, true, false, nil)
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
-		return fmt.Errorf("publisher: %w (%s)", errLocked, a.lockName)
+		return fmt.Errorf("amqp: %w (%s)", errLocked, a.lockName)
 	}
 	if err != nil {
-		return fmt.Errorf("publisher: take the fence lock %s: %w", a.lockName, err)
+		return fmt.Errorf("amqp: take the fence lock %s: %w", a.lockName, err)
 	}
 	return nil
 }
@@ -287,10 +287,10 @@ func (a *AMQP) lock() error {
 func (a *AMQP) openPublishChannel() error {
 	ch, err := a.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("publisher: open channel: %w", err)
+		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		return fmt.Errorf("publisher: confirm mode: %w", err)
+		return fmt.Errorf("amqp: confirm mode: %w", err)
 	}
 	a.returns = ch.NotifyReturn(make(chan amqp.Return, maxChunk+8))
 	a.ch = ch
@@ -319,11 +319,11 @@ func (a *AMQP) journalArgs() amqp.Table {
 func (a *AMQP) readJournal(token int64) error {
 	ch, err := a.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("publisher: open channel: %w", err)
+		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclare(a.journal, true, false, false, false, a.journalArgs()); err != nil {
-		return fmt.Errorf("publisher: declare journal %s: %w", a.journal, err)
+		return fmt.Errorf("amqp: declare journal %s: %w", a.journal, err)
 	}
 	type key struct {
 		token int64
@@ -337,7 +337,7 @@ func (a *AMQP) readJournal(token int64) error {
 	for i := 0; i < 2*journalMaxLength; i++ {
 		m, ok, err := ch.Get(a.journal, false)
 		if err != nil {
-			return fmt.Errorf("publisher: read journal: %w", err)
+			return fmt.Errorf("amqp: read journal: %w", err)
 		}
 		if !ok {
 			break
@@ -392,14 +392,14 @@ func (a *AMQP) writeJournal(ctx context.Context, r journalRecord) error {
 	dc, err := a.ch.PublishWithDeferredConfirmWithContext(ctx, "", a.journal, true, false,
 		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 	if err != nil {
-		return fmt.Errorf("publisher: journal: %w", err)
+		return fmt.Errorf("amqp: journal: %w", err)
 	}
 	ok, err := dc.WaitContext(ctx)
 	if err != nil {
-		return fmt.Errorf("publisher: journal: %w", err)
+		return fmt.Errorf("amqp: journal: %w", err)
 	}
 	if !ok {
-		return errors.New("publisher: journal record not confirmed")
+		return errors.New("amqp: journal record not confirmed")
 	}
 	return nil
 }
@@ -514,7 +514,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 		r := f.Task.AMQPRoute()
 		dc, err := a.ch.PublishWithDeferredConfirmWithContext(ctx, r.PubExchange, r.PubKey, true, false, pub)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("publisher: entry %q: publish: %w", f.Task.Name, err))
+			errs = append(errs, fmt.Errorf("amqp: entry %q: publish: %w", f.Task.Name, err))
 			break
 		}
 		confirms[i] = dc
@@ -535,9 +535,9 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 		ok, err := dc.WaitContext(ctx)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("publisher: entry %q: waiting for the broker's confirm: %w", fires[i].Task.Name, err))
+			errs = append(errs, fmt.Errorf("amqp: entry %q: waiting for the broker's confirm: %w", fires[i].Task.Name, err))
 		case !ok:
-			errs = append(errs, fmt.Errorf("publisher: entry %q: the broker did not confirm the message (nack or connection lost)", fires[i].Task.Name))
+			errs = append(errs, fmt.Errorf("amqp: entry %q: the broker did not confirm the message (nack or connection lost)", fires[i].Task.Name))
 		default:
 			results[i] = broker.ResultOK
 		}
@@ -570,7 +570,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 		}
 		if r, ok := returned[string(fires[i].ID[:])]; ok {
 			results[i] = broker.ResultError
-			errs = append(errs, fmt.Errorf("publisher: entry %q: unroutable, returned by the broker: %d %s (exchange %q, routing key %q)",
+			errs = append(errs, fmt.Errorf("amqp: entry %q: unroutable, returned by the broker: %d %s (exchange %q, routing key %q)",
 				fires[i].Task.Name, r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey))
 			continue
 		}
@@ -605,7 +605,7 @@ func (a *AMQP) declare(t *celery.Task, queues Queues) error {
 	}
 	args, err := tableOf(queues.QueueArguments(p.Queue))
 	if err != nil {
-		return fmt.Errorf("publisher: queue %q: %w", p.Queue, err)
+		return fmt.Errorf("amqp: queue %q: %w", p.Queue, err)
 	}
 	fp := exchange + "\x00" + key + "\x00" + fingerprint(args)
 	needQueue := a.declared[p.Queue] != fp
@@ -615,18 +615,18 @@ func (a *AMQP) declare(t *celery.Task, queues Queues) error {
 	}
 	ch, err := a.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("publisher: open channel: %w", err)
+		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	defer ch.Close()
 	if needQueue {
 		if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
-			return fmt.Errorf("publisher: entry %q: declare exchange %q: %w", t.Name, exchange, err)
+			return fmt.Errorf("amqp: entry %q: declare exchange %q: %w", t.Name, exchange, err)
 		}
 		if _, err := ch.QueueDeclare(p.Queue, true, false, false, false, args); err != nil {
-			return fmt.Errorf("publisher: entry %q: declare queue %q as the workers do (amqp.Queues and task_queue_max_priority in the config must match their task_queues): %w", t.Name, p.Queue, err)
+			return fmt.Errorf("amqp: entry %q: declare queue %q as the workers do (amqp.Queues and task_queue_max_priority in the config must match their task_queues): %w", t.Name, p.Queue, err)
 		}
 		if err := ch.QueueBind(p.Queue, key, exchange, false, nil); err != nil {
-			return fmt.Errorf("publisher: entry %q: bind queue %q to exchange %q: %w", t.Name, p.Queue, exchange, err)
+			return fmt.Errorf("amqp: entry %q: bind queue %q to exchange %q: %w", t.Name, p.Queue, exchange, err)
 		}
 		a.declared[p.Queue] = fp
 		a.exchOK[exchange] = true
@@ -636,7 +636,7 @@ func (a *AMQP) declare(t *celery.Task, queues Queues) error {
 		// the workers' task_queues do. Publishing to a missing one would
 		// close the publishing channel, so check first.
 		if err := ch.ExchangeDeclarePassive(p.PubExchange, "direct", true, false, false, false, nil); err != nil {
-			return fmt.Errorf("publisher: entry %q: exchange %q does not exist (the workers declare it in task_queues): %w", t.Name, p.PubExchange, err)
+			return fmt.Errorf("amqp: entry %q: exchange %q does not exist (the workers declare it in task_queues): %w", t.Name, p.PubExchange, err)
 		}
 		a.exchOK[p.PubExchange] = true
 	}
@@ -693,7 +693,7 @@ func publishing(t *celery.Task, f *celery.Fire, token int64, now time.Time) (amq
 	for _, hd := range m.Headers {
 		v, err := fieldOf(hd.Value)
 		if err != nil {
-			return amqp.Publishing{}, fmt.Errorf("publisher: entry %q: header %q: %w", t.Name, hd.Key, err)
+			return amqp.Publishing{}, fmt.Errorf("amqp: entry %q: header %q: %w", t.Name, hd.Key, err)
 		}
 		h[hd.Key] = v
 	}

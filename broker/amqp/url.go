@@ -89,7 +89,7 @@ func ParseAMQPURLs(raw, password string) ([]AMQPURL, error) {
 		out = append(out, u)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("publisher: empty AMQP broker URL")
+		return nil, fmt.Errorf("amqp: empty AMQP broker URL")
 	}
 	return out, nil
 }
@@ -103,7 +103,7 @@ func ParseAMQPURLs(raw, password string) ([]AMQPURL, error) {
 // ssl_cert_reqs (required, optional or none).
 func ParseAMQPURL(raw, password string) (AMQPURL, error) {
 	bad := func(format string, args ...any) (AMQPURL, error) {
-		return AMQPURL{}, fmt.Errorf("publisher: broker URL %s: %s", broker.Redacted(raw), fmt.Sprintf(format, args...))
+		return AMQPURL{}, fmt.Errorf("amqp: broker URL %s: %s", broker.Redacted(raw), fmt.Sprintf(format, args...))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

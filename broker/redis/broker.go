@@ -53,7 +53,7 @@ func NewClient(cfg BrokerConfig) (redis.UniversalClient, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("publisher: broker URL %s: %w", broker.Redacted(raw), err)
+		return nil, fmt.Errorf("redis: broker URL %s: %w", broker.Redacted(raw), err)
 	}
 	tlsFromQuery, q, err := broker.TLSParams(u.Query())
 	if err != nil {
@@ -62,7 +62,7 @@ func NewClient(cfg BrokerConfig) (redis.UniversalClient, error) {
 	u.RawQuery = q.Encode()
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("publisher: broker URL %s: %w", broker.Redacted(raw), err)
+		return nil, fmt.Errorf("redis: broker URL %s: %w", broker.Redacted(raw), err)
 	}
 	if cfg.Password != "" {
 		opts.Password = cfg.Password
@@ -88,7 +88,7 @@ func NewClient(cfg BrokerConfig) (redis.UniversalClient, error) {
 // newSentinel parses Celery's "sentinel://[:pass@]h1:26379[/db];sentinel://h2:26379".
 func newSentinel(raw string, cfg BrokerConfig) (redis.UniversalClient, error) {
 	if cfg.MasterName == "" {
-		return nil, fmt.Errorf("publisher: a sentinel broker needs a master name (--broker-master-name)")
+		return nil, fmt.Errorf("redis: a sentinel broker needs a master name (--broker-master-name)")
 	}
 	opts := &redis.FailoverOptions{MasterName: cfg.MasterName}
 	for _, p := range strings.Split(raw, ";") {
@@ -98,7 +98,7 @@ func newSentinel(raw string, cfg BrokerConfig) (redis.UniversalClient, error) {
 		}
 		u, err := url.Parse(p)
 		if err != nil || u.Scheme != "sentinel" || u.Host == "" {
-			return nil, fmt.Errorf("publisher: sentinel address %s: want sentinel://host:port", broker.Redacted(p))
+			return nil, fmt.Errorf("redis: sentinel address %s: want sentinel://host:port", broker.Redacted(p))
 		}
 		opts.SentinelAddrs = append(opts.SentinelAddrs, u.Host)
 		if pw, ok := u.User.Password(); ok {
@@ -107,7 +107,7 @@ func newSentinel(raw string, cfg BrokerConfig) (redis.UniversalClient, error) {
 		if db := strings.Trim(u.Path, "/"); db != "" {
 			n, err := strconv.Atoi(db)
 			if err != nil {
-				return nil, fmt.Errorf("publisher: sentinel db %q is not a number", db)
+				return nil, fmt.Errorf("redis: sentinel db %q is not a number", db)
 			}
 			opts.DB = n
 		}

@@ -57,14 +57,14 @@ func (p *Publisher) parseRun(entry string, b []byte) (broker.Run, int64, error) 
 	}
 	f := strings.Split(string(b), " ") // the mark, first, may be empty
 	if len(f) != 6 && len(f) != 7 {
-		return r, 0, fmt.Errorf("publisher: run record %q: want 6 or 7 fields", b)
+		return r, 0, fmt.Errorf("redis: run record %q: want 6 or 7 fields", b)
 	}
 	runs, err1 := strconv.ParseInt(f[1], 10, 64)
 	slot, err2 := strconv.ParseInt(f[2], 10, 64)
 	pub, err3 := strconv.ParseInt(f[3], 10, 64)
 	tok, err4 := strconv.ParseInt(f[4], 10, 64)
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return r, 0, fmt.Errorf("publisher: run record %q: %w", b, err)
+		return r, 0, fmt.Errorf("redis: run record %q: %w", b, err)
 	}
 	r.Slot, r.PublishedAt, r.Token, r.Manual, r.Backfill = time.Unix(0, slot).UTC(), time.UnixMicro(pub).UTC(), tok, f[5] == "1", f[5] == "2"
 	if len(f) == 7 {
@@ -80,13 +80,13 @@ func parseOldRun(b []byte) (broker.Run, int64, error) {
 	var r broker.Run
 	f := bytes.Split(b, []byte{','})
 	if len(f) != 5 {
-		return r, 0, fmt.Errorf("publisher: run record %q: want 5 fields", b)
+		return r, 0, fmt.Errorf("redis: run record %q: want 5 fields", b)
 	}
 	slot, err1 := strconv.ParseInt(string(f[0]), 10, 64)
 	pub, err2 := strconv.ParseInt(string(f[1]), 10, 64)
 	tok, err3 := strconv.ParseInt(string(f[2]), 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return r, 0, fmt.Errorf("publisher: run record %q: %w", b, err)
+		return r, 0, fmt.Errorf("redis: run record %q: %w", b, err)
 	}
 	r.Slot, r.PublishedAt = time.Unix(0, slot).UTC(), time.Unix(0, pub).UTC()
 	r.Token, r.TaskID, r.Manual = tok, string(f[3]), string(f[4]) == "1"
@@ -128,7 +128,7 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 	}
 	legacy := pipe.HMGet(ctx, p.countsKey(), names...)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("publisher: read run history: %w", err)
+		return nil, fmt.Errorf("redis: read run history: %w", err)
 	}
 	old := legacy.Val()
 	for i, n := range names {
@@ -170,7 +170,7 @@ func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[st
 		cmds[i] = pipe.LIndex(ctx, p.historyKey(n), 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("publisher: read the last runs: %w", err)
+		return nil, fmt.Errorf("redis: read the last runs: %w", err)
 	}
 	for i, n := range entries {
 		b, err := cmds[i].Bytes()
@@ -200,7 +200,7 @@ func (p *Publisher) Runs(ctx context.Context, entry string) ([]broker.Run, error
 func (p *Publisher) EndBackfill(ctx context.Context, token int64, id string) error {
 	n, err := endBackfillScript.Run(ctx, p.rdb, []string{p.fenceKey, p.BackfillKey(id)}, token).Int64()
 	if err != nil {
-		return fmt.Errorf("publisher: end backfill %s: %w", id, err)
+		return fmt.Errorf("redis: end backfill %s: %w", id, err)
 	}
 	if n < 0 {
 		return broker.ErrStale

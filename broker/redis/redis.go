@@ -214,7 +214,7 @@ func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
 	p.pub.Unlock()
 	v, err := fenceScript.Run(ctx, p.rdb, []string{p.fenceKey, p.slotsTermKey(), p.legacyKey()}, token, p.ttlArg).Int64()
 	if err != nil {
-		return fmt.Errorf("publisher: raise fence: %w", err)
+		return fmt.Errorf("redis: raise fence: %w", err)
 	}
 	if v > token {
 		return fmt.Errorf("%w: fence is %d, token %d", broker.ErrStale, v, token)
@@ -222,14 +222,14 @@ func (p *Publisher) RaiseFence(ctx context.Context, token int64) error {
 	// A fence lost in a failover would let a deposed leader publish again.
 	if err := p.repl.sync(ctx, p.rdb, strconv.FormatInt(token, 10)); err != nil {
 		p.repl.failed()
-		return fmt.Errorf("publisher: raise fence: %w", err)
+		return fmt.Errorf("redis: raise fence: %w", err)
 	}
 	// Only a term that opened (or found) the legacy window sends the old
 	// dedup keys' names; the flag cannot appear later in the term, since
 	// only a fence raise sets it.
 	n, err := p.rdb.Exists(ctx, p.legacyKey()).Result()
 	if err != nil {
-		return fmt.Errorf("publisher: raise fence: %w", err)
+		return fmt.Errorf("redis: raise fence: %w", err)
 	}
 	p.legacy.Store(n == 1)
 	return nil
@@ -259,7 +259,7 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fir
 	p.pub.Unlock()
 	if err != nil {
 		p.repl.failed()
-		return fmt.Errorf("publisher: publish %d fires: %w", len(fires), err)
+		return fmt.Errorf("redis: publish %d fires: %w", len(fires), err)
 	}
 	for _, r := range results {
 		if r == broker.ResultStale {
@@ -668,7 +668,7 @@ func (p *Publisher) Forget(ctx context.Context, token int64, entries []string) e
 		}
 		v, err := forgetScript.Run(ctx, p.rdb, keys, args...).Int64()
 		if err != nil {
-			return fmt.Errorf("publisher: forget %d entries: %w", len(batch), err)
+			return fmt.Errorf("redis: forget %d entries: %w", len(batch), err)
 		}
 		if v < 0 {
 			return broker.ErrStale

@@ -46,7 +46,7 @@ const DefaultReplicasAutoGrace = 30 * time.Second
 
 // ErrReplicaShortfall means fewer replicas than Options.MinReplicas
 // acknowledged a publish within the timeout: its fires stay pending.
-var ErrReplicaShortfall = errors.New("publisher: too few replicas acknowledged the publish")
+var ErrReplicaShortfall = errors.New("redis: too few replicas acknowledged the publish")
 
 // replication is the WAIT step of publishing.
 type replication struct {
@@ -96,7 +96,7 @@ func (r *replication) target(ctx context.Context, rdb redis.UniversalClient) int
 func (r *replication) count(ctx context.Context, rdb redis.UniversalClient) error {
 	info, err := rdb.Info(ctx, "replication").Result()
 	if err != nil {
-		return fmt.Errorf("publisher: count replicas (INFO replication): %w", err)
+		return fmt.Errorf("redis: count replicas (INFO replication): %w", err)
 	}
 	n := min(onlineReplicas(info), 1)
 	now := time.Now()
@@ -177,7 +177,7 @@ func (r *replication) fail(got int64, want int, err error, results []broker.Resu
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("publisher: WAIT %d: %w", want, err)
+		return fmt.Errorf("redis: WAIT %d: %w", want, err)
 	}
 	if r.shortfalls != nil {
 		r.shortfalls.Inc()
@@ -196,7 +196,7 @@ func (r *replication) sync(ctx context.Context, rdb redis.UniversalClient, token
 	pipe := rdb.Pipeline()
 	wait := r.queue(ctx, pipe, want, token)
 	if _, err := pipe.Exec(ctx); err != nil && wait.Err() == nil {
-		return fmt.Errorf("publisher: replication marker: %w", err)
+		return fmt.Errorf("redis: replication marker: %w", err)
 	}
 	return r.check(wait, want, nil)
 }
@@ -209,7 +209,7 @@ func (p *Publisher) MinReplicas(ctx context.Context) int { return p.repl.target(
 func (p *Publisher) OnlineReplicas(ctx context.Context) (int, error) {
 	info, err := p.rdb.Info(ctx, "replication").Result()
 	if err != nil {
-		return 0, fmt.Errorf("publisher: INFO replication: %w", err)
+		return 0, fmt.Errorf("redis: INFO replication: %w", err)
 	}
 	return onlineReplicas(info), nil
 }

@@ -119,8 +119,11 @@ func TestMinReplicasAuto(t *testing.T) {
 	if got := p.MinReplicas(ctx); got != 1 {
 		t.Fatalf("with a replica online: waits for %d, want 1", got)
 	}
-	replica.Kill()
+	// The replica is gone from the moment Kill starts (the master sees
+	// its link drop before Kill has reaped it), so the grace is measured
+	// from then.
 	lost := time.Now()
+	replica.Kill()
 	task := compileTest(t, "    {task: tasks.add, every: 1s}")
 	res := make([]broker.Result, 1)
 	// Within the grace the publish waits for a replica, and falls short.

@@ -172,7 +172,7 @@ func (p *Publisher) publishFlight(ctx context.Context, token int64, fires []cele
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("publisher: %d attempts refused (the fence kept changing): %w", txAttempts, err)
+	return fmt.Errorf("redis: %d attempts refused (the fence kept changing): %w", txAttempts, err)
 }
 
 // dedupKey is the key besides the mark that decides whether f is new: a
