@@ -257,7 +257,7 @@ func (d *drill) setup() error {
 			LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}}
 		var eps []string
 		for _, m := range d.etcd.Members {
-			p, err := NewProxy(m.ClientAddr())
+			p, err := harness.NewProxy(m.ClientAddr())
 			if err != nil {
 				return err
 			}
@@ -269,7 +269,7 @@ func (d *drill) setup() error {
 		case d.cfg.Sentinel:
 			broker = []string{"--broker", d.sentinelBroker(), "--broker-master-name", d.masterName()}
 		default:
-			if r.RedisProxy, err = NewProxy(brokerAddr); err != nil {
+			if r.RedisProxy, err = harness.NewProxy(brokerAddr); err != nil {
 				return err
 			}
 			broker = []string{"--broker", "redis://" + r.RedisProxy.Addr() + "/0"}
@@ -635,7 +635,7 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		proxies := lead.EtcdProxies
 		what := "etcd"
 		if d.rng.IntN(2) == 1 && lead.RedisProxy != nil {
-			proxies, what = []*Proxy{lead.RedisProxy}, d.cfg.Broker
+			proxies, what = []*harness.Proxy{lead.RedisProxy}, d.cfg.Broker
 		}
 		f.Target = lead.ID + "->" + what
 		for _, p := range proxies {

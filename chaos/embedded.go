@@ -78,7 +78,7 @@ func (d *drill) setupEmbedded() error {
 	for i := 0; i < n; i++ {
 		r := &Replica{Replica: &harness.Replica{ID: fmt.Sprintf("drill-%d", i), Bin: d.cfg.Binary,
 			LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}}
-		if r.RedisProxy, err = NewProxy(d.redis.Addr()); err != nil {
+		if r.RedisProxy, err = harness.NewProxy(d.redis.Addr()); err != nil {
 			return err
 		}
 		if r.HTTPPort, err = harness.FreePort(); err != nil {

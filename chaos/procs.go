@@ -6,6 +6,6 @@ import "github.com/beatd/beatd/testkit/harness"
 // traffic, so a partition can cut it off.
 type Replica struct {
 	*harness.Replica
-	EtcdProxies []*Proxy
-	RedisProxy  *Proxy
+	EtcdProxies []*harness.Proxy
+	RedisProxy  *harness.Proxy
 }

@@ -19,9 +19,9 @@ import (
 func TestProcessBrokerPathHandover(t *testing.T) {
 	const failoverAfter = 3 * time.Second
 	c := newCluster(t, failoverConfig, 0)
-	proxies := map[string]*chaos.Proxy{}
+	proxies := map[string]*harness.Proxy{}
 	for i := range 3 {
-		p, err := chaos.NewProxy(c.redis.Addr())
+		p, err := harness.NewProxy(c.redis.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

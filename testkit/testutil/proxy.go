@@ -3,14 +3,14 @@ package testutil
 import (
 	"testing"
 
-	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // MustStartProxy forwards a free loopback port to target until the test
 // ends; Blackhole drops its traffic like a partition.
-func MustStartProxy(tb testing.TB, target string) *chaos.Proxy {
+func MustStartProxy(tb testing.TB, target string) *harness.Proxy {
 	tb.Helper()
-	p, err := chaos.NewProxy(target)
+	p, err := harness.NewProxy(target)
 	if err != nil {
 		tb.Fatal(err)
 	}
