@@ -59,6 +59,9 @@ type Header struct {
 	// RequireNotes: the leader runs with --require-notes, so the CLI
 	// refuses a pause without --note before it writes to etcd.
 	RequireNotes bool `json:"require_notes,omitempty"`
+	// MinInterval is the leader's --min-interval (0: the default), so
+	// the CLI reads the file with the floor the leader read it with.
+	MinInterval time.Duration `json:"min_interval,omitempty"`
 }
 
 func headerKey(prefix string) string  { return keys.CatalogHeader(prefix) }
@@ -197,7 +200,7 @@ func Load(ctx context.Context, cli *clientv3.Client, prefix string) (*config.Con
 	if err != nil {
 		return nil, h, err
 	}
-	cfg, err := config.Parse(h.File, data)
+	cfg, err := config.ParseWith(h.File, data, config.Options{MinInterval: h.MinInterval})
 	if err != nil {
 		return nil, h, fmt.Errorf("catalog: the leader's config does not parse here: %w", err)
 	}

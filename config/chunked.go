@@ -19,8 +19,9 @@ const entriesPerChunk = 2000
 // lines, so errors read the same.
 //
 // It reports false when the file is not laid out that way, or when any
-// chunk fails to parse (e.g. an alias to an anchor in another chunk); the
-// caller then parses the whole file, which is always right.
+// chunk fails to parse (e.g. an alias to an anchor in another chunk) or
+// its aliases expand it past the bound; the caller then parses the whole
+// file, which is always right.
 func (d *decoder) parseChunked(data []byte) (*Config, bool) {
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	start := -1
@@ -81,7 +82,7 @@ func (d *decoder) parseChunked(data []byte) (*Config, bool) {
 		header.Write(l)
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(header.Bytes(), &doc); err != nil {
+	if err := yaml.Unmarshal(header.Bytes(), &doc); err != nil || CheckAliases(d.file, &doc) != nil {
 		return nil, false
 	}
 	cfg, def, _ := d.header(&doc)
@@ -117,6 +118,11 @@ func (d *decoder) parseChunked(data []byte) (*Config, bool) {
 				c.err = yaml.Unmarshal(bytes.Join(lines[c.first:c.last], nil), &n)
 				if c.err == nil && len(n.Content) == 1 && n.Content[0].Kind == yaml.MappingNode {
 					shiftLines(n.Content[0], c.first)
+					// Each chunk's aliases are bounded by its own size
+					// (an alias cannot reach into another chunk); one
+					// over it sends the file to the whole-file parse,
+					// which bounds them by the file's and says where.
+					c.err = CheckAliases(d.file, &n)
 					c.node = n.Content[0]
 				} else if c.err == nil {
 					c.err = errBadChunk

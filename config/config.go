@@ -51,8 +51,10 @@ type Config struct {
 	Calendars map[string]*Calendar
 
 	// defaults are the file's, kept so entries from other sources (see
-	// ParseEntry) are read exactly as if they were in the file.
+	// ParseEntry) are read exactly as if they were in the file; opt, the
+	// command line's settings it was read with, likewise.
 	defaults *defaults
+	opt      Options
 }
 
 // Entry returns the entry called name, or nil.
@@ -192,20 +194,38 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// LoadFile reads and validates a schedules.yaml.
+// LoadFile reads and validates a schedules.yaml with the default Options.
 func LoadFile(path string) (*Config, error) {
+	return LoadFileWith(path, Options{})
+}
+
+// LoadFileWith reads and validates a schedules.yaml with opt.
+func LoadFileWith(path string, opt Options) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: read: %w", err)
 	}
-	return Parse(path, data)
+	return ParseWith(path, data, opt)
 }
 
-// Parse validates a schedules.yaml. On failure the error is an Errors
-// holding every problem found, each as FILE:LINE:COL: message.
+// Parse validates a schedules.yaml with the default Options. On failure
+// the error is an Errors holding every problem found, each as
+// FILE:LINE:COL: message.
 func Parse(file string, data []byte) (*Config, error) {
-	d := &decoder{file: file}
+	return ParseWith(file, data, Options{})
+}
+
+// ParseWith is Parse with opt; the Config keeps opt for the entries
+// ParseEntry reads under it.
+func ParseWith(file string, data []byte, opt Options) (*Config, error) {
+	if err := CheckMinInterval(opt.MinInterval); err != nil {
+		return nil, err
+	}
+	d := &decoder{file: file, opt: opt}
 	cfg := d.parse(data)
+	if cfg != nil {
+		cfg.opt = opt
+	}
 	if len(d.errs) > 0 {
 		sort.SliceStable(d.errs, func(i, j int) bool {
 			a, b := d.errs[i], d.errs[j]
@@ -218,6 +238,7 @@ func Parse(file string, data []byte) (*Config, error) {
 
 type decoder struct {
 	file  string
+	opt   Options
 	errs  Errors
 	seen  map[string]int // entry name -> line
 	whole bool           // never chunk (tests compare both ways)
@@ -326,6 +347,9 @@ func (d *decoder) parse(data []byte) *Config {
 		d.yamlError(err)
 		return nil
 	}
+	if !d.aliases(&doc) {
+		return nil
+	}
 	cfg, def, en := d.header(&doc)
 	if en == nil {
 		return cfg
@@ -333,6 +357,16 @@ func (d *decoder) parse(data []byte) *Config {
 	d.entries(en, cfg, def)
 	d.finish(cfg)
 	return cfg
+}
+
+// aliases refuses a document whose aliases expand it too far (see
+// CheckAliases), before anything walks it.
+func (d *decoder) aliases(doc *yaml.Node) bool {
+	if err := CheckAliases(d.file, doc); err != nil {
+		d.errs = append(d.errs, err.(*Error))
+		return false
+	}
+	return true
 }
 
 // header decodes everything but the entries and returns the entries node
@@ -589,6 +623,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 		entryOpts = d.fields(v.val, fmt.Sprintf("entry %q options", name), optionKeys)
 	}
 	e.Options = d.entryOptions(def.options, entryOpts, e.Location)
+	d.valueSize(e, key, f)
 
 	var kinds []field
 	for _, k := range scheduleKeys {
@@ -620,6 +655,33 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	return e
 }
 
+// valueSize refuses an entry whose args, kwargs and headers together
+// take more than MaxValueBytes in its messages, at the largest of them.
+func (d *decoder) valueSize(e *Entry, key *yaml.Node, f map[string]field) {
+	parts := []struct {
+		name string
+		v    any
+	}{{"args", e.Args}, {"kwargs", e.Kwargs}, {"options", e.Options.Headers}}
+	total, largest, at := 0, -1, key
+	for _, p := range parts {
+		n := celery.JSONSize(p.v, MaxValueBytes-total)
+		total += n
+		if n > largest {
+			largest = n
+			if fv, ok := f[p.name]; ok {
+				at = fv.val
+			} else {
+				at = key
+			}
+		}
+		if total > MaxValueBytes {
+			d.errorf(at, "entry %q: args, kwargs and headers take more than %d bytes (%d KiB) as JSON: a message carries arguments, not data",
+				e.Name, MaxValueBytes, MaxValueBytes>>10)
+			return
+		}
+	}
+}
+
 func (d *decoder) schedule(f field, e *Entry) schedule.Schedule {
 	n := deref(f.val)
 	var s schedule.Schedule
@@ -640,6 +702,10 @@ func (d *decoder) schedule(f field, e *Entry) schedule.Schedule {
 	case "every":
 		dur, ok := d.duration(n, "every", false)
 		if !ok {
+			return nil
+		}
+		if floor := d.opt.minInterval(); dur < floor {
+			d.errorf(n, "every: %s is below the minimum interval, %s (beatd run --min-interval sets it, down to %s)", dur, floor, MinIntervalLowest)
 			return nil
 		}
 		ev, err := schedule.NewEvery(dur, e.StartAt())
@@ -824,12 +890,7 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 		if !ok {
 			continue
 		}
-		v, ok := d.number(f.val, "options."+k)
-		if !ok {
-			continue
-		}
-		if v <= 0 {
-			d.errorf(f.val, "options.%s must be positive", k)
+		if !d.timeLimit(f.val, "options."+k) {
 			continue
 		}
 		// Keep int or float as written: Celery sends 30 and 30.0 differently.
@@ -868,15 +929,29 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 		if !ok {
 			continue
 		}
-		if o.Headers == nil {
-			o.Headers = &celery.Map{}
-		}
-		m := v.(*celery.Map)
-		for i, k := range m.Keys {
-			o.Headers.Set(k, m.Values[i])
-		}
+		o.Headers = merged(o.Headers, v.(*celery.Map))
 	}
 	return o
+}
+
+// merged is over's pairs set on base's (a new Map; base is kept), in
+// time linear in their sizes.
+func merged(base, over *celery.Map) *celery.Map {
+	out := &celery.Map{}
+	at := make(map[string]int, base.Len()+over.Len())
+	for _, m := range []*celery.Map{base, over} {
+		for i := 0; i < m.Len(); i++ {
+			k := m.Keys[i]
+			if j, ok := at[k]; ok {
+				out.Values[j] = m.Values[i]
+				continue
+			}
+			at[k] = len(out.Keys)
+			out.Keys = append(out.Keys, k)
+			out.Values = append(out.Values, m.Values[i])
+		}
+	}
+	return out
 }
 
 func (d *decoder) zone(n *yaml.Node) *time.Location {
@@ -928,7 +1003,7 @@ const maxTaskNames = 10000
 var zoneCache sync.Map // zone name -> *time.Location
 
 // duration accepts a Go duration ("30s", "1h30m") or a number of seconds,
-// as Celery's schedule=30.0 does.
+// as Celery's schedule=30.0 does, up to MaxDuration.
 func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duration, bool) {
 	n = deref(n)
 	if n.Kind != yaml.ScalarNode {
@@ -939,14 +1014,26 @@ func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duratio
 	switch n.Tag {
 	case "!!int", "!!float":
 		secs, err := strconv.ParseFloat(n.Value, 64)
-		if err != nil || math.IsNaN(secs) || math.Abs(secs) > 1e9 {
+		if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
 			d.errorf(n, "%s: %q is not a usable number of seconds", what, n.Value)
+			return 0, false
+		}
+		if secs > MaxDuration.Seconds() {
+			d.errorf(n, "%s: %s seconds is too long: the limit is %s", what, n.Value, maxDurationText)
+			return 0, false
+		}
+		if secs < 0 {
+			d.errorf(n, "%s must be positive, got %s", what, n.Value)
 			return 0, false
 		}
 		dur = time.Duration(secs * float64(time.Second))
 	case "!!str":
 		var err error
 		dur, err = schedule.ParseDuration(n.Value)
+		if errors.Is(err, schedule.ErrDurationRange) {
+			d.errorf(n, "%s: %q is too long: the limit is %s", what, n.Value, maxDurationText)
+			return 0, false
+		}
 		if err != nil {
 			d.errorf(n, "%s: %q is not a duration (try 30s, 5m, 1h, 1d or 1w)", what, n.Value)
 			return 0, false
@@ -959,19 +1046,45 @@ func (d *decoder) duration(n *yaml.Node, what string, zeroOK bool) (time.Duratio
 		d.errorf(n, "%s must be positive, got %s", what, n.Value)
 		return 0, false
 	}
+	if dur > MaxDuration {
+		d.errorf(n, "%s: %q is too long: the limit is %s", what, n.Value, maxDurationText)
+		return 0, false
+	}
 	return dur, true
 }
 
+// maxDurationText is MaxDuration as the errors say it.
+const maxDurationText = "3660d (ten years)"
+
+// timeLimit is options.time_limit or soft_time_limit in seconds, which
+// also sets how long a run blocks the overlap policy: a positive number up
+// to MaxDuration.
+func (d *decoder) timeLimit(n *yaml.Node, what string) bool {
+	v, ok := d.number(n, what)
+	switch {
+	case !ok:
+		return false
+	case v <= 0:
+		d.errorf(n, "%s must be positive", what)
+		return false
+	case v > MaxDuration.Seconds():
+		d.errorf(n, "%s: %s seconds is too long: the limit is %s", what, deref(n).Value, maxDurationText)
+		return false
+	}
+	return true
+}
+
 // timestamp accepts RFC 3339; without an offset the time is read in loc.
+// It must fall from earliestTime to before latestTime.
 func (d *decoder) timestamp(n *yaml.Node, what string, loc *time.Location) (time.Time, bool) {
 	n = deref(n)
 	if n.Kind == yaml.ScalarNode && (n.Tag == "!!timestamp" || n.Tag == "!!str") {
 		if t, err := time.Parse(time.RFC3339Nano, n.Value); err == nil {
-			return t, true
+			return d.checkTime(n, what, t)
 		}
 		for _, layout := range []string{"2006-01-02T15:04:05.999999999", "2006-01-02T15:04"} {
 			if t, err := time.ParseInLocation(layout, n.Value, loc); err == nil {
-				return t, true
+				return d.checkTime(n, what, t)
 			}
 		}
 	}
@@ -1075,7 +1188,12 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 		}
 		return out, ok
 	case yaml.MappingNode:
-		m := &celery.Map{}
+		pairs := len(n.Content) / 2
+		m := &celery.Map{Keys: make([]string, 0, pairs), Values: make([]any, 0, pairs)}
+		var seen map[string]struct{} // past a few keys: Get would make this quadratic
+		if pairs > 8 {
+			seen = make(map[string]struct{}, pairs)
+		}
 		ok := true
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := deref(n.Content[i])
@@ -1084,13 +1202,21 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 				ok = false
 				continue
 			}
-			if _, dup := m.Get(k.Value); dup {
+			dup := false
+			if seen != nil {
+				_, dup = seen[k.Value]
+				seen[k.Value] = struct{}{}
+			} else {
+				_, dup = m.Get(k.Value)
+			}
+			if dup {
 				d.errorf(k, "duplicate key %q", k.Value)
 				ok = false
 				continue
 			}
 			v, good := d.valueDepth(n.Content[i+1], depth+1)
-			m.Set(k.Value, v)
+			m.Keys = append(m.Keys, k.Value)
+			m.Values = append(m.Values, v)
 			ok = ok && good
 		}
 		return m, ok

@@ -41,7 +41,7 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 		return nil, err
 	}
 	loc, def := c.locationAndDefaults()
-	d := &decoder{file: "entry", shared: def}
+	d := &decoder{file: "entry", shared: def, opt: c.options()}
 	// The name is checked by the file's own loop: a one-entry mapping.
 	key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name, Line: 0, Column: 0}
 	d.seen = map[string]int{}
@@ -80,6 +80,10 @@ func entryNode(data []byte) (*yaml.Node, error) {
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, FieldErrors{{Pointer: "", Message: "empty entry: want an object with task and a schedule"}}
 	}
+	if err := CheckAliases("entry", &doc); err != nil {
+		e := err.(*Error)
+		return nil, FieldErrors{{Pointer: "", Message: fmt.Sprintf("line %d, column %d: %s", e.Line, e.Column, e.Msg)}}
+	}
 	return doc.Content[0], nil
 }
 
@@ -103,6 +107,14 @@ func (c *Config) WithEntries(entries []*Entry) *Config {
 		(&decoder{}).finish(&out)
 	}
 	return &out
+}
+
+// options are the Options c was read with (c may be nil: the defaults).
+func (c *Config) options() Options {
+	if c == nil {
+		return Options{}
+	}
+	return c.opt
 }
 
 func (c *Config) locationAndDefaults() (*time.Location, *defaults) {

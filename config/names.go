@@ -8,15 +8,17 @@ import (
 	"unicode/utf8"
 )
 
-// CheckEntryName enforces the entry name rule: printable characters
-// (letters, marks, numbers, punctuation, symbols and the ASCII space),
-// no '/', not "." or "..", and no leading or trailing space. Names are
-// etcd keys, task ids' seed, metric labels and table cells: a tab, a
-// newline or a path element would break one of them.
+// CheckEntryName enforces the entry name rule: at most MaxNameLength
+// printable characters (letters, marks, numbers, punctuation, symbols and
+// the ASCII space), no '/', not "." or "..", and no leading or trailing
+// space. Names are etcd keys, task ids' seed, metric labels and table
+// cells: a tab, a newline or a path element would break one of them.
 func CheckEntryName(name string) error {
 	switch {
 	case name == "" || strings.TrimSpace(name) == "":
 		return fmt.Errorf("entry name must be a non-empty string")
+	case len(name) > MaxNameLength && utf8.RuneCountInString(name) > MaxNameLength:
+		return fmt.Errorf("entry name %q is %d characters long; the limit is %d", shortName(name), utf8.RuneCountInString(name), MaxNameLength)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("entry name %q is not valid UTF-8", name)
 	case name == "." || name == "..":

@@ -60,12 +60,18 @@ func (m *Main) loadConfig() (*config.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schedule: read config: %w", err)
 	}
-	cfg, err := config.Parse(m.ConfigPath, data)
+	cfg, err := config.ParseWith(m.ConfigPath, data, m.configOptions())
 	if err != nil {
 		return nil, err
 	}
 	m.ops.candidate = data
 	return cfg, nil
+}
+
+// configOptions are the validation settings of the command line, for the
+// file and, through its Config, every runtime entry.
+func (m *Main) configOptions() config.Options {
+	return config.Options{MinInterval: m.MinInterval}
 }
 
 // configAccepted records that cfg, last loaded, now runs: the leader
@@ -229,7 +235,7 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	h := catalog.Header{File: m.ConfigPath, Entries: lc.entries, LeaderID: m.ID, Token: l.Token,
-		PublishedAt: m.clock.Now().UTC(), StatusURL: m.statusURL(), RequireNotes: m.RequireNotes}
+		PublishedAt: m.clock.Now().UTC(), StatusURL: m.statusURL(), RequireNotes: m.RequireNotes, MinInterval: m.MinInterval}
 	if err := catalog.Publish(ctx, m.etcd, m.Etcd.KeyPrefix(), l.Fence, h, lc.prepared()); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
@@ -188,11 +189,18 @@ type Options struct {
 	ClockOffsetWarn time.Duration
 	EtcdRetention   string
 	AdvertiseURL    string
+	// MinInterval is the shortest every: accepted, in the file and in
+	// runtime entries (0: config.DefaultMinInterval).
+	MinInterval time.Duration
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
 	Outcomes             outcomeFlags
 }
+
+// MinIntervalUsage is the help of --min-interval, on run and validate.
+const MinIntervalUsage = "the shortest every: an entry may have, in schedules.yaml and runtime entries alike (1ms to 1s); " +
+	"below the default, each such entry takes more of the loop that publishes every entry"
 
 // DefaultStateInterval is how often the leader writes the entries' state
 // at most. Each write puts every bucket a changed entry hashes to (256 of
@@ -273,6 +281,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.IntVar(&m.EtcdMaxTxnOps, "etcd-max-txn-ops", m.EtcdMaxTxnOps, "etcd's --max-txn-ops: the embedded etcd's, or the one --etcd-endpoints runs with; beatd's transactions (state writes, an entries apply) stay within it")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
+	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, MinIntervalUsage)
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
 	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")
@@ -307,6 +316,9 @@ func (m *Main) NoteArgvSecrets(fs *pflag.FlagSet) {
 func (m *Main) CheckFlags() error {
 	if err := m.checkClusterFlags(); err != nil {
 		return err
+	}
+	if err := config.CheckMinInterval(m.MinInterval); err != nil {
+		return fmt.Errorf("--min-interval: %w", err)
 	}
 	if m.LogFormat != "json" && m.LogFormat != "text" {
 		return fmt.Errorf("--log-format must be json or text, not %q", m.LogFormat)

@@ -1,7 +1,10 @@
 package schedule
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +16,7 @@ import (
 // changes nothing. An anchor set by an earlier AnchoredAt is replaced. It
 // is pure; e is not modified.
 func (e *Every) AnchoredAt(since time.Time) *Every {
-	if e.Relative || (!e.Anchor.IsZero() && !e.anchored) || since.IsZero() {
+	if e.Relative || (!e.Anchor.IsZero() && !e.anchored) || since.IsZero() || !nanoTime(since) {
 		return e
 	}
 	c := *e
@@ -26,12 +29,15 @@ func (e *Every) AnchoredAt(since time.Time) *Every {
 // it).
 func (e *Every) Prev(t time.Time) time.Time {
 	a := e.anchorNanos()
-	n := t.UnixNano()
-	if n <= a {
+	iv := int64(e.Interval)
+	if iv <= 0 || t.Before(minNano) || t.UnixNano() <= a {
 		return time.Unix(0, a).UTC()
 	}
-	iv := int64(e.Interval)
-	return time.Unix(0, a+(n-a)/iv*iv).UTC()
+	if t.After(maxNano) {
+		t = maxNano
+	}
+	since := uint64(t.UnixNano()) - uint64(a) // n > a: no overflow, as in Next
+	return time.Unix(0, int64(uint64(a)+since-since%uint64(iv))).UTC()
 }
 
 // Anchor anchors s at since when s is an interval schedule that takes an
@@ -42,6 +48,10 @@ func Anchor(s Schedule, since time.Time) Schedule {
 	}
 	return s
 }
+
+// ErrDurationRange is ParseDuration's error for a duration beyond what
+// time.Duration holds (about 292 years).
+var ErrDurationRange = errors.New("schedule: duration out of range")
 
 // ParseDuration is time.ParseDuration plus the units Celery users write as
 // timedelta(days=1) and timedelta(weeks=1): "1d", "2w", "1w2d12h", "1.5d".
@@ -72,19 +82,27 @@ func ParseDuration(s string) (time.Duration, error) {
 		if s[i] == 'w' {
 			unit = 7 * 24 * time.Hour
 		}
-		if n*float64(unit) > float64(1<<62) {
-			return 0, fmt.Errorf("time: invalid duration %q: too long", orig)
+		part := n * float64(unit)
+		if part >= float64(math.MaxInt64-total) {
+			return 0, fmt.Errorf("%w: %q", ErrDurationRange, orig)
 		}
-		total += time.Duration(n * float64(unit))
+		total += time.Duration(part)
 		s = s[i+1:]
 	}
 	if s != "" {
 		rest, err := time.ParseDuration(s)
 		if err != nil {
+			if goDurationSyntax.MatchString(s) {
+				// Well formed, so time.ParseDuration refused it as too long.
+				return 0, fmt.Errorf("%w: %q", ErrDurationRange, orig)
+			}
 			return 0, fmt.Errorf("time: invalid duration %q", orig)
 		}
 		if rest < 0 {
 			return 0, fmt.Errorf("time: invalid duration %q", orig)
+		}
+		if rest > math.MaxInt64-total {
+			return 0, fmt.Errorf("%w: %q", ErrDurationRange, orig)
 		}
 		total += rest
 	} else if total == 0 && !strings.ContainsAny(orig, "dw") {
@@ -95,3 +113,6 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	return total, nil
 }
+
+// goDurationSyntax is what time.ParseDuration reads (unsigned).
+var goDurationSyntax = regexp.MustCompile(`^(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)

@@ -1,15 +1,18 @@
 package schedule
 
 import (
+	"errors"
+	"math"
 	"testing"
 	"time"
 )
 
 func TestParseDuration(t *testing.T) {
 	tests := []struct {
-		in   string
-		want time.Duration
-		bad  bool
+		in       string
+		want     time.Duration
+		bad      bool
+		overflow bool
 	}{
 		{in: "30s", want: 30 * time.Second},
 		{in: "1d", want: 24 * time.Hour},
@@ -23,12 +26,22 @@ func TestParseDuration(t *testing.T) {
 		{in: "1x", bad: true},
 		{in: "1d-3h", bad: true},
 		{in: "1h1d", bad: true}, // days lead, as timedelta's largest unit
+		// Beyond time.Duration: refused as out of range, never wrapped.
+		{in: "3000000h", bad: true, overflow: true},
+		{in: "50000d50000d50000d50000d50000d", bad: true, overflow: true},
+		{in: "100000w", bad: true, overflow: true},
+		{in: "106751d24h", bad: true, overflow: true},
+		{in: "106751d23h", want: (106751*24 + 23) * time.Hour},
+		{in: "1.2.3h", bad: true},
 	}
 	for _, tt := range tests {
 		got, err := ParseDuration(tt.in)
 		if tt.bad {
 			if err == nil {
 				t.Errorf("ParseDuration(%q) = %s, want an error", tt.in, got)
+			}
+			if errors.Is(err, ErrDurationRange) != tt.overflow {
+				t.Errorf("ParseDuration(%q): %v; out of range: %v, want %v", tt.in, err, errors.Is(err, ErrDurationRange), tt.overflow)
 			}
 			continue
 		}
@@ -65,5 +78,63 @@ func TestEveryAnchoredAt(t *testing.T) {
 	}
 	if Anchor(plain, time.Time{}) != Schedule(plain) {
 		t.Error("a zero since anchored the grid")
+	}
+}
+
+// TestEveryNextAfter holds Every.Next to its contract at the edges of
+// what time arithmetic represents: a slot is strictly after the time
+// asked about, or the zero time ("never"), whatever the interval, anchor
+// and time.
+func TestEveryNextAfter(t *testing.T) {
+	t.Parallel()
+	const year = 365 * 24 * time.Hour
+	times := []time.Time{
+		{},
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1677, 9, 21, 0, 12, 0, 0, time.UTC),
+		time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC),
+		time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(2262, 4, 11, 23, 47, 16, 0, time.UTC),
+		time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	tests := []struct {
+		name     string
+		interval time.Duration
+		anchor   time.Time
+	}{
+		{name: "1ns, epoch", interval: 1},
+		{name: "2400000h, epoch", interval: 2400000 * time.Hour},
+		{name: "2400000h, anchored now", interval: 2400000 * time.Hour, anchor: time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)},
+		{name: "ten years, anchored 2199", interval: 10 * year, anchor: time.Date(2199, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{name: "max duration, anchored 1700", interval: math.MaxInt64, anchor: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{name: "1s, anchored 1678", interval: time.Second, anchor: time.Date(1678, 1, 1, 0, 0, 0, 0, time.UTC)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := NewEvery(tt.interval, tt.anchor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, from := range times {
+				at := from
+				for range 3 {
+					next := e.Next(at)
+					if next.IsZero() {
+						break
+					}
+					if !next.After(at) {
+						t.Fatalf("Next(%s) = %s, not after it", at.Format(time.RFC3339Nano), next.Format(time.RFC3339Nano))
+					}
+					at = next
+				}
+				if p := e.Prev(from); !tt.anchor.IsZero() && from.After(tt.anchor) && p.After(from) {
+					t.Errorf("Prev(%s) = %s, after it", from.Format(time.RFC3339), p.Format(time.RFC3339))
+				}
+			}
+		})
+	}
+	if _, err := NewEvery(time.Second, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)); err == nil {
+		t.Error("NewEvery with an anchor in 2300: want an error")
 	}
 }

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -35,13 +36,26 @@ type Every struct {
 	anchored bool      // Anchor was set by AnchoredAt, not by start_at
 }
 
-// NewEvery returns an interval schedule; interval must be positive.
+// NewEvery returns an interval schedule; interval must be positive, and
+// a non-zero anchor within the times UnixNano represents (1678 to 2262).
 func NewEvery(interval time.Duration, anchor time.Time) (*Every, error) {
 	if interval <= 0 {
 		return nil, fmt.Errorf("every: interval must be positive, got %s", interval)
 	}
+	if !anchor.IsZero() && !nanoTime(anchor) {
+		return nil, fmt.Errorf("every: anchor %s is outside the times an interval can count from", anchor.Format(time.RFC3339))
+	}
 	return &Every{Interval: interval, Anchor: anchor}, nil
 }
+
+// minNano and maxNano bound the times whose UnixNano is defined.
+var (
+	minNano = time.Unix(0, math.MinInt64)
+	maxNano = time.Unix(0, math.MaxInt64)
+)
+
+// nanoTime says whether t's UnixNano is defined.
+func nanoTime(t time.Time) bool { return !t.Before(minNano) && !t.After(maxNano) }
 
 func (e *Every) anchorNanos() int64 {
 	if e.Anchor.IsZero() {
@@ -51,22 +65,32 @@ func (e *Every) anchorNanos() int64 {
 }
 
 // Next returns the first slot strictly after t. Before the anchor the first
-// slot is the anchor itself.
+// slot is the anchor itself. A slot past what UnixNano represents (2262)
+// is none: the zero time. The arithmetic cannot overflow, so a slot is
+// always after t.
 func (e *Every) Next(t time.Time) time.Time {
 	a := e.anchorNanos()
-	n := t.UnixNano()
 	iv := int64(e.Interval)
-	if n < a {
+	if iv <= 0 || t.After(maxNano) {
+		return time.Time{}
+	}
+	if t.Before(minNano) || t.UnixNano() < a {
 		return time.Unix(0, a).UTC()
 	}
-	k := (n-a)/iv + 1
-	return time.Unix(0, a+k*iv).UTC()
+	// n ≥ a, so n-a fits in a uint64 even when a is negative; so does
+	// the slot's offset from a, checked against what is left above a.
+	since := uint64(t.UnixNano()) - uint64(a)
+	off := since - since%uint64(iv) + uint64(iv)
+	if off < since || off > uint64(math.MaxInt64)-uint64(a) {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(uint64(a)+off)).UTC()
 }
 
 // slotsIn counts the slots in (after, through] and returns the latest one.
 func (e *Every) slotsIn(after, through time.Time) (count int64, last time.Time) {
 	first := e.Next(after)
-	if first.After(through) {
+	if first.IsZero() || first.After(through) || !nanoTime(through) {
 		return 0, time.Time{}
 	}
 	iv := int64(e.Interval)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // TestProcessBrokerPathHandover: three replicas, each reaching Redis

@@ -349,18 +349,7 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 	if err != nil {
 		return err
 	}
-	var doc yaml.Node
-	if n, ok := config.JSONNode(data); ok {
-		// JSON is read as JSON, as the server reads it (yaml.v3 refuses
-		// or changes some strings JSON writers produce).
-		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
-	} else if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: want a mapping with an entries key", path)
-	}
-	entries, err := entriesNode(w, path, doc.Content[0])
+	entries, err := applyEntries(w, path, data)
 	if err != nil {
 		return err
 	}
@@ -445,6 +434,26 @@ func (c *entriesClient) apply(ctx context.Context, w io.Writer, path string, ato
 		return fmt.Errorf("after %d of %d entries applied: %w", done, total, failed)
 	}
 	return nil
+}
+
+// applyEntries reads a file for apply into the mapping of its entries,
+// its aliases bounded as schedules.yaml's are before anything expands
+// them (nodeJSON does, into the JSON sent).
+func applyEntries(w io.Writer, path string, data []byte) (*yaml.Node, error) {
+	var doc yaml.Node
+	if n, ok := config.JSONNode(data); ok {
+		// JSON is read as JSON, as the server reads it (yaml.v3 refuses
+		// or changes some strings JSON writers produce); it has no aliases.
+		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
+	} else if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	} else if err := config.CheckAliases(path, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s: want a mapping with an entries key", path)
+	}
+	return entriesNode(w, path, doc.Content[0])
 }
 
 // smallerChunk is the server's limit when err is its refusal of a set of

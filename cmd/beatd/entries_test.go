@@ -122,6 +122,10 @@ func TestProcessEntriesAPI(t *testing.T) {
 		{"invalid field", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": "soon"}`), 422, `"pointer": "/every"`},
 		{"unknown key", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": 1, "options": {"qeue": "x"}}`), 422, `"pointer": "/options/qeue"`},
 		{"not JSON", "PUT", "dyn", admin, []byte(`task: x`), 400, `"pointer": ""`},
+		// Issue 45's entries that wedged the leader are refused at the door.
+		{"every 1ns", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": "1ns"}`), 422, `below the minimum interval`},
+		{"every 2400000h", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": "2400000h"}`), 422, `"pointer": "/every"`},
+		{"start_at 2300", "PUT", "dyn", admin, []byte(`{"task": "tasks.add", "every": "1h", "start_at": "2300-01-01T00:00:00Z"}`), 422, `"pointer": "/start_at"`},
 		{"too large", "PUT", "dyn", admin, bytes.Repeat([]byte(" "), 100<<10), 413, ""},
 		{"delete unknown", "DELETE", "nope", admin, nil, 404, ""},
 	} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -29,6 +30,12 @@ import (
 var beatdBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzing() {
+		// make fuzz runs only a fuzz target, in a process per worker:
+		// building the binary in each would eat its few seconds.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "beatd-bin")
 	if err != nil {
 		panic(err)
@@ -45,6 +52,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// fuzzing says whether this process fuzzes (go test -fuzz, or one of its
+// workers), when no test that runs the binary runs.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 // replica is a beatd process owned by a test: it is killed when the test

@@ -24,12 +24,16 @@ import (
 
 // validateCommand is `beatd validate FILE`.
 func validateCommand(stdout, stderr io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var opt config.Options
+	cmd := &cobra.Command{
 		Use:   "validate FILE",
 		Short: "check a schedules.yaml; exit 1 with FILE:LINE:COL errors",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := config.LoadFile(args[0])
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := config.CheckMinInterval(opt.MinInterval); err != nil {
+				return usageError{c, fmt.Errorf("--min-interval: %w", err)}
+			}
+			cfg, err := config.LoadFileWith(args[0], opt)
 			if err != nil {
 				fmt.Fprintln(stderr, termErr(err))
 				return exitError(exitFail)
@@ -49,6 +53,16 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 			return nil
 		},
 	}
+	fs := flagenv.New("validate", stderr)
+	registerMinInterval(fs, &opt)
+	commandFlags(cmd, fs)
+	return cmd
+}
+
+// registerMinInterval adds --min-interval, as `beatd run` has it, to a
+// command that reads schedules.yaml.
+func registerMinInterval(fs *pflag.FlagSet, opt *config.Options) {
+	fs.DurationVar(&opt.MinInterval, "min-interval", config.DefaultMinInterval, daemon.MinIntervalUsage)
 }
 
 // exitCode maps a flag parsing error to an exit code.
@@ -64,6 +78,7 @@ type nextOptions struct {
 	config, entry, from string
 	count               int
 	asJSON              bool
+	parse               config.Options
 	etcd                daemon.EtcdFlags
 }
 
@@ -73,6 +88,7 @@ func (o *nextOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.from, "from", "", "RFC 3339 instant to start after (default now)")
 	fs.IntVar(&o.count, "count", 5, "fire times per entry")
 	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}; a disabled or paused entry is one {\"entry\", \"disabled\": true} or {\"entry\", \"paused\": true} instead of times")
+	registerMinInterval(fs, &o.parse)
 	o.etcd.Register(fs)
 	fs.Lookup("etcd-endpoints").Usage = "read each entry's state from this etcd (as the leader and the console do): paused entries, and intervals on the grid the leader runs; without it, intervals are anchored at --from"
 }
@@ -109,7 +125,11 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		}
 		start = t
 	}
-	cfg, err := config.LoadFile(*configFile)
+	if err := config.CheckMinInterval(o.parse.MinInterval); err != nil {
+		fmt.Fprintf(stderr, "beatd next: --min-interval: %v\nRun '%s --help' for usage.\n", err, c.CommandPath())
+		return exitUsage
+	}
+	cfg, err := config.LoadFileWith(*configFile, o.parse)
 	if err != nil {
 		fmt.Fprintln(stderr, termErr(err))
 		return 1
