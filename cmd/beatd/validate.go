@@ -282,7 +282,7 @@ func (o *nextOptions) states(ctx context.Context) (map[string]*store.EntryState,
 func humanDuration(d time.Duration) string {
 	// Seconds first, then the sign: -d overflows for math.MinInt64.
 	s, sign := int64(d/time.Second), ""
-	if d < 0 {
+	if s < 0 { // under a second either way is "0s"
 		s, sign = -s, "-"
 	}
 	units := []struct {
