@@ -2,6 +2,8 @@ package livetest
 
 import (
 	"bufio"
+	"context"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -128,3 +130,82 @@ func metricValue(text, series string) float64 {
 	}
 	return 0
 }
+
+// TestSubFloorEntryLeavesTheOthersOnTime: an entry every 1 ms, below the
+// 100-ms floor and admitted by --min-interval, through the entries API
+// and through the file. The other entries keep their time, and its
+// DELETE (a reload of the file without it) stops it within a second,
+// judged by what reached its queue in Redis.
+func TestSubFloorEntryLeavesTheOthersOnTime(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	dir := t.TempDir()
+	const admin = "admin-token-x"
+	tokenFile := writeFile(t, dir, "admin-token", admin)
+	const base = "entries:\n  other: {task: tasks.add, every: 1s, relative: true, options: {queue: otherq}}\n"
+	cfg := writeFile(t, dir, "schedules.yaml", base+"  filefast: {task: tasks.add, every: 1ms, options: {queue: filefastq}}\n")
+	p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/floor/",
+		"--broker", rs.URL(0), "--lease-ttl", "2s", "--id", "f", "--min-interval", "1ms", "--admin-token-file", tokenFile,
+		"--log-fires", "1000000") // every fire line, so other's lags can be read
+	waitFor(t, 20*time.Second, "p leads", func() bool { return p.status(t).Leader })
+	rdb := rs.Client()
+	llen := func(q string) int64 { n, _ := rdb.LLen(context.Background(), q).Result(); return n }
+	waitFor(t, 10*time.Second, "filefast firing", func() bool { return llen("filefastq") > 500 })
+
+	// Through the API too.
+	req, _ := http.NewRequest(http.MethodPut, p.URL("/api/v1/entries/apifast"), strings.NewReader(`{"task": "tasks.add", "every": "1ms", "options": {"queue": "apifastq"}}`))
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT apifast: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitFor(t, 10*time.Second, "apifast firing", func() bool { return llen("apifastq") > 500 })
+
+	// The other entry keeps its time while both spin: 4 s, ~4 slots, each
+	// published within 250 ms of its due time (the fire log's lag).
+	start := llen("otherq")
+	time.Sleep(4 * time.Second) // the window being judged
+	if got := llen("otherq") - start; got < 3 || got > 5 {
+		t.Errorf("other published %d slots in 4 s beside two 1-ms entries, want ~4", got)
+	}
+	lags := otherLags.FindAllStringSubmatch(p.output(), -1)
+	if len(lags) < 4 {
+		t.Errorf("found %d fire lines of other, want its lags", len(lags))
+	}
+	for _, m := range lags {
+		if d, err := time.ParseDuration(m[1]); err == nil && d > 250*time.Millisecond {
+			t.Errorf("other published %s late beside the 1-ms entries", d)
+		}
+	}
+
+	// The API's DELETE stops apifast within a second.
+	req, _ = http.NewRequest(http.MethodDelete, p.URL("/api/v1/entries/apifast"), nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("DELETE apifast: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	assertStopsWithin(t, func() int64 { return llen("apifastq") }, "apifast after its DELETE")
+
+	// The file without filefast, hot-reloaded, stops it within a second.
+	writeFile(t, dir, "schedules.yaml", base)
+	assertStopsWithin(t, func() int64 { return llen("filefastq") }, "filefast after the file dropped it")
+	if code, body := p.get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after both deletes = %d %s", code, body)
+	}
+}
+
+// assertStopsWithin fails unless n stops growing within a second: two
+// reads 1 s and 2 s from now are equal.
+func assertStopsWithin(t *testing.T, n func() int64, what string) {
+	t.Helper()
+	time.Sleep(time.Second) // the bound being checked
+	a := n()
+	time.Sleep(time.Second)
+	if b := n(); b != a {
+		t.Errorf("%s: %d more messages between 1 s and 2 s after it, want none", what, b-a)
+	}
+}
+
+var otherLags = regexp.MustCompile(`"msg":"fired".*"entry":"other".*"lag":"([^"]+)"`)
