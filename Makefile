@@ -4,8 +4,10 @@ IMAGE ?= beatd:latest
 
 .PHONY: build deps test bench fuzz fuzz-ci vectors demo soak bench-celery bench-events bench-apply bench-scale drill-amqp image
 
+# beatd, and beside it beatd-drill (the failover drills: chaos/README.md).
 build:
 	$(GO) build -o $(BIN) ./cmd/beatd
+	$(GO) build -o $(dir $(BIN))beatd-drill ./cmd/beatd-drill
 
 # The Debian packages the tests need (.ci/deps holds the one list):
 # installed when run as root, else named in one line.

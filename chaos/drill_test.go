@@ -88,7 +88,7 @@ func TestAudit(t *testing.T) {
 // TestDrillSentinel is the drill with Redis behind Sentinel and the
 // redis-failover fault (SENTINEL FAILOVER and kill -9 of the master), with
 // every other fault kind. It takes minutes, so it runs only with
-// BEATD_DRILL_SENTINEL=1 (or: beatd drill local --sentinel);
+// BEATD_DRILL_SENTINEL=1 (or: beatd-drill local --sentinel);
 // TestDrillSentinelCI is its short form in make test.
 func TestDrillSentinel(t *testing.T) {
 	if os.Getenv("BEATD_DRILL_SENTINEL") == "" {

@@ -126,7 +126,6 @@ validated and applied by a running replica, as the API does.`,
 			DisableFlagParsing: true,
 			RunE:               func(_ *cobra.Command, args []string) error { return codeErr(runMembers(ctx, args, stdout, stderr)) },
 		},
-		drillCommand(ctx, stdout, stderr),
 		&cobra.Command{
 			Use: "version", Short: "print the version", Args: usageArgs(cobra.NoArgs),
 			RunE: func(*cobra.Command, []string) error { return codeErr(runVersion(ctx, nil, stdout, stderr)) },
