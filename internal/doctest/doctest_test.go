@@ -37,8 +37,9 @@ type docSetup struct {
 }
 
 var setups = map[string]docSetup{
-	"README.md":       {inRoot: true},
-	"docs/entries.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
+	"README.md":        {inRoot: true},
+	"docs/backfill.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
+	"docs/entries.md":  {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 }
 
 // TestDocBlocks fails for a shell block of README.md or docs/*.md that no
@@ -74,8 +75,10 @@ func TestDocBlocks(t *testing.T) {
 			counts[f] = n
 		}
 	}
-	for f, n := range counts {
-		t.Logf("%s: %d run, %d illustrative", f, n[0], n[1])
+	for _, f := range docFiles(t) {
+		if n, ok := counts[f]; ok {
+			t.Logf("%s: %d run, %d illustrative", f, n[0], n[1])
+		}
 	}
 }
 
@@ -90,8 +93,8 @@ func TestDocBlocks(t *testing.T) {
 //     200, stopped with SIGTERM at the end of the doc, when it must exit
 //     0) gets free loopback ports and a data directory from BEATD_HTTP,
 //     BEATD_ETCD_CLIENT_PORT, BEATD_ETCD_PEER_PORT and BEATD_DATA_DIR;
-//   - the other beatd commands get BEATD_ETCD_ENDPOINTS and BEATD_BROKER
-//     for those servers where they would reach them at their default
+//   - the other beatd commands get BEATD_ETCD_ENDPOINTS, BEATD_BROKER and
+//     BEATD_SERVER for those servers where they would reach them at their default
 //     addresses (see defaults);
 //   - `export` lines set variables for the doc's later commands;
 //   - bin/ (README's Install block's output) is first in PATH.
@@ -247,7 +250,8 @@ func (c *cluster) export(ctx context.Context, text, where string) {
 // defaults points a beatd command at the doc's servers where it would
 // reach them at their default addresses: BEATD_ETCD_ENDPOINTS if its
 // --help names http://127.0.0.1:2379 as its default, BEATD_BROKER if
-// redis://127.0.0.1:6379/0 (`beatd next` and `validate`, say, read no
+// redis://127.0.0.1:6379/0, BEATD_SERVER if http://127.0.0.1:8080
+// (`beatd next` and `validate`, say, read no
 // etcd unless told to, so they get neither).
 func (c *cluster) defaults(text string) []string {
 	c.t.Helper()
@@ -267,6 +271,9 @@ func (c *cluster) defaults(text string) []string {
 	}
 	if strings.Contains(string(help), "redis://127.0.0.1:6379/0") {
 		env = append(env, "BEATD_BROKER=redis://"+c.redis+"/0")
+	}
+	if strings.Contains(string(help), "http://127.0.0.1:8080") {
+		env = append(env, "BEATD_SERVER=http://"+c.httpAddr)
 	}
 	return env
 }
