@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/testkit/harness"
 	"github.com/beatd/beatd/testkit/testutil"
 )
@@ -31,12 +32,30 @@ type docSetup struct {
 	// daemon is a `beatd run` the test starts first, for a doc whose
 	// commands need a running cluster that the doc does not start itself.
 	daemon string
+	// check, if set, checks what the doc's commands left in their
+	// directory once they have all run.
+	check func(t *testing.T, dir string)
 	// token sets BEATD_ADMIN_TOKEN for the daemons and TOKEN for the
 	// commands to one new random token.
 	token bool
 }
 
 var setups = map[string]docSetup{
+	// The tokens file its recipe makes must be one beatd loads, with
+	// alice's token in it.
+	"docs/access.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", check: func(t *testing.T, dir string) {
+		tokens, err := auth.New(auth.Options{File: filepath.Join(dir, "tokens.yaml")})
+		if err != nil {
+			t.Fatalf("the tokens file of docs/access.md's recipe: %v", err)
+		}
+		tok, err := os.ReadFile(filepath.Join(dir, "alice.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, ok := tokens.Who(strings.TrimSpace(string(tok))); !ok || id.Name != "alice" || id.Role != auth.RoleOperate {
+			t.Errorf("alice.token in the recipe's tokens file: %+v, %v; want alice, operate", id, ok)
+		}
+	}},
 	"README.md":        {inRoot: true},
 	"docs/backfill.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 	"docs/entries.md":  {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
@@ -150,6 +169,9 @@ func runDoc(t *testing.T, file string, s docSetup) {
 			}
 			c.run(cmd, where)
 		}
+	}
+	if s.check != nil {
+		s.check(t, c.dir)
 	}
 }
 
