@@ -123,22 +123,35 @@ type Command struct {
 	// Exit is the exit status the block expects (from a `# exit N` line
 	// before the command), 0 by default.
 	Exit int
+	// Stdout, when not nil, is the output the block expects (from a
+	// `# stdout: TEXT` line before the command), spaces trimmed.
+	Stdout *string
 }
 
-var exitRE = regexp.MustCompile(`^#\s*exit\s+(\d+)\s*$`)
+var (
+	exitRE   = regexp.MustCompile(`^#\s*exit\s+(\d+)\s*$`)
+	stdoutRE = regexp.MustCompile(`^#\s*stdout:(.*)$`)
+)
 
 // Commands returns the block's commands. In a console block, commands are
 // the lines after a `$ ` prompt and the other lines are output; in the
 // other blocks every line that is not blank or a comment is a command.
-// A `# exit N` line sets the next command's expected exit status.
+// A `# exit N` line sets the next command's expected exit status, and a
+// `# stdout: TEXT` line its expected output.
 func (b Block) Commands() ([]Command, error) {
 	var out []Command
 	exit := 0
+	var stdout *string
 	for i := 0; i < len(b.Lines); i++ {
 		t := strings.TrimSpace(b.Lines[i])
 		line := b.Line + 1 + i
 		if m := exitRE.FindStringSubmatch(t); m != nil {
 			exit, _ = strconv.Atoi(m[1])
+			continue
+		}
+		if m := stdoutRE.FindStringSubmatch(t); m != nil {
+			want := strings.TrimSpace(m[1])
+			stdout = &want
 			continue
 		}
 		if b.Info == "console" {
@@ -159,8 +172,8 @@ func (b Block) Commands() ([]Command, error) {
 			}
 			text = strings.TrimSuffix(text, `\`) + " " + strings.TrimSpace(b.Lines[i])
 		}
-		out = append(out, Command{Line: line, Text: text, Exit: exit})
-		exit = 0
+		out = append(out, Command{Line: line, Text: text, Exit: exit, Stdout: stdout})
+		exit, stdout = 0, nil
 	}
 	return out, nil
 }

@@ -1,15 +1,18 @@
 package doctest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +38,9 @@ type docSetup struct {
 	// check, if set, checks what the doc's commands left in their
 	// directory once they have all run.
 	check func(t *testing.T, dir string)
+	// brokerURL sets BROKER_URL, the reader's broker in the doc's
+	// commands, to the test's Redis.
+	brokerURL bool
 	// token sets BEATD_ADMIN_TOKEN for the daemons and TOKEN for the
 	// commands to one new random token.
 	token bool
@@ -56,9 +62,10 @@ var setups = map[string]docSetup{
 			t.Errorf("alice.token in the recipe's tokens file: %+v, %v; want alice, operate", id, ok)
 		}
 	}},
-	"README.md":        {inRoot: true},
-	"docs/backfill.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
-	"docs/entries.md":  {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
+	"README.md":          {inRoot: true},
+	"docs/backfill.md":   {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
+	"docs/operations.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", brokerURL: true},
+	"docs/entries.md":    {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 }
 
 // TestDocBlocks fails for a shell block of README.md or docs/*.md that no
@@ -103,19 +110,24 @@ func TestDocBlocks(t *testing.T) {
 
 // TestDocCommands runs the shell blocks of every doc with a docSetup, one
 // cluster per doc, and checks each command's exit status: 0, or the N of
-// a `# exit N` line before it.
+// a `# exit N` line before it; and its output where a `# stdout: TEXT`
+// line before it says what it prints.
 //
 // The commands run with `sh -c` as written, with only these changes:
-//   - 127.0.0.1:6379 is the test's redis-server, and http://beatd:8080
-//     the test's beatd HTTP address;
+//   - 127.0.0.1:6379 is the test's redis-server, 127.0.0.1:2379 and
+//     127.0.0.1:2380 the ports of beatd run's etcd, and
+//     http://beatd:8080 the test's beatd HTTP address;
+//   - $TOKEN (with docSetup.token) and $BROKER_URL (docSetup.brokerURL)
+//     are set, as the reader's shell would have them;
 //   - `beatd run` (started in the background, ready when /readyz answers
-//     200, stopped with SIGTERM at the end of the doc, when it must exit
-//     0) gets free loopback ports and a data directory from BEATD_HTTP,
+//     200, stopped with SIGTERM at the end of the doc or when the doc
+//     starts another, and then it must exit 0) gets free loopback ports and a data directory from BEATD_HTTP,
 //     BEATD_ETCD_CLIENT_PORT, BEATD_ETCD_PEER_PORT and BEATD_DATA_DIR;
 //   - the other beatd commands get BEATD_ETCD_ENDPOINTS, BEATD_BROKER and
 //     BEATD_SERVER for those servers where they would reach them at their default
 //     addresses (see defaults);
-//   - `export` lines set variables for the doc's later commands;
+//   - `export` and NAME=VALUE lines set variables for the doc's later
+//     commands;
 //   - bin/ (README's Install block's output) is first in PATH.
 func TestDocCommands(t *testing.T) {
 	if testing.Short() {
@@ -138,6 +150,8 @@ type cluster struct {
 	redis    string
 	httpAddr string
 	etcd     string   // the embedded etcd's client URL
+	etcdPort int      // its client port
+	peerPort int      // its peer port
 	runEnv   []string // for `beatd run`
 	cliEnv   []string // for every other command
 	daemons  []*daemon
@@ -189,14 +203,16 @@ func newCluster(t *testing.T, s docSetup) *cluster {
 			t.Fatal(err)
 		}
 	}
-	client := testutil.FreePort(t)
+	c.etcdPort, c.peerPort = testutil.FreePort(t), testutil.FreePort(t)
 	c.runEnv = append(os.Environ(),
 		"BEATD_HTTP="+c.httpAddr,
-		"BEATD_ETCD_CLIENT_PORT="+strconv.Itoa(client),
-		"BEATD_ETCD_PEER_PORT="+strconv.Itoa(testutil.FreePort(t)),
-		"BEATD_DATA_DIR="+filepath.Join(t.TempDir(), "beatd-data"))
-	c.etcd = "http://127.0.0.1:" + strconv.Itoa(client)
+		"BEATD_ETCD_CLIENT_PORT="+strconv.Itoa(c.etcdPort),
+		"BEATD_ETCD_PEER_PORT="+strconv.Itoa(c.peerPort))
+	c.etcd = "http://127.0.0.1:" + strconv.Itoa(c.etcdPort)
 	c.cliEnv = os.Environ()
+	if s.brokerURL {
+		c.cliEnv = append(c.cliEnv, "BROKER_URL=redis://"+c.redis+"/0")
+	}
 	if s.token {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
@@ -213,6 +229,8 @@ func newCluster(t *testing.T, s docSetup) *cluster {
 func (c *cluster) subst(text string) string {
 	return strings.NewReplacer(
 		"127.0.0.1:6379", c.redis,
+		"127.0.0.1:2379", "127.0.0.1:"+strconv.Itoa(c.etcdPort),
+		"127.0.0.1:2380", "127.0.0.1:"+strconv.Itoa(c.peerPort),
 		"http://beatd:8080", "http://"+c.httpAddr,
 	).Replace(text)
 }
@@ -228,13 +246,16 @@ func (c *cluster) run(cmd Command, where string) {
 	text := c.subst(cmd.Text)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if strings.HasPrefix(text, "export ") {
+	if strings.HasPrefix(text, "export ") || assignRE.MatchString(text) {
 		c.export(ctx, text, where)
 		return
 	}
 	x := exec.CommandContext(ctx, "sh", "-c", text)
 	x.Dir, x.Env = c.dir, append(c.cliEnv, c.defaults(text)...)
-	out, err := x.CombinedOutput()
+	var stdout, both bytes.Buffer
+	x.Stdout, x.Stderr = io.MultiWriter(&stdout, &both), &both
+	err := x.Run()
+	out := both.Bytes()
 	code := 0
 	var ee *exec.ExitError
 	switch {
@@ -247,13 +268,20 @@ func (c *cluster) run(cmd Command, where string) {
 	if code != cmd.Exit {
 		c.t.Errorf("%s: %s: exit %d, the doc expects %d\n%s", where, text, code, cmd.Exit, out)
 	}
+	if cmd.Stdout != nil && strings.TrimSpace(stdout.String()) != *cmd.Stdout {
+		c.t.Errorf("%s: %s: stdout %q, the doc expects %q", where, text, strings.TrimSpace(stdout.String()), *cmd.Stdout)
+	}
 }
 
-// export runs an `export` line and keeps the variables it set for the
-// doc's later commands, daemons included, as one shell would.
+// assignRE matches a line that only sets a shell variable: NAME=WORD,
+// NAME="...", NAME='...' or NAME=$(...), and maybe a comment.
+var assignRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=("[^"]*"|'[^']*'|\$\([^)]*\)|[^\s#])*(\s+#.*)?$`)
+
+// export runs an `export` or assignment line and keeps the variables it
+// set for the doc's later commands, daemons included, as one shell would.
 func (c *cluster) export(ctx context.Context, text, where string) {
 	c.t.Helper()
-	x := exec.CommandContext(ctx, "sh", "-c", text+" && env -0")
+	x := exec.CommandContext(ctx, "sh", "-c", "set -a; "+text+"\nenv -0")
 	x.Dir, x.Env = c.dir, c.cliEnv
 	out, err := x.Output()
 	if err != nil {
@@ -313,9 +341,9 @@ type daemon struct {
 func (c *cluster) start(cmd Command, where string) {
 	c.t.Helper()
 	text := c.subst(cmd.Text)
-	if len(c.daemons) > 0 {
-		c.t.Fatalf("%s: a second `beatd run` in one doc: TestDocCommands runs one; mark the block illustrative", where)
-	}
+	// One at a time: a doc's next `beatd run` replaces the one before,
+	// on the same ports, with a new data directory.
+	c.stop()
 	d := &daemon{where: where, text: text, exit: cmd.Exit, done: make(chan struct{}),
 		log: filepath.Join(c.t.TempDir(), "beatd.log")}
 	f, err := os.Create(d.log)
@@ -324,7 +352,8 @@ func (c *cluster) start(cmd Command, where string) {
 	}
 	defer f.Close()
 	d.cmd = exec.Command("sh", "-c", "exec "+text)
-	d.cmd.Dir, d.cmd.Env, d.cmd.Stdout, d.cmd.Stderr = c.dir, c.runEnv, f, f
+	d.cmd.Dir, d.cmd.Stdout, d.cmd.Stderr = c.dir, f, f
+	d.cmd.Env = append(c.runEnv, "BEATD_DATA_DIR="+filepath.Join(c.t.TempDir(), "beatd-data"))
 	c.t.Logf("%s: $ %s &", where, text)
 	if err := d.cmd.Start(); err != nil {
 		c.t.Fatalf("%s: %s: %v", where, text, err)
@@ -369,4 +398,5 @@ func (c *cluster) stop() {
 			c.t.Errorf("%s: %s: exit %d after SIGTERM, the doc expects %d\n%s", d.where, d.text, code, d.exit, log)
 		}
 	}
+	c.daemons = nil
 }

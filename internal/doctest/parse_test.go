@@ -7,6 +7,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
+	one := "1"
 	tests := []struct {
 		name string
 		text string
@@ -16,10 +17,11 @@ func TestParse(t *testing.T) {
 	}{
 		{
 			name: "fenced sh block, continuation and exit line",
-			text: "intro\n\n```sh\n# exit 1\nbeatd validate bad.yaml\nbeatd run \\\n  --config x.yaml\n```\n",
+			text: "intro\n\n```sh\n# exit 1\nbeatd validate bad.yaml\nbeatd run \\\n  --config x.yaml\n# stdout: 1\nredis-cli DEL k\n```\n",
 			want: []Block{{File: "d.md", Line: 3, Info: "sh",
-				Lines: []string{"# exit 1", "beatd validate bad.yaml", "beatd run \\", "  --config x.yaml"}}},
-			cmds: [][]Command{{{Line: 5, Text: "beatd validate bad.yaml", Exit: 1}, {Line: 6, Text: "beatd run  --config x.yaml"}}},
+				Lines: []string{"# exit 1", "beatd validate bad.yaml", "beatd run \\", "  --config x.yaml", "# stdout: 1", "redis-cli DEL k"}}},
+			cmds: [][]Command{{{Line: 5, Text: "beatd validate bad.yaml", Exit: 1}, {Line: 6, Text: "beatd run  --config x.yaml"},
+				{Line: 9, Text: "redis-cli DEL k", Stdout: &one}}},
 		},
 		{
 			name: "illustrative marker",
