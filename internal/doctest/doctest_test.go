@@ -69,9 +69,10 @@ var setups = map[string]docSetup{
 }
 
 // TestDocBlocks fails for a shell block of README.md or docs/*.md that no
-// test runs and that no `# illustrative: REASON` line excuses, and for an
-// indented code block in README.md (whose commands are fenced `sh`
-// blocks, so that this rule sees them).
+// test runs and that no `# illustrative: REASON` line excuses, for an
+// indented code block in README.md, and for one in docs/*.md that starts
+// with a command: commands are fenced `sh` blocks, so that this rule
+// sees them.
 func TestDocBlocks(t *testing.T) {
 	counts := map[string][2]int{}
 	for _, f := range docFiles(t) {
@@ -81,8 +82,11 @@ func TestDocBlocks(t *testing.T) {
 			continue
 		}
 		for _, b := range blocks {
-			if b.Indented && f == "README.md" {
+			switch {
+			case b.Indented && f == "README.md":
 				t.Errorf("%s: an indented code block: fence it (```sh for commands)", b.Where())
+			case b.Indented && looksLikeCommand(b):
+				t.Errorf("%s: an indented block of commands, out of this rule's sight: fence it as ```sh", b.Where())
 			}
 			if !b.Shell() {
 				continue
@@ -106,6 +110,24 @@ func TestDocBlocks(t *testing.T) {
 			t.Logf("%s: %d run, %d illustrative", f, n[0], n[1])
 		}
 	}
+}
+
+// commandWords start the shell commands of the docs.
+var commandWords = map[string]bool{"beatd": true, "bin/beatd": true, "curl": true, "make": true, "go": true,
+	"redis-cli": true, "etcdctl": true, "kubectl": true, "python3": true, "export": true, "sudo": true, "docker": true, "$": true}
+
+// looksLikeCommand reports whether an indented block starts with a shell
+// command (log lines such as `beatd: broker ...` and flag fragments such
+// as `--broker ...` do not).
+func looksLikeCommand(b Block) bool {
+	for _, l := range b.Lines {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		return commandWords[f[0]] || assignRE.MatchString(strings.TrimSpace(l))
+	}
+	return false
 }
 
 // TestDocCommands runs the shell blocks of every doc with a docSetup, one
