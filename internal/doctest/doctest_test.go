@@ -274,10 +274,12 @@ func (c *cluster) run(cmd Command, where string) {
 	}
 	x := exec.CommandContext(ctx, "sh", "-c", text)
 	x.Dir, x.Env = c.dir, append(c.cliEnv, c.defaults(text)...)
-	var stdout, both bytes.Buffer
+	// both is written by the stdout and the stderr copiers at once.
+	var stdout bytes.Buffer
+	var both testutil.SyncBuffer
 	x.Stdout, x.Stderr = io.MultiWriter(&stdout, &both), &both
 	err := x.Run()
-	out := both.Bytes()
+	out := both.String()
 	code := 0
 	var ee *exec.ExitError
 	switch {
