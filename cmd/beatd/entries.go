@@ -40,7 +40,8 @@ func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) in
                                    (entries: {NAME: ENTRY, ...}; in transactions of 128 entries,
                                    or with --atomic in one, which takes at most 128)
   beatd entries delete NAME
-flags: --etcd-endpoints URLS, --prefix P (the cluster, whose leader's HTTP address is in etcd),
+flags: --etcd-endpoints URLS, --prefix P (the cluster, whose leader's HTTP address is in etcd;
+       --timeout D to find it),
        --server URL (BEATD_SERVER: this replica instead of the leader),
        --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN),
        --server-cacert FILE (an https server's CA), --note TEXT (why, for the audit trail)`)
@@ -61,6 +62,7 @@ flags: --etcd-endpoints URLS, --prefix P (the cluster, whose leader's HTTP addre
 	task := fs.String("task", "", "list: only running entries of this task")
 	queue := fs.String("queue", "", "list: only running entries of this queue")
 	limit := fs.Int("limit", 0, "list: at most this many entries (0: all)")
+	timeout := fs.Duration("timeout", defaultTimeout, "deadline for finding the leader in etcd (each request has its own)")
 	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
@@ -73,7 +75,7 @@ flags: --etcd-endpoints URLS, --prefix P (the cluster, whose leader's HTTP addre
 	default:
 		return usage() // before finding the cluster: nothing to send
 	}
-	cl, err := target.client(ctx, defaultTimeout)
+	cl, err := target.client(ctx, *timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", termErr(err))
 		return 1
