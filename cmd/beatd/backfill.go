@@ -91,6 +91,18 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 	case !o.list && o.cancel == "" && (len(args) != 1 || o.from == "" || o.to == ""):
 		return usageFail(c, stderr, "backfill needs ENTRY, --from and --to")
 	}
+	// The range is checked before the command looks for the cluster.
+	var from, to time.Time
+	if !o.list && o.cancel == "" {
+		var err error
+		now := time.Now()
+		if from, err = parseWhen(o.from, now); err != nil {
+			return usageFail(c, stderr, "--from: "+err.Error())
+		}
+		if to, err = parseWhen(o.to, now); err != nil {
+			return usageFail(c, stderr, "--to: "+err.Error())
+		}
+	}
 	cl, err := o.target.client(ctx, o.timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd backfill:", termErr(err))
@@ -114,15 +126,6 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 		}
 		fmt.Fprintf(stdout, "backfill %s: cancel accepted\n", term(o.cancel))
 		return 0
-	}
-	now := time.Now()
-	from, err := parseWhen(o.from, now)
-	if err != nil {
-		return usageFail(c, stderr, "--from: "+err.Error())
-	}
-	to, err := parseWhen(o.to, now)
-	if err != nil {
-		return usageFail(c, stderr, "--to: "+err.Error())
 	}
 	name := args[0]
 	spec := api.BackfillSpec{From: from, To: to, DryRun: o.dryRun, Rate: o.rate, IncludeFired: o.includeFired, Note: o.note}
