@@ -444,7 +444,7 @@ func mergeRuns(st *api.Status, from []api.EntryStatus) {
 	}
 	for i := range st.Entries {
 		e := &st.Entries[i]
-		if r := byName[e.Name]; r != nil {
+		if r := byName[e.Name]; r != nil && r.RecentRuns != nil {
 			e.RecentRuns, e.TotalRunCount, e.LastRunAt = r.RecentRuns, r.TotalRunCount, r.LastRunAt
 		}
 	}
