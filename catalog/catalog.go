@@ -53,8 +53,10 @@ type Header struct {
 	LeaderID    string    `json:"leader_id"`
 	Token       int64     `json:"token"`
 	PublishedAt time.Time `json:"published_at"`
-	// StatusURL is the leader's GET /status, where the CLI reads what only
-	// the leader knows (each entry's last result and error).
+	// StatusURL is the leader's GET /status, written for older CLIs that
+	// read it. This release finds the leader's HTTP in one place, its
+	// registration (election.LeaderURL), which is fresh every few
+	// seconds where this is written once a term.
 	StatusURL string `json:"status_url,omitempty"`
 	// RequireNotes: the leader runs with --require-notes, so the CLI
 	// refuses a pause without --note before it writes to etcd.

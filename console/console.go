@@ -370,21 +370,13 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, re
 // askLeader gets the leader's data from its console, at the address it
 // registered.
 func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
-	addr := ""
-	for _, r := range replicas {
-		if r.ID == leader.ID {
-			addr = r.HTTP
-		}
-	}
-	if addr == "" {
-		return nil, fmt.Errorf("leader %s has not registered an HTTP address", leader.ID)
+	addr, err := election.LeaderURL(leader, replicas)
+	if err != nil {
+		return nil, err
 	}
 	q := url.Values{"term": {fmt.Sprint(leader.Token)}, "name": names}
 	ctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer cancel()
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr // registered by a release that kept host:port
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/console/leader.json?"+q.Encode(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/celery"
 
 	"github.com/beatd/beatd/config"
@@ -22,6 +23,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 )
@@ -531,5 +533,32 @@ func TestMirrorBuckets(t *testing.T) {
 	c.setBucket("00a1", []store.EntryState{st("a", false), st("c", false)})
 	if c.gen == gen {
 		t.Error("a resume did not move gen")
+	}
+}
+
+// TestSourceAsStatusSaysIt: the entries table's Source column and the
+// entry page's source say what /status says (api.EntryStatusOf): an
+// entry of the entries API is "api", not "file".
+func TestSourceAsStatusSaysIt(t *testing.T) {
+	filed, dyn, dcb := every("filed", "tasks.a", time.Minute), every("dyn", "tasks.a", time.Minute), every("dcb", "tasks.a", time.Minute)
+	dyn.Source, dcb.Source = sources.API, sources.DCB
+	filed.Line, filed.Column = 3, 3
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{dcb, dyn, filed}} // by name
+	_, hs := testServer(t, cfg)
+	code, body := get(t, hs.URL+"/")
+	if code != http.StatusOK {
+		t.Fatalf("GET / = %d", code)
+	}
+	for _, e := range cfg.Entries {
+		want := api.EntryStatusOf(e).Source
+		row := regexp.MustCompile(`(?s)<tr data-entry="` + e.Name + `">.*?</tr>`).FindString(body)
+		if !strings.Contains(row, `<td data-label="Source">`+want+`</td>`) {
+			t.Errorf("%s: want source %q (as /status says) in its row:\n%s", e.Name, want, row)
+		}
+	}
+	for name, want := range map[string]string{"dyn": "<dt>source</dt><dd><code>api</code>", "filed": "<dt>source</dt><dd><code>file s.yaml:3:3</code>"} {
+		if code, body := get(t, hs.URL+"/entry/"+name); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("entry page of %s: %d, lacks %q", name, code, want)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
@@ -23,6 +24,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/sources"
 )
 
 // page is what the templates render. Live pages (sections sent over SSE)
@@ -136,13 +138,15 @@ type entriesView struct {
 }
 
 type rowView struct {
-	Name, Task, Queue, Words, Zone string
-	Next                           time.Time
-	NextAbs                        string
-	LastAt                         time.Time
-	LastAbs, LastResult            string
-	Paused, Enabled                bool
-	FiresHour                      string
+	// Source is where the entry comes from (file, api,
+	// django-celery-beat), as /status says it (api.EntryStatusOf).
+	Name, Source, Task, Queue, Words, Zone string
+	Next                                   time.Time
+	NextAbs                                string
+	LastAt                                 time.Time
+	LastAbs, LastResult                    string
+	Paused, Enabled                        bool
+	FiresHour                              string
 }
 
 type entryView struct {
@@ -586,7 +590,7 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entri
 		if loc == nil {
 			loc = time.UTC
 		}
-		rv := rowView{Name: r.e.Name, Task: r.e.Task, Queue: r.e.Options.Queue, Words: schedule.Describe(r.e.Schedule),
+		rv := rowView{Name: r.e.Name, Source: api.EntryStatusOf(r.e).Source, Task: r.e.Task, Queue: r.e.Options.Queue, Words: schedule.Describe(r.e.Schedule),
 			Zone: loc.String(), Next: r.next, NextAbs: fmtIn(r.next, loc), Paused: r.paused, Enabled: r.e.Enabled, FiresHour: "–"}
 		if rs := runs[r.e.Name]; len(rs) > 0 {
 			last := rs[len(rs)-1]
@@ -732,8 +736,12 @@ func definition(e *config.Entry, file string) []defRow {
 	if e.Location != nil {
 		loc = e.Location.String()
 	}
+	source := api.EntryStatusOf(e).Source // as /status says it
+	if source == sources.File {
+		source = fmt.Sprintf("file %s:%d:%d", file, e.Line, e.Column)
+	}
 	d := []defRow{
-		{"source", fmt.Sprintf("file %s:%d:%d", file, e.Line, e.Column)},
+		{"source", source},
 		{"task", e.Task},
 		{"schedule", schedule.Describe(e.Schedule)},
 		{"schedule (exact)", fmt.Sprint(e.Schedule)},

@@ -306,10 +306,11 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	}
 	seen := map[string]bool{}
 	add := func(name string, e *config.Entry) {
-		es := api.EntryStatus{Name: name, RecentRuns: []broker.Run{}}
+		es := api.EntryStatus{Name: name}
 		if e != nil {
-			es.Task, es.Schedule, es.Enabled, es.Source = e.Task, fmt.Sprint(e.Schedule), e.Enabled, e.Source
+			es = api.EntryStatusOf(e)
 		}
+		es.RecentRuns = []broker.Run{}
 		st := states[name]
 		if st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)

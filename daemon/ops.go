@@ -288,7 +288,7 @@ func statusFromConfig(cfg *config.Config, now time.Time) api.Status {
 		return st
 	}
 	for _, e := range cfg.Entries[:min(len(cfg.Entries), api.DefaultStatusLimit)] {
-		es := api.EntryStatus{Name: e.Name, Task: e.Task, Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled}
+		es := api.EntryStatusOf(e)
 		es.NextRunAt = timePtr(scheduler.NextFire(e, nil, now))
 		st.Entries = append(st.Entries, es)
 	}

@@ -199,3 +199,46 @@ func Replicas(ctx context.Context, cli *clientv3.Client, prefix string) ([]Repli
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
+
+// ErrNotRegistered means the leader has no registration, so its HTTP
+// address is unknown: it has just started, or runs a release that does
+// not register.
+var ErrNotRegistered = errors.New("election: leader has not registered an HTTP address")
+
+// URL is the base URL the replica's HTTP server answers at, with a
+// scheme even when an older release registered only host:port.
+func (r Replica) URL() string {
+	if r.HTTP == "" || strings.Contains(r.HTTP, "://") {
+		return strings.TrimSuffix(r.HTTP, "/")
+	}
+	return "http://" + r.HTTP
+}
+
+// LeaderURL is where the leader's HTTP server answers, from the
+// registrations in replicas: the one answer to "where is the cluster's
+// HTTP" for the console and the CLI. It fails with ErrNotRegistered when
+// the leader is not among them.
+func LeaderURL(leader Leader, replicas []Replica) (string, error) {
+	for _, r := range replicas {
+		if r.ID == leader.ID && r.HTTP != "" {
+			return r.URL(), nil
+		}
+	}
+	return "", fmt.Errorf("%w (leader %s)", ErrNotRegistered, leader.ID)
+}
+
+// FindLeader observes the leader of the cluster under prefix and where
+// its HTTP server answers (LeaderURL). It fails with ErrNoLeader while
+// nobody leads.
+func FindLeader(ctx context.Context, cli *clientv3.Client, prefix string) (Leader, string, error) {
+	l, err := Observe(ctx, cli, prefix)
+	if err != nil {
+		return l, "", err
+	}
+	reps, err := Replicas(ctx, cli, prefix)
+	if err != nil {
+		return l, "", err
+	}
+	u, err := LeaderURL(l, reps)
+	return l, u, err
+}

@@ -22,6 +22,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
@@ -64,8 +65,10 @@ func statusCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command
 reported about it, last publish result and error, next run. With ENTRY, that
 entry's last runs and their outcomes (received, started, succeeded, failed
 with the exception, lost, skipped), its failure streak and why it is paused.
-It reads etcd (and the leader's HTTP /status for the last results), so it
-works from anywhere that reaches etcd, without the schedule file.`,
+It reads etcd, and the leader's HTTP /status (at the address the leader
+registered in etcd) for the last results and the recent runs, so it works
+from anywhere that reaches etcd and the leader, without the schedule file
+or the broker's address. --broker reads the recent runs from Redis instead.`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -107,10 +110,9 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	defer cli.Close()
 	prefix := o.etcd.KeyPrefix()
-	var hdr catalog.Header
 	var notes []string
 	if cfg == nil {
-		cfg, hdr, err = catalog.Load(ctx, cli, prefix)
+		cfg, _, err = catalog.Load(ctx, cli, prefix)
 		switch {
 		case errors.Is(err, catalog.ErrNone):
 			notes = append(notes, "no leader has published its config to etcd yet: schedules and next runs unknown (pass --config)")
@@ -121,19 +123,24 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			}
 			notes = append(notes, err.Error())
 		}
-	} else if hdr, err = catalog.ReadHeader(ctx, cli, prefix); err != nil && !errors.Is(err, catalog.ErrNone) {
-		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read the leader's config", o.timeout, err)))
-		return exitFail
 	}
 	if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read runtime entries", o.timeout, err)))
 		return exitFail
 	}
-	hist, closeHist, err := o.broker.history(keys.Cluster(prefix))
-	if err != nil {
-		notes = append(notes, "recent runs unavailable: "+err.Error())
+	// The recent runs come from the leader, which reaches the broker,
+	// unless --broker names it: the CLI needs no broker address (nor its
+	// password) of its own.
+	var hist daemon.HistoryReader
+	if o.broker.url != "" {
+		h, closeHist, err := o.broker.history(keys.Cluster(prefix))
+		if err != nil {
+			notes = append(notes, "recent runs unavailable: "+err.Error())
+		} else {
+			hist = h
+		}
+		defer closeHist()
 	}
-	defer closeHist()
 	q := api.StatusQuery{Limit: api.DefaultStatusLimit}
 	if o.entry != "" {
 		q.Prefix = o.entry // the entry first, wherever it is among a million
@@ -143,13 +150,28 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read status", o.timeout, err)))
 		return exitFail
 	}
-	if st.HistoryError != "" {
-		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", broker.Redacted(o.broker.url), st.HistoryError))
-	}
-	if st.LeaderID != "" && hdr.StatusURL != "" && hdr.LeaderID == st.LeaderID && !st.LeaderUnresponsive {
-		if err := mergeLeaderResults(ctx, &st, hdr.StatusURL, o.serverCA); err != nil {
+	switch {
+	case st.LeaderID == "" && hist == nil:
+		notes = append(notes, "recent runs and last results unavailable: no leader (--broker reads the runs from Redis)")
+	case st.LeaderID == "":
+	case st.LeaderUnresponsive && hist == nil:
+		notes = append(notes, "recent runs and last results unavailable: the leader is not responding (--broker reads the runs from Redis)")
+	case st.LeaderUnresponsive:
+	default:
+		err := o.mergeLeader(ctx, cli, prefix, &st, hist == nil)
+		switch {
+		case err != nil && hist == nil:
+			notes = append(notes, "recent runs and last results unavailable (--broker reads the runs from Redis): "+err.Error())
+		case err != nil:
 			notes = append(notes, "last results unavailable: "+err.Error())
 		}
+	}
+	if st.HistoryError != "" {
+		from := "the leader's broker"
+		if hist != nil {
+			from = broker.Redacted(o.broker.url)
+		}
+		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", from, st.HistoryError))
 	}
 	if o.entry != "" {
 		var found []api.EntryStatus
@@ -333,12 +355,33 @@ func fmtTime(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// mergeLeaderResults adds each entry's last result and error, which only
-// the leader knows, from its GET /status. It is the one place the CLI
-// reads them, so it can be re-pointed when they are stored elsewhere.
-func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile string) error {
+// mergeLeader adds what the leader's GET /status knows to st: each
+// entry's last result and error (only the leader has them), and with
+// runs its recent runs, which the leader reads from the broker. It finds
+// the leader's HTTP where the leader registered it.
+func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, prefix string, st *api.Status, runs bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	reps, err := election.Replicas(ctx, cli, prefix)
+	if err != nil {
+		return err
+	}
+	base, err := election.LeaderURL(election.Leader{ID: st.LeaderID, Token: st.FencingToken}, reps)
+	if err != nil {
+		return err
+	}
+	statusURL := base + "/status"
+	if o.entry != "" {
+		statusURL += "?" + url.Values{"prefix": {o.entry}}.Encode() // the entry, wherever it is among a million
+	}
+	return mergeLeaderResults(ctx, st, statusURL, o.serverCA, runs)
+}
+
+// mergeLeaderResults adds each entry's last result and error, which only
+// the leader knows, from its GET /status, and with runs the entry's
+// recent runs. It is the one place the CLI reads them, so it can be
+// re-pointed when they are stored elsewhere.
+func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile string, runs bool) error {
 	hc, err := cliHTTP(caFile)
 	if err != nil {
 		return err
@@ -365,6 +408,10 @@ func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile s
 		return fmt.Errorf("leader at %s: %w", statusURL, err)
 	}
 	mergeResults(st, ls.Entries)
+	if runs {
+		mergeRuns(st, ls.Entries)
+		st.HistoryError = ls.HistoryError
+	}
 	st.OutcomeWarning = ls.OutcomeWarning
 	return nil
 }
@@ -384,6 +431,21 @@ func mergeResults(st *api.Status, from []api.EntryStatus) {
 			if r.NextRunAt != nil && e.NextRunAt != nil {
 				e.NextRunAt = r.NextRunAt
 			}
+		}
+	}
+}
+
+// mergeRuns copies the run history (recent runs, run count, last run)
+// of from into st's entries.
+func mergeRuns(st *api.Status, from []api.EntryStatus) {
+	byName := make(map[string]*api.EntryStatus, len(from))
+	for i := range from {
+		byName[from[i].Name] = &from[i]
+	}
+	for i := range st.Entries {
+		e := &st.Entries[i]
+		if r := byName[e.Name]; r != nil && r.RecentRuns != nil {
+			e.RecentRuns, e.TotalRunCount, e.LastRunAt = r.RecentRuns, r.TotalRunCount, r.LastRunAt
 		}
 	}
 }
@@ -635,7 +697,7 @@ type statusBroker struct {
 }
 
 func (b *statusBroker) register(fs *pflag.FlagSet) {
-	fs.StringVar(&b.url, "broker", "redis://127.0.0.1:6379/0", "Celery broker URL, for each entry's recent runs (kept in Redis)")
+	fs.StringVar(&b.url, "broker", "", "Celery broker URL to read each entry's recent runs from Redis (default: ask the leader, which reads them)")
 	fs.StringVar(&b.master, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&b.passFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&b.redisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")

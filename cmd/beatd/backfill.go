@@ -22,24 +22,23 @@ import (
 
 // backfillOptions are backfill's flags.
 type backfillOptions struct {
-	server, tokenFile string
-	serverCA          string
-	from, to          string
-	dryRun            bool
-	rate              float64
-	includeFired      bool
-	note              string
-	list              bool
-	cancel            string
-	wait              time.Duration
-	asJSON            bool
-	timeout           time.Duration
+	target       apiTarget
+	from, to     string
+	dryRun       bool
+	rate         float64
+	includeFired bool
+	note         string
+	list         bool
+	cancel       string
+	wait         time.Duration
+	asJSON       bool
+	timeout      time.Duration
 }
 
 // backfillCommand is `beatd backfill`: publish an entry's past slots
 // through a replica's API, which plans them from the run history.
 func backfillCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	o := &backfillOptions{}
+	o := &backfillOptions{target: newAPITarget()}
 	cmd := &cobra.Command{
 		Use:   "backfill ENTRY --from T1 --to T2 | --list [ENTRY] | --cancel ID",
 		Short: "publish an entry's slots in a past range, in order (or list and cancel backfills)",
@@ -59,8 +58,9 @@ Slots the schedule still owes (due now, or queued by a catch-up) are left to
 it. Times are RFC 3339 (2026-11-30T09:00:00Z), a date (2026-11-30, midnight
 UTC), "now", or a duration before now (-36h, -7d).
 
-It goes through a replica's HTTP API (--server) with a token of the operate
-role, since the replica reads the run history to plan it.`, scheduler.DefaultBackfillRate, scheduler.MaxBackfillRate,
+It goes through the leader's HTTP API, found in etcd (--etcd-endpoints,
+--prefix), or a replica's at --server, with a token of the operate role,
+since the replica reads the run history to plan it.`, scheduler.DefaultBackfillRate, scheduler.MaxBackfillRate,
 			store.KeptBackfills, scheduler.MaxBackfillSlots),
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -68,9 +68,7 @@ role, since the replica reads the run history to plan it.`, scheduler.DefaultBac
 		},
 	}
 	fs := flagenv.New("backfill", stderr)
-	fs.StringVar(&o.server, "server", "http://127.0.0.1:8080", "beatd's HTTP address")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
-	fs.StringVar(&o.serverCA, "server-cacert", "", serverCACertHelp)
+	o.target.register(fs)
 	fs.StringVar(&o.from, "from", "", "the range's start (inclusive)")
 	fs.StringVar(&o.to, "to", "", "the range's end (inclusive; not in the future)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "list the slots, and which already fired, without publishing")
@@ -87,7 +85,25 @@ role, since the replica reads the run history to plan it.`, scheduler.DefaultBac
 }
 
 func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []string, stdout, stderr io.Writer) int {
-	cl, err := newAPIClient(o.server, o.tokenFile, o.serverCA)
+	switch {
+	case o.cancel != "" && len(args) > 0:
+		return usageFail(c, stderr, "--cancel takes a backfill id, not an entry")
+	case !o.list && o.cancel == "" && (len(args) != 1 || o.from == "" || o.to == ""):
+		return usageFail(c, stderr, "backfill needs ENTRY, --from and --to")
+	}
+	// The range is checked before the command looks for the cluster.
+	var from, to time.Time
+	if !o.list && o.cancel == "" {
+		var err error
+		now := time.Now()
+		if from, err = parseWhen(o.from, now); err != nil {
+			return usageFail(c, stderr, "--from: "+err.Error())
+		}
+		if to, err = parseWhen(o.to, now); err != nil {
+			return usageFail(c, stderr, "--to: "+err.Error())
+		}
+	}
+	cl, err := o.target.client(ctx, o.timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd backfill:", termErr(err))
 		return exitFail
@@ -101,9 +117,6 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 		}
 		return o.runList(ctx, cl, entry, stdout, stderr)
 	case o.cancel != "":
-		if len(args) > 0 {
-			return usageFail(c, stderr, "--cancel takes a backfill id, not an entry")
-		}
 		rctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		body, _ := json.Marshal(map[string]string{"note": o.note})
@@ -113,18 +126,6 @@ func (o *backfillOptions) run(ctx context.Context, c *cobra.Command, args []stri
 		}
 		fmt.Fprintf(stdout, "backfill %s: cancel accepted\n", term(o.cancel))
 		return 0
-	}
-	if len(args) != 1 || o.from == "" || o.to == "" {
-		return usageFail(c, stderr, "backfill needs ENTRY, --from and --to")
-	}
-	now := time.Now()
-	from, err := parseWhen(o.from, now)
-	if err != nil {
-		return usageFail(c, stderr, "--from: "+err.Error())
-	}
-	to, err := parseWhen(o.to, now)
-	if err != nil {
-		return usageFail(c, stderr, "--to: "+err.Error())
 	}
 	name := args[0]
 	spec := api.BackfillSpec{From: from, To: to, DryRun: o.dryRun, Rate: o.rate, IncludeFired: o.includeFired, Note: o.note}

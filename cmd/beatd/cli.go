@@ -73,11 +73,13 @@ func newRoot(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
 		Long: `beatd publishes Celery periodic tasks from a schedules.yaml. Replicas elect a
 leader through etcd; only the leader publishes, each (entry, slot) exactly once.
 
-Where commands go: status, trigger, pause, resume and members work on the
-cluster's state in etcd (--etcd-endpoints, --prefix), so they work with no
-replica running; next reads it too when given --etcd-endpoints. entries goes
-through a replica's HTTP entries API (--server), because a runtime entry is
-validated and applied by a running replica, as the API does.`,
+Where commands go: every command finds the cluster through etcd
+(--etcd-endpoints, --prefix). status, trigger, pause, resume and members work
+on the cluster's state in etcd, so they work with no replica running; next
+reads it too when given --etcd-endpoints. entries and backfill go through the
+HTTP API of the leader, at the address it registered in etcd, because a
+running replica validates and applies them; status asks the leader for the
+last results and recent runs. --server sends them to another replica.`,
 		Version:       daemon.Version(),
 		SilenceErrors: true,
 		SilenceUsage:  true,

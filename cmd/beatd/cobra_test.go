@@ -130,7 +130,7 @@ func TestFlagWinsOverEnv(t *testing.T) {
 func TestCLIDeadEtcd(t *testing.T) {
 	t.Parallel()
 	dead := "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
-	for _, args := range [][]string{{"status"}, {"status", "-o", "json"}, {"trigger", "x"}, {"pause", "x"}, {"resume", "x"}} {
+	for _, args := range [][]string{{"status"}, {"status", "-o", "json"}, {"trigger", "x"}, {"pause", "x"}, {"resume", "x"}, {"backfill", "--list"}, {"entries", "list"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()

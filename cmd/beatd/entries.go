@@ -33,14 +33,17 @@ import (
 func runEntries(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprintln(stderr, `usage:
-  beatd entries list [-o table|json|yaml] [--prefix P] [--task T] [--queue Q] [--limit N]
+  beatd entries list [-o table|json|yaml] [--name-prefix P] [--task T] [--queue Q] [--limit N]
                                    (read page by page; --limit stops after N entries)
   beatd entries get NAME [-o yaml|json]
   beatd entries apply -f FILE [--atomic]
                                    (entries: {NAME: ENTRY, ...}; in transactions of 128 entries,
                                    or with --atomic in one, which takes at most 128)
   beatd entries delete NAME
-flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN),
+flags: --etcd-endpoints URLS, --prefix P (the cluster, whose leader's HTTP address is in etcd;
+       --timeout D to find it),
+       --server URL (BEATD_SERVER: this replica instead of the leader),
+       --token-file FILE (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN),
        --server-cacert FILE (an https server's CA), --note TEXT (why, for the audit trail)`)
 		return 2
 	}
@@ -49,27 +52,35 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	}
 	verb := args[0]
 	fs := flagenv.New("entries "+verb, stderr)
-	server := fs.String("server", "http://127.0.0.1:8080", "beatd's HTTP address")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token (else BEATD_TOKEN, else BEATD_ADMIN_TOKEN)")
+	target := newAPITarget()
+	target.register(fs)
 	output := fs.StringP("output", "o", "", "output format: table (list only), json or yaml")
 	file := fs.StringP("filename", "f", "", "apply: the file of entries (- for stdin)")
-	caFile := fs.String("server-cacert", "", serverCACertHelp)
 	note := fs.String("note", "", "why: kept in the audit trail with each change")
-	prefix := fs.String("prefix", "", "list: only entries whose names start with this")
+	// Not --prefix: that is the cluster's etcd prefix, on every command.
+	namePrefix := fs.String("name-prefix", "", "list: only entries whose names start with this")
 	task := fs.String("task", "", "list: only running entries of this task")
 	queue := fs.String("queue", "", "list: only running entries of this queue")
 	limit := fs.Int("limit", 0, "list: at most this many entries (0: all)")
+	timeout := fs.Duration("timeout", defaultTimeout, "deadline for finding the leader in etcd (each request has its own)")
 	atomic := fs.Bool("atomic", false, "apply: all entries in one etcd transaction, all or none (at most 128 entries: etcd's default --max-txn-ops)")
 	if err := flagenv.Parse(fs, args[1:]); err != nil { // pflag takes flags among the arguments
 		return exitCode(err)
 	}
 	pos := fs.Args()
-	cl, err := newAPIClient(*server, *tokenFile, *caFile)
+	switch {
+	case verb == "apply" && len(pos) == 0 && *file != "":
+	case verb == "list" && len(pos) == 0:
+	case (verb == "get" || verb == "delete") && len(pos) == 1:
+	default:
+		return usage() // before finding the cluster: nothing to send
+	}
+	cl, err := target.client(ctx, *timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd entries:", termErr(err))
 		return 1
 	}
-	c := &entriesClient{base: cl.base + "/api/v1/entries", token: cl.token, note: *note, http: cl.http}
+	c := &entriesClient{base: cl.base + "/api/v1/entries", token: cl.token, note: *note, http: cl.http, via: cl.via}
 	if verb == "apply" {
 		// Each transaction has its own deadline: a large file takes many.
 		if len(pos) == 0 && *file != "" {
@@ -85,7 +96,7 @@ flags: --server URL (BEATD_SERVER), --token-file FILE (else BEATD_TOKEN, else BE
 	}
 	if verb == "list" && len(pos) == 0 {
 		// Each page has its own deadline: a million entries take many.
-		if err := c.list(ctx, stdout, *output, api.ListQuery{Prefix: *prefix, Task: *task, Queue: *queue, Limit: *limit}); err != nil {
+		if err := c.list(ctx, stdout, *output, api.ListQuery{Prefix: *namePrefix, Task: *task, Queue: *queue, Limit: *limit}); err != nil {
 			fmt.Fprintln(stderr, "beatd entries list:", termErr(err))
 			return 1
 		}
@@ -116,6 +127,9 @@ type entriesClient struct {
 	base, token string
 	note        string // sent with each change, for the audit trail
 	http        *http.Client
+	// via is where base came from: "--server", or "etcd" (the leader's
+	// registration).
+	via string
 }
 
 // newAPIClient is a client of the API at server, with the token from
@@ -170,7 +184,7 @@ func (c *entriesClient) do(ctx context.Context, method, path string, body []byte
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return unreachable(req.URL, err)
+		return unreachable(req.URL, c.via, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -225,10 +239,14 @@ func answerError(status string, body []byte) error {
 }
 
 // unreachable is the error of a request that got no answer: it names
-// the server and where its address comes from.
-func unreachable(u *url.URL, err error) error {
+// the server and where its address comes from (via: "etcd" for the
+// leader's registration).
+func unreachable(u *url.URL, via string, err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" || errors.Is(err, context.DeadlineExceeded) {
+		if via == "etcd" {
+			return fmt.Errorf("no answer from beatd at %s, the address the leader registered in etcd (is it reachable from here? --server or BEATD_SERVER give another): %w", serverOf(u), err)
+		}
 		return fmt.Errorf("no answer from beatd at %s (is it running? --server or BEATD_SERVER give beatd's HTTP address): %w", serverOf(u), err)
 	}
 	return fmt.Errorf("beatd at %s: %w", serverOf(u), err)

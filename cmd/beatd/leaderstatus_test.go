@@ -24,11 +24,11 @@ func TestMergeLeaderResultsSendsToken(t *testing.T) {
 	st := &api.Status{Entries: []api.EntryStatus{{Name: "tick"}}}
 	t.Setenv("BEATD_ADMIN_TOKEN", "")
 	t.Setenv("BEATD_TOKEN", "")
-	if err := mergeLeaderResults(context.Background(), st, leader.URL+"/status", ""); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := mergeLeaderResults(context.Background(), st, leader.URL+"/status", "", false); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("without a token: %v, want a 401", err)
 	}
 	t.Setenv("BEATD_TOKEN", "rd")
-	if err := mergeLeaderResults(context.Background(), st, leader.URL+"/status", ""); err != nil {
+	if err := mergeLeaderResults(context.Background(), st, leader.URL+"/status", "", false); err != nil {
 		t.Fatal(err)
 	}
 	if st.Entries[0].LastResult != "ok" {

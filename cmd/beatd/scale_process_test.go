@@ -159,8 +159,8 @@ func TestProcessScaleSmall(t *testing.T) {
 	if len(p.Entries) != 10 || p.Next == "" {
 		t.Errorf("queue sync, limit 10: %d entries, next %q", len(p.Entries), p.Next)
 	}
-	if code, out, _ := c.apiCLI(r, "admin", "entries", "list", "--prefix", "tenant-004"); code != 0 || strings.Count(out, "tenant-004") != 1000 {
-		t.Errorf("entries list --prefix tenant-004: exit %d, %d rows", code, strings.Count(out, "tenant-004"))
+	if code, out, _ := c.apiCLI(r, "admin", "entries", "list", "--name-prefix", "tenant-004"); code != 0 || strings.Count(out, "tenant-004") != 1000 {
+		t.Errorf("entries list --name-prefix tenant-004: exit %d, %d rows", code, strings.Count(out, "tenant-004"))
 	}
 	// /status is a page by default, with the total and next.
 	var st api.Status
