@@ -428,6 +428,7 @@ func mergeResults(st *api.Status, from []api.EntryStatus) {
 		e := &st.Entries[i]
 		if r := byName[e.Name]; r != nil {
 			e.LastResult, e.LastError, e.LastErrorAt, e.LastPublishedAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastPublishedAt
+			e.Health, e.HealthReason = r.Health, r.HealthReason
 			if r.NextRunAt != nil && e.NextRunAt != nil {
 				e.NextRunAt = r.NextRunAt
 			}
