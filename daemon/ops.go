@@ -54,18 +54,51 @@ func (lc *loadedConfig) prepared() catalog.Payload {
 }
 
 // loadConfig reads and validates the config, keeping the bytes so that,
-// once the scheduler accepts the config, the leader can publish them.
+// once the scheduler accepts the config, the leader can publish them. Its
+// error is a *ConfigError.
 func (m *Main) loadConfig() (*config.Config, error) {
 	data, err := os.ReadFile(m.ConfigPath)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: read config: %w", err)
+		return nil, &ConfigError{fmt.Errorf("schedule: read config: %w", err)}
 	}
-	cfg, err := config.Parse(m.ConfigPath, data)
+	cfg, err := CheckConfig(m.ConfigPath, data)
 	if err != nil {
 		return nil, err
 	}
 	m.ops.candidate = data
 	return cfg, nil
+}
+
+// ConfigError is a config file that cannot run: its text is one problem
+// a line, FILE:LINE:COL: message where the file says where.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// CheckConfig is every check a config file gets before anything contacts
+// a server: `beatd validate` and `beatd run` (at start and on reload) call
+// it. Its error is a *ConfigError.
+func CheckConfig(path string, data []byte) (*config.Config, error) {
+	cfg, err := config.Parse(path, data)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	for _, e := range cfg.Entries {
+		if err := scheduler.ValidateEntry(e); err != nil {
+			return nil, &ConfigError{fmt.Errorf("%s: %w", path, err)}
+		}
+	}
+	return cfg, nil
+}
+
+// CheckConfigFile is CheckConfig of the file at path.
+func CheckConfigFile(path string) (*config.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("config: read: %w", err)}
+	}
+	return CheckConfig(path, data)
 }
 
 // configAccepted records that cfg, last loaded, now runs: the leader

@@ -28,6 +28,7 @@ import (
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/logbridge"
+	"github.com/beatd/beatd/internal/termsafe"
 	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
@@ -51,6 +52,13 @@ func (m *Main) Serve(ctx context.Context) int {
 	logbridge.SetRedisLogger(log)
 	logbridge.SetGRPCLogger(log)
 	if err := m.Run(ctx); err != nil {
+		// A config that cannot run reads as `beatd validate` prints it:
+		// one problem a line, on stderr.
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintln(m.stderr, termsafe.Text(ce.Error()))
+			return 1 // nothing started, so nothing to stop
+		}
 		log.Error("beatd failed to start", "errors", strings.Split(err.Error(), "\n"))
 		_ = m.Close()
 		return 1
@@ -349,8 +357,13 @@ func (m *Main) Run(ctx context.Context) error {
 	m.feed = outcome.NewFeed(m.clock, feedBuffer)
 	prefix := m.Etcd.KeyPrefix()
 	cluster := keys.Cluster(prefix)
-	// The embedded etcd boots while the config is parsed: both take a
-	// while with a large config, and there are cores for both.
+	// The config file is checked before anything starts: a file that
+	// cannot run fails at once, as `beatd validate` says, with no etcd
+	// member, listener or goroutine to stop.
+	cfg, err := m.loadConfig()
+	if err != nil {
+		return err
+	}
 	type started struct {
 		srv *embedetcd.Server
 		err error
@@ -371,7 +384,6 @@ func (m *Main) Run(ctx context.Context) error {
 			etcdc <- started{srv, err}
 		}()
 	}
-	cfg, err := m.loadConfig()
 	if etcdc != nil {
 		s := <-etcdc
 		if s.err != nil {
@@ -380,9 +392,6 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.embedded = s.srv
 		m.Etcd.Endpoints = strings.Join(s.srv.Endpoints, ",")
-	}
-	if err != nil {
-		return err
 	}
 	m.configSum = fileSum(m.ConfigPath)
 	if m.adminToken, err = Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {

@@ -29,17 +29,11 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short: "check a schedules.yaml; exit 1 with FILE:LINE:COL errors",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, err := config.LoadFile(args[0])
+			// Every check `run` makes of a file before it contacts a server.
+			cfg, err := daemon.CheckConfigFile(args[0])
 			if err != nil {
 				fmt.Fprintln(stderr, termErr(err))
 				return exitError(exitFail)
-			}
-			// Every check `run` makes of a file before it contacts a server.
-			for _, e := range cfg.Entries {
-				if err := scheduler.ValidateEntry(e); err != nil {
-					fmt.Fprintf(stderr, "%s: %s\n", args[0], termErr(err))
-					return exitError(exitFail)
-				}
 			}
 			fmt.Fprintf(stdout, "%s: ok, %d entries\n", args[0], len(cfg.Entries))
 			printSolarNotes(stdout, cfg, time.Now())
