@@ -582,9 +582,22 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// embeddedCloseBudget bounds the embedded member's close at shutdown, so
-// a SIGTERM'd replica of an embedded cluster exits within about 2 s.
-const embeddedCloseBudget = time.Second
+// Shutdown budgets. A standby's SIGTERM exits within about a second in
+// every topology: each step that waits on something outside the process
+// (HTTP clients, etcd answering a lease revoke, etcd's raft leadership
+// transfer and close) gets what is left of stopBudget, and a step that
+// runs out is skipped, with an INFO line saying what and why. A leader
+// waits for its handover (the resign, bounded in leader) before the
+// budget applies to the rest.
+const (
+	stopBudget = 900 * time.Millisecond
+	// httpStopBudget is how long open HTTP requests (a console's event
+	// stream, a slow /status) may take to finish before they are cut.
+	httpStopBudget = 300 * time.Millisecond
+	// minEmbeddedCloseBudget is the least the embedded member gets, even
+	// after a leader's long handover.
+	minEmbeddedCloseBudget = 200 * time.Millisecond
+)
 
 // HTTPAddress is where the HTTP server listens (useful with --http :0).
 func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
@@ -618,22 +631,41 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 
 // Close stops the daemon gracefully: the loop finishes its publish in
 // flight and persists it, the replica resigns so a standby leads at once,
-// then everything shuts down.
+// then everything shuts down, within stopBudget past the handover.
 func (m *Main) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		start := time.Now()
+		leading := m.leader != nil && m.leader.Token() != 0
 		if m.cancel != nil {
 			m.cancel()
 		}
-		if m.httpSrv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = m.httpSrv.Shutdown(ctx)
-			if m.metricsSrv != nil {
-				_ = m.metricsSrv.Shutdown(ctx)
+		var skipped []string
+		for _, srv := range []*http.Server{m.httpSrv, m.metricsSrv} {
+			if srv == nil {
+				continue
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), start.Add(httpStopBudget))
+			if srv.Shutdown(ctx) != nil {
+				_ = srv.Close()
+				skipped = appendOnce(skipped, "open HTTP requests (cut)")
 			}
 			cancel()
 		}
-		m.wg.Wait()
+		// A leader's goroutines end with its handover, which is worth
+		// its wait (bounded in leader). A standby's wait only on etcd
+		// answering a lease revoke, which the leases' TTL makes moot: past
+		// the budget, closing the client ends them.
+		waitStart := time.Now()
+		if leading {
+			m.wg.Wait()
+		} else if !waitWithin(&m.wg, time.Until(start.Add(stopBudget))) {
+			skipped = append(skipped, "lease revokes etcd had not answered (the leases expire within their TTL)")
+			if m.etcd != nil {
+				err = errors.Join(err, m.etcd.Close())
+			}
+			m.wg.Wait() // prompt: the client's calls end with it
+		}
 		m.ops.wg.Wait()
 		if m.api != nil {
 			m.api.status.wg.Wait()
@@ -650,17 +682,49 @@ func (m *Main) Close() error {
 		if m.embedded != nil && m.Cluster.InitialCluster != "" {
 			// A member of the replicas' cluster: the process is exiting,
 			// so its close is bounded (embedetcd.CloseWithin says why).
-			if !m.embedded.CloseWithin(embeddedCloseBudget) {
-				m.log.Info("embedded etcd member still closing; exiting (its data is in its WAL, and raft leadership has moved)")
+			budget := max(time.Until(start.Add(stopBudget)), minEmbeddedCloseBudget)
+			if leading {
+				budget = max(stopBudget-time.Since(waitStart), minEmbeddedCloseBudget)
+			}
+			for _, step := range m.embedded.CloseWithin(budget) {
+				skipped = append(skipped, "embedded etcd "+step+" (its data is in its WAL; the other members elect a raft leader)")
 			}
 		} else if m.embedded != nil {
 			m.embedded.Close()
 		}
 		if m.log != nil {
-			m.log.Info("beatd stopped")
+			if len(skipped) > 0 {
+				m.log.Info("stopped without waiting for what had not finished within the stop budget",
+					"skipped", skipped, "budget", stopBudget.String(), "took", time.Since(start).Round(time.Millisecond).String())
+			}
+			m.log.Info("beatd stopped", "took", time.Since(start).Round(time.Millisecond).String())
 		}
 	})
 	return err
+}
+
+// waitWithin waits for wg up to d and reports whether it finished. The
+// waiting goroutine ends with wg, which the caller still waits for.
+func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, v := range list {
+		if v == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 // noneIfZero maps a flag's "0 turns it off" to the options' "negative
