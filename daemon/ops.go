@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -156,17 +157,15 @@ const (
 // replica is never silent.
 func (m *Main) monitor(ctx context.Context) {
 	type dep struct {
-		name, where string
-		probe       func(context.Context) error
-		downSince   time.Time
-		lastLog     time.Time
+		downLog
+		probe func(context.Context) error
 	}
 	deps := []*dep{
-		{name: "etcd", where: m.Etcd.Endpoints, probe: func(ctx context.Context) error {
+		{downLog: downLog{name: "etcd", where: m.Etcd.Endpoints}, probe: func(ctx context.Context) error {
 			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
-		{name: "broker", where: broker.Redacted(m.Broker), probe: m.brokerCheck},
+		{downLog: downLog{name: "broker", where: broker.Redacted(m.Broker)}, probe: m.brokerCheck},
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -184,27 +183,45 @@ func (m *Main) monitor(ctx context.Context) {
 				return
 			}
 			now := m.clock.Now()
-			switch {
-			case err != nil:
+			if err != nil {
 				m.ops.dependencyUp.WithLabelValues(d.name).Set(0)
-				if d.downSince.IsZero() {
-					d.downSince = now
-				}
-				if d.lastLog.IsZero() || now.Sub(d.lastLog) >= reminder {
-					d.lastLog = now
-					m.log.Error(d.name+" unreachable", "at", d.where, "err", err,
-						"down_for", now.Sub(d.downSince).Round(time.Second).String(), "leader", m.leader.Token() != 0)
-				}
-			default:
-				m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
-				if !d.downSince.IsZero() {
-					m.log.Info(d.name+" reachable again", "at", d.where, "was_down_for", now.Sub(d.downSince).Round(time.Second).String())
-				}
-				d.downSince, d.lastLog = time.Time{}, time.Time{}
+				d.down(m.log, now, err, "leader", m.leader.Token() != 0)
+				continue
 			}
+			m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
+			d.up(m.log, now)
 		}
 		t.Reset(probeEvery)
 	}
+}
+
+// downLog is the one owner of a dependency's "NAME unreachable" ERROR
+// lines, at start-up (waitEtcd) and while running (monitor): at once,
+// then every reminder while it stays down, then one INFO when it is back.
+type downLog struct {
+	name, where        string
+	downSince, lastLog time.Time
+}
+
+// down notes a failed probe at now, logging if it is time to.
+func (d *downLog) down(log *slog.Logger, now time.Time, err error, attrs ...any) {
+	if d.downSince.IsZero() {
+		d.downSince = now
+	}
+	if !d.lastLog.IsZero() && now.Sub(d.lastLog) < reminder {
+		return
+	}
+	d.lastLog = now
+	log.Error(d.name+" unreachable", append([]any{"at", d.where, "err", err,
+		"down_for", now.Sub(d.downSince).Round(time.Second).String()}, attrs...)...)
+}
+
+// up notes a probe that passed at now.
+func (d *downLog) up(log *slog.Logger, now time.Time) {
+	if !d.downSince.IsZero() {
+		log.Info(d.name+" reachable again", "at", d.where, "was_down_for", now.Sub(d.downSince).Round(time.Second).String())
+	}
+	d.downSince, d.lastLog = time.Time{}, time.Time{}
 }
 
 // publishCatalog publishes the running config to etcd for term l: once

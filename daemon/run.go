@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -58,6 +58,12 @@ func (m *Main) Serve(ctx context.Context) int {
 		if errors.As(err, &ce) {
 			fmt.Fprintln(m.stderr, termsafe.Text(ce.Error()))
 			return 1 // nothing started, so nothing to stop
+		}
+		if ctx.Err() != nil {
+			// SIGTERM while it waited (for etcd): a stop, not a failure.
+			log.Info("stopped while starting", "reason", err.Error())
+			_ = m.Close()
+			return 0
 		}
 		log.Error("beatd failed to start", "errors", strings.Split(err.Error(), "\n"))
 		_ = m.Close()
@@ -114,17 +120,23 @@ type Main struct {
 	reloadMetrics  *reloadMetrics
 	registry       *prometheus.Registry
 	httpSrv        *http.Server
-	metricsSrv     *http.Server
-	argvSecrets    []string // flags whose value, given in argv, holds a password
-	brokerHA       brokerHealth
-	httpLn         net.Listener
-	api            *backend
-	adminToken     string
-	tokens         *auth.Tokens
-	console        *console.Server
-	timeline       *console.Timeline
-	merger         *sources.Merger
-	entries        *sources.Entries
+	// httpHandler is what httpSrv serves: startingHandler until the
+	// daemon has started, then the API and console.
+	httpHandler atomic.Pointer[http.Handler]
+	// waitingFor is why the replica is not ready yet while it starts
+	// (empty once it has started).
+	waitingFor  atomic.Pointer[string]
+	metricsSrv  *http.Server
+	argvSecrets []string // flags whose value, given in argv, holds a password
+	brokerHA    brokerHealth
+	httpLn      net.Listener
+	api         *backend
+	adminToken  string
+	tokens      *auth.Tokens
+	console     *console.Server
+	timeline    *console.Timeline
+	merger      *sources.Merger
+	entries     *sources.Entries
 	// entriesRev is the revision the runtime entries were first read at:
 	// their watch follows on from it.
 	entriesRev int64
@@ -402,7 +414,12 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps)
 	m.store.SetAuditKeep(m.AuditKeep)
-	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
+	// HTTP is up while beatd waits for etcd: /healthz says the process
+	// lives, /readyz says what it waits for.
+	if err := m.listenHTTP(); err != nil {
+		return err
+	}
+	if err := m.waitEtcd(ctx); err != nil {
 		return err
 	}
 	if cfg, err = m.startSources(ctx, cfg); err != nil {
@@ -492,9 +509,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
-	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
-		return fmt.Errorf("http: %w", err)
-	}
 	if m.tokens, err = auth.New(auth.Options{File: m.TokensFile, Admin: m.adminToken, Read: m.Sources.readToken, Logger: m.log, Now: m.clock.Now}); err != nil {
 		return err
 	}
@@ -517,16 +531,8 @@ func (m *Main) Run(ctx context.Context) error {
 		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
 	// net/http's own messages (a failed TLS handshake: a port scan, a
 	// plain-HTTP probe) are noise at debug, in the log's format.
-	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
-	m.httpSrv = m.newHTTPServer(m.console.Handler(api.Handler(apiCfg)), httpErrs)
-	if m.HTTPTLSCert != "" {
-		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("--http-tls-cert: %w", err)
-		}
-		m.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
-	}
+	httpErrs := m.httpErrorLog()
+	m.setHandler(m.console.Handler(api.Handler(apiCfg)))
 	if m.MetricsHTTP != "" {
 		ln, err := net.Listen("tcp", m.MetricsHTTP)
 		if err != nil {
@@ -552,19 +558,9 @@ func (m *Main) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	m.wg.Add(5)
+	m.wg.Add(4)
 	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
-	go func() {
-		defer m.wg.Done()
-		serve := func() error { return m.httpSrv.Serve(m.httpLn) }
-		if m.httpSrv.TLSConfig != nil {
-			serve = func() error { return m.httpSrv.ServeTLS(m.httpLn, "", "") }
-		}
-		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("http server", "err", err)
-		}
-	}()
 	go func() {
 		defer m.wg.Done()
 		m.leader.Run(runCtx)

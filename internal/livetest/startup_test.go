@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/beatd/beatd/internal/embedetcd"
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
@@ -56,5 +58,58 @@ func TestRunRejectsABadConfigBeforeStarting(t *testing.T) {
 				t.Errorf("the data dir was made (%v): etcd started before the config was checked", err)
 			}
 		})
+	}
+}
+
+// TestUnreachableEtcdIsNamedAndWaitedFor: with --etcd-endpoints on a
+// closed port beatd logs an ERROR naming the endpoint and its dial error
+// within 3 s, serves /healthz 200 and /readyz 503 naming the endpoint
+// while it waits, and becomes ready once an etcd listens there.
+func TestUnreachableEtcdIsNamedAndWaitedFor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd and an etcd")
+	}
+	rs := testutil.MustStartRedis(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "schedules.yaml")
+	if err := os.WriteFile(config, []byte("entries:\n  tick: {task: tasks.add, every: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := testutil.FreePort(t)
+	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
+	start := time.Now()
+	p := startBeatd(t, nil, "--id", "late", "--config", config, "--broker", rs.URL(0), "--etcd-endpoints", endpoint)
+	testutil.EventuallyEvery(t, 3*time.Second, 50*time.Millisecond, "an ERROR naming the endpoint", func() bool {
+		for _, l := range strings.Split(p.output(), "\n") {
+			if strings.Contains(l, `"level":"ERROR"`) && strings.Contains(l, `"msg":"etcd unreachable"`) &&
+				strings.Contains(l, endpoint+": dial tcp") && strings.Contains(l, "connection refused") {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("ERROR naming the endpoint after %v", time.Since(start).Round(time.Millisecond))
+	if code, _ := p.get("/healthz"); code != 200 {
+		t.Errorf("/healthz while waiting for etcd: %d, want 200", code)
+	}
+	if code, body := p.get("/readyz"); code != 503 || !strings.Contains(body, endpoint) {
+		t.Errorf("/readyz while waiting for etcd: %d %q, want 503 naming %s", code, body, endpoint)
+	}
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), ClientPort: port, PeerPort: testutil.FreePort(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	up := time.Now()
+	testutil.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "ready once etcd is up", func() bool {
+		code, _ := p.get("/readyz")
+		return code == 200
+	})
+	t.Logf("ready %v after etcd started", time.Since(up).Round(time.Millisecond))
+	out := p.output()
+	for _, want := range []string{`"msg":"etcd reachable again"`, `"msg":"beatd started"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, tail(out, 20))
+		}
 	}
 }
