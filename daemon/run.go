@@ -123,6 +123,8 @@ type Main struct {
 	// httpHandler is what httpSrv serves: startingHandler until the
 	// daemon has started, then the API and console.
 	httpHandler atomic.Pointer[http.Handler]
+	// metricsHandler is what metricsSrv serves, the same way.
+	metricsHandler atomic.Pointer[http.Handler]
 	// waitingFor is why the replica is not ready yet while it starts
 	// (empty once it has started).
 	waitingFor  atomic.Pointer[string]
@@ -529,22 +531,10 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(m.api.clockOff.gauge)
 	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
 		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
-	// net/http's own messages (a failed TLS handshake: a port scan, a
-	// plain-HTTP probe) are noise at debug, in the log's format.
-	httpErrs := m.httpErrorLog()
+	// The listeners (listenHTTP) now serve the API and the probes.
 	m.setHandler(m.console.Handler(api.Handler(apiCfg)))
-	if m.MetricsHTTP != "" {
-		ln, err := net.Listen("tcp", m.MetricsHTTP)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("--metrics-http: %w", err)
-		}
-		m.metricsSrv = m.newHTTPServer(console.Secure(api.ProbeHandler(apiCfg)), httpErrs)
-		m.wg.Go(func() {
-			if err := m.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				m.log.Error("metrics http server", "err", err)
-			}
-		})
+	if m.metricsSrv != nil {
+		m.setMetricsHandler(console.Secure(api.ProbeHandler(apiCfg)))
 	}
 	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
 		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})

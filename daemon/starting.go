@@ -25,6 +25,9 @@ const dialBudget = 500 * time.Millisecond
 // setHandler makes h what the HTTP listener serves.
 func (m *Main) setHandler(h http.Handler) { m.httpHandler.Store(&h) }
 
+// setMetricsHandler makes h what --metrics-http serves.
+func (m *Main) setMetricsHandler(h http.Handler) { m.metricsHandler.Store(&h) }
+
 // httpErrorLog is net/http's log: its own messages (a failed TLS
 // handshake: a port scan, a plain-HTTP probe) are noise at debug, in the
 // log's format.
@@ -32,13 +35,31 @@ func (m *Main) httpErrorLog() *log.Logger {
 	return slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
 }
 
-// listenHTTP opens --http and serves it, with startingHandler until Run
-// swaps in the API: probes get an answer while beatd waits for etcd. m.wg
-// owns the server's goroutine; Close stops it.
+// listenHTTP opens --http (and --metrics-http) and serves it, with
+// startingHandler until Run swaps in the API: probes get an answer while
+// beatd waits for etcd. m.wg owns the servers' goroutines; Close stops
+// them.
 func (m *Main) listenHTTP() error {
 	var err error
 	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
 		return fmt.Errorf("http: %w", err)
+	}
+	if m.MetricsHTTP != "" {
+		ln, err := net.Listen("tcp", m.MetricsHTTP)
+		if err != nil {
+			_ = m.httpLn.Close()
+			return fmt.Errorf("--metrics-http: %w", err)
+		}
+		m.setMetricsHandler(m.startingHandler())
+		m.metricsSrv = m.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			(*m.metricsHandler.Load()).ServeHTTP(w, r)
+		}), m.httpErrorLog())
+		srv := m.metricsSrv
+		m.wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.log.Error("metrics http server", "err", err)
+			}
+		})
 	}
 	m.setHandler(m.startingHandler())
 	m.httpSrv = m.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,7 +69,7 @@ func (m *Main) listenHTTP() error {
 		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
 		if err != nil {
 			_ = m.httpLn.Close()
-			m.httpSrv = nil
+			m.httpSrv = nil // Close shuts the metrics server, if any
 			return fmt.Errorf("--http-tls-cert: %w", err)
 		}
 		m.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}

@@ -1,10 +1,13 @@
 package livetest
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,7 +81,18 @@ func TestUnreachableEtcdIsNamedAndWaitedFor(t *testing.T) {
 	port := testutil.FreePort(t)
 	endpoint := "http://127.0.0.1:" + strconv.Itoa(port)
 	start := time.Now()
-	p := startBeatd(t, nil, "--id", "late", "--config", config, "--broker", rs.URL(0), "--etcd-endpoints", endpoint)
+	metrics := "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	p := startBeatd(t, nil, "--id", "late", "--config", config, "--broker", rs.URL(0), "--etcd-endpoints", endpoint,
+		"--metrics-http", strings.TrimPrefix(metrics, "http://"))
+	probe := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 	testutil.EventuallyEvery(t, 3*time.Second, 50*time.Millisecond, "an ERROR naming the endpoint", func() bool {
 		for _, l := range strings.Split(p.output(), "\n") {
 			if strings.Contains(l, `"level":"ERROR"`) && strings.Contains(l, `"msg":"etcd unreachable"`) &&
@@ -95,6 +109,12 @@ func TestUnreachableEtcdIsNamedAndWaitedFor(t *testing.T) {
 	if code, body := p.get("/readyz"); code != 503 || !strings.Contains(body, endpoint) {
 		t.Errorf("/readyz while waiting for etcd: %d %q, want 503 naming %s", code, body, endpoint)
 	}
+	if code, _ := probe(metrics + "/healthz"); code != 200 {
+		t.Errorf("--metrics-http /healthz while waiting for etcd: %d, want 200", code)
+	}
+	if code, body := probe(metrics + "/readyz"); code != 503 || !strings.Contains(body, endpoint) {
+		t.Errorf("--metrics-http /readyz while waiting for etcd: %d %q, want 503 naming %s", code, body, endpoint)
+	}
 	srv, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), ClientPort: port, PeerPort: testutil.FreePort(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +126,37 @@ func TestUnreachableEtcdIsNamedAndWaitedFor(t *testing.T) {
 		return code == 200
 	})
 	t.Logf("ready %v after etcd started", time.Since(up).Round(time.Millisecond))
+	if code, body := probe(metrics + "/readyz"); code != 200 {
+		t.Errorf("--metrics-http /readyz once started: %d %q, want 200", code, body)
+	}
 	out := p.output()
 	for _, want := range []string{`"msg":"etcd reachable again"`, `"msg":"beatd started"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, tail(out, 20))
 		}
+	}
+}
+
+// TestSIGTERMWhileWaitingForEtcd: a replica stopped while it waits for
+// etcd exits 0 at once: a stop, not a failed start.
+func TestSIGTERMWhileWaitingForEtcd(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "schedules.yaml")
+	if err := os.WriteFile(config, []byte("entries: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	p := startBeatd(t, nil, "--config", config, "--etcd-endpoints", endpoint)
+	testutil.EventuallyEvery(t, 3*time.Second, 50*time.Millisecond, "the etcd unreachable ERROR", func() bool {
+		return strings.Contains(p.output(), `"msg":"etcd unreachable"`)
+	})
+	start := time.Now()
+	p.Signal(syscall.SIGTERM)
+	if !p.Wait(5 * time.Second) {
+		t.Fatalf("no exit 5 s after SIGTERM:\n%s", tail(p.output(), 20))
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if p.ExitCode() != 0 || strings.Contains(p.output(), "failed to start") {
+		t.Errorf("exit %d, want 0 and no 'failed to start':\n%s", p.ExitCode(), tail(p.output(), 20))
 	}
 }
