@@ -1,4 +1,3 @@
-// Package termsafe escapes user text for printing to a terminal.
 package termsafe
 
 import (
