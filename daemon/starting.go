@@ -119,7 +119,7 @@ func (m *Main) waitEtcd(ctx context.Context) error {
 		// No endpoint takes a TCP connection: unreachable, and the dials
 		// say why, without a gRPC call that would wait out its budget.
 		causes, dialed := dialEndpoints(ctx, m.Etcd.EndpointURLs())
-		err := errEtcdUnreachable
+		err := fmt.Errorf("%w: no endpoint takes a TCP connection", errEtcdUnreachable)
 		if dialed {
 			err = probeEtcd(ctx, m.etcd, &m.Etcd, probeBudget)
 		}
