@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -54,13 +55,14 @@ func (lc *loadedConfig) prepared() catalog.Payload {
 }
 
 // loadConfig reads and validates the config, keeping the bytes so that,
-// once the scheduler accepts the config, the leader can publish them.
+// once the scheduler accepts the config, the leader can publish them. Its
+// error is a *ConfigError.
 func (m *Main) loadConfig() (*config.Config, error) {
 	data, err := os.ReadFile(m.ConfigPath)
 	if err != nil {
-		return nil, fmt.Errorf("schedule: read config: %w", err)
+		return nil, &ConfigError{fmt.Errorf("schedule: read config: %w", err)}
 	}
-	cfg, err := config.ParseWith(m.ConfigPath, data, m.configOptions())
+	cfg, err := CheckConfig(m.ConfigPath, data, m.configOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +74,38 @@ func (m *Main) loadConfig() (*config.Config, error) {
 // file and, through its Config, every runtime entry.
 func (m *Main) configOptions() config.Options {
 	return config.Options{MinInterval: m.MinInterval}
+}
+
+// ConfigError is a config file that cannot run: its text is one problem
+// a line, FILE:LINE:COL: message where the file says where.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// CheckConfig is every check a config file gets before anything contacts
+// a server: `beatd validate` and `beatd run` (at start and on reload) call
+// it. Its error is a *ConfigError.
+func CheckConfig(path string, data []byte, opt config.Options) (*config.Config, error) {
+	cfg, err := config.ParseWith(path, data, opt)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	for _, e := range cfg.Entries {
+		if err := scheduler.ValidateEntry(e); err != nil {
+			return nil, &ConfigError{fmt.Errorf("%s: %w", path, err)}
+		}
+	}
+	return cfg, nil
+}
+
+// CheckConfigFile is CheckConfig of the file at path.
+func CheckConfigFile(path string, opt config.Options) (*config.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("config: read: %w", err)}
+	}
+	return CheckConfig(path, data, opt)
 }
 
 // configAccepted records that cfg, last loaded, now runs: the leader
@@ -129,17 +163,15 @@ const (
 // replica is never silent.
 func (m *Main) monitor(ctx context.Context) {
 	type dep struct {
-		name, where string
-		probe       func(context.Context) error
-		downSince   time.Time
-		lastLog     time.Time
+		downLog
+		probe func(context.Context) error
 	}
 	deps := []*dep{
-		{name: "etcd", where: m.Etcd.Endpoints, probe: func(ctx context.Context) error {
+		{downLog: downLog{name: "etcd", where: m.Etcd.Endpoints}, probe: func(ctx context.Context) error {
 			_, err := m.etcd.Get(ctx, keys.Leaders(m.Etcd.KeyPrefix()), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			return err
 		}},
-		{name: "broker", where: broker.Redacted(m.Broker), probe: m.brokerCheck},
+		{downLog: downLog{name: "broker", where: broker.Redacted(m.Broker)}, probe: m.brokerCheck},
 	}
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -157,27 +189,45 @@ func (m *Main) monitor(ctx context.Context) {
 				return
 			}
 			now := m.clock.Now()
-			switch {
-			case err != nil:
+			if err != nil {
 				m.ops.dependencyUp.WithLabelValues(d.name).Set(0)
-				if d.downSince.IsZero() {
-					d.downSince = now
-				}
-				if d.lastLog.IsZero() || now.Sub(d.lastLog) >= reminder {
-					d.lastLog = now
-					m.log.Error(d.name+" unreachable", "at", d.where, "err", err,
-						"down_for", now.Sub(d.downSince).Round(time.Second).String(), "leader", m.leader.Token() != 0)
-				}
-			default:
-				m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
-				if !d.downSince.IsZero() {
-					m.log.Info(d.name+" reachable again", "at", d.where, "was_down_for", now.Sub(d.downSince).Round(time.Second).String())
-				}
-				d.downSince, d.lastLog = time.Time{}, time.Time{}
+				d.down(m.log, now, err, "leader", m.leader.Token() != 0)
+				continue
 			}
+			m.ops.dependencyUp.WithLabelValues(d.name).Set(1)
+			d.up(m.log, now)
 		}
 		t.Reset(probeEvery)
 	}
+}
+
+// downLog is the one owner of a dependency's "NAME unreachable" ERROR
+// lines, at start-up (waitEtcd) and while running (monitor): at once,
+// then every reminder while it stays down, then one INFO when it is back.
+type downLog struct {
+	name, where        string
+	downSince, lastLog time.Time
+}
+
+// down notes a failed probe at now, logging if it is time to.
+func (d *downLog) down(log *slog.Logger, now time.Time, err error, attrs ...any) {
+	if d.downSince.IsZero() {
+		d.downSince = now
+	}
+	if !d.lastLog.IsZero() && now.Sub(d.lastLog) < reminder {
+		return
+	}
+	d.lastLog = now
+	log.Error(d.name+" unreachable", append([]any{"at", d.where, "err", err,
+		"down_for", now.Sub(d.downSince).Round(time.Second).String()}, attrs...)...)
+}
+
+// up notes a probe that passed at now.
+func (d *downLog) up(log *slog.Logger, now time.Time) {
+	if !d.downSince.IsZero() {
+		log.Info(d.name+" reachable again", "at", d.where, "was_down_for", now.Sub(d.downSince).Round(time.Second).String())
+	}
+	d.downSince, d.lastLog = time.Time{}, time.Time{}
 }
 
 // publishCatalog publishes the running config to etcd for term l: once

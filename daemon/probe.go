@@ -103,11 +103,17 @@ func probeBroker(ctx context.Context, log *slog.Logger, pub *redisbroker.Publish
 	return fmt.Errorf("broker %s: start-up check failed: %w", broker.Redacted(brokerURL), err)
 }
 
+// errEtcdUnreachable is an etcd that did not answer probeEtcd: beatd
+// waits for it (waitEtcd).
+var errEtcdUnreachable = errors.New("etcd: unreachable")
+
 // probeEtcd reads the cluster's prefix and makes a guarded write on it
 // whose guard can never hold, so nothing is written: etcd checks the
 // permissions of every operation in a transaction, run or not. A role
-// without readwrite on the prefix fails here.
-func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *EtcdFlags) error {
+// without readwrite on the prefix fails here. An etcd that does not
+// answer within budget is an error wrapping errEtcdUnreachable; any
+// other error is a refusal that retrying cannot fix.
+func probeEtcd(ctx context.Context, cli *clientv3.Client, f *EtcdFlags, budget time.Duration) error {
 	prefix, endpoints := f.KeyPrefix(), f.Endpoints
 	// gRPC retries a failed TLS handshake until the deadline and reports
 	// only that; a handshake of our own tells a refused certificate from a
@@ -119,7 +125,7 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *E
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeBudget)
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	err := func() error {
 		if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
@@ -142,8 +148,7 @@ func probeEtcd(ctx context.Context, log *slog.Logger, cli *clientv3.Client, f *E
 	case etcdFatal(err):
 		return fmt.Errorf("etcd %s: start-up check failed: %w", endpoints, err)
 	}
-	log.Warn("etcd unreachable at start-up; retrying", "etcd", endpoints, "err", err)
-	return nil
+	return fmt.Errorf("%w: %w", errEtcdUnreachable, err)
 }
 
 // etcdFatal reports whether err is a refusal that retrying cannot fix.

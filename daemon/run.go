@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +29,7 @@ import (
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/logbridge"
+	"github.com/beatd/beatd/internal/termsafe"
 	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
@@ -52,6 +53,19 @@ func (m *Main) Serve(ctx context.Context) int {
 	logbridge.SetRedisLogger(log)
 	logbridge.SetGRPCLogger(log)
 	if err := m.Run(ctx); err != nil {
+		// A config that cannot run reads as `beatd validate` prints it:
+		// one problem a line, on stderr.
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintln(m.stderr, termsafe.Text(ce.Error()))
+			return 1 // nothing started, so nothing to stop
+		}
+		if ctx.Err() != nil {
+			// SIGTERM while it waited (for etcd): a stop, not a failure.
+			log.Info("stopped while starting", "reason", err.Error())
+			_ = m.Close()
+			return 0
+		}
 		log.Error("beatd failed to start", "errors", strings.Split(err.Error(), "\n"))
 		_ = m.Close()
 		return 1
@@ -107,17 +121,25 @@ type Main struct {
 	reloadMetrics  *reloadMetrics
 	registry       *prometheus.Registry
 	httpSrv        *http.Server
-	metricsSrv     *http.Server
-	argvSecrets    []string // flags whose value, given in argv, holds a password
-	brokerHA       brokerHealth
-	httpLn         net.Listener
-	api            *backend
-	adminToken     string
-	tokens         *auth.Tokens
-	console        *console.Server
-	timeline       *console.Timeline
-	merger         *sources.Merger
-	entries        *sources.Entries
+	// httpHandler is what httpSrv serves: startingHandler until the
+	// daemon has started, then the API and console.
+	httpHandler atomic.Pointer[http.Handler]
+	// metricsHandler is what metricsSrv serves, the same way.
+	metricsHandler atomic.Pointer[http.Handler]
+	// waitingFor is why the replica is not ready yet while it starts
+	// (empty once it has started).
+	waitingFor  atomic.Pointer[string]
+	metricsSrv  *http.Server
+	argvSecrets []string // flags whose value, given in argv, holds a password
+	brokerHA    brokerHealth
+	httpLn      net.Listener
+	api         *backend
+	adminToken  string
+	tokens      *auth.Tokens
+	console     *console.Server
+	timeline    *console.Timeline
+	merger      *sources.Merger
+	entries     *sources.Entries
 	// entriesRev is the revision the runtime entries were first read at:
 	// their watch follows on from it.
 	entriesRev int64
@@ -361,8 +383,13 @@ func (m *Main) Run(ctx context.Context) error {
 	m.feed = outcome.NewFeed(m.clock, feedBuffer)
 	prefix := m.Etcd.KeyPrefix()
 	cluster := keys.Cluster(prefix)
-	// The embedded etcd boots while the config is parsed: both take a
-	// while with a large config, and there are cores for both.
+	// The config file is checked before anything starts: a file that
+	// cannot run fails at once, as `beatd validate` says, with no etcd
+	// member, listener or goroutine to stop.
+	cfg, err := m.loadConfig()
+	if err != nil {
+		return err
+	}
 	type started struct {
 		srv *embedetcd.Server
 		err error
@@ -383,7 +410,6 @@ func (m *Main) Run(ctx context.Context) error {
 			etcdc <- started{srv, err}
 		}()
 	}
-	cfg, err := m.loadConfig()
 	if etcdc != nil {
 		s := <-etcdc
 		if s.err != nil {
@@ -392,9 +418,6 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		m.embedded = s.srv
 		m.Etcd.Endpoints = strings.Join(s.srv.Endpoints, ",")
-	}
-	if err != nil {
-		return err
 	}
 	m.configSum = fileSum(m.ConfigPath)
 	if m.adminToken, err = Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
@@ -405,7 +428,12 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps)
 	m.store.SetAuditKeep(m.AuditKeep)
-	if err := probeEtcd(ctx, m.log, m.etcd, &m.Etcd); err != nil {
+	// HTTP is up while beatd waits for etcd: /healthz says the process
+	// lives, /readyz says what it waits for.
+	if err := m.listenHTTP(); err != nil {
+		return err
+	}
+	if err := m.waitEtcd(ctx); err != nil {
 		return err
 	}
 	if cfg, err = m.startSources(ctx, cfg); err != nil {
@@ -495,9 +523,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
-	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
-		return fmt.Errorf("http: %w", err)
-	}
 	if m.tokens, err = auth.New(auth.Options{File: m.TokensFile, Admin: m.adminToken, Read: m.Sources.readToken, Logger: m.log, Now: m.clock.Now}); err != nil {
 		return err
 	}
@@ -518,30 +543,10 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(m.api.clockOff.gauge)
 	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
 		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
-	// net/http's own messages (a failed TLS handshake: a port scan, a
-	// plain-HTTP probe) are noise at debug, in the log's format.
-	httpErrs := slog.NewLogLogger(m.log.With("component", "http").Handler(), slog.LevelDebug)
-	m.httpSrv = m.newHTTPServer(m.console.Handler(api.Handler(apiCfg)), httpErrs)
-	if m.HTTPTLSCert != "" {
-		r, err := tlsfiles.NewReloader(m.HTTPTLSCert, m.HTTPTLSKey, m.log.With("component", "http"), m.clock.Now)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("--http-tls-cert: %w", err)
-		}
-		m.httpSrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
-	}
-	if m.MetricsHTTP != "" {
-		ln, err := net.Listen("tcp", m.MetricsHTTP)
-		if err != nil {
-			cancel()
-			return fmt.Errorf("--metrics-http: %w", err)
-		}
-		m.metricsSrv = m.newHTTPServer(console.Secure(api.ProbeHandler(apiCfg)), httpErrs)
-		m.wg.Go(func() {
-			if err := m.metricsSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				m.log.Error("metrics http server", "err", err)
-			}
-		})
+	// The listeners (listenHTTP) now serve the API and the probes.
+	m.setHandler(m.console.Handler(api.Handler(apiCfg)))
+	if m.metricsSrv != nil {
+		m.setMetricsHandler(console.Secure(api.ProbeHandler(apiCfg)))
 	}
 	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
 		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
@@ -555,19 +560,9 @@ func (m *Main) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	m.wg.Add(5)
+	m.wg.Add(4)
 	go func() { defer m.wg.Done(); m.console.Run(runCtx) }()
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
-	go func() {
-		defer m.wg.Done()
-		serve := func() error { return m.httpSrv.Serve(m.httpLn) }
-		if m.httpSrv.TLSConfig != nil {
-			serve = func() error { return m.httpSrv.ServeTLS(m.httpLn, "", "") }
-		}
-		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("http server", "err", err)
-		}
-	}()
 	go func() {
 		defer m.wg.Done()
 		m.leader.Run(runCtx)
@@ -585,9 +580,22 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// embeddedCloseBudget bounds the embedded member's close at shutdown, so
-// a SIGTERM'd replica of an embedded cluster exits within about 2 s.
-const embeddedCloseBudget = time.Second
+// Shutdown budgets. A standby's SIGTERM exits within about a second in
+// every topology: each step that waits on something outside the process
+// (HTTP clients, etcd answering a lease revoke, etcd's raft leadership
+// transfer and close) gets what is left of stopBudget, and a step that
+// runs out is skipped, with an INFO line saying what and why. A leader
+// waits for its handover (the resign, bounded in leader) before the
+// budget applies to the rest.
+const (
+	stopBudget = 900 * time.Millisecond
+	// httpStopBudget is how long open HTTP requests (a console's event
+	// stream, a slow /status) may take to finish before they are cut.
+	httpStopBudget = 300 * time.Millisecond
+	// minEmbeddedCloseBudget is the least the embedded member gets, even
+	// after a leader's long handover.
+	minEmbeddedCloseBudget = 200 * time.Millisecond
+)
 
 // HTTPAddress is where the HTTP server listens (useful with --http :0).
 func (m *Main) HTTPAddress() string { return m.httpLn.Addr().String() }
@@ -621,22 +629,41 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 
 // Close stops the daemon gracefully: the loop finishes its publish in
 // flight and persists it, the replica resigns so a standby leads at once,
-// then everything shuts down.
+// then everything shuts down, within stopBudget past the handover.
 func (m *Main) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		start := time.Now()
+		leading := m.leader != nil && m.leader.Token() != 0
 		if m.cancel != nil {
 			m.cancel()
 		}
-		if m.httpSrv != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = m.httpSrv.Shutdown(ctx)
-			if m.metricsSrv != nil {
-				_ = m.metricsSrv.Shutdown(ctx)
+		var skipped []string
+		for _, srv := range []*http.Server{m.httpSrv, m.metricsSrv} {
+			if srv == nil {
+				continue
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), start.Add(httpStopBudget))
+			if srv.Shutdown(ctx) != nil {
+				_ = srv.Close()
+				skipped = appendOnce(skipped, "open HTTP requests (cut)")
 			}
 			cancel()
 		}
-		m.wg.Wait()
+		// A leader's goroutines end with its handover, which is worth
+		// its wait (bounded in leader). A standby's wait only on etcd
+		// answering a lease revoke, which the leases' TTL makes moot: past
+		// the budget, closing the client ends them.
+		waitStart := time.Now()
+		if leading {
+			m.wg.Wait()
+		} else if !waitWithin(&m.wg, time.Until(start.Add(stopBudget))) {
+			skipped = append(skipped, "lease revokes etcd had not answered (the leases expire within their TTL)")
+			if m.etcd != nil {
+				err = errors.Join(err, m.etcd.Close())
+			}
+			m.wg.Wait() // prompt: the client's calls end with it
+		}
 		m.ops.wg.Wait()
 		if m.api != nil {
 			m.api.status.wg.Wait()
@@ -653,17 +680,49 @@ func (m *Main) Close() error {
 		if m.embedded != nil && m.Cluster.InitialCluster != "" {
 			// A member of the replicas' cluster: the process is exiting,
 			// so its close is bounded (embedetcd.CloseWithin says why).
-			if !m.embedded.CloseWithin(embeddedCloseBudget) {
-				m.log.Info("embedded etcd member still closing; exiting (its data is in its WAL, and raft leadership has moved)")
+			budget := max(time.Until(start.Add(stopBudget)), minEmbeddedCloseBudget)
+			if leading {
+				budget = max(stopBudget-time.Since(waitStart), minEmbeddedCloseBudget)
+			}
+			for _, step := range m.embedded.CloseWithin(budget) {
+				skipped = append(skipped, "embedded etcd "+step+" (its data is in its WAL; the other members elect a raft leader)")
 			}
 		} else if m.embedded != nil {
 			m.embedded.Close()
 		}
 		if m.log != nil {
-			m.log.Info("beatd stopped")
+			if len(skipped) > 0 {
+				m.log.Info("stopped without waiting for what had not finished within the stop budget",
+					"skipped", skipped, "budget", stopBudget.String(), "took", time.Since(start).Round(time.Millisecond).String())
+			}
+			m.log.Info("beatd stopped", "took", time.Since(start).Round(time.Millisecond).String())
 		}
 	})
 	return err
+}
+
+// waitWithin waits for wg up to d and reports whether it finished. The
+// waiting goroutine ends with wg, which the caller still waits for.
+func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, v := range list {
+		if v == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 // noneIfZero maps a flag's "0 turns it off" to the options' "negative

@@ -33,17 +33,11 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 			if err := config.CheckMinInterval(opt.MinInterval); err != nil {
 				return usageError{c, fmt.Errorf("--min-interval: %w", err)}
 			}
-			cfg, err := config.LoadFileWith(args[0], opt)
+			// Every check `run` makes of a file before it contacts a server.
+			cfg, err := daemon.CheckConfigFile(args[0], opt)
 			if err != nil {
 				fmt.Fprintln(stderr, termErr(err))
 				return exitError(exitFail)
-			}
-			// Every check `run` makes of a file before it contacts a server.
-			for _, e := range cfg.Entries {
-				if err := scheduler.ValidateEntry(e); err != nil {
-					fmt.Fprintf(stderr, "%s: %s\n", args[0], termErr(err))
-					return exitError(exitFail)
-				}
 			}
 			fmt.Fprintf(stdout, "%s: ok, %d entries\n", args[0], len(cfg.Entries))
 			printSolarNotes(stdout, cfg, time.Now())

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/internal/logbridge"
@@ -192,27 +193,37 @@ func (s *Server) Close() { s.etcd.Close() }
 
 // CloseWithin stops the member for a process that is exiting: raft
 // leadership first moves to a peer (a no-op unless this member leads),
-// then the member closes, for at most d. etcd's Close waits up to its
-// request timeout (5 s plus two election timeouts) for the other
-// replicas' watch streams on this member to end, which made a SIGTERM'd
-// replica take ~12 s; past d the caller exits anyway, which costs
-// nothing: every write this member acknowledged is in its fsync'd WAL,
-// as after a crash, and its peers already lead. It reports whether the
-// close finished.
-func (s *Server) CloseWithin(d time.Duration) bool {
-	if srv := s.etcd.Server; srv != nil {
-		_ = srv.TryTransferLeadershipOnShutdown()
-	}
+// then the member closes, both within d. etcd's leadership transfer waits
+// up to its request timeout (5 s plus two election timeouts) for a peer
+// to take over, and its Close as long for the other replicas' watch
+// streams on this member to end: a SIGTERM'd standby whose member led
+// raft took 8-10 s when a peer was down. Past d the caller exits anyway,
+// which costs nothing: every write this member acknowledged is in its
+// fsync'd WAL, as after a crash, and the remaining members elect a raft
+// leader within an election timeout. It returns the steps that had not
+// finished by d, nil if the member closed.
+func (s *Server) CloseWithin(d time.Duration) (unfinished []string) {
+	var transferred atomic.Bool
 	done := make(chan struct{})
-	go func() { defer close(done); s.etcd.Close() }()
+	go func() {
+		defer close(done)
+		if srv := s.etcd.Server; srv != nil {
+			_ = srv.TryTransferLeadershipOnShutdown()
+		}
+		transferred.Store(true)
+		s.etcd.Close()
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
-		return true
+		return nil
 	case <-t.C:
-		return false
 	}
+	if !transferred.Load() {
+		unfinished = append(unfinished, "raft leadership transfer")
+	}
+	return append(unfinished, "member close")
 }
 
 // quietClose drops the errors etcd logs when its listeners close during a
