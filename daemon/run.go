@@ -126,6 +126,8 @@ type Main struct {
 	httpHandler atomic.Pointer[http.Handler]
 	// metricsHandler is what metricsSrv serves, the same way.
 	metricsHandler atomic.Pointer[http.Handler]
+	// apiUp is closed once the listeners serve the API (Run).
+	apiUp chan struct{}
 	// waitingFor is why the replica is not ready yet while it starts
 	// (empty once it has started).
 	waitingFor  atomic.Pointer[string]
@@ -548,6 +550,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.metricsSrv != nil {
 		m.setMetricsHandler(console.Secure(api.ProbeHandler(apiCfg)))
 	}
+	close(m.apiUp)
 	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
 		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
 	m.registry.MustRegister(unauth)

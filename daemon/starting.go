@@ -41,6 +41,7 @@ func (m *Main) httpErrorLog() *log.Logger {
 // them.
 func (m *Main) listenHTTP() error {
 	var err error
+	m.apiUp = make(chan struct{})
 	if m.httpLn, err = net.Listen("tcp", m.HTTPAddr); err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
@@ -50,7 +51,7 @@ func (m *Main) listenHTTP() error {
 			_ = m.httpLn.Close()
 			return fmt.Errorf("--metrics-http: %w", err)
 		}
-		m.setMetricsHandler(m.startingHandler())
+		m.setMetricsHandler(m.startingHandler(func() http.Handler { return *m.metricsHandler.Load() }))
 		m.metricsSrv = m.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			(*m.metricsHandler.Load()).ServeHTTP(w, r)
 		}), m.httpErrorLog())
@@ -61,7 +62,7 @@ func (m *Main) listenHTTP() error {
 			}
 		})
 	}
-	m.setHandler(m.startingHandler())
+	m.setHandler(m.startingHandler(func() http.Handler { return *m.httpHandler.Load() }))
 	m.httpSrv = m.newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*m.httpHandler.Load()).ServeHTTP(w, r)
 	}), m.httpErrorLog())
@@ -87,15 +88,35 @@ func (m *Main) listenHTTP() error {
 	return nil
 }
 
+// startWait is how long a request other than a probe waits for the API
+// while the daemon starts, before it is answered 503.
+const startWait = 10 * time.Second
+
 // startingHandler answers while the daemon starts: /healthz 200 (the
-// process lives and is not stuck), /readyz and everything else 503 with
-// what it waits for.
-func (m *Main) startingHandler() http.Handler {
+// process lives and is not stuck), /readyz 503 with what it waits for.
+// Any other request waits up to startWait for the API, which is moments
+// away once etcd answers, and is then served by it: a client that saw
+// /healthz answer is not refused for having come early.
+func (m *Main) startingHandler(current func() http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	up := m.apiUp
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			t := m.clock.NewTimer(startWait)
+			select {
+			case <-up:
+				t.Stop()
+				current().ServeHTTP(w, r)
+				return
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			case <-t.Chan():
+			}
+		}
 		why := "starting"
 		if p := m.waitingFor.Load(); p != nil && *p != "" {
 			why = "starting: " + *p
