@@ -428,7 +428,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.etcd, err = m.Etcd.Client(); err != nil {
 		return err
 	}
-	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps)
+	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps).WithClock(m.clock)
 	m.store.SetAuditKeep(m.AuditKeep)
 	// HTTP is up while beatd waits for etcd: /healthz says the process
 	// lives, /readyz says what it waits for.
@@ -609,7 +609,7 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 	var compacting sync.WaitGroup
 	compactCtx, stopCompact := context.WithCancel(ctx)
 	if m.EtcdCompact > 0 && m.embedded == nil {
-		compacting.Go(func() { store.Compact(compactCtx, m.etcd, m.EtcdCompact, m.log) })
+		compacting.Go(func() { m.store.Compact(compactCtx, m.EtcdCompact, m.log) })
 	}
 	stopCatalog := m.publishCatalog(t)
 	stopAvoid := m.avoidRaftLeader(ctx)
