@@ -457,7 +457,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if amqpbroker.IsAMQPURL(m.Broker) {
-		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster, Clock: m.clock,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log})
 		if err != nil {
@@ -477,7 +477,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	shortfalls := newShortfallCounter()
 	if pub == nil {
-		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
+		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
 			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
@@ -503,7 +503,7 @@ func (m *Main) Run(ctx context.Context) error {
 		backlogHorizon = dedup
 	}
 	host, _ := os.Hostname()
-	m.timeline = console.NewTimeline(nil)
+	m.timeline = console.NewTimeline(m.clock.Now)
 	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
 		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), BatchSize: batchFor(m.Broker),
@@ -636,6 +636,9 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 func (m *Main) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		// The stop budget is kept on the OS's time, not the daemon's
+		// clock: it races the orchestrator's kill after its grace period
+		// and bounds HTTP shutdowns by context deadlines, both real time.
 		start := time.Now()
 		leading := m.leader != nil && m.leader.Token() != 0
 		if m.cancel != nil {
@@ -705,7 +708,8 @@ func (m *Main) Close() error {
 }
 
 // waitWithin waits for wg up to d and reports whether it finished. The
-// waiting goroutine ends with wg, which the caller still waits for.
+// waiting goroutine ends with wg, which the caller still waits for. d is
+// part of Close's stop budget, so it is OS time (Close says why).
 func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
