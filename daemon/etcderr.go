@@ -73,7 +73,6 @@ func (f *EtcdFlags) tlsRefusal() string {
 	}
 	defer conn.Close()
 	_ = conn.SetReadDeadline(time.Now().Add(time.Second)) // a socket deadline: the OS's time
-
 	var b [1]byte
 	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "remote error: tls") {
 		return err.Error()
