@@ -260,43 +260,17 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		return true
 	}
 	run.e = e
-	jobs, err := bs.Backfills(ctx)
-	if err != nil {
-		l.s.log.Warn("backfill not started: the backfills on record could not be read", "backfill", job.ID, "err", err)
+	hist, others, ok := l.backfillRecord(ctx, bs, job)
+	if !ok {
 		return false
-	}
-	var hist []broker.Run
-	if h, ok := l.s.cfg.Dispatcher.(RunHistory); ok {
-		if hist, err = h.Runs(ctx, job.Entry); err != nil {
-			l.s.log.Warn("backfill not started: the run history could not be read", "backfill", job.ID, "err", err)
-			return false
-		}
-	}
-	// The job's own progress is its cursor, not "already fired".
-	others := jobs[:0]
-	for _, j := range jobs {
-		if j.ID != job.ID {
-			others = append(others, j)
-		}
 	}
 	from := job.From
 	if !job.Cursor.IsZero() {
 		from = job.Cursor.Add(time.Nanosecond)
-		// Resumed: the slots this job published after its saved cursor
-		// are in the history too, but they are its own (the broker's
-		// cursor makes them duplicates, counted as published); another
-		// backfill's are covered by that job's record.
-		own := hist[:0:0]
-		for _, r := range hist {
-			if !r.Backfill {
-				own = append(own, r)
-			}
-		}
-		hist = own
 	}
 	var plan []BackfillSlot
 	if !from.After(job.To) {
-		plan, err = PlanBackfill(BackfillInput{Entry: e.Entry, State: l.states[e.Name], History: hist, Jobs: others,
+		plan, err = PlanBackfill(BackfillInput{Entry: e.Entry, State: l.books.states[e.Name], History: hist, Jobs: others,
 			From: from, To: job.To, Now: now, Cluster: l.s.cfg.Cluster})
 	}
 	if err != nil {
@@ -329,6 +303,44 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 	l.s.log.Info("backfill running", "backfill", job.ID, "entry", job.Entry, "slots", len(plan),
 		"from", from.UTC().Format(time.RFC3339), "to", job.To.UTC().Format(time.RFC3339), "rate", job.Rate, "resumed", !job.Cursor.IsZero())
 	return true
+}
+
+// backfillRecord reads what is on record for job's plan: the entry's run
+// history and the other backfills. ok is false when a read failed (the
+// start is retried).
+func (l *loop) backfillRecord(ctx context.Context, bs BackfillStore, job store.Backfill) (hist []broker.Run, others []store.Backfill, ok bool) {
+	jobs, err := bs.Backfills(ctx)
+	if err != nil {
+		l.s.log.Warn("backfill not started: the backfills on record could not be read", "backfill", job.ID, "err", err)
+		return nil, nil, false
+	}
+	if h, ok := l.s.cfg.Dispatcher.(RunHistory); ok {
+		if hist, err = h.Runs(ctx, job.Entry); err != nil {
+			l.s.log.Warn("backfill not started: the run history could not be read", "backfill", job.ID, "err", err)
+			return nil, nil, false
+		}
+	}
+	// The job's own progress is its cursor, not "already fired".
+	others = jobs[:0]
+	for _, j := range jobs {
+		if j.ID != job.ID {
+			others = append(others, j)
+		}
+	}
+	if !job.Cursor.IsZero() {
+		// Resumed: the slots this job published after its saved cursor
+		// are in the history too, but they are its own (the broker's
+		// cursor makes them duplicates, counted as published); another
+		// backfill's are covered by that job's record.
+		own := hist[:0:0]
+		for _, r := range hist {
+			if !r.Backfill {
+				own = append(own, r)
+			}
+		}
+		hist = own
+	}
+	return hist, others, true
 }
 
 // ownedFrom is the earliest slot of the entry the schedule itself will

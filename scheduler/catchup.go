@@ -99,8 +99,7 @@ func (l *loop) applyPlan(e *entry, plan catchupPlan) {
 		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
 	}
 	for _, s := range plan.fire {
-		l.pending = append(l.pending, pendingFire{e: e, slot: s, due: s})
-		m.queued(e.Name, s)
+		l.queue(pendingFire{e: e, slot: s, due: s})
 	}
 }
 
@@ -164,7 +163,7 @@ func (l *loop) catchUpPending(now time.Time) {
 func (l *loop) catchUpLate(it *item, now time.Time) int {
 	e := it.e
 	prev := store.EntryState{LastSlot: it.slot.Add(-time.Nanosecond)}
-	if st := l.states[e.Name]; st != nil {
+	if st := l.books.states[e.Name]; st != nil {
 		prev.Paused = st.Paused
 	}
 	plan := planCatchup(e.Entry, e.sched, &prev, now)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 )
 
@@ -68,7 +67,7 @@ func (l *loop) applyReload(now time.Time) {
 			prev.it = nil
 		}
 		e.it = nil
-		l.startEntry(e, l.states[e.Name], now, false)
+		l.startEntry(e, l.books.states[e.Name], now, false)
 	}
 	for ; j < len(old.list); j++ {
 		old.list[j].it = nil
@@ -81,7 +80,7 @@ func (l *loop) applyReload(now time.Time) {
 	// RemovedGrace, in case they come back; the sweep drops them after.
 	var marked []store.EntryState
 	configured := set.names()
-	for name, st := range l.states {
+	for name, st := range l.books.states {
 		_, has := configured[name]
 		if changed, _ := st.Reconcile(has, now, l.s.cfg.RemovedGrace); changed {
 			marked = append(marked, *st)
@@ -135,12 +134,12 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 		}
 		if has {
 			e.it = nil
-			l.startEntry(e, l.states[name], now, false)
+			l.startEntry(e, l.books.states[name], now, false)
 			if e.it != nil {
 				heap.Fix(&l.heap, e.it.index)
 			}
 		}
-		if st := l.states[name]; st != nil {
+		if st := l.books.states[name]; st != nil {
 			if changed, _ := st.Reconcile(has, now, l.s.cfg.RemovedGrace); changed {
 				marked = append(marked, *st)
 			}
@@ -193,38 +192,18 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) {
 			l.persist.complete(r, nil)
 			continue
 		}
-		st := l.state(e.Name)
+		b := l.book(e)
 		switch r.Op {
 		case store.OpTrigger:
+			b.state() // a trigger makes the entry's state, as any fire
 			req := r
 			now := l.s.cfg.Clock.Now()
 			l.pending = append(l.pending, pendingFire{e: e, slot: now, due: now, manual: true, req: &req})
 			l.persist.markSeen(r.ID)
 		case store.OpPause:
-			st.Paused = true
-			if r.Actor != "" || r.Note != "" {
-				// Status shows who paused it and why, until a resume.
-				if st.Out == nil {
-					st.Out = &store.Outcomes{}
-				}
-				st.Out.PauseReason = manualPauseReason(r)
-			}
-			l.persist.complete(r, st)
-			l.s.log.Info("paused", "entry", e.Name)
+			b.Paused(r)
 		case store.OpResume:
-			// Slots of the pause are not owed, even to a later leader.
-			st.Paused = false
-			if st.Out != nil {
-				// A resume starts the failure count afresh: the next
-				// failure must not pause again at once.
-				st.Out.PauseReason, st.Out.Failures = "", 0
-			}
-			st.Since = l.s.cfg.Clock.Now()
-			if ev, ok := schedule.Base(e.sched).(*schedule.Every); ok {
-				st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
-			}
-			l.persist.complete(r, st)
-			l.s.log.Info("resumed", "entry", e.Name)
+			b.Resumed(r, l.s.cfg.Clock.Now())
 		default:
 			l.persist.complete(r, nil)
 		}

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,7 @@ func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 		pub = &publication{}
 	}
 	pub.seq = l.pubSeq
-	pub.batch = append(pub.batch[:0], l.holdOverlapping(l.pending[:n], s.cfg.Clock.Now())...)
+	pub.batch = append(pub.batch[:0], l.admitted(l.pending[:n], s.cfg.Clock.Now())...)
 	// Drop the batch from the queue without copying what is left.
 	if rest := l.pending[n:]; len(rest) > 0 {
 		l.pending = rest
@@ -198,7 +199,7 @@ func (pub *publication) whole() bool {
 // results are recorded: cur is plain, and no state write must land
 // between the two publishes.
 func (l *loop) chains(cur *publication) bool {
-	return cur.plain && !l.s.cfg.PersistEachBatch && !l.mustFlush
+	return cur.plain && !l.s.cfg.PersistEachBatch && !l.books.mustFlush
 }
 
 // disjoint says whether the next batch is plain and shares no entry with
@@ -216,127 +217,69 @@ func (l *loop) disjoint(cur *publication) bool {
 	return true
 }
 
-// complete waits for pub's publish and records its results: each entry's
-// state, metrics and log lines. Fires that failed go back to the front of
-// pending. save hands the states changed so far to the persister.
+// complete waits for pub's publish and writes each fire's result in its
+// entry's book, in launch order. Fires that failed go back to the front
+// of pending. save hands the states changed so far to the persister.
 func (l *loop) complete(ctx context.Context, pub *publication, save bool) error {
 	<-pub.done
 	s := l.s
-	m := s.cfg.Metrics
-	err, now := pub.err, pub.at
+	err, at := pub.err, pub.at
 	l.syncMetrics()
-	logFires := s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
+	l.fireLog.on = s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
 	for i, p := range pub.batch {
-		r := pub.results[i]
-		dedup := r == broker.ResultDuplicate
-		if dedup {
-			// An earlier term pushed this slot and died before recording
-			// it: the slot was published, once, and that is its result.
-			// The refusal is only worth a counter.
-			m.Deduplicated.Inc()
-			r = broker.ResultOK
-		}
-		if r == broker.ResultError && p.failed {
-			// A retry: the slot was counted at its first failure, and an
-			// outage of N slots stays N failed slots, not N × attempts.
-			m.PublishRetries.Inc()
-			m.published(p.e.Name, "error", p.manual, now, err) // its last error, for /status
-		} else {
-			p.e.countFire(m, r, p.manual, p.bf != nil, now, err)
-			if s.cfg.Observer != nil {
-				s.cfg.Observer(p.e.Name, p.slot, r, now.Sub(p.due), p.manual || p.bf != nil)
+		switch r := pub.results[i]; r {
+		case broker.ResultOK, broker.ResultDuplicate:
+			if l.book(p.e).Published(p, pub.fires[i].ID, r, at) {
+				l.finishEntry(p.e)
 			}
-		}
-		switch {
-		case p.bf != nil && r == broker.ResultOK:
-			// A past slot: the entry's own state (its last slot, its
-			// runs and their outcomes) is not the backfill's.
-			l.backfillPublished(p)
-			if logFires && l.fireLog.allow(now, s.cfg.FireLogLimit, r, true) {
-				id := pub.fires[i].ID
-				s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-					"task_id", string(id[:]), "result", r.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
-			}
-		case r == broker.ResultOK:
-			lag := now.Sub(p.due)
-			if !p.manual {
-				m.FireLag.Observe(lag.Seconds())
-			}
-			id := pub.fires[i].ID
-			if !p.manual {
-				st := l.state(p.e.Name)
-				if p.slot.After(st.LastSlot) {
-					st.LastSlot = p.slot
-					// A duplicate of a slot after the stored one is the
-					// previous leader's unrecorded run: it counts too.
-					if p.e.MaxRuns() > 0 {
-						st.Runs++
-						l.mustFlush = true
-						if st.Runs >= uint64(p.e.MaxRuns()) {
-							l.finishEntry(p.e)
-						}
-					}
-				}
-				st.Imported = false
-				l.dirty[p.e.Name] = true
-			}
-			l.recordPublished(p, id, now)
 			l.dropTemplate(p)
-			if logFires {
-				if l.fireLog.allow(now, s.cfg.FireLogLimit, r, p.manual) {
-					s.log.Info("fired", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
-						"task_id", string(id[:]), "lag", lag.String(), "result", r.String(), "deduplicated", dedup, "manual", p.manual, "source", p.e.Source)
-				}
-			}
-			if p.req != nil {
-				l.persist.complete(*p.req, nil)
-			}
-		case r == broker.ResultStale:
-			stale := 0
-			for _, r := range pub.results {
-				if r == broker.ResultStale {
-					stale++
-				}
-			}
-			s.log.Warn("stale publish refused", "token", l.term.Token, "fires", stale)
-			return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
+		case broker.ResultStale:
+			l.book(p.e).Failed(p, r, err, at)
+			return l.refused(pub)
 		default:
+			l.book(p.e).Failed(p, r, err, at)
 			p.failed = true
 			failed = append(failed, p)
 		}
 	}
-	if logFires {
-		l.fireLog.summarise(s.log, now, l.term.Token)
+	if l.fireLog.on {
+		l.fireLog.summarise(s.log, at, l.term.Token)
 	}
 	// One state per entry per batch, however often it fired in it.
-	if save && len(l.dirty) > 0 {
-		l.saveDirty()
-		// While etcd refuses writes, waiting for each batch's write would
-		// make every fire late: fire on time, as with Redis, and let the
-		// state catch up (the broker's journal covers the gap).
-		if (s.cfg.PersistEachBatch || l.mustFlush) && l.persist.writeError() == nil {
-			// A max_runs count is written before the entry fires again,
-			// so a new leader cannot count short and run once too often.
-			l.mustFlush = false
-			fctx, cancel := context.WithTimeout(ctx, max(s.cfg.StateInterval, writeAttemptTimeout))
-			if ferr := l.persist.flush(fctx, true); ferr != nil && !errors.Is(ferr, ErrTermEnded) {
-				s.log.Warn("batch state not persisted before the next batch", "err", ferr)
-			}
-			cancel()
-		}
+	if save {
+		l.saveBatch(ctx)
 	}
 	// Failures, rare, go back in front (in slot order).
 	if len(failed) > 0 {
 		l.pending = append(failed, l.pending...)
 	}
+	return l.published(err, at)
+}
+
+// refused ends the term: a newer leader raised the fence.
+func (l *loop) refused(pub *publication) error {
+	stale := 0
+	for _, r := range pub.results {
+		if r == broker.ResultStale {
+			stale++
+		}
+	}
+	l.s.log.Warn("stale publish refused", "token", l.term.Token, "fires", stale)
+	return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
+}
+
+// published notes how a publish went (err), for readiness and the retry
+// backoff.
+func (l *loop) published(err error, at time.Time) error {
+	s := l.s
 	if err != nil {
 		if errors.Is(err, broker.ErrStale) {
 			return fmt.Errorf("%w: %w", ErrTermEnded, err)
 		}
-		m.RedisErrors.Inc()
+		s.cfg.Metrics.RedisErrors.Inc()
 		s.setPublishErr(err)
-		if ok, held := l.failLog.allow(now); ok {
+		if ok, held := l.failLog.allow(at); ok {
 			s.log.Warn("publish failed; slots stay pending", "err", err, "pending", len(l.pending), "failures_not_logged", held)
 		}
 		return err
@@ -348,20 +291,25 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 	return nil
 }
 
-func (e *entry) countFire(m *Metrics, r broker.Result, manual, backfill bool, now time.Time, err error) {
-	i, label := int(r), r.String()
-	switch {
-	case manual && r == broker.ResultOK:
-		i, label = len(e.fires)-2, ResultManual
-	case backfill && r == broker.ResultOK:
-		i, label = len(e.fires)-1, ResultBackfill
+// admitted is what of batch goes out: the fires each entry's book
+// admits, in order.
+func (l *loop) admitted(batch []pendingFire, now time.Time) []pendingFire {
+	kept := batch[:0]
+	var t batchTally
+	for _, p := range batch {
+		if l.book(p.e).Admits(p, &t, now) {
+			kept = append(kept, p)
+		}
 	}
-	if e.fires == nil {
-		e.fires = new([6]*Counter)
+	return kept
+}
+
+// finishEntry takes e off the heap: it has made its max_runs.
+func (l *loop) finishEntry(e *entry) {
+	if cur := l.set.get(e.Name); cur != nil && cur.it != nil {
+		heap.Remove(&l.heap, cur.it.index)
+		cur.it = nil
 	}
-	if e.fires[i] == nil {
-		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)
-	}
-	e.fires[i].Inc()
-	m.published(e.Name, label, manual, now, err)
+	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
+	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns())
 }

@@ -28,15 +28,19 @@ type pendingFire struct {
 	bf     *backfillRun   // the backfill it is a slot of
 }
 
-// loop is one term's state, owned by Run's goroutine.
+// loop is one term's state, owned by Run's goroutine. It moves slots:
+// from the heap to pending (collectDue), from pending to the dispatcher
+// (launch), and back to pending when a publish fails. What a slot, a run
+// or a report means for its entry is written in the entry's page of the
+// books (entryBook, book.go).
 type loop struct {
 	s       *Scheduler
 	term    Term
 	guard   election.Fence
 	set     *entrySet
 	heap    slotHeap
-	states  map[string]*store.EntryState
 	pending []pendingFire
+	books   ledger
 	persist *persister
 	// metricsMode is the Metrics' mode the entries' cached counters were
 	// made in (syncMetrics).
@@ -48,17 +52,10 @@ type loop struct {
 	gc       gcGap
 	backoff  *backoff.ExponentialBackOff // publish retries while the broker fails
 	requests <-chan struct{}
-	dirty    map[string]bool    // entries changed in the batch being published
-	changed  []store.EntryState // their new state, handed to the persister
-	baseline []store.EntryState // Since baselines to persist
+	reports  <-chan outcome.Report // the outcome feed's (nil: outcomes not tracked)
 	fireLog  fireLog
-	// collectDue's: the slots each entry added to the pass (made once an
-	// entry adds a second), the items it set aside, and its late-slot
-	// log line, summarised.
-	passCount map[*entry]int
-	setAside  []*item
-	lateLog   lateLog
-	failLog   repeatLog // complete's "publish failed"
+	failLog  repeatLog // complete's "publish failed"
+	due      duePass
 	// behind and runaway are the entries flagged (entryhealth.go), by
 	// name: the flags outlive a reload that keeps the entry.
 	behind  map[string]bool
@@ -66,35 +63,29 @@ type loop struct {
 	// nextSweep is when the loop next looks for removed entries past
 	// their grace (sweepRemoved).
 	nextSweep time.Time
-	// reports are the outcome feed's (nil: outcomes not tracked);
-	// unfinished holds the entries whose newest run has not ended, which
-	// sweepLost looks at every lostSweep.
-	// mustFlush: the batch changed a max_runs count, which is written
-	// before the next batch.
-	mustFlush bool
-	// urgent: a change among dirty must be written at once (saveNow).
-	urgent        bool
-	reports       <-chan outcome.Report
-	unfinished    map[string]bool
-	nextLostSweep time.Time
 	// backfills are the backfills this term runs, by id; bfRetry the
 	// backfill requests whose start failed and is retried; feedWait is
 	// when the backfills next need the loop (0: they do not).
 	backfills map[string]*backfillRun
 	bfRetry   []store.Request
 	feedWait  time.Duration
-	// prepare's: its walk's stack, kept between calls; when it last ran,
-	// and whether it left templates to compile.
-	prepStack  []int
-	preparedAt time.Time
-	prepMore   bool
+	prep      prepWalk
+}
+
+// duePass is collectDue's, kept between passes: the slots each entry
+// added to the pass (made once an entry adds a second), the items it set
+// aside, and its late-slot log line, summarised.
+type duePass struct {
+	count    map[*entry]int
+	setAside []*item
+	lateLog  lateLog
 }
 
 // Run is the loop for one term. It returns when ctx ends (after finishing
 // the publish in flight and persisting it), or with ErrTermEnded when the
 // fence or etcd says another replica leads.
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
-	l := &loop{s: s, term: term, guard: term.Fence, dirty: map[string]bool{}}
+	l := &loop{s: s, term: term, guard: term.Fence, books: ledger{dirty: map[string]bool{}}}
 	termEnded := s.cfg.Metrics.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
 	defer termEnded()
 	table, err := l.begin(ctx)
@@ -102,7 +93,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 		return err
 	}
 	// The persister owns the table from here; the loop keeps its own view
-	// in l.states and hands it changes.
+	// in l.books.states and hands it changes.
 	stopPersister := l.startPersister(ctx, table)
 	defer stopPersister()
 
@@ -123,114 +114,154 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 // and wait for the next slot, a reload, an admin request or the end.
 func (l *loop) run(ctx context.Context) error {
 	s := l.s
-	// The timer is armed only where the loop waits on it: an armed timer
-	// then means an idle loop, which tests rely on. So it is made at the
-	// first wait, not armed and stopped here.
-	var timer clockwork.Timer
-	arm := func(d time.Duration) {
-		if timer == nil {
-			timer = s.cfg.Clock.NewTimer(d)
-			return
-		}
-		timer.Reset(d)
-	}
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	t := waitTimer{clock: s.cfg.Clock}
+	defer t.close()
 	for {
-		l.reportDue()
-		if err := l.persist.failed(); err != nil {
+		if err := l.tend(ctx); err != nil {
 			return err
 		}
-		if l.reports != nil {
-			now := s.cfg.Clock.Now()
-			l.drainReports(now)
-			l.sweepLost(now)
-		}
-		if now := s.cfg.Clock.Now(); !now.Before(l.nextSweep) {
-			if err := l.sweepRemoved(ctx, now); err != nil {
-				return err
-			}
-		}
-		if len(l.backfills) > 0 || len(l.bfRetry) > 0 {
-			l.feedWait = l.feedBackfills(ctx, s.cfg.Clock.Now())
-		} else {
-			l.feedWait = 0
-		}
 		if len(l.pending) > 0 {
-			err := l.publishPending(ctx)
-			switch {
-			case err == nil:
-				// Control between slices of work: with slots always due
-				// the loop never reaches its wait below, and a reload, a
-				// DELETE, a pause or the end of the term would otherwise
-				// wait for the work to run out.
-				if _, done, err := l.serve(ctx, nil, false); done {
-					return err
-				}
-				continue
-			case errors.Is(err, ErrTermEnded):
+			if done, err := l.publishRound(ctx, &t); done {
 				return err
-			case ctx.Err() != nil:
-				return l.finish()
 			}
-			// Transient: keep the slots pending and retry with backoff,
-			// serving control meanwhile (a broker outage must not hold a
-			// DELETE for the length of the backoff).
-			arm(l.nextBackoff())
-			for fired := false; !fired; {
-				var done bool
-				if fired, done, err = l.serve(ctx, timer.Chan(), true); done {
-					return err
-				}
-			}
-			// Slots that came due meanwhile join the retry, up to a
-			// batch: one fire that keeps failing (a queue key of the
-			// wrong type) then delays the others by the backoff instead
-			// of stopping them, and a broker that is down leaves at most
-			// a batch pending, not every slot of the outage. Those the
-			// outage made late go through their catch-up policy, as
-			// late slots found in the heap do.
-			now := s.cfg.Clock.Now()
-			l.catchUpPending(now)
-			l.collectDue(now)
 			continue
 		}
 		l.collectDue(s.cfg.Clock.Now())
 		if len(l.pending) > 0 {
 			continue
 		}
-		more := l.prepare(s.cfg.Clock.Now())
-		// Measured from the clock as the timer is armed: time that passed
-		// since now was read must not push the deadline back.
-		wait := time.Hour
-		if len(l.heap) > 0 {
-			wait = max(time.Duration(l.heap[0].due-s.cfg.Clock.Now().UnixNano()), 0)
-		}
-		if more {
-			wait = min(wait, prepareAgain)
-		}
-		if len(l.unfinished) > 0 {
-			wait = min(wait, max(l.nextLostSweep.Sub(s.cfg.Clock.Now()), 0))
-		}
-		if l.feedWait > 0 {
-			wait = min(wait, l.feedWait)
-		} else if len(l.backfills) > 0 {
-			wait = min(wait, backfillSave) // progress to write, or the end to record
-		}
-		arm(wait)
-		if _, done, err := l.serve(ctx, timer.Chan(), true); done {
+		t.arm(l.idleWait())
+		if _, done, err := l.serve(ctx, t.C(), true); done {
 			return err
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.Chan():
-			default:
-			}
+		t.disarm()
+	}
+}
+
+// waitTimer is the loop's one timer. It is armed only where the loop
+// waits on it: an armed timer then means an idle loop, which tests rely
+// on. So it is made at the first wait, not armed and stopped up front.
+type waitTimer struct {
+	clock clockwork.Clock
+	t     clockwork.Timer
+}
+
+func (w *waitTimer) arm(d time.Duration) {
+	if w.t == nil {
+		w.t = w.clock.NewTimer(d)
+		return
+	}
+	w.t.Reset(d)
+}
+
+func (w *waitTimer) C() <-chan time.Time { return w.t.Chan() }
+
+// disarm stops the timer and drains a fire the wait did not take.
+func (w *waitTimer) disarm() {
+	if !w.t.Stop() {
+		select {
+		case <-w.t.Chan():
+		default:
 		}
 	}
+}
+
+func (w *waitTimer) close() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+// tend does what each pass of the loop owes besides its slots: the due
+// times for /metrics, the persister's verdict, the workers' reports and
+// lost runs, the sweep of removed entries and the backfills' next slots.
+func (l *loop) tend(ctx context.Context) error {
+	s := l.s
+	l.reportDue()
+	if err := l.persist.failed(); err != nil {
+		return err
+	}
+	if l.reports != nil {
+		now := s.cfg.Clock.Now()
+		l.drainReports(now)
+		l.sweepLost(now)
+	}
+	if now := s.cfg.Clock.Now(); !now.Before(l.nextSweep) {
+		if err := l.sweepRemoved(ctx, now); err != nil {
+			return err
+		}
+	}
+	if len(l.backfills) > 0 || len(l.bfRetry) > 0 {
+		l.feedWait = l.feedBackfills(ctx, s.cfg.Clock.Now())
+	} else {
+		l.feedWait = 0
+	}
+	return nil
+}
+
+// publishRound publishes what is pending, then serves the control that
+// is ready; after a transient failure it waits out the backoff, serving
+// control meanwhile. done means the term is over, with run's result.
+func (l *loop) publishRound(ctx context.Context, t *waitTimer) (done bool, err error) {
+	s := l.s
+	err = l.publishPending(ctx)
+	switch {
+	case err == nil:
+		// Control between slices of work: with slots always due the loop
+		// never reaches its wait, and a reload, a DELETE, a pause or the
+		// end of the term would otherwise wait for the work to run out.
+		_, done, err = l.serve(ctx, nil, false)
+		return done, err
+	case errors.Is(err, ErrTermEnded):
+		return true, err
+	case ctx.Err() != nil:
+		return true, l.finish()
+	}
+	// Transient: keep the slots pending and retry with backoff, serving
+	// control meanwhile (a broker outage must not hold a DELETE for the
+	// length of the backoff).
+	t.arm(l.nextBackoff())
+	for fired := false; !fired; {
+		if fired, done, err = l.serve(ctx, t.C(), true); done {
+			return true, err
+		}
+	}
+	// Slots that came due meanwhile join the retry, up to a batch: one
+	// fire that keeps failing (a queue key of the wrong type) then delays
+	// the others by the backoff instead of stopping them, and a broker
+	// that is down leaves at most a batch pending, not every slot of the
+	// outage. Those the outage made late go through their catch-up
+	// policy, as late slots found in the heap do.
+	now := s.cfg.Clock.Now()
+	l.catchUpPending(now)
+	l.collectDue(now)
+	return false, nil
+}
+
+// idleWait is how long the idle loop may wait: until its next slot, the
+// next templates to compile, the next lost-run sweep or the backfills'
+// next slot.
+func (l *loop) idleWait() time.Duration {
+	s := l.s
+	more := l.prepare(s.cfg.Clock.Now())
+	// Measured from the clock as the timer is armed: time that passed
+	// since now was read must not push the deadline back.
+	wait := time.Hour
+	if len(l.heap) > 0 {
+		wait = max(time.Duration(l.heap[0].due-s.cfg.Clock.Now().UnixNano()), 0)
+	}
+	if more {
+		wait = min(wait, prepareAgain)
+	}
+	if len(l.books.unfinished) > 0 {
+		wait = min(wait, max(l.books.nextLostSweep.Sub(s.cfg.Clock.Now()), 0))
+	}
+	if l.feedWait > 0 {
+		wait = min(wait, l.feedWait)
+	} else if len(l.backfills) > 0 {
+		wait = min(wait, backfillSave) // progress to write, or the end to record
+	}
+	return wait
 }
 
 // serve handles what needs the loop besides its slots: the end of the
@@ -291,22 +322,20 @@ func (l *loop) nextBackoff() time.Duration {
 // sustain) is set aside for the rest of the pass, so the others' slots
 // still go out on time, and it is flagged as behind until it catches up.
 func (l *loop) collectDue(now time.Time) {
-	defer l.lateLog.flush(l.s.log, now)
+	defer l.due.lateLog.flush(l.s.log, now)
 	nowNs := now.UnixNano()
-	clear(l.passCount)
+	clear(l.due.count)
 	for len(l.heap) > 0 && l.heap[0].due <= nowNs && len(l.pending) < l.s.cfg.BatchSize {
 		it := l.heap[0]
 		e := it.e
 		if time.Duration(nowNs-it.due) > stepLateness {
-			l.lateLog.add(l.catchUpLate(it, now))
+			l.due.lateLog.add(l.catchUpLate(it, now))
 			continue
 		}
-		if st := l.states[e.Name]; st != nil && st.Paused {
+		if st := l.books.states[e.Name]; st != nil && st.Paused {
 			l.s.cfg.Metrics.Missed.WithLabelValues(e.Name, ReasonPaused).Inc()
 		} else {
-			due := it.dueTime()
-			l.pending = append(l.pending, pendingFire{e: e, slot: it.slot, due: due})
-			l.s.cfg.Metrics.queued(e.Name, due)
+			l.queue(pendingFire{e: e, slot: it.slot, due: it.dueTime()})
 		}
 		next := e.sched.Next(it.slot)
 		if next.IsZero() {
@@ -327,33 +356,30 @@ func (l *loop) collectDue(now time.Time) {
 			continue
 		}
 		// Still due: the entry is behind its own schedule.
-		if l.passCount == nil {
-			l.passCount = map[*entry]int{}
+		if l.due.count == nil {
+			l.due.count = map[*entry]int{}
 		}
-		if l.passCount[e]++; l.passCount[e] < entryShare {
+		if l.due.count[e]++; l.due.count[e] < entryShare {
 			heap.Fix(&l.heap, 0)
 			continue
 		}
 		heap.Pop(&l.heap)
-		l.setAside = append(l.setAside, it)
+		l.due.setAside = append(l.due.setAside, it)
 		l.fallBehind(e, now)
 	}
-	for _, it := range l.setAside {
+	for _, it := range l.due.setAside {
 		heap.Push(&l.heap, it)
 	}
-	clear(l.setAside)
-	l.setAside = l.setAside[:0]
+	clear(l.due.setAside)
+	l.due.setAside = l.due.setAside[:0]
+}
+
+// queue puts p at the end of pending.
+func (l *loop) queue(p pendingFire) {
+	l.pending = append(l.pending, p)
+	l.s.cfg.Metrics.queued(p.e.Name, p.due)
 }
 
 // entryShare is the most slots one entry adds to a collectDue pass. A
 // regular entry adds one; a short interval after a slow burst a few.
 const entryShare = 8
-
-func (l *loop) state(name string) *store.EntryState {
-	st := l.states[name]
-	if st == nil {
-		st = &store.EntryState{Name: name}
-		l.states[name] = st
-	}
-	return st
-}

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -13,10 +12,12 @@ import (
 	"github.com/beatd/beatd/store"
 )
 
-// The loop's side of outcomes: it records each published run in the
-// entry's state, watches its task id on the feed, applies the reports
-// that come back, and holds or skips the slots of entries whose
-// overlap policy says so. All of it runs on the loop's goroutine.
+// The loop's side of outcomes: a term's start puts the runs still out
+// back on the feed (loadOutcomes, adoptUnrecorded); the workers' reports
+// that come back are written in their entry's book (Reported), and runs
+// past their overlap deadline are marked lost (expire). The publish side
+// (recording a run, holding or skipping a slot under an overlap policy)
+// is in book.go. All of it runs on the loop's goroutine.
 
 // lostSweep is how often the loop looks for unfinished runs past their
 // overlap deadline. Only entries with an unfinished run are looked at.
@@ -51,31 +52,6 @@ func (l *loop) records(e *entry, now time.Time) bool {
 	return l.s.cfg.Outcomes.LastAnyReport().After(now.Add(-live))
 }
 
-// countRun counts one of name's runs reaching k, through the entry's
-// cached counters (a label lookup per fire costs more than the rest).
-func (l *loop) countRun(name string, k outcome.Kind) {
-	l.syncMetrics()
-	e := l.set.get(name)
-	if e == nil {
-		l.s.cfg.Metrics.Runs.WithLabelValues(name, k.String()).Inc()
-		return
-	}
-	l.countEntryRun(e, k)
-}
-
-// countEntryRun is countRun for a caller that holds the entry (a fire):
-// the set's search by name costs a binary search at scale.
-func (l *loop) countEntryRun(e *entry, k outcome.Kind) {
-	l.syncMetrics()
-	if e.runs == nil {
-		e.runs = new([outcome.NumKinds]*Counter)
-	}
-	if e.runs[k] == nil {
-		e.runs[k] = l.s.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())
-	}
-	e.runs[k].Inc()
-}
-
 // runID is the task id of one of e's runs.
 func (l *loop) runID(name string, r *store.Run) string {
 	if r.ID != "" {
@@ -94,8 +70,8 @@ func (l *loop) loadOutcomes() {
 		return
 	}
 	f.Clear()
-	l.unfinished = map[string]bool{}
-	for name, st := range l.states {
+	l.books.unfinished = map[string]bool{}
+	for name, st := range l.books.states {
 		if st.Out == nil {
 			continue
 		}
@@ -104,7 +80,7 @@ func (l *loop) loadOutcomes() {
 			r := &st.Out.Runs[i]
 			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
 				f.Watch(l.runID(name, r), name)
-				l.unfinished[name] = true
+				l.books.unfinished[name] = true
 			}
 		}
 	}
@@ -140,7 +116,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	for name, r := range last {
 		e := l.set.get(name)
-		st := l.state(name)
+		st := l.books.state(name)
 		changed := false
 		if !r.Manual && r.Slot.After(st.LastSlot) {
 			st.LastSlot = r.Slot
@@ -155,7 +131,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 				"slot", r.Slot.UTC().Format(time.RFC3339Nano), "task_id", r.TaskID)
 		}
 		if changed {
-			l.baseline = append(l.baseline, *st)
+			l.books.baseline = append(l.books.baseline, *st)
 		}
 	}
 }
@@ -182,52 +158,20 @@ func adoptRun(e *entry, st *store.EntryState, r broker.Run, now time.Time) bool 
 	return true
 }
 
-// recordPublished records a published fire as the entry's newest run.
-// A duplicate of the newest run (a re-publish after failover) is not a
-// new run.
-func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
-	if !l.records(p.e, now) {
-		return
-	}
-	st := l.state(p.e.Name)
-	if st.Out == nil {
-		st.Out = &store.Outcomes{}
-	}
-	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
-		return
-	}
-	r := store.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, Published: now}
-	if p.manual {
-		r.ID = string(id[:])
-	}
-	l.pushRun(p.e.Name, st, r)
-	l.s.cfg.Outcomes.Watch(string(id[:]), p.e.Name)
-	l.unfinished[p.e.Name] = true
-	l.countEntryRun(p.e, outcome.Published)
-}
-
-// pushRun adds r to st's runs and stops watching the run that fell off.
-func (l *loop) pushRun(name string, st *store.EntryState, r store.Run) {
-	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		l.s.cfg.Outcomes.Unwatch(l.runID(name, d))
-	}
-	l.dirty[name] = true
-}
-
 // applyReports applies r and then whatever else the feed holds, up to
 // maxReportsPerTurn, and hands the changed states to the persister.
 func (l *loop) applyReports(r outcome.Report, now time.Time) {
-	l.applyReport(r, now)
+	l.bookOf(r.Entry).Reported(r, now)
 	for range maxReportsPerTurn - 1 {
 		select {
 		case r := <-l.reports:
-			l.applyReport(r, now)
+			l.bookOf(r.Entry).Reported(r, now)
 			continue
 		default:
 		}
 		break
 	}
-	l.saveDirty()
+	l.books.handOver(l.persist)
 }
 
 // drainReports applies what the feed holds without waiting.
@@ -240,9 +184,9 @@ func (l *loop) drainReports(now time.Time) {
 	// its predecessor's last slots.
 	if early := l.s.cfg.Outcomes.Early(nil); len(early) > 0 {
 		for _, r := range early {
-			l.applyReport(r, now)
+			l.bookOf(r.Entry).Reported(r, now)
 		}
-		l.saveDirty()
+		l.books.handOver(l.persist)
 	}
 	select {
 	case r := <-l.reports:
@@ -251,16 +195,17 @@ func (l *loop) drainReports(now time.Time) {
 	}
 }
 
-// applyReport moves one run to what the report says it reached.
-func (l *loop) applyReport(rep outcome.Report, now time.Time) {
-	st := l.states[rep.Entry]
+// Reported moves one of the entry's runs to what a worker's report says
+// it reached.
+func (b entryBook) Reported(rep outcome.Report, now time.Time) {
+	st := b.stored()
 	if st == nil || st.Out == nil {
 		return
 	}
 	var run *store.Run
 	for i := range st.Out.Runs {
 		r := &st.Out.Runs[i]
-		if r.Kind != outcome.Skipped && l.runID(rep.Entry, r) == rep.TaskID {
+		if r.Kind != outcome.Skipped && b.l.runID(b.name, r) == rep.TaskID {
 			run = r
 			break
 		}
@@ -285,20 +230,21 @@ func (l *loop) applyReport(rep outcome.Report, now time.Time) {
 	if rep.ExcType != "" || rep.ExcMessage != "" {
 		run.ExcType, run.ExcMsg = rep.ExcType, rep.ExcMessage
 	}
-	l.dirty[rep.Entry] = true
+	b.changed()
 	if !rep.Kind.Finished() {
-		l.countRun(rep.Entry, rep.Kind)
+		b.countRun(rep.Kind)
 	} else {
-		l.s.cfg.Outcomes.Unwatch(rep.TaskID)
-		l.finished(rep.Entry, st, run, now)
+		b.l.s.cfg.Outcomes.Unwatch(rep.TaskID)
+		b.ended(st, run)
 	}
 }
 
-// finished applies what a run's end means for its entry: counters, the
-// failure streak and pause_after_failures, and buffer_one's held slot.
-func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now time.Time) {
-	m := l.s.cfg.Metrics
-	l.countRun(name, run.Kind)
+// ended applies what a run's end means for its entry: counters, the
+// failure streak and pause_after_failures, and buffer_one's held slot,
+// which goes back to the loop's pending.
+func (b entryBook) ended(st *store.EntryState, run *store.Run) {
+	l, m := b.l, b.l.s.cfg.Metrics
+	b.countRun(run.Kind)
 	if run.Runtime > 0 {
 		m.RunDuration.Observe(run.Runtime.Seconds())
 	}
@@ -311,28 +257,27 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 		o.Failures++
 		o.LastFailure = at
 	}
-	m.outcome(name, o, run)
+	m.outcome(b.name, o, run)
 	if newest := o.Newest(); newest != run {
 		return // an older run ended; the newest still decides
 	}
-	delete(l.unfinished, name)
-	e := l.set.get(name)
+	delete(l.books.unfinished, b.name)
+	e := b.e
 	if e == nil {
 		return
 	}
-	l.runEnded(e)
+	b.decided()
 	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
 		o.PauseReason = pauseReason(o.Failures, run)
-		l.s.log.Warn("paused after consecutive failures", "entry", name, "failures", o.Failures, "reason", o.PauseReason)
+		l.s.log.Warn("paused after consecutive failures", "entry", b.name, "failures", o.Failures, "reason", o.PauseReason)
 		m.AutoPaused.Inc()
 	}
 	if !o.Buffered.IsZero() {
 		slot := o.Buffered
 		o.Buffered = time.Time{}
 		if !st.Paused && e.Enabled {
-			l.pending = append(l.pending, pendingFire{e: e, slot: slot, due: slot})
-			m.queued(name, slot)
+			l.queue(pendingFire{e: e, slot: slot, due: slot})
 		}
 	}
 }
@@ -348,47 +293,49 @@ func pauseReason(failures int, run *store.Run) string {
 	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, run.Slot.UTC().Format(time.RFC3339), what)
 }
 
-// runEnded marks the state write urgent when the end of e's newest run
-// (finished, lost or unreported) decides what e does next: it frees an
-// overlap or counts toward (or makes) a pause. Neither the workers' event
-// nor beatd's own verdict comes again after a failover, so a next leader
-// reading an older state would hold the entry for an overlap_timeout, or
-// pause it a failure late.
-func (l *loop) runEnded(e *entry) {
-	if e.TracksOutcomes() {
-		l.urgent = true
+// decided marks the state write urgent when the end of the entry's
+// newest run (finished, lost or unreported) decides what it does next: it
+// frees an overlap or counts toward (or makes) a pause. Neither the
+// workers' event nor beatd's own verdict comes again after a failover, so
+// a next leader reading an older state would hold the entry for an
+// overlap_timeout, or pause it a failure late.
+func (b entryBook) decided() {
+	if b.e != nil && b.e.TracksOutcomes() {
+		b.l.books.urgent = true
 	}
 }
 
 // sweepLost marks lost the unfinished newest runs past their entry's
 // overlap deadline: the worker may have died, and no report will come.
 func (l *loop) sweepLost(now time.Time) {
-	if now.Before(l.nextLostSweep) {
+	if now.Before(l.books.nextLostSweep) {
 		return
 	}
-	l.nextLostSweep = now.Add(lostSweep)
-	for name := range l.unfinished {
-		st := l.states[name]
+	l.books.nextLostSweep = now.Add(lostSweep)
+	for name := range l.books.unfinished {
+		st := l.books.states[name]
 		if st == nil || st.Out == nil {
-			delete(l.unfinished, name)
+			delete(l.books.unfinished, name)
 			continue
 		}
-		l.expireRun(name, st, now)
+		l.bookOf(name).expire(st, now)
 	}
-	l.saveDirty()
+	l.books.handOver(l.persist)
 }
 
-// expireRun marks st's newest run lost if it is past its deadline, and
-// says whether the entry still has an unfinished run.
-func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfinished bool) {
+// expire marks st's newest run lost (or unreported, when nothing has
+// reported anything since it went out) once it is past its entry's
+// overlap deadline, and says whether the entry still has a run out.
+func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool) {
+	l := b.l
 	r := st.Out.Newest()
 	if r == nil || r.Kind.Finished() {
-		delete(l.unfinished, name)
+		delete(l.books.unfinished, b.name)
 		return false
 	}
 	deadline := config.DefaultOverlapTimeout
-	if e := l.set.get(name); e != nil {
-		deadline = e.OverlapDeadline()
+	if b.e != nil {
+		deadline = b.e.OverlapDeadline()
 	}
 	if now.Sub(r.Published) < deadline {
 		return true
@@ -397,143 +344,19 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 	if !f.LastAnyReport().After(r.Published) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
-		f.Unwatch(l.runID(name, r))
+		f.Unwatch(l.runID(b.name, r))
 		r.Kind, r.Updated = outcome.Unreported, now
-		l.dirty[name] = true
-		if e := l.set.get(name); e != nil {
-			l.runEnded(e)
-		}
-		delete(l.unfinished, name)
-		l.countRun(name, outcome.Unreported)
+		b.changed()
+		b.decided()
+		delete(l.books.unfinished, b.name)
+		b.countRun(outcome.Unreported)
 		return false
 	}
-	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
-		"task_id", l.runID(name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
-	l.s.cfg.Outcomes.Unwatch(l.runID(name, r))
+	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", b.name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
+		"task_id", l.runID(b.name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
+	f.Unwatch(l.runID(b.name, r))
 	r.Kind, r.Updated = outcome.Lost, now
-	l.dirty[name] = true
-	l.finished(name, st, r, now)
+	b.changed()
+	b.ended(st, r)
 	return false
-}
-
-// holdOverlapping takes out of batch the fires that their entry's
-// overlap policy holds back: while the entry's newest run is unfinished
-// (or an earlier fire of it is in the batch), skip records the slot as
-// skipped and buffer_one keeps one slot for when the run ends. The rest
-// are returned, in order.
-func (l *loop) holdOverlapping(batch []pendingFire, now time.Time) []pendingFire {
-	kept := batch[:0]
-	var inBatch map[string]bool
-	var counted map[string]uint64
-	for _, p := range batch {
-		if p.bf != nil {
-			kept = append(kept, p) // a past slot: no run of it is in progress, and it is not counted
-			continue
-		}
-		if p.e.MaxRuns() > 0 && !p.manual {
-			// Past max_runs nothing more is published, however many slots
-			// a catch-up queued.
-			st := l.state(p.e.Name)
-			if counted == nil {
-				counted = map[string]uint64{}
-			}
-			if p.slot.After(st.LastSlot) {
-				if st.Runs+counted[p.e.Name] >= uint64(p.e.MaxRuns()) {
-					l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonMaxRuns).Inc()
-					continue
-				}
-				counted[p.e.Name]++
-			}
-		}
-		if !l.tracking() {
-			kept = append(kept, p)
-			continue
-		}
-		pol := p.e.Overlap
-		if !p.e.HoldsOverlap() || p.manual && (p.req == nil || !p.req.RespectOverlap) {
-			kept = append(kept, p)
-			continue
-		}
-		st := l.state(p.e.Name)
-		busy := inBatch[p.e.Name]
-		if !busy && st.Out != nil {
-			busy = l.expireRun(p.e.Name, st, now)
-			if n := st.Out.Newest(); busy && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
-				busy = false // the run itself, caught up again: the broker dedups it
-			}
-		}
-		if !busy {
-			if inBatch == nil {
-				inBatch = map[string]bool{}
-			}
-			inBatch[p.e.Name] = true
-			kept = append(kept, p)
-			continue
-		}
-		if st.Out == nil {
-			st.Out = &store.Outcomes{}
-		}
-		if pol == config.OverlapBufferOne && st.Out.Buffered.IsZero() && !p.manual {
-			st.Out.Buffered = p.slot
-			l.dirty[p.e.Name] = true
-			continue
-		}
-		l.skipOverlap(p, st, now)
-	}
-	return kept
-}
-
-// skipOverlap records p's slot as skipped for overlap.
-func (l *loop) skipOverlap(p pendingFire, st *store.EntryState, now time.Time) {
-	m := l.s.cfg.Metrics
-	l.countEntryRun(p.e, outcome.Skipped)
-	m.Missed.WithLabelValues(p.e.Name, ReasonOverlap).Inc()
-	if p.manual {
-		if p.req != nil {
-			l.persist.complete(*p.req, nil)
-		}
-		l.s.log.Info("manual trigger skipped: the previous run is unfinished", "entry", p.e.Name)
-		return
-	}
-	if d := st.Out.Skip(p.slot, now); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		l.s.cfg.Outcomes.Unwatch(l.runID(p.e.Name, d))
-	}
-	l.dirty[p.e.Name] = true
-	// A skipped slot is handled: a later leader must not catch it up.
-	if p.slot.After(st.LastSlot) {
-		st.LastSlot = p.slot
-	}
-	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", p.e.Name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
-		"overlap", string(p.e.Overlap))
-}
-
-// finishEntry takes e off the heap: it has made its max_runs.
-func (l *loop) finishEntry(e *entry) {
-	if cur := l.set.get(e.Name); cur != nil && cur.it != nil {
-		heap.Remove(&l.heap, cur.it.index)
-		cur.it = nil
-	}
-	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
-	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns())
-}
-
-// saveDirty hands the states changed since the last save to the
-// persister.
-func (l *loop) saveDirty() {
-	if len(l.dirty) == 0 {
-		return
-	}
-	l.changed = l.changed[:0]
-	for name := range l.dirty {
-		if st := l.states[name]; st != nil {
-			l.changed = append(l.changed, *st)
-		}
-	}
-	clear(l.dirty)
-	if l.urgent {
-		l.urgent = false
-		l.persist.saveNow(l.changed...)
-	} else {
-		l.persist.save(l.changed...)
-	}
 }

@@ -41,16 +41,24 @@ const (
 	prepareEvery = 100 * time.Millisecond
 )
 
+// prepWalk is prepare's, kept between calls: its walk's stack, when it
+// last ran, and whether it left templates to compile.
+type prepWalk struct {
+	stack []int
+	at    time.Time
+	more  bool
+}
+
 // prepare compiles the templates of the slots due by now+prepareAhead,
 // up to prepareBatch of them; more says some are left. It walks only
 // the heap's top: a node due later than that has no child due sooner.
 func (l *loop) prepare(now time.Time) (more bool) {
-	if !l.prepMore && now.Sub(l.preparedAt) < prepareEvery && !now.Before(l.preparedAt) {
+	if !l.prep.more && now.Sub(l.prep.at) < prepareEvery && !now.Before(l.prep.at) {
 		return false
 	}
-	l.preparedAt = now
-	l.prepMore = l.prepareUpTo(now.Add(prepareAhead))
-	return l.prepMore
+	l.prep.at = now
+	l.prep.more = l.prepareUpTo(now.Add(prepareAhead))
+	return l.prep.more
 }
 
 func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
@@ -58,7 +66,7 @@ func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
 	if len(l.heap) == 0 || l.heap[0].due > h {
 		return false
 	}
-	stack := append(l.prepStack[:0], 0)
+	stack := append(l.prep.stack[:0], 0)
 	n := 0
 	for len(stack) > 0 {
 		i := stack[len(stack)-1]
@@ -69,7 +77,7 @@ func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
 		}
 		if it.e.task == nil {
 			if n == prepareBatch {
-				l.prepStack = stack[:0]
+				l.prep.stack = stack[:0]
 				return true
 			}
 			l.compiled(it.e)
@@ -79,7 +87,7 @@ func (l *loop) prepareUpTo(horizon time.Time) (more bool) {
 			stack = append(stack, c)
 		}
 	}
-	l.prepStack = stack[:0]
+	l.prep.stack = stack[:0]
 	return false
 }
 

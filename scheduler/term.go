@@ -59,9 +59,9 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	// table itself: the persister's first write stores that.
 	configured := l.set.names()
 	_, gone := table.Prune(func(n string) bool { _, ok := configured[n]; return ok }, now, s.cfg.RemovedGrace)
-	l.states = table.States()
+	l.books.states = table.States()
 	l.nextSweep = nextSweepAt(now)
-	l.unfinished = map[string]bool{}
+	l.books.unfinished = map[string]bool{}
 	if f := s.cfg.Outcomes; f != nil {
 		l.reports = f.Reports()
 		l.adoptUnrecorded(ctx, now)
@@ -72,15 +72,15 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	}
 	for _, e := range l.set.list {
 		e.it = nil // a last term's
-		l.startEntry(e, l.states[e.Name], now, true)
+		l.startEntry(e, l.books.states[e.Name], now, true)
 	}
 	heap.Init(&l.heap)
 	// The first baselines (every entry of a first start) go straight
 	// into the table, not through the persister's change map.
-	for _, st := range l.baseline {
+	for _, st := range l.books.baseline {
 		table.Set(st.Clone()) // the table is the persister's from here
 	}
-	l.baseline = nil
+	l.books.baseline = nil
 	if before := table.Buckets(); table.Fit() {
 		s.log.Info("state table moved to another layout: written whole once",
 			"entries", table.Len(), "buckets_before", before, "buckets", table.Buckets())
@@ -118,10 +118,10 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		// first fire, so a leader that takes over before then still owes
 		// it (and owes nothing from before a change).
 		if st == nil {
-			st = l.state(e.Name)
+			st = l.books.state(e.Name)
 		}
 		st.Since = now
-		l.baseline = append(l.baseline, *st)
+		l.books.baseline = append(l.books.baseline, *st)
 	}
 	e.sched = Anchored(e.Entry, st, now)
 	plan := planCatchup(e.Entry, e.sched, st, now)
@@ -154,12 +154,12 @@ func (l *loop) sweepRemoved(ctx context.Context, now time.Time) error {
 		changed []store.EntryState
 	)
 	configured := l.set.names()
-	for name, st := range l.states {
+	for name, st := range l.books.states {
 		_, has := configured[name]
 		switch c, g := st.Reconcile(has, now, l.s.cfg.RemovedGrace); {
 		case g:
 			gone = append(gone, name)
-			delete(l.states, name)
+			delete(l.books.states, name)
 		case c:
 			changed = append(changed, *st)
 		}
@@ -199,9 +199,9 @@ func (l *loop) forget(ctx context.Context, names []string) error {
 // flushBaseline hands the Since baselines set by startEntry to the
 // persister.
 func (l *loop) flushBaseline() {
-	if len(l.baseline) > 0 {
-		l.persist.saveNow(l.baseline...)
-		l.baseline = nil
+	if len(l.books.baseline) > 0 {
+		l.persist.saveNow(l.books.baseline...)
+		l.books.baseline = nil
 	}
 }
 

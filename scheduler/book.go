@@ -1,0 +1,385 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/outcome"
+	"github.com/beatd/beatd/schedule"
+	"github.com/beatd/beatd/store"
+)
+
+// The loop's books: what it keeps of each entry besides its next slot.
+// The loop moves slots, from the heap to pending to the dispatcher; what
+// happens to a slot (published, failed, held, skipped) and to a run (a
+// worker's report, lost, unreported) is written in the entry's page of
+// the books, an entryBook, which keeps the entry's state (its last slot,
+// its max_runs count, its runs and their outcomes, the slot an overlap
+// holds), counts it, tells the console, and says what the loop must do
+// with its slots next. All of it runs on the loop's goroutine.
+
+// ledger is the loop's books, owned by its goroutine.
+type ledger struct {
+	// states is each entry's state as etcd keeps it, by name, removed
+	// entries' too within their grace. The persister writes copies.
+	states   map[string]*store.EntryState
+	dirty    map[string]bool    // entries changed since the last hand-over
+	changed  []store.EntryState // their new state, handed to the persister
+	baseline []store.EntryState // Since baselines to persist
+	// unfinished holds the entries whose newest run has not ended, which
+	// sweepLost looks at every lostSweep.
+	unfinished    map[string]bool
+	nextLostSweep time.Time
+	// mustFlush: a batch changed a max_runs count, which is written
+	// before the next batch. urgent: a change among dirty must be written
+	// at once (saveNow).
+	mustFlush, urgent bool
+}
+
+// state returns name's state, made empty on first use.
+func (b *ledger) state(name string) *store.EntryState {
+	st := b.states[name]
+	if st == nil {
+		st = &store.EntryState{Name: name}
+		b.states[name] = st
+	}
+	return st
+}
+
+// handOver gives the states changed since the last hand-over to p: at
+// once if one of them must be seen by a next leader without delay.
+func (b *ledger) handOver(p *persister) {
+	if len(b.dirty) == 0 {
+		return
+	}
+	b.changed = b.changed[:0]
+	for name := range b.dirty {
+		if st := b.states[name]; st != nil {
+			b.changed = append(b.changed, *st)
+		}
+	}
+	clear(b.dirty)
+	if b.urgent {
+		b.urgent = false
+		p.saveNow(b.changed...)
+	} else {
+		p.save(b.changed...)
+	}
+}
+
+// entryBook is one entry's page in the loop's books. It is a view, made
+// for each event, not a record kept per entry: a million entries' states
+// are held in 112-byte allocations (store.EntryState), and a record of its
+// own for each would add another.
+type entryBook struct {
+	l    *loop
+	e    *entry // its definition; nil once it left the config
+	name string
+}
+
+// book is e's page.
+func (l *loop) book(e *entry) entryBook { return entryBook{l: l, e: e, name: e.Name} }
+
+// bookOf is the page of the entry named name, configured or not.
+func (l *loop) bookOf(name string) entryBook {
+	return entryBook{l: l, e: l.set.get(name), name: name}
+}
+
+// state is the entry's state, made on first use; stored is the one kept,
+// or nil.
+func (b entryBook) state() *store.EntryState  { return b.l.books.state(b.name) }
+func (b entryBook) stored() *store.EntryState { return b.l.books.states[b.name] }
+func (b entryBook) changed()                  { b.l.books.dirty[b.name] = true }
+
+// Published records a fire the broker took: pushed, or found pushed by an
+// earlier term (r is broker.ResultDuplicate: the slot was published, once,
+// and that is its result). finished says the entry has made its max_runs:
+// the loop takes it off the heap.
+func (b entryBook) Published(p pendingFire, id [36]byte, r broker.Result, at time.Time) (finished bool) {
+	l, m := b.l, b.l.s.cfg.Metrics
+	dedup := r == broker.ResultDuplicate
+	if dedup {
+		// An earlier term died before recording it. The refusal is only
+		// worth a counter.
+		m.Deduplicated.Inc()
+	}
+	b.counted(p, broker.ResultOK, at, nil)
+	if p.bf != nil {
+		// A past slot: the entry's own state (its last slot, its runs and
+		// their outcomes) is not the backfill's.
+		l.backfillPublished(p)
+		if l.fireLog.on && l.fireLog.allow(at, l.s.cfg.FireLogLimit, broker.ResultOK, true) {
+			l.s.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+				"task_id", string(id[:]), "result", broker.ResultOK.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
+		}
+		return false
+	}
+	lag := at.Sub(p.due)
+	if !p.manual {
+		m.FireLag.Observe(lag.Seconds())
+		finished = b.advance(p)
+	}
+	b.recordRun(p, id, at)
+	if l.fireLog.on && l.fireLog.allow(at, l.s.cfg.FireLogLimit, broker.ResultOK, p.manual) {
+		l.s.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+			"task_id", string(id[:]), "lag", lag.String(), "result", broker.ResultOK.String(), "deduplicated", dedup, "manual", p.manual, "source", p.e.Source)
+	}
+	if p.req != nil {
+		l.persist.complete(*p.req, nil)
+	}
+	return finished
+}
+
+// advance moves the last slot to p's scheduled slot, and counts it under
+// max_runs. finished: that was the entry's last run.
+func (b entryBook) advance(p pendingFire) (finished bool) {
+	st := b.state()
+	if p.slot.After(st.LastSlot) {
+		st.LastSlot = p.slot
+		// A duplicate of a slot after the stored one is the previous
+		// leader's unrecorded run: it counts too.
+		if p.e.MaxRuns() > 0 {
+			st.Runs++
+			b.l.books.mustFlush = true
+			finished = st.Runs >= uint64(p.e.MaxRuns())
+		}
+	}
+	st.Imported = false
+	b.changed()
+	return finished
+}
+
+// Failed records a fire the broker did not take (r is broker.ResultError
+// or broker.ResultStale), err the publish's error. A retry that fails
+// again was counted at its first failure: an outage of N slots stays N
+// failed slots, not N × attempts.
+func (b entryBook) Failed(p pendingFire, r broker.Result, err error, at time.Time) {
+	m := b.l.s.cfg.Metrics
+	if r == broker.ResultError && p.failed {
+		m.PublishRetries.Inc()
+		m.published(b.name, "error", p.manual, at, err) // its last error, for /status
+		return
+	}
+	b.counted(p, r, at, err)
+}
+
+// counted counts a fire's result, through the entry's cached counters (a
+// label lookup per fire costs more than the rest), and tells the console.
+func (b entryBook) counted(p pendingFire, r broker.Result, at time.Time, err error) {
+	cfg := &b.l.s.cfg
+	b.l.syncMetrics()
+	e, m := p.e, cfg.Metrics
+	i, label := int(r), r.String()
+	switch {
+	case p.manual && r == broker.ResultOK:
+		i, label = len(e.fires)-2, ResultManual
+	case p.bf != nil && r == broker.ResultOK:
+		i, label = len(e.fires)-1, ResultBackfill
+	}
+	if e.fires == nil {
+		e.fires = new([6]*Counter)
+	}
+	if e.fires[i] == nil {
+		e.fires[i] = m.Fires.WithLabelValues(e.Name, label)
+	}
+	e.fires[i].Inc()
+	m.published(e.Name, label, p.manual, at, err)
+	if cfg.Observer != nil {
+		cfg.Observer(e.Name, p.slot, r, at.Sub(p.due), p.manual || p.bf != nil)
+	}
+}
+
+// countRun counts one of the entry's runs reaching k.
+func (b entryBook) countRun(k outcome.Kind) {
+	b.l.syncMetrics()
+	e := b.e
+	if e == nil {
+		b.l.s.cfg.Metrics.Runs.WithLabelValues(b.name, k.String()).Inc()
+		return
+	}
+	if e.runs == nil {
+		e.runs = new([outcome.NumKinds]*Counter)
+	}
+	if e.runs[k] == nil {
+		e.runs[k] = b.l.s.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())
+	}
+	e.runs[k].Inc()
+}
+
+// recordRun records a published fire as the entry's newest run, watched
+// on the feed. A duplicate of the newest run (a re-publish after
+// failover) is not a new run.
+func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
+	l := b.l
+	if !l.records(p.e, at) {
+		return
+	}
+	st := b.state()
+	if st.Out == nil {
+		st.Out = &store.Outcomes{}
+	}
+	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
+		return
+	}
+	r := store.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, Published: at}
+	if p.manual {
+		r.ID = string(id[:])
+	}
+	b.pushRun(st, r)
+	l.s.cfg.Outcomes.Watch(string(id[:]), b.name)
+	l.books.unfinished[b.name] = true
+	b.countRun(outcome.Published)
+}
+
+// pushRun adds r to st's runs and stops watching the run that fell off.
+func (b entryBook) pushRun(st *store.EntryState, r store.Run) {
+	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
+		b.l.s.cfg.Outcomes.Unwatch(b.l.runID(b.name, d))
+	}
+	b.changed()
+}
+
+// batchTally is what Admits has let into one batch so far: the entries
+// with a fire in it under an overlap policy, and the runs counted toward
+// max_runs.
+type batchTally struct {
+	inBatch map[string]bool
+	counted map[string]uint64
+}
+
+// Admits says whether p goes out in the batch being launched. Past
+// max_runs nothing more is published, however many slots a catch-up
+// queued; while the entry's newest run is unfinished (or an earlier fire
+// of it is in the batch) its overlap policy holds p: skip records the
+// slot as skipped, buffer_one keeps one slot for when the run ends.
+func (b entryBook) Admits(p pendingFire, t *batchTally, now time.Time) bool {
+	if p.bf != nil {
+		return true // a past slot: no run of it is in progress, and it is not counted
+	}
+	if p.e.MaxRuns() > 0 && !p.manual {
+		st := b.state()
+		if t.counted == nil {
+			t.counted = map[string]uint64{}
+		}
+		if p.slot.After(st.LastSlot) {
+			if st.Runs+t.counted[b.name] >= uint64(p.e.MaxRuns()) {
+				b.l.s.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonMaxRuns).Inc()
+				return false
+			}
+			t.counted[b.name]++
+		}
+	}
+	if !b.l.tracking() || !p.e.HoldsOverlap() || p.manual && (p.req == nil || !p.req.RespectOverlap) {
+		return true
+	}
+	st := b.state()
+	busy := t.inBatch[b.name]
+	if !busy && st.Out != nil {
+		busy = b.expire(st, now)
+		if n := st.Out.Newest(); busy && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
+			busy = false // the run itself, caught up again: the broker dedups it
+		}
+	}
+	if !busy {
+		if t.inBatch == nil {
+			t.inBatch = map[string]bool{}
+		}
+		t.inBatch[b.name] = true
+		return true
+	}
+	if st.Out == nil {
+		st.Out = &store.Outcomes{}
+	}
+	if p.e.Overlap == config.OverlapBufferOne && st.Out.Buffered.IsZero() && !p.manual {
+		st.Out.Buffered = p.slot
+		b.changed()
+		return false
+	}
+	b.Skipped(p, st, now)
+	return false
+}
+
+// Skipped records p's slot as skipped for overlap.
+func (b entryBook) Skipped(p pendingFire, st *store.EntryState, now time.Time) {
+	l := b.l
+	b.countRun(outcome.Skipped)
+	l.s.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonOverlap).Inc()
+	if p.manual {
+		if p.req != nil {
+			l.persist.complete(*p.req, nil)
+		}
+		l.s.log.Info("manual trigger skipped: the previous run is unfinished", "entry", b.name)
+		return
+	}
+	if d := st.Out.Skip(p.slot, now); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
+		l.s.cfg.Outcomes.Unwatch(l.runID(b.name, d))
+	}
+	b.changed()
+	// A skipped slot is handled: a later leader must not catch it up.
+	if p.slot.After(st.LastSlot) {
+		st.LastSlot = p.slot
+	}
+	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
+		"overlap", string(p.e.Overlap))
+}
+
+// Paused pauses the entry at an admin's request, completed with the
+// state that records it.
+func (b entryBook) Paused(r store.Request) {
+	st := b.state()
+	st.Paused = true
+	if r.Actor != "" || r.Note != "" {
+		// Status shows who paused it and why, until a resume.
+		if st.Out == nil {
+			st.Out = &store.Outcomes{}
+		}
+		st.Out.PauseReason = manualPauseReason(r)
+	}
+	b.l.persist.complete(r, st)
+	b.l.s.log.Info("paused", "entry", b.name)
+}
+
+// Resumed resumes the entry at an admin's request: the slots of the pause
+// are not owed, even to a later leader.
+func (b entryBook) Resumed(r store.Request, now time.Time) {
+	st := b.state()
+	st.Paused = false
+	if st.Out != nil {
+		// A resume starts the failure count afresh: the next failure must
+		// not pause again at once.
+		st.Out.PauseReason, st.Out.Failures = "", 0
+	}
+	st.Since = now
+	if ev, ok := schedule.Base(b.e.sched).(*schedule.Every); ok {
+		st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
+	}
+	b.l.persist.complete(r, st)
+	b.l.s.log.Info("resumed", "entry", b.name)
+}
+
+// saveBatch hands a batch's changed states to the persister, and waits
+// for the write where the next batch depends on it.
+func (l *loop) saveBatch(ctx context.Context) {
+	if len(l.books.dirty) == 0 {
+		return
+	}
+	cfg := &l.s.cfg
+	l.books.handOver(l.persist)
+	// While etcd refuses writes, waiting for each batch's write would
+	// make every fire late: fire on time, as with Redis, and let the
+	// state catch up (the broker's journal covers the gap).
+	if (!cfg.PersistEachBatch && !l.books.mustFlush) || l.persist.writeError() != nil {
+		return
+	}
+	// A max_runs count is written before the entry fires again, so a new
+	// leader cannot count short and run once too often.
+	l.books.mustFlush = false
+	fctx, cancel := context.WithTimeout(ctx, max(cfg.StateInterval, writeAttemptTimeout))
+	defer cancel()
+	if err := l.persist.flush(fctx, true); err != nil && !errors.Is(err, ErrTermEnded) {
+		l.s.log.Warn("batch state not persisted before the next batch", "err", err)
+	}
+}
