@@ -200,6 +200,13 @@ type BackfillEnder interface {
 	EndBackfill(ctx context.Context, token int64, id string) error
 }
 
+// backfills are the backfills a term runs.
+type backfills struct {
+	running map[string]*backfillRun // by id
+	retry   []store.Request         // requests whose start failed, retried
+	wait    time.Duration           // when they next need the loop (0: they do not)
+}
+
 // backfillRun is a backfill the term is running.
 type backfillRun struct {
 	job    store.Backfill
@@ -236,10 +243,10 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		l.persist.complete(r, nil)
 		return true
 	}
-	if l.backfills == nil {
-		l.backfills = map[string]*backfillRun{}
+	if l.bf.running == nil {
+		l.bf.running = map[string]*backfillRun{}
 	}
-	if l.backfills[r.Backfill] != nil {
+	if l.bf.running[r.Backfill] != nil {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, backfillIO)
@@ -299,7 +306,7 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		l.s.log.Warn("backfill not started: its start could not be written", "backfill", job.ID, "err", err)
 		return false
 	}
-	l.backfills[job.ID] = run
+	l.bf.running[job.ID] = run
 	l.s.log.Info("backfill running", "backfill", job.ID, "entry", job.Entry, "slots", len(plan),
 		"from", from.UTC().Format(time.RFC3339), "to", job.To.UTC().Format(time.RFC3339), "rate", job.Rate, "resumed", !job.Cursor.IsZero())
 	return true
@@ -363,17 +370,17 @@ func (l *loop) ownedFrom(name string) time.Time {
 // with nothing left. It returns how long until the next slot is due (0:
 // none waits).
 func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Duration) {
-	for _, id := range l.bfRetry {
+	for _, id := range l.bf.retry {
 		if l.startBackfill(ctx, id, now) {
-			l.bfRetry = l.bfRetry[1:]
+			l.bf.retry = l.bf.retry[1:]
 		} else {
 			break
 		}
 	}
-	if len(l.bfRetry) > 0 {
+	if len(l.bf.retry) > 0 {
 		wait = time.Second
 	}
-	for id, run := range l.backfills {
+	for id, run := range l.bf.running {
 		for len(run.todo) > 0 && run.inflight < l.s.cfg.BatchSize {
 			s := run.todo[0]
 			if s.Fired && !run.job.IncludeFired {
@@ -400,7 +407,7 @@ func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Dura
 		}
 		if len(run.todo) == 0 && run.inflight == 0 {
 			l.endBackfill(ctx, run, store.BackfillDone, "", now)
-			delete(l.backfills, id)
+			delete(l.bf.running, id)
 			continue
 		}
 		if run.dirty && now.Sub(run.savedAt) >= backfillSave {
@@ -458,7 +465,7 @@ func (l *loop) endBackfill(ctx context.Context, run *backfillRun, state, why str
 // dropped, and it ends as cancelled with what it did.
 func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []store.Request, now time.Time) {
 	defer l.persist.complete(r, nil)
-	run := l.backfills[r.Backfill]
+	run := l.bf.running[r.Backfill]
 	if run == nil {
 		// Not running in this term: end it from its record.
 		bs := l.backfillStore()
@@ -485,7 +492,7 @@ func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []st
 			}
 		}
 		l.pending = kept
-		delete(l.backfills, r.Backfill)
+		delete(l.bf.running, r.Backfill)
 	}
 	why := "cancelled"
 	if r.Actor != "" {
@@ -500,11 +507,11 @@ func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []st
 // reloadBackfills points running backfills at their entry's new
 // definition, and interrupts those whose entry left the config.
 func (l *loop) reloadBackfills(ctx context.Context, now time.Time) {
-	for id, run := range l.backfills {
+	for id, run := range l.bf.running {
 		e := l.set.get(run.job.Entry)
 		if e == nil {
 			l.endBackfill(ctx, run, store.BackfillInterrupted, "the entry left the config", now)
-			delete(l.backfills, id)
+			delete(l.bf.running, id)
 			continue
 		}
 		run.e = e

@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/schedule"
@@ -94,6 +96,40 @@ func (b entryBook) state() *store.EntryState  { return b.l.books.state(b.name) }
 func (b entryBook) stored() *store.EntryState { return b.l.books.states[b.name] }
 func (b entryBook) changed()                  { b.l.books.dirty[b.name] = true }
 
+// tracking says whether the loop records outcomes at all.
+func (l *loop) tracking() bool { return l.s.cfg.Outcomes != nil }
+
+// DefaultOutcomeLive is Config.OutcomeLive's default.
+const DefaultOutcomeLive = 10 * time.Minute
+
+// records says whether a publish of e at now is recorded as a run: always
+// for an entry whose scheduling depends on outcomes (overlap,
+// pause_after_failures), else only while some source reports: with no
+// worker sending events, recording every fire in etcd would cost each
+// fire for nothing.
+func (l *loop) records(e *entry, now time.Time) bool {
+	if !l.tracking() {
+		return false
+	}
+	if e.TracksOutcomes() {
+		return true
+	}
+	live := l.s.cfg.OutcomeLive
+	if live <= 0 {
+		live = DefaultOutcomeLive
+	}
+	return l.s.cfg.Outcomes.LastAnyReport().After(now.Add(-live))
+}
+
+// runID is the task id of one of e's runs.
+func (l *loop) runID(name string, r *store.Run) string {
+	if r.ID != "" {
+		return r.ID
+	}
+	id := celery.SlotIDOf(l.s.cfg.Cluster, name, r.Slot)
+	return string(id[:])
+}
+
 // Published records a fire the broker took: pushed, or found pushed by an
 // earlier term (r is broker.ResultDuplicate: the slot was published, once,
 // and that is its result). finished says the entry has made its max_runs:
@@ -170,8 +206,7 @@ func (b entryBook) Failed(p pendingFire, r broker.Result, err error, at time.Tim
 // label lookup per fire costs more than the rest), and tells the console.
 func (b entryBook) counted(p pendingFire, r broker.Result, at time.Time, err error) {
 	cfg := &b.l.s.cfg
-	b.l.syncMetrics()
-	e, m := p.e, cfg.Metrics
+	e, m := p.e, cfg.Metrics // complete synced the cached counters
 	i, label := int(r), r.String()
 	switch {
 	case p.manual && r == broker.ResultOK:
@@ -324,6 +359,154 @@ func (b entryBook) Skipped(p pendingFire, st *store.EntryState, now time.Time) {
 	}
 	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
 		"overlap", string(p.e.Overlap))
+}
+
+// Reported moves one of the entry's runs to what a worker's report says
+// it reached.
+func (b entryBook) Reported(rep outcome.Report, now time.Time) {
+	st := b.stored()
+	if st == nil || st.Out == nil {
+		return
+	}
+	var run *store.Run
+	for i := range st.Out.Runs {
+		r := &st.Out.Runs[i]
+		if r.Kind != outcome.Skipped && b.l.runID(b.name, r) == rep.TaskID {
+			run = r
+			break
+		}
+	}
+	if run == nil || !rep.Kind.Supersedes(run.Kind) {
+		return
+	}
+	at := rep.At
+	if at.IsZero() {
+		at = now
+	}
+	run.Kind, run.Updated = rep.Kind, at
+	if rep.Worker != "" {
+		run.Worker = rep.Worker
+	}
+	if rep.Kind == outcome.Started {
+		run.Started = at
+	}
+	if rep.Runtime > 0 {
+		run.Runtime = rep.Runtime
+	}
+	if rep.ExcType != "" || rep.ExcMessage != "" {
+		run.ExcType, run.ExcMsg = rep.ExcType, rep.ExcMessage
+	}
+	b.changed()
+	if !rep.Kind.Finished() {
+		b.countRun(rep.Kind)
+	} else {
+		b.l.s.cfg.Outcomes.Unwatch(rep.TaskID)
+		b.ended(st, run)
+	}
+}
+
+// ended applies what a run's end means for its entry: counters, the
+// failure streak and pause_after_failures, and buffer_one's held slot,
+// which goes back to the loop's pending.
+func (b entryBook) ended(st *store.EntryState, run *store.Run) {
+	l, m := b.l, b.l.s.cfg.Metrics
+	b.countRun(run.Kind)
+	if run.Runtime > 0 {
+		m.RunDuration.Observe(run.Runtime.Seconds())
+	}
+	o := st.Out
+	at := run.Updated
+	switch run.Kind {
+	case outcome.Succeeded:
+		o.Failures, o.LastSuccess = 0, at
+	case outcome.Failed, outcome.Lost:
+		o.Failures++
+		o.LastFailure = at
+	}
+	m.outcome(b.name, o, run)
+	if newest := o.Newest(); newest != run {
+		return // an older run ended; the newest still decides
+	}
+	delete(l.books.unfinished, b.name)
+	e := b.e
+	if e == nil {
+		return
+	}
+	b.decided()
+	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
+		st.Paused = true
+		o.PauseReason = pauseReason(o.Failures, run)
+		l.s.log.Warn("paused after consecutive failures", "entry", b.name, "failures", o.Failures, "reason", o.PauseReason)
+		m.AutoPaused.Inc()
+	}
+	if !o.Buffered.IsZero() {
+		slot := o.Buffered
+		o.Buffered = time.Time{}
+		if !st.Paused && e.Enabled {
+			l.queue(pendingFire{e: e, slot: slot, due: slot})
+		}
+	}
+}
+
+func pauseReason(failures int, run *store.Run) string {
+	what := run.Kind.String()
+	switch {
+	case run.ExcType != "" && run.ExcMsg != "":
+		what = run.ExcType + ": " + run.ExcMsg
+	case run.ExcType != "":
+		what = run.ExcType
+	}
+	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, run.Slot.UTC().Format(time.RFC3339), what)
+}
+
+// decided marks the state write urgent when the end of the entry's
+// newest run (finished, lost or unreported) decides what it does next: it
+// frees an overlap or counts toward (or makes) a pause. Neither the
+// workers' event nor beatd's own verdict comes again after a failover, so
+// a next leader reading an older state would hold the entry for an
+// overlap_timeout, or pause it a failure late.
+func (b entryBook) decided() {
+	if b.e != nil && b.e.TracksOutcomes() {
+		b.l.books.urgent = true
+	}
+}
+
+// expire marks st's newest run lost (or unreported, when nothing has
+// reported anything since it went out) once it is past its entry's
+// overlap deadline, and says whether the entry still has a run out.
+func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool) {
+	l := b.l
+	r := st.Out.Newest()
+	if r == nil || r.Kind.Finished() {
+		delete(l.books.unfinished, b.name)
+		return false
+	}
+	deadline := config.DefaultOverlapTimeout
+	if b.e != nil {
+		deadline = b.e.OverlapDeadline()
+	}
+	if now.Sub(r.Published) < deadline {
+		return true
+	}
+	f := l.s.cfg.Outcomes
+	if !f.LastAnyReport().After(r.Published) {
+		// Nothing reported anything since the run went out: beatd is
+		// blind, not the worker dead. Stop blocking; count no failure.
+		f.Unwatch(l.runID(b.name, r))
+		r.Kind, r.Updated = outcome.Unreported, now
+		b.changed()
+		b.decided()
+		delete(l.books.unfinished, b.name)
+		b.countRun(outcome.Unreported)
+		return false
+	}
+	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", b.name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
+		"task_id", l.runID(b.name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
+	f.Unwatch(l.runID(b.name, r))
+	r.Kind, r.Updated = outcome.Lost, now
+	b.changed()
+	b.ended(st, r)
+	return false
 }
 
 // Paused pauses the entry at an admin's request, completed with the

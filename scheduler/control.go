@@ -178,7 +178,7 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) {
 		case store.OpBackfill:
 			l.persist.markSeen(r.ID)
 			if !l.startBackfill(ctx, r, now) {
-				l.bfRetry = append(l.bfRetry, r)
+				l.bf.retry = append(l.bf.retry, r)
 			}
 			continue
 		case store.OpCancelBackfill:

@@ -56,19 +56,11 @@ type loop struct {
 	fireLog  fireLog
 	failLog  repeatLog // complete's "publish failed"
 	due      duePass
-	// behind and runaway are the entries flagged (entryhealth.go), by
-	// name: the flags outlive a reload that keeps the entry.
-	behind  map[string]bool
-	runaway map[string]bool
+	flags    entryFlags // behind or runaway (entryhealth.go)
 	// nextSweep is when the loop next looks for removed entries past
 	// their grace (sweepRemoved).
 	nextSweep time.Time
-	// backfills are the backfills this term runs, by id; bfRetry the
-	// backfill requests whose start failed and is retried; feedWait is
-	// when the backfills next need the loop (0: they do not).
-	backfills map[string]*backfillRun
-	bfRetry   []store.Request
-	feedWait  time.Duration
+	bf        backfills
 	prep      prepWalk
 }
 
@@ -191,10 +183,10 @@ func (l *loop) tend(ctx context.Context) error {
 			return err
 		}
 	}
-	if len(l.backfills) > 0 || len(l.bfRetry) > 0 {
-		l.feedWait = l.feedBackfills(ctx, s.cfg.Clock.Now())
+	if len(l.bf.running) > 0 || len(l.bf.retry) > 0 {
+		l.bf.wait = l.feedBackfills(ctx, s.cfg.Clock.Now())
 	} else {
-		l.feedWait = 0
+		l.bf.wait = 0
 	}
 	return nil
 }
@@ -256,9 +248,9 @@ func (l *loop) idleWait() time.Duration {
 	if len(l.books.unfinished) > 0 {
 		wait = min(wait, max(l.books.nextLostSweep.Sub(s.cfg.Clock.Now()), 0))
 	}
-	if l.feedWait > 0 {
-		wait = min(wait, l.feedWait)
-	} else if len(l.backfills) > 0 {
+	if l.bf.wait > 0 {
+		wait = min(wait, l.bf.wait)
+	} else if len(l.bf.running) > 0 {
 		wait = min(wait, backfillSave) // progress to write, or the end to record
 	}
 	return wait
