@@ -89,17 +89,7 @@ func (l *loop) applyReload(now time.Time) {
 	if len(marked) > 0 {
 		l.persist.save(marked...)
 	}
-	// Pending fires of removed entries are dropped, and counted.
-	kept := l.pending[:0]
-	for _, p := range l.pending {
-		if e := set.get(p.e.Name); e != nil {
-			p.e = e
-			kept = append(kept, p)
-		} else {
-			l.s.cfg.Metrics.Missed.WithLabelValues(p.e.Name, ReasonRemoved).Inc()
-		}
-	}
-	l.pending = kept
+	l.repointPending(set, nil)
 	l.purgeFlags()
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.list))
@@ -148,9 +138,19 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 	if len(marked) > 0 {
 		l.persist.save(marked...)
 	}
+	l.repointPending(set, names)
+	l.purgeFlags()
+	l.flushBaseline()
+	l.s.log.Info("config applied", "entries", len(set.list), "changed", len(names))
+}
+
+// repointPending points the pending fires of the entries named (nil:
+// all) at set's definitions. Those of entries no longer in set are
+// dropped, and counted.
+func (l *loop) repointPending(set *entrySet, names map[string]struct{}) {
 	kept := l.pending[:0]
 	for _, p := range l.pending {
-		if _, named := names[p.e.Name]; !named {
+		if _, named := names[p.e.Name]; names != nil && !named {
 			kept = append(kept, p)
 		} else if e := set.get(p.e.Name); e != nil {
 			p.e = e
@@ -160,9 +160,6 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 		}
 	}
 	l.pending = kept
-	l.purgeFlags()
-	l.flushBaseline()
-	l.s.log.Info("config applied", "entries", len(set.list), "changed", len(names))
 }
 
 // handleRequests applies admin requests. A trigger becomes a pending manual
