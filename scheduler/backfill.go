@@ -417,13 +417,12 @@ func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Dura
 	return wait
 }
 
-// backfillPublished counts a backfill's fire the broker took (or had
+// published counts a fire of the backfill the broker took (or had
 // taken: a duplicate is one a previous term of the job published).
-func (l *loop) backfillPublished(p pendingFire) {
-	run := p.bf
+func (run *backfillRun) published(slot time.Time) {
 	run.inflight--
 	run.job.Published++
-	run.job.Cursor, run.dirty = p.slot, true
+	run.job.Cursor, run.dirty = slot, true
 }
 
 func (l *loop) saveBackfill(ctx context.Context, run *backfillRun, now time.Time, also ...string) bool {

@@ -1,9 +1,8 @@
 package scheduler
 
 import (
-	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/beatd/beatd/broker"
@@ -23,8 +22,18 @@ import (
 // holds), counts it, tells the console, and says what the loop must do
 // with its slots next. All of it runs on the loop's goroutine.
 
-// ledger is the loop's books, owned by its goroutine.
+// ledger is the loop's books, owned by its goroutine, with what writing
+// in them needs: the config (metrics, the outcome feed, the console's
+// observer), the log, and the persister that completes admin requests.
+// It holds no slot of the heap's or pending's: a slot it frees (the one
+// buffer_one held) waits in held for the loop to queue it.
 type ledger struct {
+	cfg     *Config
+	log     *slog.Logger
+	token   int64 // the term's, for the fire log
+	persist *persister
+	fireLog fireLog
+	held    []pendingFire
 	// states is each entry's state as etcd keeps it, by name, removed
 	// entries' too within their grace. The persister writes copies.
 	states   map[string]*store.EntryState
@@ -41,34 +50,41 @@ type ledger struct {
 	mustFlush, urgent bool
 }
 
+// requeue hands p, a slot the books held, back to the loop.
+func (bk *ledger) requeue(p pendingFire) {
+	bk.held = append(bk.held, p)
+	bk.cfg.Metrics.queued(p.e.Name, p.due)
+}
+
 // state returns name's state, made empty on first use.
-func (b *ledger) state(name string) *store.EntryState {
-	st := b.states[name]
+func (bk *ledger) state(name string) *store.EntryState {
+	st := bk.states[name]
 	if st == nil {
 		st = &store.EntryState{Name: name}
-		b.states[name] = st
+		bk.states[name] = st
 	}
 	return st
 }
 
-// handOver gives the states changed since the last hand-over to p: at
-// once if one of them must be seen by a next leader without delay.
-func (b *ledger) handOver(p *persister) {
-	if len(b.dirty) == 0 {
+// handOver gives the states changed since the last hand-over to the
+// persister: at once if one of them must be seen by a next leader without
+// delay.
+func (bk *ledger) handOver() {
+	if len(bk.dirty) == 0 {
 		return
 	}
-	b.changed = b.changed[:0]
-	for name := range b.dirty {
-		if st := b.states[name]; st != nil {
-			b.changed = append(b.changed, *st)
+	bk.changed = bk.changed[:0]
+	for name := range bk.dirty {
+		if st := bk.states[name]; st != nil {
+			bk.changed = append(bk.changed, *st)
 		}
 	}
-	clear(b.dirty)
-	if b.urgent {
-		b.urgent = false
-		p.saveNow(b.changed...)
+	clear(bk.dirty)
+	if bk.urgent {
+		bk.urgent = false
+		bk.persist.saveNow(bk.changed...)
 	} else {
-		p.save(b.changed...)
+		bk.persist.save(bk.changed...)
 	}
 }
 
@@ -77,27 +93,27 @@ func (b *ledger) handOver(p *persister) {
 // are held in 112-byte allocations (store.EntryState), and a record of its
 // own for each would add another.
 type entryBook struct {
-	l    *loop
+	bk   *ledger
 	e    *entry // its definition; nil once it left the config
 	name string
 }
 
 // book is e's page.
-func (l *loop) book(e *entry) entryBook { return entryBook{l: l, e: e, name: e.Name} }
+func (l *loop) book(e *entry) entryBook { return entryBook{bk: &l.books, e: e, name: e.Name} }
 
 // bookOf is the page of the entry named name, configured or not.
 func (l *loop) bookOf(name string) entryBook {
-	return entryBook{l: l, e: l.set.get(name), name: name}
+	return entryBook{bk: &l.books, e: l.set.get(name), name: name}
 }
 
 // state is the entry's state, made on first use; stored is the one kept,
 // or nil.
-func (b entryBook) state() *store.EntryState  { return b.l.books.state(b.name) }
-func (b entryBook) stored() *store.EntryState { return b.l.books.states[b.name] }
-func (b entryBook) changed()                  { b.l.books.dirty[b.name] = true }
+func (b entryBook) state() *store.EntryState  { return b.bk.state(b.name) }
+func (b entryBook) stored() *store.EntryState { return b.bk.states[b.name] }
+func (b entryBook) changed()                  { b.bk.dirty[b.name] = true }
 
 // tracking says whether the loop records outcomes at all.
-func (l *loop) tracking() bool { return l.s.cfg.Outcomes != nil }
+func (bk *ledger) tracking() bool { return bk.cfg.Outcomes != nil }
 
 // DefaultOutcomeLive is Config.OutcomeLive's default.
 const DefaultOutcomeLive = 10 * time.Minute
@@ -107,26 +123,26 @@ const DefaultOutcomeLive = 10 * time.Minute
 // pause_after_failures), else only while some source reports: with no
 // worker sending events, recording every fire in etcd would cost each
 // fire for nothing.
-func (l *loop) records(e *entry, now time.Time) bool {
-	if !l.tracking() {
+func (bk *ledger) records(e *entry, now time.Time) bool {
+	if !bk.tracking() {
 		return false
 	}
 	if e.TracksOutcomes() {
 		return true
 	}
-	live := l.s.cfg.OutcomeLive
+	live := bk.cfg.OutcomeLive
 	if live <= 0 {
 		live = DefaultOutcomeLive
 	}
-	return l.s.cfg.Outcomes.LastAnyReport().After(now.Add(-live))
+	return bk.cfg.Outcomes.LastAnyReport().After(now.Add(-live))
 }
 
 // runID is the task id of one of e's runs.
-func (l *loop) runID(name string, r *store.Run) string {
+func (bk *ledger) runID(name string, r *store.Run) string {
 	if r.ID != "" {
 		return r.ID
 	}
-	id := celery.SlotIDOf(l.s.cfg.Cluster, name, r.Slot)
+	id := celery.SlotIDOf(bk.cfg.Cluster, name, r.Slot)
 	return string(id[:])
 }
 
@@ -135,7 +151,7 @@ func (l *loop) runID(name string, r *store.Run) string {
 // and that is its result). finished says the entry has made its max_runs:
 // the loop takes it off the heap.
 func (b entryBook) Published(p pendingFire, id [36]byte, r broker.Result, at time.Time) (finished bool) {
-	l, m := b.l, b.l.s.cfg.Metrics
+	bk, m := b.bk, b.bk.cfg.Metrics
 	dedup := r == broker.ResultDuplicate
 	if dedup {
 		// An earlier term died before recording it. The refusal is only
@@ -146,9 +162,9 @@ func (b entryBook) Published(p pendingFire, id [36]byte, r broker.Result, at tim
 	if p.bf != nil {
 		// A past slot: the entry's own state (its last slot, its runs and
 		// their outcomes) is not the backfill's.
-		l.backfillPublished(p)
-		if l.fireLog.on && l.fireLog.allow(at, l.s.cfg.FireLogLimit, broker.ResultOK, true) {
-			l.s.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+		p.bf.published(p.slot)
+		if bk.fireLog.on && bk.fireLog.allow(at, bk.cfg.FireLogLimit, broker.ResultOK, true) {
+			bk.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", bk.token,
 				"task_id", string(id[:]), "result", broker.ResultOK.String(), "backfill", p.bf.job.ID, "source", p.e.Source)
 		}
 		return false
@@ -159,12 +175,12 @@ func (b entryBook) Published(p pendingFire, id [36]byte, r broker.Result, at tim
 		finished = b.advance(p)
 	}
 	b.recordRun(p, id, at)
-	if l.fireLog.on && l.fireLog.allow(at, l.s.cfg.FireLogLimit, broker.ResultOK, p.manual) {
-		l.s.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", l.term.Token,
+	if bk.fireLog.on && bk.fireLog.allow(at, bk.cfg.FireLogLimit, broker.ResultOK, p.manual) {
+		bk.log.Info("fired", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano), "token", bk.token,
 			"task_id", string(id[:]), "lag", lag.String(), "result", broker.ResultOK.String(), "deduplicated", dedup, "manual", p.manual, "source", p.e.Source)
 	}
 	if p.req != nil {
-		l.persist.complete(*p.req, nil)
+		bk.persist.complete(*p.req, nil)
 	}
 	return finished
 }
@@ -179,7 +195,7 @@ func (b entryBook) advance(p pendingFire) (finished bool) {
 		// leader's unrecorded run: it counts too.
 		if p.e.MaxRuns() > 0 {
 			st.Runs++
-			b.l.books.mustFlush = true
+			b.bk.mustFlush = true
 			finished = st.Runs >= uint64(p.e.MaxRuns())
 		}
 	}
@@ -193,7 +209,7 @@ func (b entryBook) advance(p pendingFire) (finished bool) {
 // again was counted at its first failure: an outage of N slots stays N
 // failed slots, not N × attempts.
 func (b entryBook) Failed(p pendingFire, r broker.Result, err error, at time.Time) {
-	m := b.l.s.cfg.Metrics
+	m := b.bk.cfg.Metrics
 	if r == broker.ResultError && p.failed {
 		m.PublishRetries.Inc()
 		m.published(b.name, "error", p.manual, at, err) // its last error, for /status
@@ -205,7 +221,7 @@ func (b entryBook) Failed(p pendingFire, r broker.Result, err error, at time.Tim
 // counted counts a fire's result, through the entry's cached counters (a
 // label lookup per fire costs more than the rest), and tells the console.
 func (b entryBook) counted(p pendingFire, r broker.Result, at time.Time, err error) {
-	cfg := &b.l.s.cfg
+	cfg := b.bk.cfg
 	e, m := p.e, cfg.Metrics // complete synced the cached counters
 	i, label := int(r), r.String()
 	switch {
@@ -229,17 +245,16 @@ func (b entryBook) counted(p pendingFire, r broker.Result, at time.Time, err err
 
 // countRun counts one of the entry's runs reaching k.
 func (b entryBook) countRun(k outcome.Kind) {
-	b.l.syncMetrics()
 	e := b.e
 	if e == nil {
-		b.l.s.cfg.Metrics.Runs.WithLabelValues(b.name, k.String()).Inc()
+		b.bk.cfg.Metrics.Runs.WithLabelValues(b.name, k.String()).Inc()
 		return
 	}
 	if e.runs == nil {
 		e.runs = new([outcome.NumKinds]*Counter)
 	}
 	if e.runs[k] == nil {
-		e.runs[k] = b.l.s.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())
+		e.runs[k] = b.bk.cfg.Metrics.Runs.WithLabelValues(e.Name, k.String())
 	}
 	e.runs[k].Inc()
 }
@@ -248,8 +263,8 @@ func (b entryBook) countRun(k outcome.Kind) {
 // on the feed. A duplicate of the newest run (a re-publish after
 // failover) is not a new run.
 func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
-	l := b.l
-	if !l.records(p.e, at) {
+	bk := b.bk
+	if !bk.records(p.e, at) {
 		return
 	}
 	st := b.state()
@@ -264,15 +279,15 @@ func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
 		r.ID = string(id[:])
 	}
 	b.pushRun(st, r)
-	l.s.cfg.Outcomes.Watch(string(id[:]), b.name)
-	l.books.unfinished[b.name] = true
+	bk.cfg.Outcomes.Watch(string(id[:]), b.name)
+	bk.unfinished[b.name] = true
 	b.countRun(outcome.Published)
 }
 
 // pushRun adds r to st's runs and stops watching the run that fell off.
 func (b entryBook) pushRun(st *store.EntryState, r store.Run) {
 	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		b.l.s.cfg.Outcomes.Unwatch(b.l.runID(b.name, d))
+		b.bk.cfg.Outcomes.Unwatch(b.bk.runID(b.name, d))
 	}
 	b.changed()
 }
@@ -301,13 +316,13 @@ func (b entryBook) Admits(p pendingFire, t *batchTally, now time.Time) bool {
 		}
 		if p.slot.After(st.LastSlot) {
 			if st.Runs+t.counted[b.name] >= uint64(p.e.MaxRuns()) {
-				b.l.s.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonMaxRuns).Inc()
+				b.bk.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonMaxRuns).Inc()
 				return false
 			}
 			t.counted[b.name]++
 		}
 	}
-	if !b.l.tracking() || !p.e.HoldsOverlap() || p.manual && (p.req == nil || !p.req.RespectOverlap) {
+	if !b.bk.tracking() || !p.e.HoldsOverlap() || p.manual && (p.req == nil || !p.req.RespectOverlap) {
 		return true
 	}
 	st := b.state()
@@ -339,25 +354,25 @@ func (b entryBook) Admits(p pendingFire, t *batchTally, now time.Time) bool {
 
 // Skipped records p's slot as skipped for overlap.
 func (b entryBook) Skipped(p pendingFire, st *store.EntryState, now time.Time) {
-	l := b.l
+	bk := b.bk
 	b.countRun(outcome.Skipped)
-	l.s.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonOverlap).Inc()
+	bk.cfg.Metrics.Missed.WithLabelValues(b.name, ReasonOverlap).Inc()
 	if p.manual {
 		if p.req != nil {
-			l.persist.complete(*p.req, nil)
+			bk.persist.complete(*p.req, nil)
 		}
-		l.s.log.Info("manual trigger skipped: the previous run is unfinished", "entry", b.name)
+		bk.log.Info("manual trigger skipped: the previous run is unfinished", "entry", b.name)
 		return
 	}
 	if d := st.Out.Skip(p.slot, now); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		l.s.cfg.Outcomes.Unwatch(l.runID(b.name, d))
+		bk.cfg.Outcomes.Unwatch(bk.runID(b.name, d))
 	}
 	b.changed()
 	// A skipped slot is handled: a later leader must not catch it up.
 	if p.slot.After(st.LastSlot) {
 		st.LastSlot = p.slot
 	}
-	l.s.log.Info("slot skipped: the previous run is unfinished", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
+	bk.log.Info("slot skipped: the previous run is unfinished", "entry", b.name, "slot", p.slot.UTC().Format(time.RFC3339Nano),
 		"overlap", string(p.e.Overlap))
 }
 
@@ -371,7 +386,7 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 	var run *store.Run
 	for i := range st.Out.Runs {
 		r := &st.Out.Runs[i]
-		if r.Kind != outcome.Skipped && b.l.runID(b.name, r) == rep.TaskID {
+		if r.Kind != outcome.Skipped && b.bk.runID(b.name, r) == rep.TaskID {
 			run = r
 			break
 		}
@@ -400,7 +415,7 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 	if !rep.Kind.Finished() {
 		b.countRun(rep.Kind)
 	} else {
-		b.l.s.cfg.Outcomes.Unwatch(rep.TaskID)
+		b.bk.cfg.Outcomes.Unwatch(rep.TaskID)
 		b.ended(st, run)
 	}
 }
@@ -409,7 +424,7 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 // failure streak and pause_after_failures, and buffer_one's held slot,
 // which goes back to the loop's pending.
 func (b entryBook) ended(st *store.EntryState, run *store.Run) {
-	l, m := b.l, b.l.s.cfg.Metrics
+	bk, m := b.bk, b.bk.cfg.Metrics
 	b.countRun(run.Kind)
 	if run.Runtime > 0 {
 		m.RunDuration.Observe(run.Runtime.Seconds())
@@ -427,7 +442,7 @@ func (b entryBook) ended(st *store.EntryState, run *store.Run) {
 	if newest := o.Newest(); newest != run {
 		return // an older run ended; the newest still decides
 	}
-	delete(l.books.unfinished, b.name)
+	delete(bk.unfinished, b.name)
 	e := b.e
 	if e == nil {
 		return
@@ -436,14 +451,14 @@ func (b entryBook) ended(st *store.EntryState, run *store.Run) {
 	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
 		o.PauseReason = pauseReason(o.Failures, run)
-		l.s.log.Warn("paused after consecutive failures", "entry", b.name, "failures", o.Failures, "reason", o.PauseReason)
+		bk.log.Warn("paused after consecutive failures", "entry", b.name, "failures", o.Failures, "reason", o.PauseReason)
 		m.AutoPaused.Inc()
 	}
 	if !o.Buffered.IsZero() {
 		slot := o.Buffered
 		o.Buffered = time.Time{}
 		if !st.Paused && e.Enabled {
-			l.queue(pendingFire{e: e, slot: slot, due: slot})
+			bk.requeue(pendingFire{e: e, slot: slot, due: slot})
 		}
 	}
 }
@@ -467,7 +482,7 @@ func pauseReason(failures int, run *store.Run) string {
 // overlap_timeout, or pause it a failure late.
 func (b entryBook) decided() {
 	if b.e != nil && b.e.TracksOutcomes() {
-		b.l.books.urgent = true
+		b.bk.urgent = true
 	}
 }
 
@@ -475,10 +490,10 @@ func (b entryBook) decided() {
 // reported anything since it went out) once it is past its entry's
 // overlap deadline, and says whether the entry still has a run out.
 func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool) {
-	l := b.l
+	bk := b.bk
 	r := st.Out.Newest()
 	if r == nil || r.Kind.Finished() {
-		delete(l.books.unfinished, b.name)
+		delete(bk.unfinished, b.name)
 		return false
 	}
 	deadline := config.DefaultOverlapTimeout
@@ -488,21 +503,21 @@ func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool)
 	if now.Sub(r.Published) < deadline {
 		return true
 	}
-	f := l.s.cfg.Outcomes
+	f := bk.cfg.Outcomes
 	if !f.LastAnyReport().After(r.Published) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
-		f.Unwatch(l.runID(b.name, r))
+		f.Unwatch(bk.runID(b.name, r))
 		r.Kind, r.Updated = outcome.Unreported, now
 		b.changed()
 		b.decided()
-		delete(l.books.unfinished, b.name)
+		delete(bk.unfinished, b.name)
 		b.countRun(outcome.Unreported)
 		return false
 	}
-	l.s.log.Warn("run lost: no outcome within overlap_timeout", "entry", b.name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
-		"task_id", l.runID(b.name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
-	f.Unwatch(l.runID(b.name, r))
+	bk.log.Warn("run lost: no outcome within overlap_timeout", "entry", b.name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
+		"task_id", bk.runID(b.name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
+	f.Unwatch(bk.runID(b.name, r))
 	r.Kind, r.Updated = outcome.Lost, now
 	b.changed()
 	b.ended(st, r)
@@ -521,8 +536,8 @@ func (b entryBook) Paused(r store.Request) {
 		}
 		st.Out.PauseReason = manualPauseReason(r)
 	}
-	b.l.persist.complete(r, st)
-	b.l.s.log.Info("paused", "entry", b.name)
+	b.bk.persist.complete(r, st)
+	b.bk.log.Info("paused", "entry", b.name)
 }
 
 // Resumed resumes the entry at an admin's request: the slots of the pause
@@ -539,30 +554,6 @@ func (b entryBook) Resumed(r store.Request, now time.Time) {
 	if ev, ok := schedule.Base(b.e.sched).(*schedule.Every); ok {
 		st.Since = ev.Prev(st.Since) // owes the same slots, keeps the grid Since anchors
 	}
-	b.l.persist.complete(r, st)
-	b.l.s.log.Info("resumed", "entry", b.name)
-}
-
-// saveBatch hands a batch's changed states to the persister, and waits
-// for the write where the next batch depends on it.
-func (l *loop) saveBatch(ctx context.Context) {
-	if len(l.books.dirty) == 0 {
-		return
-	}
-	cfg := &l.s.cfg
-	l.books.handOver(l.persist)
-	// While etcd refuses writes, waiting for each batch's write would
-	// make every fire late: fire on time, as with Redis, and let the
-	// state catch up (the broker's journal covers the gap).
-	if (!cfg.PersistEachBatch && !l.books.mustFlush) || l.persist.writeError() != nil {
-		return
-	}
-	// A max_runs count is written before the entry fires again, so a new
-	// leader cannot count short and run once too often.
-	l.books.mustFlush = false
-	fctx, cancel := context.WithTimeout(ctx, max(cfg.StateInterval, writeAttemptTimeout))
-	defer cancel()
-	if err := l.persist.flush(fctx, true); err != nil && !errors.Is(err, ErrTermEnded) {
-		l.s.log.Warn("batch state not persisted before the next batch", "err", err)
-	}
+	b.bk.persist.complete(r, st)
+	b.bk.log.Info("resumed", "entry", b.name)
 }

@@ -225,7 +225,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 	s := l.s
 	err, at := pub.err, pub.at
 	l.syncMetrics()
-	l.fireLog.on = s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
+	l.books.fireLog.on = s.cfg.FireLogLimit > 0 && s.log.Enabled(ctx, slog.LevelInfo)
 	var failed []pendingFire
 	for i, p := range pub.batch {
 		switch r := pub.results[i]; r {
@@ -243,8 +243,8 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 			failed = append(failed, p)
 		}
 	}
-	if l.fireLog.on {
-		l.fireLog.summarise(s.log, at, l.term.Token)
+	if l.books.fireLog.on {
+		l.books.fireLog.summarise(s.log, at, l.term.Token)
 	}
 	// One state per entry per batch, however often it fired in it.
 	if save {
@@ -294,6 +294,7 @@ func (l *loop) published(err error, at time.Time) error {
 // admitted is what of batch goes out: the fires each entry's book
 // admits, in order.
 func (l *loop) admitted(batch []pendingFire, now time.Time) []pendingFire {
+	l.syncMetrics()
 	kept := batch[:0]
 	var t batchTally
 	for _, p := range batch {
@@ -301,6 +302,7 @@ func (l *loop) admitted(batch []pendingFire, now time.Time) []pendingFire {
 			kept = append(kept, p)
 		}
 	}
+	l.queueHeld()
 	return kept
 }
 
@@ -312,4 +314,28 @@ func (l *loop) finishEntry(e *entry) {
 	}
 	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
 	l.s.log.Info("entry finished: it made its max_runs", "entry", e.Name, "max_runs", e.MaxRuns())
+}
+
+// saveBatch hands a batch's changed states to the persister, and waits
+// for the write where the next batch depends on it.
+func (l *loop) saveBatch(ctx context.Context) {
+	if len(l.books.dirty) == 0 {
+		return
+	}
+	cfg := &l.s.cfg
+	l.books.handOver()
+	// While etcd refuses writes, waiting for each batch's write would
+	// make every fire late: fire on time, as with Redis, and let the
+	// state catch up (the broker's journal covers the gap).
+	if (!cfg.PersistEachBatch && !l.books.mustFlush) || l.persist.writeError() != nil {
+		return
+	}
+	// A max_runs count is written before the entry fires again, so a new
+	// leader cannot count short and run once too often.
+	l.books.mustFlush = false
+	fctx, cancel := context.WithTimeout(ctx, max(cfg.StateInterval, writeAttemptTimeout))
+	defer cancel()
+	if err := l.persist.flush(fctx, true); err != nil && !errors.Is(err, ErrTermEnded) {
+		l.s.log.Warn("batch state not persisted before the next batch", "err", err)
+	}
 }

@@ -53,8 +53,7 @@ type loop struct {
 	backoff  *backoff.ExponentialBackOff // publish retries while the broker fails
 	requests <-chan struct{}
 	reports  <-chan outcome.Report // the outcome feed's (nil: outcomes not tracked)
-	fireLog  fireLog
-	failLog  repeatLog // complete's "publish failed"
+	failLog  repeatLog             // complete's "publish failed"
 	due      duePass
 	flags    entryFlags // behind or runaway (entryhealth.go)
 	// nextSweep is when the loop next looks for removed entries past
@@ -77,7 +76,7 @@ type duePass struct {
 // the publish in flight and persisting it), or with ErrTermEnded when the
 // fence or etcd says another replica leads.
 func (s *Scheduler) Run(ctx context.Context, term Term) error {
-	l := &loop{s: s, term: term, guard: term.Fence, books: ledger{dirty: map[string]bool{}}}
+	l := &loop{s: s, term: term, guard: term.Fence, books: ledger{cfg: &s.cfg, log: s.log, token: term.Token, dirty: map[string]bool{}}}
 	termEnded := s.cfg.Metrics.termStarted(ctx, s.entries.Load(), term, s.cfg.Clock.Now())
 	defer termEnded()
 	table, err := l.begin(ctx)
@@ -370,6 +369,16 @@ func (l *loop) collectDue(now time.Time) {
 func (l *loop) queue(p pendingFire) {
 	l.pending = append(l.pending, p)
 	l.s.cfg.Metrics.queued(p.e.Name, p.due)
+}
+
+// queueHeld queues the slots the books freed (buffer_one's, once the run
+// that held it ended).
+func (l *loop) queueHeld() {
+	if len(l.books.held) > 0 {
+		l.pending = append(l.pending, l.books.held...)
+		clear(l.books.held)
+		l.books.held = l.books.held[:0]
+	}
 }
 
 // entryShare is the most slots one entry adds to a collectDue pass. A

@@ -41,7 +41,7 @@ func (l *loop) loadOutcomes() {
 		for i := range st.Out.Runs {
 			r := &st.Out.Runs[i]
 			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
-				f.Watch(l.runID(name, r), name)
+				f.Watch(l.books.runID(name, r), name)
 				l.books.unfinished[name] = true
 			}
 		}
@@ -64,7 +64,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 	}
 	var names []string
 	for _, e := range l.set.list {
-		if e.HoldsOverlap() || e.MaxRuns() > 0 || l.records(e, now) {
+		if e.HoldsOverlap() || e.MaxRuns() > 0 || l.books.records(e, now) {
 			names = append(names, e.Name)
 		}
 	}
@@ -87,7 +87,7 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 			}
 			changed = true
 		}
-		if (e.HoldsOverlap() || l.records(e, now)) && adoptRun(e, st, r, now) {
+		if (e.HoldsOverlap() || l.books.records(e, now)) && adoptRun(e, st, r, now) {
 			changed = true
 			l.s.log.Info("adopted a run the previous leader published after its last state write", "entry", name,
 				"slot", r.Slot.UTC().Format(time.RFC3339Nano), "task_id", r.TaskID)
@@ -123,6 +123,7 @@ func adoptRun(e *entry, st *store.EntryState, r broker.Run, now time.Time) bool 
 // applyReports applies r and then whatever else the feed holds, up to
 // maxReportsPerTurn, and hands the changed states to the persister.
 func (l *loop) applyReports(r outcome.Report, now time.Time) {
+	l.syncMetrics()
 	l.bookOf(r.Entry).Reported(r, now)
 	for range maxReportsPerTurn - 1 {
 		select {
@@ -133,7 +134,8 @@ func (l *loop) applyReports(r outcome.Report, now time.Time) {
 		}
 		break
 	}
-	l.books.handOver(l.persist)
+	l.books.handOver()
+	l.queueHeld()
 }
 
 // drainReports applies what the feed holds without waiting.
@@ -145,10 +147,12 @@ func (l *loop) drainReports(now time.Time) {
 	// leaderless gap or a handover, or before this term re-published
 	// its predecessor's last slots.
 	if early := l.s.cfg.Outcomes.Early(nil); len(early) > 0 {
+		l.syncMetrics()
 		for _, r := range early {
 			l.bookOf(r.Entry).Reported(r, now)
 		}
-		l.books.handOver(l.persist)
+		l.books.handOver()
+		l.queueHeld()
 	}
 	select {
 	case r := <-l.reports:
@@ -164,6 +168,7 @@ func (l *loop) sweepLost(now time.Time) {
 		return
 	}
 	l.books.nextLostSweep = now.Add(lostSweep)
+	l.syncMetrics()
 	for name := range l.books.unfinished {
 		st := l.books.states[name]
 		if st == nil || st.Out == nil {
@@ -172,5 +177,6 @@ func (l *loop) sweepLost(now time.Time) {
 		}
 		l.bookOf(name).expire(st, now)
 	}
-	l.books.handOver(l.persist)
+	l.books.handOver()
+	l.queueHeld()
 }

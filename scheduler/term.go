@@ -94,6 +94,7 @@ func (l *loop) startPersister(ctx context.Context, table *store.Table) (stop fun
 	s := l.s
 	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.persist = newPersister(s.cfg.Store, l.guard, table, s.cfg)
+	l.books.persist = l.persist
 	s.persist.Store(l.persist)
 	var pwg sync.WaitGroup
 	pwg.Add(1)
@@ -213,7 +214,7 @@ const finishBudget = 500 * time.Millisecond
 // finish persists everything published before the loop stops, within
 // finishBudget.
 func (l *loop) finish() error {
-	l.fireLog.summarise(l.s.log, l.s.cfg.Clock.Now().Add(time.Second), l.term.Token)
+	l.books.fireLog.summarise(l.s.log, l.s.cfg.Clock.Now().Add(time.Second), l.term.Token)
 	ctx, cancel := context.WithTimeout(context.Background(), finishBudget)
 	defer cancel()
 	if err := l.persist.flush(ctx, false); err != nil {
