@@ -89,7 +89,7 @@ func (l *loop) applyReload(now time.Time) {
 	if len(marked) > 0 {
 		l.persist.save(marked...)
 	}
-	l.repointPending(set, nil)
+	l.repointPending(set, func(string) bool { return true })
 	l.purgeFlags()
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.list))
@@ -138,19 +138,19 @@ func (l *loop) applyDelta(set *entrySet, names map[string]struct{}, now time.Tim
 	if len(marked) > 0 {
 		l.persist.save(marked...)
 	}
-	l.repointPending(set, names)
+	l.repointPending(set, func(name string) bool { _, ok := names[name]; return ok })
 	l.purgeFlags()
 	l.flushBaseline()
 	l.s.log.Info("config applied", "entries", len(set.list), "changed", len(names))
 }
 
-// repointPending points the pending fires of the entries named (nil:
-// all) at set's definitions. Those of entries no longer in set are
+// repointPending points the pending fires of the entries changed says
+// changed at set's definitions. Those of entries no longer in set are
 // dropped, and counted.
-func (l *loop) repointPending(set *entrySet, names map[string]struct{}) {
+func (l *loop) repointPending(set *entrySet, changed func(name string) bool) {
 	kept := l.pending[:0]
 	for _, p := range l.pending {
-		if _, named := names[p.e.Name]; names != nil && !named {
+		if !changed(p.e.Name) {
 			kept = append(kept, p)
 		} else if e := set.get(p.e.Name); e != nil {
 			p.e = e

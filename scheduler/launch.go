@@ -254,7 +254,7 @@ func (l *loop) complete(ctx context.Context, pub *publication, save bool) error 
 	if len(failed) > 0 {
 		l.pending = append(failed, l.pending...)
 	}
-	return l.published(err, at)
+	return l.afterPublish(err, at)
 }
 
 // refused ends the term: a newer leader raised the fence.
@@ -269,9 +269,9 @@ func (l *loop) refused(pub *publication) error {
 	return fmt.Errorf("%w: fence raised by a newer leader", ErrTermEnded)
 }
 
-// published notes how a publish went (err), for readiness and the retry
+// afterPublish notes how a publish went (err), for readiness and the retry
 // backoff.
-func (l *loop) published(err error, at time.Time) error {
+func (l *loop) afterPublish(err error, at time.Time) error {
 	s := l.s
 	if err != nil {
 		if errors.Is(err, broker.ErrStale) {
