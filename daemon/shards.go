@@ -130,7 +130,7 @@ type shard struct {
 type shardDeps struct {
 	sched    scheduler.Config
 	dispatch func(i int) scheduler.Dispatcher
-	store    func(prefix string) *store.Store
+	store    func(i int) scheduler.StateStore
 	leaseTTL time.Duration
 	id       string
 	// lead, when set, runs beside shard 0's scheduler for its term (the
@@ -155,7 +155,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 	for i := range n {
 		sh := &shard{i: i, prefix: keys.Shard(prefix, i, n)}
 		sc := d.sched
-		sc.Dispatcher, sc.Store, sc.Logger = d.dispatch(i), d.store(sh.prefix), log.With("shard", i)
+		sc.Dispatcher, sc.Store, sc.Logger = d.dispatch(i), d.store(i), log.With("shard", i)
 		// Each shard's loop owns its scheduler's metrics and the outcome
 		// feed would be shared by every loop (its Clear and its one
 		// channel are a single loop's): the shards keep metrics of their
@@ -448,10 +448,10 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			o.Shard = strconv.Itoa(i)
 			return redisbroker.New(m.rdb, o)
 		},
-		store: func(p string) *store.Store {
-			s := store.New(m.etcd, p).WithMaxOps(m.EtcdMaxTxnOps)
-			s.SetAuditKeep(m.AuditKeep)
-			return s
+		store: func(i int) scheduler.StateStore {
+			st := store.New(m.etcd, keys.Shard(prefix, i, m.Shards)).WithMaxOps(m.EtcdMaxTxnOps)
+			st.SetAuditKeep(m.AuditKeep)
+			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog,
 	}, m.registry, m.log)
@@ -529,3 +529,67 @@ func (t stateTables) of(ctx context.Context, names []string) (map[string]*store.
 	}
 	return out, nil
 }
+
+// shardStore is a shard's StateStore: its state table is the shard's,
+// while admin requests and backfill jobs stay the cluster's (any replica
+// queues them under the cluster's prefix), each seen only by the shard
+// that holds its entry. A completed request is deleted by its full key,
+// and a backfill job is saved under the shard leader's fence, so neither
+// needs the shard's prefix.
+type shardStore struct {
+	*store.Store              // the shard's state table
+	cluster      *store.Store // the cluster's requests and backfills
+	shard, n     int
+}
+
+// PendingRequests is the cluster's queued requests for this shard's
+// entries.
+func (s *shardStore) PendingRequests(ctx context.Context) ([]store.Request, int64, error) {
+	reqs, rev, err := s.cluster.PendingRequests(ctx)
+	mine := reqs[:0]
+	for _, r := range reqs {
+		if keys.ShardOf(r.Entry, s.n) == s.shard {
+			mine = append(mine, r)
+		}
+	}
+	return mine, rev, err
+}
+
+// WatchRequests wakes on any request queued in the cluster; the loop
+// then reads only its own (PendingRequests).
+func (s *shardStore) WatchRequests(ctx context.Context, rev int64) <-chan struct{} {
+	return s.cluster.WatchRequests(ctx, rev)
+}
+
+// Backfill reads a job of the cluster's.
+func (s *shardStore) Backfill(ctx context.Context, id string) (store.Backfill, bool, error) {
+	return s.cluster.Backfill(ctx, id)
+}
+
+// Backfills is the cluster's jobs for this shard's entries.
+func (s *shardStore) Backfills(ctx context.Context) ([]store.Backfill, error) {
+	jobs, err := s.cluster.Backfills(ctx)
+	mine := jobs[:0]
+	for _, j := range jobs {
+		if keys.ShardOf(j.Entry, s.n) == s.shard {
+			mine = append(mine, j)
+		}
+	}
+	return mine, err
+}
+
+// SaveBackfill saves a job of the cluster's, under this shard's fence.
+func (s *shardStore) SaveBackfill(ctx context.Context, g election.Fence, b *store.Backfill, also ...string) error {
+	return s.cluster.SaveBackfill(ctx, g, b, also...)
+}
+
+// TrimBackfills trims the cluster's finished jobs, under this shard's
+// fence.
+func (s *shardStore) TrimBackfills(ctx context.Context, g election.Fence) error {
+	return s.cluster.TrimBackfills(ctx, g)
+}
+
+var (
+	_ scheduler.StateStore    = (*shardStore)(nil)
+	_ scheduler.BackfillStore = (*shardStore)(nil)
+)

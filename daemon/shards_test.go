@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -137,4 +142,77 @@ func TestOneShardKeysUnchanged(t *testing.T) {
 			t.Errorf("one shard wrote %s", k)
 		}
 	}
+}
+
+// TestShardHandover runs two sharded replicas in one process (so -race
+// sees the shards' loops, their balance and the stop): the second takes
+// half the shards by handover, then the first stops and hands its shards
+// over. Every slot is in the queue exactly once.
+func TestShardHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two beatd replicas with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	var y strings.Builder
+	y.WriteString("entries:\n")
+	for i := range 8 {
+		fmt.Fprintf(&y, "  e%d: {task: tasks.t, every: 1s, catchup: all}\n", i)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string) *Main {
+		return runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/sh/", "--id", id,
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", "4")
+	}
+	a := start("a")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == 4 })
+	from := time.Now().Truncate(time.Second).Add(time.Second)
+	b := start("b")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
+		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	// Admin requests are queued on any replica for the cluster, and done
+	// by the leader of the entry's shard.
+	ctx := context.Background()
+	for _, r := range []store.Request{{Op: store.OpTrigger, Entry: "e3"}, {Op: store.OpPause, Entry: "e5"}} {
+		if _, err := b.store.PutRequest(ctx, r, nil, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the requests done: e3 sent by hand, e5 paused in status", func() bool {
+		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+		if err != nil {
+			return false
+		}
+		manual := slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Manual && m.Entry == "e3" })
+		st, err := StatusFromEtcd(ctx, a.etcd, "/sh/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+		paused := err == nil && slices.ContainsFunc(st.Entries, func(e api.EntryStatus) bool { return e.Name == "e5" && e.Paused })
+		pending, _, _ := b.store.PendingRequests(ctx)
+		return manual && paused && len(pending) == 0
+	})
+	time.Sleep(1500 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 4 shards", func() bool { return len(b.shards.leading()) == 4 })
+	time.Sleep(2 * time.Second)
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+
+	msgs, err := chaos.ReadQueue(context.Background(), rs.Client(), "celery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithEntries(slices.DeleteFunc(slices.Clone(cfg.Entries), func(e *config.Entry) bool { return e.Name == "e5" })) // paused
+	r := chaos.Audit(cfg, msgs, from, to)
+	if !r.OK || r.ExpectedSlots < 7*3 {
+		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
+	}
+	t.Logf("audited %d slots: 0 duplicate, 0 missed", r.ExpectedSlots)
 }
