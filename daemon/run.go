@@ -349,7 +349,7 @@ func (m *Main) CheckFlags() error {
 	if err := m.checkClusterFlags(); err != nil {
 		return err
 	}
-	if err := checkShardsFlag(m.Shards, m.Broker); err != nil {
+	if err := checkShardsFlag(m.Shards); err != nil {
 		return err
 	}
 	if err := config.CheckMinInterval(m.MinInterval); err != nil {
@@ -470,10 +470,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var amqpOpts amqpbroker.AMQPOptions
 	if amqpbroker.IsAMQPURL(m.Broker) {
-		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+		amqpOpts = amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
-			Registerer: m.registry, Logger: m.log})
+			Registerer: m.registry, Logger: m.log}
+		a, err := amqpbroker.NewAMQP(amqpOpts)
 		if err != nil {
 			return err
 		}
@@ -529,7 +531,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Shards > 1 {
-		if m.shards, err = m.newShards(cfg, schedCfg, redisOpts); err != nil {
+		if m.shards, err = m.newShards(cfg, schedCfg, redisOpts, amqpOpts); err != nil {
 			return err
 		}
 	}

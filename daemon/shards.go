@@ -129,7 +129,7 @@ type shard struct {
 // scheduler config, less what one shard must have of its own.
 type shardDeps struct {
 	sched    scheduler.Config
-	dispatch func(i int) scheduler.Dispatcher
+	dispatch func(i int) (scheduler.Dispatcher, error)
 	store    func(i int) scheduler.StateStore
 	leaseTTL time.Duration
 	id       string
@@ -155,13 +155,16 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 	for i := range n {
 		sh := &shard{i: i, prefix: keys.Shard(prefix, i, n)}
 		sc := d.sched
-		sc.Dispatcher, sc.Store, sc.Logger = d.dispatch(i), d.store(i), log.With("shard", i)
+		dispatcher, err := d.dispatch(i)
+		if err != nil {
+			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
+		}
+		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
 		// Each shard's loop owns its scheduler's metrics and the outcome
 		// feed would be shared by every loop (its Clear and its one
 		// channel are a single loop's): the shards keep metrics of their
 		// own, unexported, and track no outcomes (docs/scaling.md).
 		sc.Metrics, sc.Outcomes = scheduler.NewMetrics(prometheus.NewRegistry()), nil
-		var err error
 		if sh.sched, err = scheduler.New(sc, parts[i]); err != nil {
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
@@ -419,15 +422,12 @@ func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
 }
 
 // checkShardsFlag checks --shards before anything starts.
-func checkShardsFlag(n int, brokerURL string) error {
+func checkShardsFlag(n int) error {
 	if n < 1 {
 		return fmt.Errorf("--shards must be 1 or more, not %d", n)
 	}
 	if n > maxShards {
 		return fmt.Errorf("--shards must be at most %d, not %d", maxShards, n)
-	}
-	if n > 1 && amqpbroker.IsAMQPURL(brokerURL) {
-		return fmt.Errorf("--shards %d needs a Redis broker: RabbitMQ's fence is not kept per shard yet", n)
 	}
 	return nil
 }
@@ -439,14 +439,24 @@ const maxShards = 256
 // newShards builds the shards' leadership, each shard's scheduler as the
 // replica's (schedCfg) but with its own dispatcher, fenced on its own,
 // and its own state table.
-func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpts redisbroker.Options) (*shardSet, error) {
+//
+// On RabbitMQ each shard has its own fence lock and journal, and its term
+// is checked against its shard's election; the shards' dispatchers
+// register no metrics (beatd_amqp_resends_total is the replica's, from
+// the unsharded dispatcher, which a sharded replica never runs).
+func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpts redisbroker.Options, amqpOpts amqpbroker.AMQPOptions) (*shardSet, error) {
 	prefix := m.Etcd.KeyPrefix()
 	return newShardSet(m.etcd, prefix, m.Shards, cfg, shardDeps{
 		sched: schedCfg,
-		dispatch: func(i int) scheduler.Dispatcher {
+		dispatch: func(i int) (scheduler.Dispatcher, error) {
+			if amqpbroker.IsAMQPURL(m.Broker) {
+				o := amqpOpts
+				o.Shard, o.Verify, o.Registerer = strconv.Itoa(i), amqpVerify(m.etcd, keys.Shard(prefix, i, m.Shards)), nil
+				return amqpbroker.NewAMQP(o)
+			}
 			o := redisOpts
 			o.Shard = strconv.Itoa(i)
-			return redisbroker.New(m.rdb, o)
+			return redisbroker.New(m.rdb, o), nil
 		},
 		store: func(i int) scheduler.StateStore {
 			st := store.New(m.etcd, keys.Shard(prefix, i, m.Shards)).WithMaxOps(m.EtcdMaxTxnOps)
