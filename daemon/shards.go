@@ -123,7 +123,15 @@ type shard struct {
 	// handover ends the current term gracefully (nil when not leading).
 	handover context.CancelFunc
 	token    int64
+	// handedAt is when this replica last handed the shard over: it does
+	// not campaign for it again for shardHandoverQuiet, so the shard goes
+	// to the replica that waited, not back to this one.
+	handedAt time.Time
 }
+
+// shardHandoverQuiet is how long a replica stays out of a shard's
+// election after handing it over, unless it falls below its least share.
+const shardHandoverQuiet = 2 * time.Second
 
 // shardDeps is what each shard's scheduler is built with: the replica's
 // scheduler config, less what one shard must have of its own.
@@ -286,7 +294,10 @@ func (s *shardSet) wants(ctx context.Context, sh *shard) bool {
 	if held < lo {
 		return true
 	}
-	return held < hi && !s.ledByOther(ctx, sh)
+	sh.mu.Lock()
+	quiet := !sh.handedAt.IsZero() && s.clock.Since(sh.handedAt) < shardHandoverQuiet
+	sh.mu.Unlock()
+	return held < hi && !quiet && !s.ledByOther(ctx, sh)
 }
 
 // ledByOther says whether another replica leads sh (or is first in line
@@ -364,6 +375,9 @@ func (s *shardSet) handOverOne(ctx context.Context) {
 		if err != nil || resp.Count < 2 {
 			continue
 		}
+		sh.mu.Lock()
+		sh.handedAt = s.clock.Now()
+		sh.mu.Unlock()
 		lo, hi := s.share()
 		s.log.Info("handing a shard over to a replica that leads less than its share", "shard", sh.i, "held", s.held(), "share_min", lo, "share_max", hi)
 		handover()

@@ -2,6 +2,7 @@ package livetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -208,6 +209,20 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 	time.Sleep(3 * time.Second)
 	to := time.Now().Truncate(time.Second).Add(-2 * time.Second)
 
+	// Each handover (a replica above its share ending a term for one
+	// waiting) costs the shard the time from the handover to its new
+	// leader's scheduling.
+	moves := handovers(t, all())
+	for _, m := range moves {
+		if m.gap > time.Second {
+			t.Errorf("shard %d moved from %s to %s in %s, want at most 1 s", m.shard, m.from, m.to, m.gap)
+		}
+	}
+	if len(moves) == 0 {
+		t.Error("no handover logged: the join moved nothing")
+	}
+	t.Logf("%d handovers: %v", len(moves), moves)
+
 	r := chaos.Audit(cfg, read(), from, to)
 	t.Logf("audited %d slots of %d entries in %d shards from %s to %s: %d duplicate, %d missed, %d dropped",
 		r.ExpectedSlots, entries, shards, from.Format(time.TimeOnly), to.Format(time.TimeOnly), len(r.Duplicates), len(r.Missed), len(r.Dropped))
@@ -236,6 +251,61 @@ func etcdValues(t *testing.T, cli *clientv3.Client, prefix string) map[string]st
 	out := map[string]string{}
 	for _, kv := range resp.Kvs {
 		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+// move is one handover: shard from one replica to another, and how long
+// the shard had no scheduling leader.
+type move struct {
+	shard    int
+	from, to string
+	gap      time.Duration
+}
+
+func (m move) String() string {
+	return fmt.Sprintf("%d:%s→%s %s", m.shard, m.from, m.to, m.gap.Round(time.Millisecond))
+}
+
+// handovers finds each "handing a shard over" in the replicas' logs and
+// the next "scheduling" of that shard by another replica.
+func handovers(t *testing.T, ps []*proc) []move {
+	type event struct {
+		at    time.Time
+		id    string
+		msg   string
+		shard int
+	}
+	var evs []event
+	for _, p := range ps {
+		for _, line := range strings.Split(p.output(), "\n") {
+			var e struct {
+				Time  time.Time `json:"time"`
+				Msg   string    `json:"msg"`
+				Shard *int      `json:"shard"`
+			}
+			if json.Unmarshal([]byte(line), &e) != nil || e.Shard == nil {
+				continue
+			}
+			if e.Msg == "scheduling" || strings.HasPrefix(e.Msg, "handing a shard over") {
+				evs = append(evs, event{at: e.Time, id: p.ID, msg: e.Msg, shard: *e.Shard})
+			}
+		}
+	}
+	slices.SortFunc(evs, func(a, b event) int { return a.at.Compare(b.at) })
+	var out []move
+	for i, e := range evs {
+		if e.msg == "scheduling" {
+			continue
+		}
+		for _, f := range evs[i+1:] {
+			if f.msg == "scheduling" && f.shard == e.shard {
+				// The same replica again: its waiter withdrew first, and
+				// the shard came back; a move of 0 replicas, timed too.
+				out = append(out, move{shard: e.shard, from: e.id, to: f.id, gap: f.at.Sub(e.at)})
+				break
+			}
+		}
 	}
 	return out
 }
