@@ -232,22 +232,21 @@ func (s *shardSet) Reload(cfg *config.Config) error {
 }
 
 // ReloadDelta gives the shards that hold a changed entry their part of
-// cfg, and the names changed in it; the other shards are unchanged.
+// cfg, and the names changed in it; the other shards are unchanged. cfg
+// is split once, whatever the number of shards changed.
 func (s *shardSet) ReloadDelta(cfg *config.Config, changed []string) error {
-	byShard := map[int][]string{}
+	byShard := make([][]string, s.n)
 	for _, name := range changed {
 		i := keys.ShardOf(name, s.n)
 		byShard[i] = append(byShard[i], name)
 	}
+	parts := s.split(cfg)
 	var errs []error
 	for i, names := range byShard {
-		var mine []*config.Entry
-		for _, e := range cfg.Entries {
-			if keys.ShardOf(e.Name, s.n) == i {
-				mine = append(mine, e)
-			}
+		if len(names) == 0 {
+			continue
 		}
-		if err := s.shards[i].sched.ReloadDelta(cfg.WithEntries(mine), names); err != nil {
+		if err := s.shards[i].sched.ReloadDelta(parts[i], names); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -192,6 +193,15 @@ func TestShardHandover(t *testing.T) {
 		paused := err == nil && slices.ContainsFunc(st.Entries, func(e api.EntryStatus) bool { return e.Name == "e5" && e.Paused })
 		pending, _, _ := b.store.PendingRequests(ctx)
 		return manual && paused && len(pending) == 0
+	})
+	// A runtime entry written on one replica (the entries API's store)
+	// reaches the scheduler of its shard, whoever leads it.
+	if _, err := a.entries.Put(ctx, []sources.Doc{{Name: "runtime-1", Data: []byte(`{"task": "tasks.t", "every": "1s"}`)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the runtime entry fired", func() bool {
+		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+		return err == nil && slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Entry == "runtime-1" && !m.Manual })
 	})
 	time.Sleep(1500 * time.Millisecond)
 	if err := a.Close(); err != nil {
