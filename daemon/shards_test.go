@@ -203,6 +203,12 @@ func TestShardHandover(t *testing.T) {
 		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
 		return err == nil && slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Entry == "runtime-1" && !m.Manual })
 	})
+	// The catalog (what `beatd next` reads) is the cluster's, published by
+	// shard 0's leader under its fence.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the catalog published", func() bool {
+		resp, err := b.etcd.Get(ctx, keys.CatalogHeader("/sh/"), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 1
+	})
 	time.Sleep(1500 * time.Millisecond)
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
