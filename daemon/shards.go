@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,17 +86,19 @@ const shardBalanceEvery = 250 * time.Millisecond
 // and scheduler over only that shard's entries (keys.ShardOf).
 //
 // Balance is kept by each replica alone, from the number of live replicas
-// (the registry, keys.Replicas): its share is between lo = floor(shards /
-// live) and hi = ceil(shards / live). A replica campaigns for every shard
-// while it leads fewer than lo, and for a shard nobody else leads while it
-// leads fewer than hi; otherwise it withdraws its campaign (gatedElector),
-// so it never queues for a shard it is not owed. A replica above lo hands
-// over one shard each shardBalanceEvery, and only a shard whose election
-// has another candidate waiting, which is a replica below lo: the handover
-// ends the term as a SIGTERM does (the loop persists, then resigns) and
-// the waiting candidate wins at once. A dead replica's shards are won by
-// the others once its leases expire (its registration expires with the
-// same TTL, which raises their share).
+// (the registry, keys.Replicas) and one range read of every shard's
+// election (readView), both every shardBalanceEvery: its share is between
+// lo = floor(shards / live) and hi = ceil(shards / live). A replica
+// campaigns for every shard while it leads fewer than lo; while it leads
+// fewer than hi, for a shard nobody leads or whose leader leads more than
+// hi; otherwise it withdraws its campaign (gatedElector), so it never
+// queues for a shard it is not owed. A replica above lo hands over one
+// shard each shardBalanceEvery, and only a shard whose election has
+// another candidate waiting: the handover ends the term as a SIGTERM does
+// (the loop persists, then resigns) and the waiting candidate wins at
+// once. A dead replica's shards are won by the others once its leases
+// expire (its registration expires with the same TTL, which raises their
+// share).
 type shardSet struct {
 	id     string // this replica's, the value of its candidate keys
 	n      int
@@ -107,6 +110,8 @@ type shardSet struct {
 	// live is the number of registered replicas, as last read (0: not
 	// read yet, which counts as this replica alone).
 	live atomic.Int64
+	// view is every shard's election as last read (nil: not read yet).
+	view atomic.Pointer[shardView]
 	led  prometheus.Gauge
 	wg   sync.WaitGroup
 }
@@ -285,27 +290,72 @@ func (s *shardSet) share() (lo, hi int) {
 
 // wants says whether this replica should campaign for sh: always while
 // it leads fewer than its least share (it is owed a shard, and a replica
-// above that hands one over to it), and for a shard nobody else leads
-// while it leads fewer than its most.
-func (s *shardSet) wants(ctx context.Context, sh *shard) bool {
+// above that hands one over to it); while it leads fewer than its most,
+// for a shard nobody leads, or whose leader leads more than the most
+// (which hands one over to it). Otherwise it stays out, so it never queues
+// for a shard it is not owed.
+func (s *shardSet) wants(sh *shard) bool {
 	held := s.held()
 	lo, hi := s.share()
 	if held < lo {
 		return true
 	}
+	if held >= hi {
+		return false
+	}
 	sh.mu.Lock()
 	quiet := !sh.handedAt.IsZero() && s.clock.Since(sh.handedAt) < shardHandoverQuiet
 	sh.mu.Unlock()
-	return held < hi && !quiet && !s.ledByOther(ctx, sh)
+	if quiet {
+		return false
+	}
+	v := s.view.Load()
+	if v == nil {
+		return true
+	}
+	leader := v.leaders[sh.i]
+	return leader == "" || leader == s.id || v.held[leader] > hi
 }
 
-// ledByOther says whether another replica leads sh (or is first in line
-// for it).
-func (s *shardSet) ledByOther(ctx context.Context, sh *shard) bool {
+// shardView is who leads each shard and who waits, as one range read of
+// every shard's election saw it.
+type shardView struct {
+	leaders []string       // by shard: the leader's id, "" for none
+	waiting []int          // by shard: candidates behind the leader
+	held    map[string]int // shards each replica leads
+}
+
+// readView reads every shard's election in one range read.
+func (s *shardSet) readView(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	l, err := election.Observe(rctx, s.cli, sh.prefix)
-	return err == nil && l.ID != s.id
+	resp, err := s.cli.Get(rctx, keys.Shards(s.prefix), clientv3.WithPrefix())
+	if err != nil {
+		return // keep the last view: an etcd outage moves nothing
+	}
+	v := &shardView{leaders: make([]string, s.n), waiting: make([]int, s.n), held: map[string]int{}}
+	oldest := make([]int64, s.n)
+	for _, kv := range resp.Kvs {
+		for i, sh := range s.shards {
+			if !strings.HasPrefix(string(kv.Key), keys.Leaders(sh.prefix)) {
+				continue
+			}
+			if oldest[i] == 0 || kv.CreateRevision < oldest[i] {
+				if oldest[i] != 0 {
+					v.waiting[i]++
+				}
+				oldest[i], v.leaders[i] = kv.CreateRevision, string(kv.Value)
+			} else {
+				v.waiting[i]++
+			}
+		}
+	}
+	for _, id := range v.leaders {
+		if id != "" {
+			v.held[id]++
+		}
+	}
+	s.view.Store(v)
 }
 
 // Leading is one shard's led term, for /status.
@@ -334,8 +384,9 @@ func (s *shardSet) balance(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s.readLive(ctx)
+		s.readView(ctx)
 		if lo, _ := s.share(); s.held() > lo {
-			s.handOverOne(ctx)
+			s.handOverOne()
 		}
 		select {
 		case <-ctx.Done():
@@ -357,26 +408,25 @@ func (s *shardSet) readLive(ctx context.Context) {
 
 // handOverOne ends the term of one led shard whose election has another
 // candidate waiting, so that candidate leads it as soon as this replica
-// resigns. Only a replica below its least share waits for a led shard
+// resigns. A replica waits for a led shard only when it is owed one
 // (wants), so the shard goes where it is owed. A shard nobody waits for
 // is kept: handing it over would leave it unled until somebody campaigns.
-func (s *shardSet) handOverOne(ctx context.Context) {
+func (s *shardSet) handOverOne() {
+	v := s.view.Load()
+	if v == nil {
+		return
+	}
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		handover := sh.handover
+		mine := handover != nil && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+		if mine {
+			sh.handedAt = s.clock.Now()
+		}
 		sh.mu.Unlock()
-		if handover == nil {
+		if !mine {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := s.cli.Get(rctx, keys.Leaders(sh.prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		cancel()
-		if err != nil || resp.Count < 2 {
-			continue
-		}
-		sh.mu.Lock()
-		sh.handedAt = s.clock.Now()
-		sh.mu.Unlock()
 		lo, hi := s.share()
 		s.log.Info("handing a shard over to a replica that leads less than its share", "shard", sh.i, "held", s.held(), "share_min", lo, "share_max", hi)
 		handover()
@@ -400,7 +450,7 @@ func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
 	t := g.s.clock.NewTicker(shardBalanceEvery)
 	defer t.Stop()
 	for {
-		for !g.s.wants(ctx, g.sh) {
+		for !g.s.wants(g.sh) {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -416,7 +466,7 @@ func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
 				case <-cctx.Done():
 					return
 				case <-t.Chan():
-					if !g.s.wants(cctx, g.sh) {
+					if !g.s.wants(g.sh) {
 						withdraw(errWithdrawn)
 						return
 					}

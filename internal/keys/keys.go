@@ -88,8 +88,12 @@ func Shard(prefix string, i, n int) string {
 	if n <= 1 {
 		return prefix
 	}
-	return prefix + "shards/" + strconv.Itoa(i) + "/"
+	return Shards(prefix) + strconv.Itoa(i) + "/"
 }
+
+// Shards is the prefix under which a sharded cluster's shards live: one
+// range read of it is every shard's election.
+func Shards(prefix string) string { return prefix + "shards/" }
 
 // ShardOf is the shard of the entry named name among n: FNV-1a of the
 // name mod n, so every replica agrees without a table of assignments.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func balanced(leaders map[int]string, shards int, live []string) bool {
 	return true
 }
 
-// TestShardedReplicas runs `beatd run --shards 4` as processes on real
+// TestShardedReplicas runs `beatd run --shards 8` as processes on real
 // etcd and Redis: three replicas share the shards; one is killed (kill
 // -9) and the others take its shards after the lease TTL; a fourth joins
 // and takes its share by handover; one is stopped (SIGTERM) and hands its
@@ -83,7 +84,7 @@ func TestShardedReplicas(t *testing.T) {
 		t.Skip("runs etcd, Redis and four beatd processes for ~15 s")
 	}
 	rs := testutil.MustStartRedis(t)
-	runShardScenario(t, rs.URL(0), true, func() []chaos.Message {
+	runShardScenario(t, 8, rs.URL(0), true, func() []chaos.Message {
 		msgs, err := chaos.ReadQueue(context.Background(), rs.Client(), "shardq")
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +101,7 @@ func TestShardedReplicasAMQP(t *testing.T) {
 		t.Skip("runs etcd, RabbitMQ and three beatd processes for ~15 s")
 	}
 	rb := sharedRabbit(t)
-	runShardScenario(t, rb.URL(), false, func() []chaos.Message {
+	runShardScenario(t, 4, rb.URL(), false, func() []chaos.Message {
 		msgs, err := chaos.ReadQueueAMQP(testutil.DialRabbit(t, rb), "shardq")
 		if err != nil {
 			t.Fatal(err)
@@ -109,8 +110,9 @@ func TestShardedReplicasAMQP(t *testing.T) {
 	})
 }
 
-func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []chaos.Message) {
-	const shards, entries = 4, 24
+func runShardScenario(t *testing.T, shards int, brokerURL string, kill bool, read func() []chaos.Message) {
+	const entries = 24
+	count := strconv.Itoa(shards)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	dir := t.TempDir()
 	cfgPath := writeFile(t, dir, "schedules.yaml", shardSchedule(entries, "shardq"))
@@ -132,7 +134,7 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 		first = []string{"a", "c"}
 	}
 	for _, id := range first {
-		reps[id] = start(id, "--shards", "4")
+		reps[id] = start(id, "--shards", count)
 	}
 	all := func() []*proc {
 		var ps []*proc
@@ -163,10 +165,10 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 	for _, tc := range []struct {
 		name, shards, want string
 	}{
-		{name: "another count", shards: "2", want: "--shards 2, but the cluster at /beatd/sharded/ was made with 4 shards"},
+		{name: "another count", shards: "2", want: "--shards 2, but the cluster at /beatd/sharded/ was made with " + count + " shards"},
 		{name: "zero", shards: "0", want: "--shards must be 1 or more, not 0"},
 		{name: "negative", shards: "-3", want: "--shards must be 1 or more, not -3"},
-		{name: "the default, 1", shards: "1", want: "--shards 1, but the cluster at /beatd/sharded/ was made with 4 shards"},
+		{name: "the default, 1", shards: "1", want: "--shards 1, but the cluster at /beatd/sharded/ was made with " + count + " shards"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startBeatd(t, nil, append(slices.Clone(common), "--id", "bad", "--shards", tc.shards)...)
@@ -178,7 +180,7 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 			}
 		})
 	}
-	if kvs := etcdValues(t, cli, prefix); kvs[prefix+"shard-count"] != "4" || slices.Contains(slices.Collect(maps.Values(kvs)), "bad") {
+	if kvs := etcdValues(t, cli, prefix); kvs[prefix+"shard-count"] != count || slices.Contains(slices.Collect(maps.Values(kvs)), "bad") {
 		t.Errorf("a refused replica changed etcd: shard count %q, its id among the values: %v",
 			kvs[prefix+"shard-count"], slices.Contains(slices.Collect(maps.Values(kvs)), "bad"))
 	}
@@ -195,7 +197,7 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 		}
 	}
 	// A join: d takes its share from the others by handover.
-	reps["d"] = start("d", "--shards", "4")
+	reps["d"] = start("d", "--shards", count)
 	waitBalanced("d joined", append(live, "d")...)
 	time.Sleep(2 * time.Second)
 	// SIGTERM: a hands every shard over before it exits.
@@ -236,7 +238,7 @@ func runShardScenario(t *testing.T, brokerURL string, kill bool, read func() []c
 			t.Errorf("missed: %s at %s", m.Entry, m.Slot.Format(time.RFC3339))
 		}
 	}
-	if !r.OK || len(r.Dropped) > 0 || r.ExpectedSlots < entries*6 {
+	if !r.OK || len(r.Dropped) > 0 || r.ExpectedSlots < entries*5 {
 		t.Errorf("audit: ok %v, %d dropped, %d slots expected", r.OK, len(r.Dropped), r.ExpectedSlots)
 	}
 }
