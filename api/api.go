@@ -19,6 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// ShardStatus is one shard's leadership: the replica that leads it (empty
+// while none does) and its term's fencing token.
+type ShardStatus struct {
+	Shard        int    `json:"shard"`
+	LeaderID     string `json:"leader_id"`
+	FencingToken int64  `json:"fencing_token"`
+}
+
 // Status is what GET /status returns.
 type Status struct {
 	ID           string        `json:"id"`
@@ -33,6 +41,11 @@ type Status struct {
 	// HistoryError says why recent runs are missing (the broker, which
 	// keeps them, did not answer); empty when they are there.
 	HistoryError string `json:"history_error,omitempty"`
+
+	// Shards is who leads each shard of a sharded cluster (--shards > 1),
+	// whose LeaderID and FencingToken are then empty: each shard has a
+	// leader and a token of its own.
+	Shards []ShardStatus `json:"shards,omitempty"`
 
 	// LeaderLeaseSeconds is what is left of the leader key's lease, in
 	// etcd's whole seconds; LeaderUnresponsive says the leader has not

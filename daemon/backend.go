@@ -248,6 +248,10 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	}
 	out.LeaderID, out.FencingToken = leader.ID, leader.Token
 	sto := store.New(cli, prefix)
+	tables, err := shardTables(ctx, cli, prefix, &out)
+	if err != nil {
+		return out, err
+	}
 	// A page of the config's entries, unless the whole of it fits in one:
 	// then every stored state shows too, that of removed entries included.
 	var page []*config.Entry
@@ -261,17 +265,15 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 	whole := cfg == nil || q.Prefix == "" && q.After == "" && len(cfg.Entries) <= q.Limit
 	var states map[string]*store.EntryState
 	if whole {
-		table, err := sto.Load(ctx)
-		if err != nil {
+		if states, err = tables.all(ctx); err != nil {
 			return out, err
 		}
-		states = table.States()
 	} else {
 		names := make([]string, len(page))
 		for i, e := range page {
 			names[i] = e.Name
 		}
-		if states, err = sto.StatesOf(ctx, names); err != nil {
+		if states, err = tables.of(ctx, names); err != nil {
 			return out, err
 		}
 		if out.EntriesTotal > len(page) && len(page) > 0 {

@@ -158,6 +158,10 @@ type Main struct {
 	closeOnce sync.Once
 	ops       opsState
 	runCtx    context.Context
+
+	// shards runs the leadership of a cluster of more than one shard
+	// (shards.go); nil for one shard, whose leader and sched run it.
+	shards *shardSet
 }
 
 // Options is what a replica is told: run's flags and their environment
@@ -216,6 +220,9 @@ type Options struct {
 	// MinInterval is the shortest every: accepted, in the file and in
 	// runtime entries (0: config.DefaultMinInterval).
 	MinInterval time.Duration
+	// Shards is the cluster's shard count (1: unsharded), fixed when the
+	// cluster is made (shards.go).
+	Shards int
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
@@ -245,7 +252,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
 			StateInterval: DefaultStateInterval, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
-			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout},
+			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)}, tune: tuneRuntime,
 	}
 }
@@ -306,6 +313,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, MinIntervalUsage)
+	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/scaling.md)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
 	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")
@@ -339,6 +347,9 @@ func (m *Main) NoteArgvSecrets(fs *pflag.FlagSet) {
 // CheckFlags validates the parsed flags.
 func (m *Main) CheckFlags() error {
 	if err := m.checkClusterFlags(); err != nil {
+		return err
+	}
+	if err := checkShardsFlag(m.Shards); err != nil {
 		return err
 	}
 	if err := config.CheckMinInterval(m.MinInterval); err != nil {
@@ -438,6 +449,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.waitEtcd(ctx); err != nil {
 		return err
 	}
+	if err := checkShardCount(ctx, m.etcd, prefix, m.Shards); err != nil {
+		return err
+	}
 	if cfg, err = m.startSources(ctx, cfg); err != nil {
 		return err
 	}
@@ -456,10 +470,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var amqpOpts amqpbroker.AMQPOptions
 	if amqpbroker.IsAMQPURL(m.Broker) {
-		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster, Clock: m.clock,
+		amqpOpts = amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster, Clock: m.clock,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
-			Registerer: m.registry, Logger: m.log})
+			Registerer: m.registry, Logger: m.log}
+		a, err := amqpbroker.NewAMQP(amqpOpts)
 		if err != nil {
 			return err
 		}
@@ -476,10 +492,12 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 	}
 	shortfalls := newShortfallCounter()
+	var redisOpts redisbroker.Options
 	if pub == nil {
-		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
+		redisOpts = redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
-			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)})
+			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)}
+		m.pub = redisbroker.New(m.rdb, redisOpts)
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
 			return err
 		}
@@ -504,12 +522,18 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	host, _ := os.Hostname()
 	m.timeline = console.NewTimeline(m.clock.Now)
-	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
+	schedCfg := scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
 		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), BatchSize: batchFor(m.Broker),
-		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}, cfg)
+		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}
+	m.sched, err = scheduler.New(schedCfg, cfg)
 	if err != nil {
 		return err
+	}
+	if m.Shards > 1 {
+		if m.shards, err = m.newShards(cfg, schedCfg, redisOpts, amqpOpts); err != nil {
+			return err
+		}
 	}
 	m.configAccepted(cfg)
 	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log, Clock: m.clock})
@@ -568,6 +592,10 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { defer m.wg.Done(); m.register(runCtx) }()
 	go func() {
 		defer m.wg.Done()
+		if m.shards != nil {
+			m.shards.Run(runCtx)
+			return
+		}
 		m.leader.Run(runCtx)
 	}()
 	go func() {
@@ -640,7 +668,7 @@ func (m *Main) Close() error {
 		// clock: it races the orchestrator's kill after its grace period
 		// and bounds HTTP shutdowns by context deadlines, both real time.
 		start := time.Now()
-		leading := m.leader != nil && m.leader.Token() != 0
+		leading := m.leader != nil && m.leader.Token() != 0 || m.shards != nil && m.shards.held() > 0
 		if m.cancel != nil {
 			m.cancel()
 		}

@@ -80,6 +80,11 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 				return nil // the first merge starts the scheduler
 			}
 			m.tune(len(c.Entries))
+			if m.shards != nil {
+				if err := m.shards.Reload(c); err != nil {
+					return err
+				}
+			}
 			return m.sched.Reload(c)
 		},
 		ApplyDelta: func(c *config.Config, changed []string) error {
@@ -87,6 +92,11 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 				return nil
 			}
 			m.tune(len(c.Entries))
+			if m.shards != nil {
+				if err := m.shards.ReloadDelta(c, changed); err != nil {
+					return err
+				}
+			}
 			return m.sched.ReloadDelta(c, changed)
 		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,

@@ -31,6 +31,12 @@ type AMQPOptions struct {
 	// Cluster names beatd's own queues on the broker (fence lock and
 	// journal) and namespaces task ids.
 	Cluster string
+	// Shard names the shard of a sharded cluster this dispatcher
+	// publishes for: its fence lock and journal are the shard's own
+	// (beatd.fence.<Cluster>.<Shard>), so each shard's leader is fenced
+	// on its own. Empty for a cluster of one shard, whose names are those
+	// of beatd before sharding.
+	Shard string
 	// Verify reports whether token is still the current term, with a
 	// linearizable read of the election in etcd: nil if it is, an error
 	// wrapping ErrStale if a newer term exists, any other error if it
@@ -141,8 +147,12 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	shard := ""
+	if opts.Shard != "" {
+		shard = "." + opts.Shard
+	}
 	a := &AMQP{urls: urls, opts: opts, log: opts.Logger.With("component", "amqp"),
-		lockName: "beatd.fence." + opts.Cluster, journal: "beatd.journal." + opts.Cluster,
+		lockName: "beatd.fence." + opts.Cluster + shard, journal: "beatd.journal." + opts.Cluster + shard,
 		released: map[int64]bool{},
 		resends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_amqp_resends_total",
 			Help: "Slots published again that may already be in a queue: sent before without a confirm, by an older term stopped before its journal record or before a broker failure."},

@@ -27,7 +27,7 @@ import (
 // manual trigger: one triggerKey for TriggerTTL. Per running backfill:
 // one BackfillKey. Nothing else is written per fire.
 func (p *Publisher) entriesKey() string   { return p.prefix + "entries" }
-func (p *Publisher) slotsTermKey() string { return p.prefix + "slots-term" }
+func (p *Publisher) slotsTermKey() string { return p.prefix + "slots-term" + p.shard }
 func (p *Publisher) legacyKey() string    { return p.prefix + "legacy-dedup" }
 
 // TriggerKey marks a manual trigger (by its request id) as pushed.
@@ -86,6 +86,13 @@ type Options struct {
 	// same tag in Kombu's global_keyprefix, and Redis Cluster can run the
 	// publish's transaction.
 	KeyPrefix string
+	// Shard names the shard of a sharded cluster whose fence this
+	// Publisher takes: its fence and slots-term keys end in ":<Shard>",
+	// so each shard's leader is fenced on its own. Every other key (the
+	// run history with each entry's mark, the registry) is the cluster's:
+	// an entry lives in one shard. Empty for a cluster of one shard,
+	// whose keys are those of beatd before sharding.
+	Shard string
 	// DedupTTL is how long the previous release's per-fire dedup keys
 	// live (its --dedup-ttl): the legacy window after an upgrade.
 	DedupTTL time.Duration
@@ -132,6 +139,7 @@ type Publisher struct {
 	rdb      redis.UniversalClient
 	fenceKey string
 	prefix   string
+	shard    string        // ":<Options.Shard>", or empty
 	ttlArg   string        // the legacy TTL, for the fence script
 	dedupTTL time.Duration // the legacy keys' and backfill cursors' lifetime
 	trigTTL  time.Duration
@@ -184,9 +192,14 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		opts.History = DefaultHistory
 	}
 	opts.History = max(opts.History, 0)
+	shard := ""
+	if opts.Shard != "" {
+		shard = ":" + opts.Shard
+	}
 	p := &Publisher{
 		rdb:         rdb,
-		fenceKey:    opts.KeyPrefix + "fence",
+		fenceKey:    opts.KeyPrefix + "fence" + shard,
+		shard:       shard,
 		prefix:      opts.KeyPrefix,
 		ttlArg:      strconv.FormatInt(opts.DedupTTL.Milliseconds(), 10),
 		dedupTTL:    opts.DedupTTL,

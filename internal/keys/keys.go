@@ -3,7 +3,11 @@
 // nowhere else.
 package keys
 
-import "strings"
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
 
 // DefaultPrefix is the prefix of a cluster that names none.
 const DefaultPrefix = "/beatd/default/"
@@ -69,3 +73,35 @@ func Requests(prefix string) string { return prefix + "requests/" }
 // Cluster is the cluster's name: its prefix without the slashes. It
 // namespaces task ids and beatd's Redis keys.
 func Cluster(prefix string) string { return strings.Trim(prefix, "/") }
+
+// ShardCount is the key that records a sharded cluster's shard count,
+// written once when the cluster is made. A cluster without it has one
+// shard: every cluster made before sharding, and every cluster run with
+// --shards 1, which writes nothing new.
+func ShardCount(prefix string) string { return prefix + "shard-count" }
+
+// Shard is the prefix of shard i of n: its election (Election), its state
+// table (State) and nothing else live under it. The one shard of an
+// unsharded cluster is the cluster's prefix itself, so a cluster of one
+// shard keeps every key it had before sharding.
+func Shard(prefix string, i, n int) string {
+	if n <= 1 {
+		return prefix
+	}
+	return Shards(prefix) + strconv.Itoa(i) + "/"
+}
+
+// Shards is the prefix under which a sharded cluster's shards live: one
+// range read of it is every shard's election.
+func Shards(prefix string) string { return prefix + "shards/" }
+
+// ShardOf is the shard of the entry named name among n: FNV-1a of the
+// name mod n, so every replica agrees without a table of assignments.
+func ShardOf(name string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32() % uint32(n))
+}

@@ -9,7 +9,6 @@ package shardsim
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
@@ -27,11 +27,7 @@ import (
 
 // ShardOf is the shard of an entry: FNV-1a of its name, as the state
 // table picks buckets, so every replica agrees without a table.
-func ShardOf(name string, shards int) int {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	return int(h.Sum32() % uint32(shards))
-}
+func ShardOf(name string, shards int) int { return keys.ShardOf(name, shards) }
 
 // Cluster is what the replicas share.
 type Cluster struct {

@@ -1,0 +1,668 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/beatd/beatd/api"
+	amqpbroker "github.com/beatd/beatd/broker/amqp"
+	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrShardCount means a replica's --shards is not its cluster's.
+var ErrShardCount = errors.New("shards: the shard count differs from the cluster's")
+
+// checkShardCount makes n the cluster's shard count, or refuses it. A
+// cluster's count is fixed when it is made: a sharded one records it in
+// keys.ShardCount; a cluster without that key has one shard (every cluster
+// from before sharding, and every one run with --shards 1, which so writes
+// nothing new). A count is recorded only on a prefix that holds no
+// cluster yet, in one transaction that checks so: an unsharded cluster's
+// election, state or registrations refuse it.
+func checkShardCount(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
+	key := keys.ShardCount(prefix)
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("shards: read the cluster's shard count (%s): %w", key, err)
+		}
+		if len(resp.Kvs) == 1 {
+			have, err := strconv.Atoi(string(resp.Kvs[0].Value))
+			if err != nil || have < 1 {
+				return fmt.Errorf("shards: the cluster's shard count at %s is %q, not a count", key, resp.Kvs[0].Value)
+			}
+			if have != n {
+				return fmt.Errorf("%w: --shards %d, but the cluster at %s was made with %d shards; start every replica with --shards %d", ErrShardCount, n, prefix, have, have)
+			}
+			return nil
+		}
+		if n == 1 {
+			return nil
+		}
+		empty := func(p string) clientv3.Cmp {
+			return clientv3.Compare(clientv3.CreateRevision(p), "=", 0).WithPrefix()
+		}
+		txn, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			empty(keys.Leaders(prefix)), empty(keys.State(prefix)), empty(keys.Replicas(prefix)), empty(keys.LegacyEntries(prefix))).
+			Then(clientv3.OpPut(key, strconv.Itoa(n))).Commit()
+		if err != nil {
+			return fmt.Errorf("shards: record the shard count (%s): %w", key, err)
+		}
+		if txn.Succeeded {
+			return nil
+		}
+		if again, err := cli.Get(ctx, key, clientv3.WithCountOnly()); err == nil && again.Count == 1 {
+			continue // another replica recorded one first: compare with it
+		}
+		return fmt.Errorf("%w: --shards %d, but the cluster at %s was made with 1 shard (it has an election, state or replicas and no %s); start every replica with --shards 1",
+			ErrShardCount, n, prefix, key)
+	}
+}
+
+// shardBalanceEvery is how often a sharded replica reads how many
+// replicas live and hands over a shard above its share; a move costs up
+// to this much on top of the new leader's start.
+const shardBalanceEvery = 250 * time.Millisecond
+
+// shardSet is a sharded replica's leadership: a leader.Loop per shard,
+// each with its own election, fencing token, state table, broker fence
+// and scheduler over only that shard's entries (keys.ShardOf).
+//
+// Balance is kept by each replica alone, from the number of live replicas
+// (the registry, keys.Replicas) and one range read of every shard's
+// election (readView), both every shardBalanceEvery: its share is between
+// lo = floor(shards / live) and hi = ceil(shards / live). A replica
+// campaigns for every shard while it leads fewer than lo; while it leads
+// fewer than hi, for a shard nobody leads or whose leader leads more than
+// hi; otherwise it withdraws its campaign (gatedElector), so it never
+// queues for a shard it is not owed. A replica above lo hands over one
+// shard each shardBalanceEvery, and only a shard whose election has
+// another candidate waiting: the handover ends the term as a SIGTERM does
+// (the loop persists, then resigns) and the waiting candidate wins at
+// once. A dead replica's shards are won by the others once its leases
+// expire (its registration expires with the same TTL, which raises their
+// share).
+type shardSet struct {
+	id     string // this replica's, the value of its candidate keys
+	n      int
+	prefix string
+	cli    *clientv3.Client
+	clock  clockwork.Clock
+	log    *slog.Logger
+	shards []*shard
+	// live is the number of registered replicas, as last read (0: not
+	// read yet, which counts as this replica alone).
+	live atomic.Int64
+	// view is every shard's election as last read (nil: not read yet).
+	view atomic.Pointer[shardView]
+	led  prometheus.Gauge
+	wg   sync.WaitGroup
+}
+
+// shard is one shard's leadership on this replica.
+type shard struct {
+	i      int
+	prefix string // keys.Shard: its election and state table
+	sched  *scheduler.Scheduler
+	loop   *leader.Loop
+	el     *election.Elector
+
+	mu sync.Mutex
+	// handover ends the current term gracefully (nil when not leading).
+	handover context.CancelFunc
+	token    int64
+	// handedAt is when this replica last handed the shard over: it does
+	// not campaign for it again for shardHandoverQuiet, so the shard goes
+	// to the replica that waited, not back to this one.
+	handedAt time.Time
+}
+
+// shardHandoverQuiet is how long a replica stays out of a shard's
+// election after handing it over, unless it falls below its least share.
+const shardHandoverQuiet = 2 * time.Second
+
+// shardDeps is what each shard's scheduler is built with: the replica's
+// scheduler config, less what one shard must have of its own.
+type shardDeps struct {
+	sched    scheduler.Config
+	dispatch func(i int) (scheduler.Dispatcher, error)
+	store    func(i int) scheduler.StateStore
+	leaseTTL time.Duration
+	id       string
+	// lead, when set, runs beside shard 0's scheduler for its term (the
+	// catalog, which is the cluster's, is published by shard 0's leader).
+	lead0 func(leader.Term) (stop func())
+}
+
+func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
+	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"),
+		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
+	if s.clock == nil {
+		s.clock = clockwork.NewRealClock()
+	}
+	if reg != nil {
+		if err := reg.Register(s.led); err != nil {
+			return nil, fmt.Errorf("shards: register metrics: %w", err)
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "beatd_shards", Help: "The cluster's shard count."},
+			func() float64 { return float64(n) }))
+	}
+	parts := s.split(cfg)
+	for i := range n {
+		sh := &shard{i: i, prefix: keys.Shard(prefix, i, n)}
+		sc := d.sched
+		dispatcher, err := d.dispatch(i)
+		if err != nil {
+			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
+		}
+		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
+		// Each shard's loop owns its scheduler's metrics and the outcome
+		// feed would be shared by every loop (its Clear and its one
+		// channel are a single loop's): the shards keep metrics of their
+		// own, unexported, and track no outcomes (docs/scaling.md).
+		sc.Metrics, sc.Outcomes = scheduler.NewMetrics(prometheus.NewRegistry()), nil
+		if sh.sched, err = scheduler.New(sc, parts[i]); err != nil {
+			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
+		}
+		if sh.el, err = election.New(election.Config{Client: cli, Prefix: sh.prefix, ID: d.id, TTL: d.leaseTTL, Logger: log.With("shard", i), Clock: s.clock}); err != nil {
+			return nil, err
+		}
+		lead := func(ctx context.Context, t leader.Term) error {
+			ctx, handover := context.WithCancel(ctx)
+			defer handover()
+			sh.mu.Lock()
+			sh.handover, sh.token = handover, t.Token
+			sh.mu.Unlock()
+			s.led.Set(float64(s.held()))
+			defer func() {
+				sh.mu.Lock()
+				sh.handover, sh.token = nil, 0
+				sh.mu.Unlock()
+				s.led.Set(float64(s.held()))
+			}()
+			if i == 0 && d.lead0 != nil {
+				defer d.lead0(t)()
+			}
+			return sh.sched.Run(ctx, t.Term)
+		}
+		if sh.loop, err = leader.New(leader.Config{Clock: s.clock, Elector: gatedElector{s: s, sh: sh, inner: leader.Etcd(sh.el)}, Lead: lead,
+			Logger: log.With("shard", i)}); err != nil {
+			return nil, err
+		}
+		s.shards = append(s.shards, sh)
+	}
+	return s, nil
+}
+
+// split is cfg's entries by shard, each part a config of its own.
+func (s *shardSet) split(cfg *config.Config) []*config.Config {
+	lists := make([][]*config.Entry, s.n)
+	for _, e := range cfg.Entries {
+		i := keys.ShardOf(e.Name, s.n)
+		lists[i] = append(lists[i], e)
+	}
+	parts := make([]*config.Config, s.n)
+	for i := range parts {
+		parts[i] = cfg.WithEntries(lists[i])
+	}
+	return parts
+}
+
+// Reload gives each shard's scheduler its part of cfg.
+func (s *shardSet) Reload(cfg *config.Config) error {
+	var errs []error
+	for i, part := range s.split(cfg) {
+		if err := s.shards[i].sched.Reload(part); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ReloadDelta gives the shards that hold a changed entry their part of
+// cfg, and the names changed in it; the other shards are unchanged. cfg
+// is split once, whatever the number of shards changed.
+func (s *shardSet) ReloadDelta(cfg *config.Config, changed []string) error {
+	byShard := make([][]string, s.n)
+	for _, name := range changed {
+		i := keys.ShardOf(name, s.n)
+		byShard[i] = append(byShard[i], name)
+	}
+	parts := s.split(cfg)
+	var errs []error
+	for i, names := range byShard {
+		if len(names) == 0 {
+			continue
+		}
+		if err := s.shards[i].sched.ReloadDelta(parts[i], names); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs every shard's loop and the balance until ctx ends; then each
+// term in progress finishes, persists and resigns, and Run returns.
+func (s *shardSet) Run(ctx context.Context) {
+	for _, sh := range s.shards {
+		s.wg.Go(func() { sh.loop.Run(ctx) })
+	}
+	s.wg.Go(func() { s.balance(ctx) })
+	s.wg.Wait()
+}
+
+// held is how many shards this replica leads.
+func (s *shardSet) held() int {
+	n := 0
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.handover != nil {
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// share is how many shards this replica should lead: at least lo, at
+// most hi (floor and ceiling of shards over live replicas).
+func (s *shardSet) share() (lo, hi int) {
+	live := max(int(s.live.Load()), 1)
+	return s.n / live, (s.n + live - 1) / live
+}
+
+// wants says whether this replica should campaign for sh: always while
+// it leads fewer than its least share (it is owed a shard, and a replica
+// above that hands one over to it); while it leads fewer than its most,
+// for a shard nobody leads, or whose leader leads more than the most
+// (which hands one over to it). Otherwise it stays out, so it never queues
+// for a shard it is not owed.
+func (s *shardSet) wants(sh *shard) bool {
+	held := s.held()
+	lo, hi := s.share()
+	if held < lo {
+		return true
+	}
+	if held >= hi {
+		return false
+	}
+	sh.mu.Lock()
+	quiet := !sh.handedAt.IsZero() && s.clock.Since(sh.handedAt) < shardHandoverQuiet
+	sh.mu.Unlock()
+	if quiet {
+		return false
+	}
+	v := s.view.Load()
+	if v == nil {
+		return true
+	}
+	leader := v.leaders[sh.i]
+	return leader == "" || leader == s.id || v.held[leader] > hi
+}
+
+// shardView is who leads each shard and who waits, as one range read of
+// every shard's election saw it.
+type shardView struct {
+	leaders []string       // by shard: the leader's id, "" for none
+	waiting []int          // by shard: candidates behind the leader
+	held    map[string]int // shards each replica leads
+}
+
+// readView reads every shard's election in one range read.
+func (s *shardSet) readView(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, keys.Shards(s.prefix), clientv3.WithPrefix())
+	if err != nil {
+		return // keep the last view: an etcd outage moves nothing
+	}
+	v := &shardView{leaders: make([]string, s.n), waiting: make([]int, s.n), held: map[string]int{}}
+	oldest := make([]int64, s.n)
+	for _, kv := range resp.Kvs {
+		for i, sh := range s.shards {
+			if !strings.HasPrefix(string(kv.Key), keys.Leaders(sh.prefix)) {
+				continue
+			}
+			if oldest[i] == 0 || kv.CreateRevision < oldest[i] {
+				if oldest[i] != 0 {
+					v.waiting[i]++
+				}
+				oldest[i], v.leaders[i] = kv.CreateRevision, string(kv.Value)
+			} else {
+				v.waiting[i]++
+			}
+		}
+	}
+	for _, id := range v.leaders {
+		if id != "" {
+			v.held[id]++
+		}
+	}
+	s.view.Store(v)
+}
+
+// Leading is one shard's led term, for /status.
+type shardLead struct {
+	Shard int
+	Token int64
+}
+
+// leading returns the shards this replica leads, with their tokens.
+func (s *shardSet) leading() []shardLead {
+	var out []shardLead
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.handover != nil {
+			out = append(out, shardLead{Shard: sh.i, Token: sh.token})
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// balance reads the live replicas and hands over a surplus shard each
+// shardBalanceEvery, until ctx ends.
+func (s *shardSet) balance(ctx context.Context) {
+	t := s.clock.NewTicker(shardBalanceEvery)
+	defer t.Stop()
+	for {
+		s.readLive(ctx)
+		s.readView(ctx)
+		if lo, _ := s.share(); s.held() > lo {
+			s.handOverOne()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
+}
+
+func (s *shardSet) readLive(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, keys.Replicas(s.prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return // keep the last count: an etcd outage moves nothing
+	}
+	s.live.Store(resp.Count)
+}
+
+// handOverOne ends the term of one led shard whose election has another
+// candidate waiting, so that candidate leads it as soon as this replica
+// resigns. A replica waits for a led shard only when it is owed one
+// (wants), so the shard goes where it is owed. A shard nobody waits for
+// is kept: handing it over would leave it unled until somebody campaigns.
+func (s *shardSet) handOverOne() {
+	v := s.view.Load()
+	if v == nil {
+		return
+	}
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		handover := sh.handover
+		mine := handover != nil && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+		if mine {
+			sh.handedAt = s.clock.Now()
+		}
+		sh.mu.Unlock()
+		if !mine {
+			continue
+		}
+		lo, hi := s.share()
+		s.log.Info("handing a shard over to a replica that leads less than its share", "shard", sh.i, "held", s.held(), "share_min", lo, "share_max", hi)
+		handover()
+		return
+	}
+}
+
+// gatedElector campaigns for a shard only while the replica wants more
+// shards, and withdraws from the election (its candidate key goes with
+// its lease) once it has its share, so no surplus shard falls to it.
+type gatedElector struct {
+	s     *shardSet
+	sh    *shard
+	inner leader.Elector
+}
+
+// errWithdrawn ends a campaign that the replica no longer needs.
+var errWithdrawn = errors.New("shards: campaign withdrawn at the replica's share")
+
+func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
+	t := g.s.clock.NewTicker(shardBalanceEvery)
+	defer t.Stop()
+	for {
+		for !g.s.wants(g.sh) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.Chan():
+			}
+		}
+		cctx, withdraw := context.WithCancelCause(ctx)
+		watching := make(chan struct{})
+		go func() {
+			defer close(watching)
+			for {
+				select {
+				case <-cctx.Done():
+					return
+				case <-t.Chan():
+					if !g.s.wants(g.sh) {
+						withdraw(errWithdrawn)
+						return
+					}
+				}
+			}
+		}()
+		l, err := g.inner.Campaign(cctx)
+		withdrawn := errors.Is(context.Cause(cctx), errWithdrawn)
+		withdraw(nil)
+		<-watching
+		if err != nil && withdrawn && ctx.Err() == nil {
+			continue
+		}
+		return l, err
+	}
+}
+
+// checkShardsFlag checks --shards before anything starts.
+func checkShardsFlag(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--shards must be 1 or more, not %d", n)
+	}
+	if n > maxShards {
+		return fmt.Errorf("--shards must be at most %d, not %d", maxShards, n)
+	}
+	return nil
+}
+
+// maxShards bounds --shards: each shard is an election and a loop on every
+// replica.
+const maxShards = 256
+
+// newShards builds the shards' leadership, each shard's scheduler as the
+// replica's (schedCfg) but with its own dispatcher, fenced on its own,
+// and its own state table.
+//
+// On RabbitMQ each shard has its own fence lock and journal, and its term
+// is checked against its shard's election; the shards' dispatchers
+// register no metrics (beatd_amqp_resends_total is the replica's, from
+// the unsharded dispatcher, which a sharded replica never runs).
+func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpts redisbroker.Options, amqpOpts amqpbroker.AMQPOptions) (*shardSet, error) {
+	prefix := m.Etcd.KeyPrefix()
+	return newShardSet(m.etcd, prefix, m.Shards, cfg, shardDeps{
+		sched: schedCfg,
+		dispatch: func(i int) (scheduler.Dispatcher, error) {
+			if amqpbroker.IsAMQPURL(m.Broker) {
+				o := amqpOpts
+				o.Shard, o.Verify, o.Registerer = strconv.Itoa(i), amqpVerify(m.etcd, keys.Shard(prefix, i, m.Shards)), nil
+				return amqpbroker.NewAMQP(o)
+			}
+			o := redisOpts
+			o.Shard = strconv.Itoa(i)
+			return redisbroker.New(m.rdb, o), nil
+		},
+		store: func(i int) scheduler.StateStore {
+			st := store.New(m.etcd, keys.Shard(prefix, i, m.Shards)).WithMaxOps(m.EtcdMaxTxnOps).WithClock(m.clock)
+			st.SetAuditKeep(m.AuditKeep)
+			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
+		},
+		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog,
+	}, m.registry, m.log)
+}
+
+// stateTables reads the entries' state from every shard's table.
+type stateTables []*store.Store
+
+// shardTables returns the cluster's state tables (the one of an unsharded
+// cluster, else one a shard) and, for a sharded cluster, fills out.Shards
+// with each shard's leader.
+func shardTables(ctx context.Context, cli *clientv3.Client, prefix string, out *api.Status) (stateTables, error) {
+	resp, err := cli.Get(ctx, keys.ShardCount(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("shards: read the shard count: %w", err)
+	}
+	n := 1
+	if len(resp.Kvs) == 1 {
+		if n, err = strconv.Atoi(string(resp.Kvs[0].Value)); err != nil || n < 1 {
+			return nil, fmt.Errorf("shards: the shard count at %s is %q, not a count", keys.ShardCount(prefix), resp.Kvs[0].Value)
+		}
+	}
+	tables := make(stateTables, n)
+	for i := range n {
+		p := keys.Shard(prefix, i, n)
+		tables[i] = store.New(cli, p)
+		if n == 1 {
+			break
+		}
+		l, err := election.Observe(ctx, cli, p)
+		if err != nil && !errors.Is(err, election.ErrNoLeader) {
+			return nil, err
+		}
+		out.Shards = append(out.Shards, api.ShardStatus{Shard: i, LeaderID: l.ID, FencingToken: l.Token})
+	}
+	return tables, nil
+}
+
+// all is every stored state.
+func (t stateTables) all(ctx context.Context) (map[string]*store.EntryState, error) {
+	out := map[string]*store.EntryState{}
+	for _, s := range t {
+		table, err := s.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(t) == 1 {
+			return table.States(), nil
+		}
+		maps.Copy(out, table.States())
+	}
+	return out, nil
+}
+
+// of is the stored state of the entries named, each read from its shard.
+func (t stateTables) of(ctx context.Context, names []string) (map[string]*store.EntryState, error) {
+	if len(t) == 1 {
+		return t[0].StatesOf(ctx, names)
+	}
+	byShard := make([][]string, len(t))
+	for _, name := range names {
+		i := keys.ShardOf(name, len(t))
+		byShard[i] = append(byShard[i], name)
+	}
+	out := map[string]*store.EntryState{}
+	for i, names := range byShard {
+		if len(names) == 0 {
+			continue
+		}
+		states, err := t[i].StatesOf(ctx, names)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, states)
+	}
+	return out, nil
+}
+
+// shardStore is a shard's StateStore: its state table is the shard's,
+// while admin requests and backfill jobs stay the cluster's (any replica
+// queues them under the cluster's prefix), each seen only by the shard
+// that holds its entry. A completed request is deleted by its full key,
+// and a backfill job is saved under the shard leader's fence, so neither
+// needs the shard's prefix.
+type shardStore struct {
+	*store.Store              // the shard's state table
+	cluster      *store.Store // the cluster's requests and backfills
+	shard, n     int
+}
+
+// PendingRequests is the cluster's queued requests for this shard's
+// entries.
+func (s *shardStore) PendingRequests(ctx context.Context) ([]store.Request, int64, error) {
+	reqs, rev, err := s.cluster.PendingRequests(ctx)
+	mine := reqs[:0]
+	for _, r := range reqs {
+		if keys.ShardOf(r.Entry, s.n) == s.shard {
+			mine = append(mine, r)
+		}
+	}
+	return mine, rev, err
+}
+
+// WatchRequests wakes on any request queued in the cluster; the loop
+// then reads only its own (PendingRequests).
+func (s *shardStore) WatchRequests(ctx context.Context, rev int64) <-chan struct{} {
+	return s.cluster.WatchRequests(ctx, rev)
+}
+
+// Backfill reads a job of the cluster's.
+func (s *shardStore) Backfill(ctx context.Context, id string) (store.Backfill, bool, error) {
+	return s.cluster.Backfill(ctx, id)
+}
+
+// Backfills is the cluster's jobs for this shard's entries.
+func (s *shardStore) Backfills(ctx context.Context) ([]store.Backfill, error) {
+	jobs, err := s.cluster.Backfills(ctx)
+	mine := jobs[:0]
+	for _, j := range jobs {
+		if keys.ShardOf(j.Entry, s.n) == s.shard {
+			mine = append(mine, j)
+		}
+	}
+	return mine, err
+}
+
+// SaveBackfill saves a job of the cluster's, under this shard's fence.
+func (s *shardStore) SaveBackfill(ctx context.Context, g election.Fence, b *store.Backfill, also ...string) error {
+	return s.cluster.SaveBackfill(ctx, g, b, also...)
+}
+
+// TrimBackfills trims the cluster's finished jobs, under this shard's
+// fence.
+func (s *shardStore) TrimBackfills(ctx context.Context, g election.Fence) error {
+	return s.cluster.TrimBackfills(ctx, g)
+}
+
+var (
+	_ scheduler.StateStore    = (*shardStore)(nil)
+	_ scheduler.BackfillStore = (*shardStore)(nil)
+)

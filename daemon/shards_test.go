@@ -1,0 +1,234 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestShardCount: a cluster's shard count is recorded once, when a
+// sharded cluster is made; a replica with another count is refused with
+// both counts named and nothing written; one shard writes nothing at all.
+func TestShardCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs etcd")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		existing map[string]string // keys under the prefix before the replica starts
+		n        int
+		wantErr  string // empty: accepted
+		wantKey  string // the shard count key's value after ("" : absent)
+	}{
+		{name: "a new cluster of one shard writes nothing", n: 1},
+		{name: "a new sharded cluster records its count", n: 4, wantKey: "4"},
+		{name: "the same count again", existing: map[string]string{"shard-count": "4"}, n: 4, wantKey: "4"},
+		{name: "another count", existing: map[string]string{"shard-count": "4"}, n: 8, wantKey: "4",
+			wantErr: "--shards 8, but the cluster at /p/ was made with 4 shards; start every replica with --shards 4"},
+		{name: "one shard on a sharded cluster", existing: map[string]string{"shard-count": "4"}, n: 1, wantKey: "4",
+			wantErr: "--shards 1, but the cluster at /p/ was made with 4 shards"},
+		{name: "an upgraded cluster of one shard runs on", existing: map[string]string{"state/00": "x", "leader/694d": "a"}, n: 1},
+		{name: "an unsharded cluster cannot be sharded by a flag", existing: map[string]string{"state/00": "x"}, n: 4,
+			wantErr: "--shards 4, but the cluster at /p/ was made with 1 shard"},
+		{name: "nor while its replicas run", existing: map[string]string{"replicas/a": "{}"}, n: 2,
+			wantErr: "was made with 1 shard"},
+		{name: "a count that is not one", existing: map[string]string{"shard-count": "x"}, n: 2, wantKey: "x",
+			wantErr: `is "x", not a count`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const prefix = "/p/"
+			if _, err := cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tc.existing {
+				if _, err := cli.Put(ctx, prefix+k, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := checkShardCount(ctx, cli, prefix, tc.n)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
+			case strings.Contains(tc.wantErr, "made with") && !errors.Is(err, ErrShardCount):
+				t.Fatalf("err = %v, not ErrShardCount", err)
+			}
+			resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCount := len(tc.existing)
+			if _, had := tc.existing["shard-count"]; tc.wantKey != "" && !had {
+				wantCount++ // the count it recorded
+			}
+			if int(resp.Count) != wantCount {
+				t.Errorf("%d keys under the prefix, want %d (%d before)", resp.Count, wantCount, len(tc.existing))
+			}
+			got, err := cli.Get(ctx, keys.ShardCount(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v string
+			if len(got.Kvs) == 1 {
+				v = string(got.Kvs[0].Value)
+			}
+			if v != tc.wantKey {
+				t.Errorf("shard count %q, want %q", v, tc.wantKey)
+			}
+		})
+	}
+}
+
+// TestOneShardKeysUnchanged: a replica run without --shards (one shard)
+// writes the keys beatd wrote before sharding, in etcd and in Redis: no
+// shard count, no shards/ prefix, the unsuffixed fence.
+func TestOneShardKeysUnchanged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	cfg := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfg, []byte("entries:\n  tick: {task: tasks.add, every: 200ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := runMain(t, "--config", cfg, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/one/",
+		"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms")
+	if m.shards != nil {
+		t.Fatal("one shard runs a shard set")
+	}
+	ctx := context.Background()
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a fire and its state", func() bool {
+		resp, err := m.etcd.Get(ctx, keys.State("/one/"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count > 0 && rs.Client().LLen(ctx, "celery").Val() > 0
+	})
+	resp, err := m.etcd.Get(ctx, "/one/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if k := string(kv.Key); strings.Contains(k, "shard") {
+			t.Errorf("one shard wrote %s", k)
+		}
+	}
+	rkeys := rs.Client().Keys(ctx, "beatd:{one}:*").Val()
+	if !slices.Contains(rkeys, "beatd:{one}:fence") || !slices.Contains(rkeys, "beatd:{one}:slots-term") {
+		t.Errorf("Redis keys %v, want the unsuffixed fence and slots-term", rkeys)
+	}
+	for _, k := range rkeys {
+		if strings.HasPrefix(k, "beatd:{one}:fence:") || strings.HasPrefix(k, "beatd:{one}:slots-term:") {
+			t.Errorf("one shard wrote %s", k)
+		}
+	}
+}
+
+// TestShardHandover runs two sharded replicas in one process (so -race
+// sees the shards' loops, their balance and the stop): the second takes
+// half the shards by handover, then the first stops and hands its shards
+// over. Every slot is in the queue exactly once.
+func TestShardHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two beatd replicas with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	var y strings.Builder
+	y.WriteString("entries:\n")
+	for i := range 8 {
+		fmt.Fprintf(&y, "  e%d: {task: tasks.t, every: 1s, catchup: all}\n", i)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string) *Main {
+		return runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/sh/", "--id", id,
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", "4")
+	}
+	a := start("a")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == 4 })
+	from := time.Now().Truncate(time.Second).Add(time.Second)
+	b := start("b")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
+		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	// Admin requests are queued on any replica for the cluster, and done
+	// by the leader of the entry's shard.
+	ctx := context.Background()
+	for _, r := range []store.Request{{Op: store.OpTrigger, Entry: "e3"}, {Op: store.OpPause, Entry: "e5"}} {
+		if _, err := b.store.PutRequest(ctx, r, nil, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the requests done: e3 sent by hand, e5 paused in status", func() bool {
+		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+		if err != nil {
+			return false
+		}
+		manual := slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Manual && m.Entry == "e3" })
+		st, err := StatusFromEtcd(ctx, a.etcd, "/sh/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+		paused := err == nil && slices.ContainsFunc(st.Entries, func(e api.EntryStatus) bool { return e.Name == "e5" && e.Paused })
+		pending, _, _ := b.store.PendingRequests(ctx)
+		return manual && paused && len(pending) == 0
+	})
+	// A runtime entry written on one replica (the entries API's store)
+	// reaches the scheduler of its shard, whoever leads it.
+	if _, err := a.entries.Put(ctx, []sources.Doc{{Name: "runtime-1", Data: []byte(`{"task": "tasks.t", "every": "1s"}`)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the runtime entry fired", func() bool {
+		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+		return err == nil && slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Entry == "runtime-1" && !m.Manual })
+	})
+	// The catalog (what `beatd next` reads) is the cluster's, published by
+	// shard 0's leader under its fence.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the catalog published", func() bool {
+		resp, err := b.etcd.Get(ctx, keys.CatalogHeader("/sh/"), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 1
+	})
+	time.Sleep(1500 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 4 shards", func() bool { return len(b.shards.leading()) == 4 })
+	time.Sleep(2 * time.Second)
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+
+	msgs, err := chaos.ReadQueue(context.Background(), rs.Client(), "celery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithEntries(slices.DeleteFunc(slices.Clone(cfg.Entries), func(e *config.Entry) bool { return e.Name == "e5" })) // paused
+	r := chaos.Audit(cfg, msgs, from, to)
+	if !r.OK || r.ExpectedSlots < 7*3 {
+		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
+	}
+	t.Logf("audited %d slots: 0 duplicate, 0 missed", r.ExpectedSlots)
+}
