@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/status"
 
 	"github.com/beatd/beatd/config"
 
@@ -537,7 +537,7 @@ func TestMirrorBuckets(t *testing.T) {
 }
 
 // TestSourceAsStatusSaysIt: the entries table's Source column and the
-// entry page's source say what /status says (api.EntryStatusOf): an
+// entry page's source say what /status says (status.Of): an
 // entry of the entries API is "api", not "file".
 func TestSourceAsStatusSaysIt(t *testing.T) {
 	filed, dyn, dcb := every("filed", "tasks.a", time.Minute), every("dyn", "tasks.a", time.Minute), every("dcb", "tasks.a", time.Minute)
@@ -550,7 +550,7 @@ func TestSourceAsStatusSaysIt(t *testing.T) {
 		t.Fatalf("GET / = %d", code)
 	}
 	for _, e := range cfg.Entries {
-		want := api.EntryStatusOf(e).Source
+		want := status.Of(status.Facts{Name: e.Name, Entry: e}, time.Now()).Source
 		row := regexp.MustCompile(`(?s)<tr data-entry="` + e.Name + `">.*?</tr>`).FindString(body)
 		if !strings.Contains(row, `<td data-label="Source">`+want+`</td>`) {
 			t.Errorf("%s: want source %q (as /status says) in its row:\n%s", e.Name, want, row)

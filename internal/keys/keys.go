@@ -69,3 +69,13 @@ func Requests(prefix string) string { return prefix + "requests/" }
 // Cluster is the cluster's name: its prefix without the slashes. It
 // namespaces task ids and beatd's Redis keys.
 func Cluster(prefix string) string { return strings.Trim(prefix, "/") }
+
+// RedisPrefix is the prefix of beatd's own Redis keys: flag
+// (--redis-prefix), else one with the cluster as a hash tag, so Redis
+// Cluster keeps them in one slot.
+func RedisPrefix(flag, cluster string) string {
+	if flag != "" {
+		return flag
+	}
+	return "beatd:{" + cluster + "}:"
+}
