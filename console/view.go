@@ -419,15 +419,16 @@ type entryIndex struct {
 	rows  []indexRow
 }
 
+// indexRow is an entry's place in the order; what a row shows comes from
+// its status (entryStatus), built for the rows of the page shown.
 type indexRow struct {
-	e      *config.Entry
-	next   time.Time
-	at     int64 // next in Unix ns, the order's key (never: the largest)
-	paused bool
+	e    *config.Entry
+	next time.Time
+	at   int64 // next in Unix ns, the order's key (never: the largest)
 }
 
 func newIndexRow(e *config.Entry, st *store.EntryState, now time.Time) indexRow {
-	r := indexRow{e: e, paused: st != nil && st.Paused, next: upcoming.Next(e, st, now), at: math.MaxInt64}
+	r := indexRow{e: e, next: upcoming.Next(e, st, now), at: math.MaxInt64}
 	if !r.next.IsZero() {
 		r.at = r.next.UnixNano()
 	}
