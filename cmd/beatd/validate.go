@@ -167,7 +167,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\tnever\t\n", term(e.Name), off, term(e.Task), term(fmt.Sprint(e.Schedule)))
 			continue
 		}
-		// The slots the leader fires (scheduler.Upcoming): its grid, end_at,
+		// The slots the leader fires (upcoming.Slots): its grid, end_at,
 		// calendars and the runs max_runs leaves. With no state (no
 		// --etcd-endpoints, or an entry not scheduled yet), an interval
 		// without start_at or relative is anchored at --from, as when beatd
