@@ -12,141 +12,31 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/auth"
-	"github.com/beatd/beatd/broker"
-	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ShardStatus is one shard's leadership: the replica that leads it (empty
-// while none does) and its term's fencing token.
-type ShardStatus struct {
-	Shard        int    `json:"shard"`
-	LeaderID     string `json:"leader_id"`
-	FencingToken int64  `json:"fencing_token"`
-}
+// The status view is status's: these are its names on the wire of GET
+// /status, the same types, so the JSON is status's own.
+type (
+	// Status is what GET /status returns.
+	Status = status.View
+	// EntryStatus is one entry in Status.
+	EntryStatus = status.Entry
+	// Outcomes is what the workers reported about an entry's runs.
+	Outcomes = status.Outcomes
+	// RunOutcome is one run of an entry and what became of it.
+	RunOutcome = status.RunOutcome
+	// StatusQuery selects the entries GET /status shows.
+	StatusQuery = status.Query
+	// ShardStatus is one shard's leadership in a sharded cluster.
+	ShardStatus = status.ShardStatus
+)
 
-// Status is what GET /status returns.
-type Status struct {
-	ID           string        `json:"id"`
-	Leader       bool          `json:"leader"`
-	LeaderID     string        `json:"leader_id"`
-	FencingToken int64         `json:"fencing_token"`
-	Entries      []EntryStatus `json:"entries"`
-	// EntriesTotal is how many entries match the query; Entries holds a
-	// page of them, and Next, when set, is the ?after= of the next page.
-	EntriesTotal int    `json:"entries_total"`
-	Next         string `json:"next,omitempty"`
-	// HistoryError says why recent runs are missing (the broker, which
-	// keeps them, did not answer); empty when they are there.
-	HistoryError string `json:"history_error,omitempty"`
-
-	// Shards is who leads each shard of a sharded cluster (--shards > 1),
-	// whose LeaderID and FencingToken are then empty: each shard has a
-	// leader and a token of its own.
-	Shards []ShardStatus `json:"shards,omitempty"`
-
-	// LeaderLeaseSeconds is what is left of the leader key's lease, in
-	// etcd's whole seconds; LeaderUnresponsive says the leader has not
-	// renewed it on time (it is dying or gone; the key expires soon).
-	LeaderLeaseSeconds int64 `json:"leader_lease_seconds,omitempty"`
-	LeaderUnresponsive bool  `json:"leader_unresponsive,omitempty"`
-
-	// Stale marks an answer from what the replica last knew, because etcd
-	// did not answer in time; StaleSeconds is that knowledge's age and
-	// Error why it is stale.
-	Stale        bool    `json:"stale,omitempty"`
-	StaleSeconds float64 `json:"stale_seconds,omitempty"`
-	Error        string  `json:"error,omitempty"`
-	// Sources is each entry source's health; Conflicts the names claimed
-	// by more than one source.
-	Sources   []sources.Health   `json:"sources,omitempty"`
-	Conflicts []sources.Conflict `json:"conflicts,omitempty"`
-	// OutcomeWarning says, when no task event or result has reached this
-	// replica for --outcome-silence, that run outcomes are unknown and
-	// what to change; empty while reports come.
-	OutcomeWarning string `json:"outcome_warning,omitempty"`
-	// ClockOffsetSeconds is this replica's wall clock minus etcd's
-	// (positive: ahead), within ClockOffsetUncertaintySeconds; a leader
-	// fires by its own clock. ClockWarning says when it is past
-	// --clock-offset-warn, or why it is unknown.
-	ClockOffsetSeconds            *float64 `json:"clock_offset_seconds,omitempty"`
-	ClockOffsetUncertaintySeconds float64  `json:"clock_offset_uncertainty_seconds,omitempty"`
-	ClockWarning                  string   `json:"clock_warning,omitempty"`
-	// Backfills are the backfills not yet finished, with their progress.
-	Backfills []store.Backfill `json:"backfills,omitempty"`
-}
-
-// EntryStatus is one entry in Status.
-type EntryStatus struct {
-	Name          string       `json:"name"`
-	Source        string       `json:"source,omitempty"`
-	Task          string       `json:"task"`
-	Schedule      string       `json:"schedule"`
-	Enabled       bool         `json:"enabled"`
-	NextRunAt     *time.Time   `json:"next_run_at"`
-	LastSlot      *time.Time   `json:"last_slot"`
-	LastRunAt     *time.Time   `json:"last_run_at"`
-	TotalRunCount int64        `json:"total_run_count"`
-	Paused        bool         `json:"paused"`
-	RecentRuns    []broker.Run `json:"recent_runs"`
-
-	// The last publish, as the leader that published it remembers it:
-	// its result (ok, duplicate, error...) and error, and when an entry
-	// was last published.
-	LastResult      string     `json:"last_result,omitempty"`
-	LastError       string     `json:"last_error,omitempty"`
-	LastErrorAt     *time.Time `json:"last_error_at,omitempty"`
-	LastPublishedAt *time.Time `json:"last_published_at,omitempty"`
-
-	Outcomes
-	Overlap string `json:"overlap,omitempty"`
-	// Finished: it reached its end_at or made its max_runs, and will not
-	// fire again (which is not an error). RemainingRuns is what is left
-	// of its max_runs.
-	Finished      bool `json:"finished,omitempty"`
-	RemainingRuns *int `json:"remaining_runs,omitempty"`
-	// Health is "behind" while the entry's slots come due faster than the
-	// leader publishes them, "runaway" once the leader stopped it because
-	// its schedule went wrong; empty while it keeps its schedule.
-	Health       string `json:"health,omitempty"`
-	HealthReason string `json:"health_reason,omitempty"`
-}
-
-// Outcomes is what the workers reported about an entry's runs, kept with
-// its state: the last runs and what each reached, the last success and
-// failure on a worker, the failures in a row, and why
-// pause_after_failures paused the entry. Running says the newest run has
-// not finished.
-type Outcomes struct {
-	Runs                []RunOutcome `json:"runs,omitempty"`
-	Running             bool         `json:"running,omitempty"`
-	LastSuccessAt       *time.Time   `json:"last_success_at,omitempty"`
-	LastFailureAt       *time.Time   `json:"last_failure_at,omitempty"`
-	ConsecutiveFailures int          `json:"consecutive_failures,omitempty"`
-	PauseReason         string       `json:"pause_reason,omitempty"`
-}
-
-// RunOutcome is one run of an entry and what became of it on the workers.
-type RunOutcome struct {
-	Slot    time.Time `json:"slot"`
-	TaskID  string    `json:"task_id"`
-	Manual  bool      `json:"manual,omitempty"`
-	Outcome string    `json:"outcome"` // published, received, started, retried, succeeded, failed, revoked, expired, lost, skipped
-	// PublishedAt is when it was published, or for a skipped slot, when
-	// it was skipped.
-	PublishedAt    time.Time  `json:"published_at"`
-	StartedAt      *time.Time `json:"started_at,omitempty"`
-	UpdatedAt      *time.Time `json:"updated_at,omitempty"` // the newest report's time
-	RuntimeSeconds float64    `json:"runtime_seconds,omitempty"`
-	Worker         string     `json:"worker,omitempty"`
-	Exception      string     `json:"exception,omitempty"`
-	Message        string     `json:"exception_message,omitempty"`
-	// SkippedSlots is, for a skipped record, how many slots in a row it
-	// stands for; Slot is the newest of them.
-	SkippedSlots int `json:"skipped_slots,omitempty"`
-}
+// DefaultStatusLimit is the most entries GET /status shows unless asked.
+const DefaultStatusLimit = status.DefaultLimit
 
 // Backend is what the endpoints ask of the daemon.
 type Backend interface {
@@ -161,23 +51,6 @@ type Backend interface {
 	// audit record; ErrUnknownEntry when the entry is not in the config.
 	Request(ctx context.Context, a Action) (id string, err error)
 }
-
-// StatusQuery selects the entries GET /status shows: ?prefix= and
-// ?after= (a page's Next), at most ?limit= (DefaultStatusLimit).
-type StatusQuery struct {
-	Prefix, After string
-	Limit         int
-}
-
-// Default reports whether q is GET /status with no parameters (the one a
-// replica keeps cached).
-func (q StatusQuery) Default() bool {
-	return q.Prefix == "" && q.After == "" && q.Limit == DefaultStatusLimit
-}
-
-// DefaultStatusLimit is the most entries GET /status shows unless asked:
-// a million entries are never one response by default.
-const DefaultStatusLimit = 1000
 
 // Action is a change someone asked for: what, to which entry, who (the
 // token's identity), through what (api, cli or console), and why.

@@ -95,3 +95,7 @@ func shortName(name string) string {
 	}
 	return name[:cut] + "..."
 }
+
+// MinIntervalUsage is the help of --min-interval, on run and validate.
+const MinIntervalUsage = "the shortest every: an entry may have, in schedules.yaml and runtime entries alike (1ms to 1s); " +
+	"below the default, each such entry takes more of the loop that publishes every entry"

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/api"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/status"
 
 	"github.com/beatd/beatd/config"
 
@@ -552,7 +553,7 @@ func TestMirrorBuckets(t *testing.T) {
 }
 
 // TestSourceAsStatusSaysIt: the entries table's Source column and the
-// entry page's source say what /status says (api.EntryStatusOf): an
+// entry page's source say what /status says (status.Of): an
 // entry of the entries API is "api", not "file".
 func TestSourceAsStatusSaysIt(t *testing.T) {
 	filed, dyn, dcb := every("filed", "tasks.a", time.Minute), every("dyn", "tasks.a", time.Minute), every("dcb", "tasks.a", time.Minute)
@@ -565,7 +566,7 @@ func TestSourceAsStatusSaysIt(t *testing.T) {
 		t.Fatalf("GET / = %d", code)
 	}
 	for _, e := range cfg.Entries {
-		want := api.EntryStatusOf(e).Source
+		want := status.Of(status.Facts{Name: e.Name, Entry: e}, time.Now()).Source
 		row := regexp.MustCompile(`(?s)<tr data-entry="` + e.Name + `">.*?</tr>`).FindString(body)
 		if !strings.Contains(row, `<td data-label="Source">`+want+`</td>`) {
 			t.Errorf("%s: want source %q (as /status says) in its row:\n%s", e.Name, want, row)
@@ -574,6 +575,57 @@ func TestSourceAsStatusSaysIt(t *testing.T) {
 	for name, want := range map[string]string{"dyn": "<dt>source</dt><dd><code>api</code>", "filed": "<dt>source</dt><dd><code>file s.yaml:3:3</code>"} {
 		if code, body := get(t, hs.URL+"/entry/"+name); code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("entry page of %s: %d, lacks %q", name, code, want)
+		}
+	}
+}
+
+// TestEntryFieldsAsStatusSaysThem: what the entries table and the entry
+// page show of an entry (source, task, schedule words, paused, the
+// newest fire and its words, a run's outcome and exception) is what
+// status.Of, the builder behind /status, says of the same state and runs.
+func TestEntryFieldsAsStatusSaysThem(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	e := every("boom", "tasks.fail", time.Minute)
+	e.Source = sources.API
+	slot := now.Add(-time.Minute)
+	st := &store.EntryState{Name: "boom", LastSlot: slot, Paused: true, Out: &store.Outcomes{Failures: 1, LastFailure: slot.Add(time.Second),
+		Runs: []store.Run{{Slot: slot, Kind: outcome.Failed, Published: slot, Updated: slot.Add(time.Second), Worker: "celery@w1",
+			ExcType: "KeyError", ExcMsg: "'x'", Runtime: 1500 * time.Millisecond}}}}
+	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{e}}
+	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg, st)
+	// The run testServer puts in the history for st.
+	hist := &redisbroker.History{Runs: []broker.Run{{Slot: slot, PublishedAt: slot, Token: 3, TaskID: "tid-boom"}}}
+	want := status.Of(status.Facts{Name: "boom", Entry: e, State: st, History: hist, Cluster: "beatd/unit"}, now)
+	run := want.OutcomeOf(hist.Runs[0])
+	if run == nil {
+		t.Fatal("status.Of finds no outcome of the run")
+	}
+	var row string
+	testutil.Eventually(t, 10*time.Second, "the row with the state loaded", func() bool {
+		_, body := get(t, hs.URL+"/")
+		row = regexp.MustCompile(`(?s)<tr data-entry="boom">.*?</tr>`).FindString(body)
+		return strings.Contains(row, "<strong>paused</strong>")
+	})
+	for _, cell := range []string{
+		`<td data-label="Source">` + want.Source + `</td>`,
+		`<code>` + want.Task + `</code>`,
+		`<td data-label="Schedule">` + html.EscapeString(want.ScheduleWords) + `</td>`,
+		`<span class="result">` + want.LastFire.Result + `</span>`,
+	} {
+		if !strings.Contains(row, cell) {
+			t.Errorf("row lacks %q (as status says it):\n%s", cell, row)
+		}
+	}
+	_, page := get(t, hs.URL+"/entry/boom")
+	for _, cell := range []string{
+		`<td data-label="Outcome" class="outcome">` + run.Outcome + `</td>`,
+		`<code>` + html.EscapeString(run.ExceptionText()) + `</code>`,
+		run.Runtime().Round(time.Millisecond).String(),
+		fmt.Sprintf("%d in a row", want.ConsecutiveFailures),
+		", " + want.LastFire.Result,
+	} {
+		if !strings.Contains(page, cell) {
+			t.Errorf("entry page lacks %q (as status says it)", cell)
 		}
 	}
 }

@@ -15,16 +15,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/broker"
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/outcome"
-	"github.com/beatd/beatd/store"
-
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/schedule"
-	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/status"
+	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/upcoming"
 )
 
 // page is what the templates render. Live pages (sections sent over SSE)
@@ -138,34 +139,30 @@ type entriesView struct {
 }
 
 type rowView struct {
-	// Source is where the entry comes from (file, api,
-	// django-celery-beat), as /status says it (api.EntryStatusOf).
-	Name, Source, Task, Queue, Words, Zone string
-	Next                                   time.Time
-	NextAbs                                string
-	LastAt                                 time.Time
-	LastAbs, LastResult                    string
-	Paused, Enabled                        bool
-	FiresHour                              string
+	// Entry is the entry's status from the one builder (status.Of), the
+	// leader's fires overlaid: name, source, task, schedule, paused, the
+	// newest fire and every other field the row shows of the entry, as
+	// /status says them. The rest is the row's own rendering of them and
+	// of the definition (queue, zone).
+	status.Entry
+	Queue, Zone      string
+	Next             time.Time
+	NextAbs, LastAbs string
+	FiresHour        string
 }
 
 type entryView struct {
-	Name        string
-	Def         []defRow
-	Paused      bool
-	PauseReason string
-	// What the workers reported (empty before any outcome).
-	LastSuccess, LastFailure time.Time
-	Failures                 int
-	Running                  bool
-	Enabled                  bool
-	Zone                     string
-	Next                     []nextRow
-	NextNote                 string
-	Runs                     []runView
-	LastResult               string
-	LastAt                   time.Time
-	FiresHour                string
+	// Entry is the entry's status from the one builder (status.Of), the
+	// leader's fires overlaid: paused, what the workers reported, the
+	// newest fire and every other field the page shows of the entry's
+	// state, as /status says them.
+	status.Entry
+	Def       []defRow
+	Zone      string
+	Next      []nextRow
+	NextNote  string
+	RunRows   []runView
+	FiresHour string
 	// Audit is who changed the entry, when and why, newest first;
 	// Backfills its backfills on record. Read for a full page only.
 	Audit     []store.AuditRecord
@@ -309,39 +306,30 @@ func (s *Server) overview(ctx context.Context, q query, live bool) *page {
 				continue
 			}
 			r.FiresHour = strconv.Itoa(f.LastHour)
-			if !f.At.Before(r.LastAt) {
-				r.LastAt, r.LastResult = f.At, resultWords(f.Result, f.Manual)
-				r.LastAbs = fmtIn(f.At, s.zone(r.Name))
-			}
+			r.Overlay(leaderFire(f))
+			r.LastAbs = fmtIn(r.LastFire.At, s.zone(r.Name))
 		}
 	}
 	p.Entries = ev
 	return p
 }
 
-// outcomeOf finds what the workers reported about a run in st's kept
-// runs: a scheduled run by its slot, a manual one by its task id.
-func outcomeOf(st *store.EntryState, slot time.Time, taskID string, manual bool) *store.Run {
-	if st == nil || st.Out == nil {
-		return nil
-	}
-	for i := range st.Out.Runs {
-		r := &st.Out.Runs[i]
-		if r.Kind == outcome.Skipped {
-			continue
-		}
-		if manual && r.Manual && r.ID == taskID || !manual && !r.Manual && r.Slot.Equal(slot) {
-			return r
-		}
-	}
-	return nil
+// leaderFire is the leader's newest fire of an entry, from its timeline,
+// for status's overlay.
+func leaderFire(f EntryFires) status.Live {
+	return status.Live{Result: f.Result, FireAt: f.At, Manual: f.Manual}
 }
 
-func resultWords(result string, manual bool) string {
-	if manual {
-		return result + " (manual)"
+// entryStatus is e's status from the one builder, with its state as this
+// replica last read it and runs, its newest runs (oldest first).
+func (s *Server) entryStatus(e *config.Entry, runs []broker.Run, now time.Time) status.Entry {
+	f := status.Facts{Name: e.Name, Entry: e, State: s.cluster.state(e.Name), Cluster: keys.Cluster(s.cfg.Prefix)}
+	if len(runs) > 0 {
+		newest := slices.Clone(runs)
+		slices.Reverse(newest)
+		f.History = &redisbroker.History{Runs: newest}
 	}
-	return result
+	return status.Of(f, now)
 }
 
 // applyLeaderData fills the timeline and backlog, or says why they are
@@ -431,15 +419,16 @@ type entryIndex struct {
 	rows  []indexRow
 }
 
+// indexRow is an entry's place in the order; what a row shows comes from
+// its status (entryStatus), built for the rows of the page shown.
 type indexRow struct {
-	e      *config.Entry
-	next   time.Time
-	at     int64 // next in Unix ns, the order's key (never: the largest)
-	paused bool
+	e    *config.Entry
+	next time.Time
+	at   int64 // next in Unix ns, the order's key (never: the largest)
 }
 
 func newIndexRow(e *config.Entry, st *store.EntryState, now time.Time) indexRow {
-	r := indexRow{e: e, paused: st != nil && st.Paused, next: scheduler.NextFire(e, st, now), at: math.MaxInt64}
+	r := indexRow{e: e, next: upcoming.Next(e, st, now), at: math.MaxInt64}
 	if !r.next.IsZero() {
 		r.at = r.next.UnixNano()
 	}
@@ -590,13 +579,12 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entri
 		if loc == nil {
 			loc = time.UTC
 		}
-		rv := rowView{Name: r.e.Name, Source: api.EntryStatusOf(r.e).Source, Task: r.e.Task, Queue: r.e.Options.Queue, Words: schedule.Describe(r.e.Schedule),
-			Zone: loc.String(), Next: r.next, NextAbs: fmtIn(r.next, loc), Paused: r.paused, Enabled: r.e.Enabled, FiresHour: "–"}
-		if rs := runs[r.e.Name]; len(rs) > 0 {
-			last := rs[len(rs)-1]
-			rv.LastAt, rv.LastAbs = last.PublishedAt, fmtIn(last.PublishedAt, loc)
-			rv.LastResult = resultWords("published", last.Manual)
+		es := s.entryStatus(r.e, runs[r.e.Name], now)
+		rv := rowView{Entry: es, Queue: r.e.Options.Queue, Zone: loc.String(), FiresHour: "–"}
+		if es.NextRunAt != nil {
+			rv.Next = *es.NextRunAt
 		}
+		rv.NextAbs, rv.LastAbs = fmtIn(rv.Next, loc), fmtIn(es.LastFire.At, loc)
 		ev.Rows = append(ev.Rows, rv)
 	}
 	return ev
@@ -620,22 +608,19 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	if loc == nil {
 		loc = time.UTC
 	}
-	st := s.cluster.state(name)
-	ev := &entryView{Name: name, Enabled: e.Enabled, Zone: loc.String(), Def: definition(e, s.cfg.Entries().File), FiresHour: "–"}
-	if st != nil {
-		ev.Paused = st.Paused
-		if o := st.Out; o != nil {
-			ev.PauseReason, ev.LastSuccess, ev.LastFailure, ev.Failures = o.PauseReason, o.LastSuccess, o.LastFailure, o.Failures
-			if n := o.Newest(); n != nil && !n.Kind.Finished() {
-				ev.Running = true
-			}
-		}
+	runs, err := s.runs.Recent(ctx, []string{name})
+	if err != nil {
+		s.log.Warn("read run history", "err", err)
 	}
-	// The next 20 slots the leader fires (scheduler.Upcoming: its grid,
+	rs := runs[name]
+	st := s.cluster.state(name)
+	es := s.entryStatus(e, rs, p.Now)
+	ev := &entryView{Entry: es, Zone: loc.String(), Def: definition(e, es.Source, s.cfg.Entries().File), FiresHour: "–"}
+	// The next 20 slots the leader fires (upcoming.Slots: its grid,
 	// end_at, calendars, max_runs), marking where the zone's UTC offset
 	// changes.
 	prev := p.Now.In(loc)
-	for i, t := range scheduler.Upcoming(e, st, p.Now, 20) {
+	for i, t := range upcoming.Slots(e, st, p.Now, 20) {
 		at := t.In(loc)
 		row := nextRow{N: i + 1, At: t, Abs: at.Format("Mon 2006-01-02 15:04:05 MST")}
 		if _, po := prev.Zone(); po != offset(at) {
@@ -652,11 +637,6 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	case len(ev.Next) == 0:
 		ev.NextNote = "This entry has no future slot."
 	}
-	runs, err := s.runs.Recent(ctx, []string{name})
-	if err != nil {
-		s.log.Warn("read run history", "err", err)
-	}
-	rs := runs[name]
 	for i := len(rs) - 1; i >= 0; i-- {
 		r := rs[i]
 		rv := runView{TaskID: r.TaskID, Slot: fmtIn(r.Slot, loc), Published: fmtIn(r.PublishedAt, loc), At: r.PublishedAt,
@@ -664,20 +644,14 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 		if r.Manual {
 			rv.Lag, rv.Slot = "manual", "manual ("+rv.Slot+")"
 		}
-		if o := outcomeOf(st, r.Slot, r.TaskID, r.Manual); o != nil {
-			rv.Outcome, rv.Worker = o.Kind.String(), o.Worker
-			if o.Runtime > 0 {
-				rv.Runtime = o.Runtime.Round(time.Millisecond).String()
+		if o := es.OutcomeOf(r); o != nil {
+			rv.Outcome, rv.Worker = o.Outcome, o.Worker
+			if rt := o.Runtime(); rt > 0 {
+				rv.Runtime = rt.Round(time.Millisecond).String()
 			}
-			rv.Exception = o.ExcType
-			if o.ExcMsg != "" {
-				rv.Exception += ": " + o.ExcMsg
-			}
+			rv.Exception = o.ExceptionText()
 		}
-		ev.Runs = append(ev.Runs, rv)
-	}
-	if len(rs) > 0 {
-		ev.LastAt, ev.LastResult = rs[len(rs)-1].PublishedAt, resultWords("published", rs[len(rs)-1].Manual)
+		ev.RunRows = append(ev.RunRows, rv)
 	}
 	ld, err := s.fetchLeaderData(ctx, leader, replicas, []string{name})
 	s.applyLeaderData(p, ld, err)
@@ -685,9 +659,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	if ld != nil {
 		if f, ok := ld.Timeline.Entries[name]; ok {
 			ev.FiresHour = strconv.Itoa(f.LastHour)
-			if !f.At.Before(ev.LastAt) {
-				ev.LastAt, ev.LastResult = f.At, resultWords(f.Result, f.Manual)
-			}
+			ev.Overlay(leaderFire(f))
 		} else {
 			ev.FiresHour = "0"
 		}
@@ -730,13 +702,13 @@ func offset(t time.Time) int {
 	return o
 }
 
-// definition lists every setting of an entry, as configured.
-func definition(e *config.Entry, file string) []defRow {
+// definition lists every setting of an entry, as configured; source is
+// where it comes from, as its status says it.
+func definition(e *config.Entry, source, file string) []defRow {
 	loc := "UTC"
 	if e.Location != nil {
 		loc = e.Location.String()
 	}
-	source := api.EntryStatusOf(e).Source // as /status says it
 	if source == sources.File {
 		source = fmt.Sprintf("file %s:%d:%d", file, e.Line, e.Column)
 	}

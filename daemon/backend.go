@@ -8,17 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/celery"
-	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/status"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
-	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
@@ -112,10 +109,10 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 		st, err = b.cachedStatus(ctx)
 	} else {
 		// Another page: read for this request, not cached.
-		if st, err = StatusFromEtcd(ctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), q); err != nil {
+		if st, err = status.FromEtcd(ctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), q); err != nil {
 			return st, err
 		}
-		b.addLocalResults(&st)
+		st.Overlay(b.liveResults())
 	}
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
@@ -148,7 +145,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 		go func() {
 			defer o.wg.Done()
 			rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			st, err := StatusFromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+			st, err := status.FromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 			cancel()
 			o.mu.Lock()
 			o.lastErr = err
@@ -179,7 +176,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 		st.Entries = append([]api.EntryStatus(nil), st.Entries...)
 	} else {
 		// Nothing read yet: what the config says, with no state.
-		st = statusFromConfig(b.sched.Config(), b.clock.Now())
+		st = status.FromConfig(b.sched.Config(), b.clock.Now())
 	}
 	switch {
 	case !isClosed(wait):
@@ -193,7 +190,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 			st.StaleSeconds = roundSeconds(b.clock.Since(o.lastAt))
 		}
 	}
-	b.addLocalResults(&st)
+	st.Overlay(b.liveResults())
 	return st, nil
 }
 
@@ -211,184 +208,24 @@ func roundSeconds(d time.Duration) float64 {
 	return v
 }
 
-// addLocalResults adds each entry's last result and error, as this
-// replica's loop remembers them (only a leader, or a replica that led,
-// has any).
-func (b *backend) addLocalResults(st *api.Status) {
+// liveResults is what this replica's loop remembers of each entry's
+// last publish (only a leader, or a replica that led, has any), for
+// status's overlay.
+func (b *backend) liveResults() map[string]status.Live {
 	results := b.metrics.Results()
-	for i := range st.Entries {
-		e := &st.Entries[i]
-		r, ok := results[e.Name]
-		if !ok {
-			continue
-		}
-		e.LastResult, e.LastError = r.LastResult, r.LastError
-		e.Health, e.HealthReason = r.Health, r.HealthReason
-		e.LastErrorAt, e.LastPublishedAt = timePtr(r.LastErrorAt), timePtr(r.LastSuccessAt)
-		if !r.NextFireAt.IsZero() && e.NextRunAt != nil {
-			e.NextRunAt = timePtr(r.NextFireAt)
-		}
+	out := make(map[string]status.Live, len(results))
+	for name, r := range results {
+		out[name] = status.Live{Result: r.LastResult, Error: r.LastError, ErrorAt: r.LastErrorAt, PublishedAt: r.LastSuccessAt,
+			NextFireAt: r.NextFireAt, Health: r.Health, HealthReason: r.HealthReason}
 	}
-}
-
-// HistoryReader reads the run history the publisher keeps with the broker.
-type HistoryReader interface {
-	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
-}
-
-// buildStatus reads leadership and entry state from etcd, and the run
-// history from the broker (hist may be nil), and merges them with a
-// config (which may be nil: then only stored entries show). A broker that
-// does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
-	var out api.Status
-	leader, err := election.Observe(ctx, cli, prefix)
-	if err != nil && !errors.Is(err, election.ErrNoLeader) {
-		return out, err
-	}
-	out.LeaderID, out.FencingToken = leader.ID, leader.Token
-	sto := store.New(cli, prefix)
-	tables, err := shardTables(ctx, cli, prefix, &out)
-	if err != nil {
-		return out, err
-	}
-	// A page of the config's entries, unless the whole of it fits in one:
-	// then every stored state shows too, that of removed entries included.
-	var page []*config.Entry
-	if cfg != nil {
-		for e := range cfg.Following(q.After, q.Prefix) {
-			if out.EntriesTotal++; len(page) < q.Limit {
-				page = append(page, e)
-			}
-		}
-	}
-	whole := cfg == nil || q.Prefix == "" && q.After == "" && len(cfg.Entries) <= q.Limit
-	var states map[string]*store.EntryState
-	if whole {
-		if states, err = tables.all(ctx); err != nil {
-			return out, err
-		}
-	} else {
-		names := make([]string, len(page))
-		for i, e := range page {
-			names[i] = e.Name
-		}
-		if states, err = tables.of(ctx, names); err != nil {
-			return out, err
-		}
-		if out.EntriesTotal > len(page) && len(page) > 0 {
-			out.Next = page[len(page)-1].Name
-		}
-	}
-	jobs, err := sto.Backfills(ctx)
-	if err != nil {
-		return out, err
-	}
-	for _, j := range jobs {
-		if j.Unfinished() {
-			out.Backfills = append(out.Backfills, j)
-		}
-	}
-	var names []string
-	for _, e := range page {
-		names = append(names, e.Name)
-	}
-	if whole {
-		for name := range states {
-			if cfg == nil || cfg.Entry(name) == nil {
-				names = append(names, name)
-			}
-		}
-	}
-	var runs map[string]redisbroker.History
-	if hist != nil {
-		if runs, err = hist.Histories(ctx, names); err != nil {
-			out.HistoryError = err.Error()
-		}
-	}
-	seen := map[string]bool{}
-	add := func(name string, e *config.Entry) {
-		es := api.EntryStatus{Name: name}
-		if e != nil {
-			es = api.EntryStatusOf(e)
-		}
-		es.RecentRuns = []broker.Run{}
-		st := states[name]
-		if st != nil {
-			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
-			addOutcomes(&es.Outcomes, name, st.Out, keys.Cluster(prefix))
-		}
-		if e != nil && e.HoldsOverlap() {
-			es.Overlap = string(e.Overlap)
-		}
-		if h, ok := runs[name]; ok {
-			es.TotalRunCount, es.LastRunAt = h.Count, timePtr(h.LastRunAt())
-			es.RecentRuns = append(es.RecentRuns, h.Runs...)
-		}
-		if e != nil {
-			es.NextRunAt = timePtr(scheduler.NextFire(e, st, now))
-			var left int
-			es.Finished, left = scheduler.Finished(e, st, now)
-			if left >= 0 {
-				es.RemainingRuns = &left
-			}
-		}
-		out.Entries = append(out.Entries, es)
-		seen[name] = true
-	}
-	for _, e := range page {
-		add(e.Name, e)
-	}
-	if whole {
-		for name := range states {
-			if !seen[name] {
-				add(name, nil)
-			}
-		}
-		out.EntriesTotal = len(out.Entries)
-	}
-	return out, nil
-}
-
-// addOutcomes fills es with what the workers reported about the runs of
-// entry name.
-func addOutcomes(es *api.Outcomes, name string, o *store.Outcomes, cluster string) {
-	if o == nil {
-		return
-	}
-	es.LastSuccessAt, es.LastFailureAt = timePtr(o.LastSuccess), timePtr(o.LastFailure)
-	es.ConsecutiveFailures, es.PauseReason = o.Failures, o.PauseReason
-	if n := o.Newest(); n != nil && !n.Kind.Finished() {
-		es.Running = true
-	}
-	for _, r := range o.Runs {
-		id := r.ID
-		if id == "" {
-			sid := celery.SlotIDOf(cluster, name, r.Slot)
-			id = string(sid[:])
-		}
-		ro := api.RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.Published,
-			StartedAt: timePtr(r.Started), UpdatedAt: timePtr(r.Updated), RuntimeSeconds: r.Runtime.Seconds(), Worker: r.Worker,
-			Exception: r.ExcType, Message: r.ExcMsg}
-		if r.Kind == outcome.Skipped {
-			ro.TaskID, ro.SkippedSlots = "", max(r.Skips, 1)
-		}
-		es.Runs = append(es.Runs, ro)
-	}
+	return out
 }
 
 // history is the run history for status, or nil with a broker that keeps
 // none (RabbitMQ).
-func (b *backend) history() HistoryReader {
+func (b *backend) history() status.HistoryReader {
 	if b.pub == nil {
 		return nil
 	}
 	return b.pub
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }

@@ -169,7 +169,7 @@ func (m *Main) checkClusterFlags() error {
 	}
 	// The client starts with every member's client URL and follows the
 	// member list as replicas are added and removed.
-	m.Etcd.autoSync = 10 * time.Second
+	m.Etcd.AutoSync = 10 * time.Second
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/tlsfiles"
+	"github.com/beatd/beatd/internal/version"
 )
 
 // newConsole builds the web console served at / on this replica's HTTP
@@ -71,7 +72,7 @@ func (m *Main) register(ctx context.Context) {
 	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), TTL: m.LeaseTTL,
 		Health: m.api.Ready, Broker: m.brokerHA.Err, Logger: m.log,
 		Leading: m.leader.Term, Clock: m.clock},
-		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: m.clock.Now().UTC(), Version: Version()})
+		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: m.clock.Now().UTC(), Version: version.String()})
 }
 
 // advertisedURL is the one base URL other hosts reach this replica's HTTP

@@ -10,6 +10,8 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/scheduler"
+	"github.com/beatd/beatd/status"
+	"github.com/beatd/beatd/upcoming"
 
 	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/broker"
@@ -26,7 +28,7 @@ type entriesAPI struct {
 	prefix  string
 	merger  *sources.Merger
 	entries *sources.Entries
-	hist    HistoryReader // may be nil
+	hist    status.HistoryReader // may be nil
 	now     func() time.Time
 }
 
@@ -181,14 +183,14 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
 		st := states[name]
 		if st != nil {
-			v.Paused = st.Paused
-			addOutcomes(&v.Outcomes, name, st.Out, keys.Cluster(a.prefix))
+			es := status.Of(status.Facts{Name: name, Entry: e, State: st, Cluster: keys.Cluster(a.prefix)}, now)
+			v.Paused, v.Outcomes = es.Paused, es.Outcomes
 		}
 		if h, ok := runs[name]; ok {
 			v.LastRuns = append(v.LastRuns, h.Runs...)
 		}
 		if e.Enabled && !v.Paused {
-			v.NextRuns = append(v.NextRuns, scheduler.Upcoming(e, st, now, nextRunsShown)...)
+			v.NextRuns = append(v.NextRuns, upcoming.Slots(e, st, now, nextRunsShown)...)
 		}
 		d, stored := docs[name]
 		if stored && e.Source == sources.API {

@@ -14,13 +14,12 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/version"
 
-	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/leader"
-	"github.com/beatd/beatd/scheduler"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,13 +55,13 @@ func (lc *loadedConfig) prepared() catalog.Payload {
 
 // loadConfig reads and validates the config, keeping the bytes so that,
 // once the scheduler accepts the config, the leader can publish them. Its
-// error is a *ConfigError.
+// error is a *config.CheckError.
 func (m *Main) loadConfig() (*config.Config, error) {
 	data, err := os.ReadFile(m.ConfigPath)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("schedule: read config: %w", err)}
+		return nil, &config.CheckError{Err: fmt.Errorf("schedule: read config: %w", err)}
 	}
-	cfg, err := CheckConfig(m.ConfigPath, data, m.configOptions())
+	cfg, err := config.Check(m.ConfigPath, data, m.configOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -74,38 +73,6 @@ func (m *Main) loadConfig() (*config.Config, error) {
 // file and, through its Config, every runtime entry.
 func (m *Main) configOptions() config.Options {
 	return config.Options{MinInterval: m.MinInterval}
-}
-
-// ConfigError is a config file that cannot run: its text is one problem
-// a line, FILE:LINE:COL: message where the file says where.
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// CheckConfig is every check a config file gets before anything contacts
-// a server: `beatd validate` and `beatd run` (at start and on reload) call
-// it. Its error is a *ConfigError.
-func CheckConfig(path string, data []byte, opt config.Options) (*config.Config, error) {
-	cfg, err := config.ParseWith(path, data, opt)
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	for _, e := range cfg.Entries {
-		if err := scheduler.ValidateEntry(e); err != nil {
-			return nil, &ConfigError{fmt.Errorf("%s: %w", path, err)}
-		}
-	}
-	return cfg, nil
-}
-
-// CheckConfigFile is CheckConfig of the file at path.
-func CheckConfigFile(path string, opt config.Options) (*config.Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("config: read: %w", err)}
-	}
-	return CheckConfig(path, data, opt)
 }
 
 // configAccepted records that cfg, last loaded, now runs: the leader
@@ -146,7 +113,7 @@ func buildInfo() prometheus.Collector {
 		}
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_build_info", Help: "Always 1; the labels say which beatd runs.",
-		ConstLabels: prometheus.Labels{"version": Version(), "revision": revision, "goversion": runtime.Version()}})
+		ConstLabels: prometheus.Labels{"version": version.String(), "revision": revision, "goversion": runtime.Version()}})
 	g.Set(1)
 	return g
 }
@@ -295,56 +262,3 @@ func (m *Main) publishCatalogOnce(ctx context.Context, l leader.Term) error {
 
 // statusURL is where other hosts reach this replica's GET /status.
 func (m *Main) statusURL() string { return m.advertisedURL() + "/status" }
-
-// StatusFromEtcd is buildStatus plus the leader key's lease: a leader
-// that stopped renewing it shows as unresponsive before it expires.
-func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
-	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now, q)
-	if err != nil || st.LeaderID == "" {
-		return st, err
-	}
-	resp, err := cli.Get(ctx, keys.Leaders(prefix), clientv3.WithFirstCreate()...)
-	if err != nil {
-		return st, fmt.Errorf("leader lease: %w", err)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != st.FencingToken {
-		return st, nil // changed meanwhile; the next read shows the new one
-	}
-	if lease := resp.Kvs[0].Lease; lease != 0 {
-		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(lease))
-		if err != nil {
-			return st, fmt.Errorf("leader lease: %w", err)
-		}
-		st.LeaderLeaseSeconds = max(ttl.TTL, 0)
-		st.LeaderUnresponsive = leaseLapsing(ttl.TTL, ttl.GrantedTTL)
-	}
-	return st, nil
-}
-
-// leaseLapsing says a lease with remaining seconds left of granted was not
-// renewed on time. The leader renews every granted/3, so a live lease
-// keeps about 2/3 of its TTL or more; etcd truncates the remainder to
-// whole seconds, hence one second of slack. With a TTL under 3s the
-// slack leaves nothing to detect: such a leader just expires.
-func leaseLapsing(remaining, granted int64) bool {
-	return remaining < granted*2/3-1
-}
-
-// statusFromConfig is the status the config alone gives: entries and next
-// run times, no state.
-func statusFromConfig(cfg *config.Config, now time.Time) api.Status {
-	var st api.Status
-	if cfg == nil {
-		return st
-	}
-	for _, e := range cfg.Entries[:min(len(cfg.Entries), api.DefaultStatusLimit)] {
-		es := api.EntryStatusOf(e)
-		es.NextRunAt = timePtr(scheduler.NextFire(e, nil, now))
-		st.Entries = append(st.Entries, es)
-	}
-	st.EntriesTotal = len(cfg.Entries)
-	if len(st.Entries) < len(cfg.Entries) {
-		st.Next = st.Entries[len(st.Entries)-1].Name
-	}
-	return st
-}

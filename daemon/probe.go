@@ -15,6 +15,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,7 +114,7 @@ var errEtcdUnreachable = errors.New("etcd: unreachable")
 // without readwrite on the prefix fails here. An etcd that does not
 // answer within budget is an error wrapping errEtcdUnreachable; any
 // other error is a refusal that retrying cannot fix.
-func probeEtcd(ctx context.Context, cli *clientv3.Client, f *EtcdFlags, budget time.Duration) error {
+func probeEtcd(ctx context.Context, cli *clientv3.Client, f *etcdflags.Flags, budget time.Duration) error {
 	prefix, endpoints := f.KeyPrefix(), f.Endpoints
 	// gRPC retries a failed TLS handshake until the deadline and reports
 	// only that; a handshake of our own tells a refused certificate from a

@@ -26,11 +26,13 @@ import (
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/logbridge"
 	"github.com/beatd/beatd/internal/termsafe"
 	"github.com/beatd/beatd/internal/tlsfiles"
+	"github.com/beatd/beatd/internal/version"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
@@ -55,7 +57,7 @@ func (m *Main) Serve(ctx context.Context) int {
 	if err := m.Run(ctx); err != nil {
 		// A config that cannot run reads as `beatd validate` prints it:
 		// one problem a line, on stderr.
-		var ce *ConfigError
+		var ce *config.CheckError
 		if errors.As(err, &ce) {
 			fmt.Fprintln(m.stderr, termsafe.Text(ce.Error()))
 			return 1 // nothing started, so nothing to stop
@@ -168,7 +170,7 @@ type Main struct {
 // variables, parsed and checked before anything starts.
 type Options struct {
 	ConfigPath     string
-	Etcd           EtcdFlags
+	Etcd           etcdflags.Flags
 	Cluster        clusterFlags
 	DataDir        string
 	EtcdClientPort int
@@ -229,10 +231,6 @@ type Options struct {
 	Outcomes             outcomeFlags
 }
 
-// MinIntervalUsage is the help of --min-interval, on run and validate.
-const MinIntervalUsage = "the shortest every: an entry may have, in schedules.yaml and runtime entries alike (1ms to 1s); " +
-	"below the default, each such entry takes more of the loop that publishes every entry"
-
 // DefaultStateInterval is how often the leader writes the entries' state
 // at most. Each write puts every bucket a changed entry hashes to (256 of
 // them once a few thousand entries fire), so at 1,000 entries `every: 1s`
@@ -249,7 +247,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 	return &Main{
 		clock: clockwork.NewRealClock(), Options: Options{ConfigPath: "schedules.yaml", DataDir: "./beatd-data", EtcdClientPort: 2379, EtcdPeerPort: 2380,
 			Broker: "redis://127.0.0.1:6379/0", ID: host, LeaseTTL: election.DefaultTTL, HTTPAddr: DefaultHTTPAddr,
-			LogFormat: "json", LogLevel: "info", Etcd: EtcdFlags{Prefix: keys.DefaultPrefix},
+			LogFormat: "json", LogLevel: "info", Etcd: etcdflags.Flags{Prefix: keys.DefaultPrefix},
 			StateInterval: DefaultStateInterval, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1},
@@ -312,7 +310,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.IntVar(&m.EtcdMaxTxnOps, "etcd-max-txn-ops", m.EtcdMaxTxnOps, "etcd's --max-txn-ops: the embedded etcd's, or the one --etcd-endpoints runs with; beatd's transactions (state writes, an entries apply) stay within it")
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
-	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, MinIntervalUsage)
+	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, config.MinIntervalUsage)
 	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/scaling.md)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
@@ -433,7 +431,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Etcd.Endpoints = strings.Join(s.srv.Endpoints, ",")
 	}
 	m.configSum = fileSum(m.ConfigPath)
-	if m.adminToken, err = Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
+	if m.adminToken, err = etcdflags.Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
 		return err
 	}
 	if m.etcd, err = m.Etcd.Client(); err != nil {
@@ -459,7 +457,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// a million runtime entries is a large config.
 	m.tune(len(cfg.Entries))
 
-	brokerPass, err := Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
+	brokerPass, err := etcdflags.Secret(m.BrokerPassFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return err
 	}
@@ -494,7 +492,7 @@ func (m *Main) Run(ctx context.Context) error {
 	shortfalls := newShortfallCounter()
 	var redisOpts redisbroker.Options
 	if pub == nil {
-		redisOpts = redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
+		redisOpts = redisbroker.Options{Cluster: cluster, KeyPrefix: keys.RedisPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
 			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)}
 		m.pub = redisbroker.New(m.rdb, redisOpts)
@@ -607,7 +605,7 @@ func (m *Main) Run(ctx context.Context) error {
 			"put the URL in "+flagenv.EnvName(strings.TrimPrefix(f, "--"))+" instead, or the password in its password file", "flag", f)
 	}
 	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
-		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", Version())
+		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", version.String())
 	return nil
 }
 
@@ -767,29 +765,6 @@ func noneIfZero(n int) int {
 		return -1
 	}
 	return n
-}
-
-// RedisKeyPrefix is the prefix of beatd's own Redis keys: the flag, else
-// one with the cluster as a hash tag, so Redis Cluster keeps them in one
-// slot.
-func RedisKeyPrefix(flag, cluster string) string {
-	if flag != "" {
-		return flag
-	}
-	return "beatd:{" + cluster + "}:"
-}
-
-// Secret reads a secret from a file, else from an environment variable.
-// Secrets are never logged.
-func Secret(file, env string) (string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("read secret: %w", err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	return os.Getenv(env), nil
 }
 
 // amqpQueues is how the running schedule says queues are declared.

@@ -16,6 +16,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -189,7 +190,7 @@ func TestShardHandover(t *testing.T) {
 			return false
 		}
 		manual := slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Manual && m.Entry == "e3" })
-		st, err := StatusFromEtcd(ctx, a.etcd, "/sh/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+		st, err := status.FromEtcd(ctx, a.etcd, "/sh/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 		paused := err == nil && slices.ContainsFunc(st.Entries, func(e api.EntryStatus) bool { return e.Name == "e5" && e.Paused })
 		pending, _, _ := b.store.PendingRequests(ctx)
 		return manual && paused && len(pending) == 0

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/spf13/pflag"
 
 	"github.com/beatd/beatd/sources"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // sourceFlags are beatd run's flags about where entries come from besides
@@ -71,7 +71,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 	if m.Sources.priority, err = sources.ParsePriority(m.Sources.Priority); err != nil {
 		return nil, fmt.Errorf("--sources-priority: %w", err)
 	}
-	if m.Sources.readToken, err = Secret(m.Sources.ReadTokenFile, "BEATD_READ_TOKEN"); err != nil {
+	if m.Sources.readToken, err = etcdflags.Secret(m.Sources.ReadTokenFile, "BEATD_READ_TOKEN"); err != nil {
 		return nil, err
 	}
 	m.merger = sources.New(sources.Config{
@@ -173,28 +173,4 @@ func (m *Main) startDCB(ctx context.Context) error {
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
 	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: m.clock.Now}
-}
-
-// WithRuntimeEntries adds the entries API's entries, read from etcd, to
-// file's config (which may be nil), for commands that read etcd directly.
-func WithRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
-	docs, _, err := sources.NewEntries(cli, prefix).List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		return file, nil
-	}
-	m := sources.New(sources.Config{Validate: scheduler.ValidateEntry})
-	if err := m.SetFile(file); err != nil {
-		return nil, err
-	}
-	set := make(map[string][]byte, len(docs))
-	for _, d := range docs {
-		set[d.Name] = d.Data
-	}
-	if err := m.SetSource(sources.API, set); err != nil {
-		return nil, err
-	}
-	return m.Current(), nil
 }

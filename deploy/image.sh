@@ -14,7 +14,7 @@ trap 'rm -rf "$ctx"' EXIT
 if [ -n "${BEATD_BIN:-}" ]; then
   cp "$BEATD_BIN" "$ctx/beatd"
 else
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/beatd/beatd/daemon.version=${version}" -o "$ctx/beatd" ./cmd/beatd
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/beatd/beatd/internal/version.version=${version}" -o "$ctx/beatd" ./cmd/beatd
 fi
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
 echo 'beatd:x:65532:65532:beatd:/var/lib/beatd:/sbin/nologin' > "$ctx/passwd"

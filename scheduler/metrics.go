@@ -3,6 +3,7 @@ package scheduler
 import (
 	"sync/atomic"
 
+	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,9 +55,11 @@ type Metrics struct {
 // DefaultPerEntryLimit is PerEntryLimit unless set.
 const DefaultPerEntryLimit = 1000
 
-// Fire results counted in beatd_fires_total: broker.Result's names,
-// plus ResultManual for a trigger published.
-var fireResults = []string{"ok", "duplicate", "stale", "error", ResultManual, ResultBackfill}
+// Fire results counted in beatd_fires_total, shown in /status and the
+// console: broker.Result's words (its String is their one home), plus
+// ResultManual for a trigger published and ResultBackfill.
+var fireResults = []string{broker.ResultOK.String(), broker.ResultDuplicate.String(), broker.ResultStale.String(), broker.ResultError.String(),
+	ResultManual, ResultBackfill}
 
 // ResultBackfill is the result label of a backfill's slot published.
 const ResultBackfill = "backfill"

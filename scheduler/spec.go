@@ -1,10 +1,9 @@
 package scheduler
 
 import (
-	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 )
 
 // ValidateEntry reports whether e's messages can be built, as the
 // scheduler will build them.
-func ValidateEntry(e *config.Entry) error { return celery.Validate(e.Spec()) }
+func ValidateEntry(e *config.Entry) error { return config.CheckEntry(e) }

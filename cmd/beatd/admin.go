@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/status"
 
-	"github.com/beatd/beatd/api"
 	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/catalog"
-	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/store"
@@ -33,7 +34,7 @@ import (
 
 // statusOptions are the flags of `beatd status`.
 type statusOptions struct {
-	etcd    daemon.EtcdFlags
+	etcd    etcdflags.Flags
 	broker  statusBroker
 	config  string
 	output  string
@@ -57,7 +58,7 @@ func (o *statusOptions) register(fs *pflag.FlagSet) {
 
 // statusCommand is `beatd status`.
 func statusCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	o := &statusOptions{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
+	o := &statusOptions{etcd: etcdflags.Flags{Prefix: keys.DefaultPrefix}}
 	cmd := &cobra.Command{
 		Use:   "status [ENTRY]",
 		Short: "show the leader and every entry's state, from etcd",
@@ -124,14 +125,14 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, err.Error())
 		}
 	}
-	if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+	if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read runtime entries", o.timeout, err)))
 		return exitFail
 	}
 	// The recent runs come from the leader, which reaches the broker,
 	// unless --broker names it: the CLI needs no broker address (nor its
 	// password) of its own.
-	var hist daemon.HistoryReader
+	var hist status.HistoryReader
 	if o.broker.url != "" {
 		h, closeHist, err := o.broker.history(keys.Cluster(prefix))
 		if err != nil {
@@ -141,11 +142,11 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		}
 		defer closeHist()
 	}
-	q := api.StatusQuery{Limit: api.DefaultStatusLimit}
+	q := status.Query{Limit: status.DefaultLimit}
 	if o.entry != "" {
 		q.Prefix = o.entry // the entry first, wherever it is among a million
 	}
-	st, err := daemon.StatusFromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), q)
+	st, err := status.FromEtcd(ctx, cli, prefix, cfg, hist, time.Now(), q)
 	if err != nil {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read status", o.timeout, err)))
 		return exitFail
@@ -174,7 +175,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		notes = append(notes, fmt.Sprintf("recent runs unavailable (%s): %s", from, st.HistoryError))
 	}
 	if o.entry != "" {
-		var found []api.EntryStatus
+		var found []status.Entry
 		for _, e := range st.Entries {
 			if e.Name == o.entry {
 				found = append(found, e)
@@ -221,7 +222,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 
 // printStatus writes the status table; wide adds the task, schedule, run
 // count and full error.
-func printStatus(w io.Writer, st api.Status, wide bool) {
+func printStatus(w io.Writer, st status.View, wide bool) {
 	switch {
 	case st.LeaderID == "":
 		fmt.Fprintln(w, "leader: none")
@@ -243,9 +244,9 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 		}
 		if wide {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
-				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(lastResult(e)), dash(lastOutcome(e)), fmtTime(e.NextRunAt), oneLine(errText, 0))
+				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.ResultText()), dash(e.LastOutcome()), fmtTime(e.NextRunAt), oneLine(errText, 0))
 		} else {
-			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(lastResult(e)), dash(lastOutcome(e)),
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(e.ResultText()), dash(e.LastOutcome()),
 				fmtTime(e.NextRunAt), oneLine(errText, 60))
 		}
 	}
@@ -256,30 +257,8 @@ func printStatus(w io.Writer, st api.Status, wide bool) {
 	}
 }
 
-// lastResult is the entry's last publish result, with the leader's flag
-// (behind, runaway) when it has one.
-func lastResult(e api.EntryStatus) string {
-	switch {
-	case e.Health == "":
-		return e.LastResult
-	case e.LastResult == "":
-		return e.Health
-	}
-	return e.LastResult + " (" + e.Health + ")"
-}
-
-// lastOutcome is what the workers reported about the newest run.
-func lastOutcome(e api.EntryStatus) string {
-	for _, r := range e.Runs {
-		if r.Outcome != "skipped" {
-			return r.Outcome
-		}
-	}
-	return "-"
-}
-
 // printEntry writes one entry's detail and its runs' outcomes.
-func printEntry(w io.Writer, e api.EntryStatus) {
+func printEntry(w io.Writer, e status.Entry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, term(v)) }
 	row("entry", e.Name)
@@ -310,13 +289,10 @@ func printEntry(w io.Writer, e api.EntryStatus) {
 	fmt.Fprintln(tw, "SLOT\tOUTCOME\tPUBLISHED\tSTARTED\tRUNTIME\tWORKER\tEXCEPTION")
 	for _, r := range e.Runs {
 		rt := "-"
-		if r.RuntimeSeconds > 0 {
-			rt = (time.Duration(r.RuntimeSeconds * float64(time.Second))).Round(time.Millisecond).String()
+		if d := r.Runtime(); d > 0 {
+			rt = d.Round(time.Millisecond).String()
 		}
-		exc := r.Exception
-		if r.Message != "" {
-			exc += ": " + r.Message
-		}
+		exc := r.ExceptionText()
 		slot := r.Slot.Format(time.RFC3339)
 		if r.Manual {
 			slot += " (manual)"
@@ -359,7 +335,7 @@ func fmtTime(t *time.Time) string {
 // entry's last result and error (only the leader has them), and with
 // runs its recent runs, which the leader reads from the broker. It finds
 // the leader's HTTP where the leader registered it.
-func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, prefix string, st *api.Status, runs bool) error {
+func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, prefix string, st *status.View, runs bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	reps, err := election.Replicas(ctx, cli, prefix)
@@ -379,9 +355,9 @@ func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, p
 
 // mergeLeaderResults adds each entry's last result and error, which only
 // the leader knows, from its GET /status, and with runs the entry's
-// recent runs. It is the one place the CLI reads them, so it can be
-// re-pointed when they are stored elsewhere.
-func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile string, runs bool) error {
+// recent runs, through status's overlay. It is the one place the CLI
+// reads them, so it can be re-pointed when they are stored elsewhere.
+func mergeLeaderResults(ctx context.Context, st *status.View, statusURL, caFile string, runs bool) error {
 	hc, err := cliHTTP(caFile)
 	if err != nil {
 		return err
@@ -403,57 +379,22 @@ func mergeLeaderResults(ctx context.Context, st *api.Status, statusURL, caFile s
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("leader at %s: %s", statusURL, resp.Status)
 	}
-	var ls api.Status
+	var ls status.View
 	if err := json.NewDecoder(resp.Body).Decode(&ls); err != nil {
 		return fmt.Errorf("leader at %s: %w", statusURL, err)
 	}
-	mergeResults(st, ls.Entries)
+	st.Overlay(status.LiveOf(ls.Entries))
 	if runs {
-		mergeRuns(st, ls.Entries)
+		st.OverlayRuns(ls.Entries)
 		st.HistoryError = ls.HistoryError
 	}
 	st.OutcomeWarning = ls.OutcomeWarning
 	return nil
 }
 
-// mergeResults copies the last outcome fields of from into st's entries,
-// and the leader's next run, which is the oldest slot it has not yet
-// published when one is overdue.
-func mergeResults(st *api.Status, from []api.EntryStatus) {
-	byName := make(map[string]*api.EntryStatus, len(from))
-	for i := range from {
-		byName[from[i].Name] = &from[i]
-	}
-	for i := range st.Entries {
-		e := &st.Entries[i]
-		if r := byName[e.Name]; r != nil {
-			e.LastResult, e.LastError, e.LastErrorAt, e.LastPublishedAt = r.LastResult, r.LastError, r.LastErrorAt, r.LastPublishedAt
-			e.Health, e.HealthReason = r.Health, r.HealthReason
-			if r.NextRunAt != nil && e.NextRunAt != nil {
-				e.NextRunAt = r.NextRunAt
-			}
-		}
-	}
-}
-
-// mergeRuns copies the run history (recent runs, run count, last run)
-// of from into st's entries.
-func mergeRuns(st *api.Status, from []api.EntryStatus) {
-	byName := make(map[string]*api.EntryStatus, len(from))
-	for i := range from {
-		byName[from[i].Name] = &from[i]
-	}
-	for i := range st.Entries {
-		e := &st.Entries[i]
-		if r := byName[e.Name]; r != nil && r.RecentRuns != nil {
-			e.RecentRuns, e.TotalRunCount, e.LastRunAt = r.RecentRuns, r.TotalRunCount, r.LastRunAt
-		}
-	}
-}
-
 // adminOptions are the flags of trigger, pause and resume.
 type adminOptions struct {
-	etcd    daemon.EtcdFlags
+	etcd    etcdflags.Flags
 	wait    time.Duration
 	timeout time.Duration
 	asJSON  bool
@@ -484,7 +425,7 @@ func (o *adminOptions) register(fs *pflag.FlagSet) {
 // the config the leader published, queues the request in etcd and waits
 // until the leader has acted on it.
 func adminCommand(ctx context.Context, op store.Op, short string, stdout, stderr io.Writer) *cobra.Command {
-	o := &adminOptions{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
+	o := &adminOptions{etcd: etcdflags.Flags{Prefix: keys.DefaultPrefix}}
 	cmd := &cobra.Command{
 		Use:   string(op) + " ENTRY",
 		Short: short,
@@ -639,7 +580,7 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 	if err == nil {
 		// The catalog is the file; entries of the entries API are the
 		// leader's too.
-		if cfg, err = daemon.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
 			return err
 		}
 	}
@@ -705,8 +646,8 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 }
 
 // history opens the run history of cluster; close releases it.
-func (b *statusBroker) history(cluster string) (daemon.HistoryReader, func(), error) {
-	pass, err := daemon.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
+func (b *statusBroker) history(cluster string) (status.HistoryReader, func(), error) {
+	pass, err := etcdflags.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -714,5 +655,5 @@ func (b *statusBroker) history(cluster string) (daemon.HistoryReader, func(), er
 	if err != nil {
 		return nil, func() {}, err
 	}
-	return redisbroker.New(rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: daemon.RedisKeyPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
+	return redisbroker.New(rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: keys.RedisPrefix(b.redisPrefix, cluster)}), func() { rdb.Close() }, nil
 }

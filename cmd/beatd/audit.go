@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/auth"
-	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/store"
@@ -22,7 +22,7 @@ import (
 
 // auditCommand is `beatd audit [ENTRY]`: who changed what, when and why.
 func auditCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command {
-	etcd := daemon.EtcdFlags{Prefix: keys.DefaultPrefix}
+	etcd := etcdflags.Flags{Prefix: keys.DefaultPrefix}
 	var (
 		server, tokenFile string
 		serverCA          string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/flagenv"
+	"github.com/beatd/beatd/internal/version"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -80,7 +81,7 @@ reads it too when given --etcd-endpoints. entries and backfill go through the
 HTTP API of the leader, at the address it registered in etcd, because a
 running replica validates and applies them; status asks the leader for the
 last results and recent runs. --server sends them to another replica.`,
-		Version:       daemon.Version(),
+		Version:       version.String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          usageArgs(cobra.NoArgs),

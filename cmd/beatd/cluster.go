@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/spf13/pflag"
 )
@@ -17,12 +17,12 @@ import (
 // leader registered it in etcd (--etcd-endpoints, --prefix). Every
 // command that needs a replica's HTTP goes through it.
 type apiTarget struct {
-	etcd                        daemon.EtcdFlags
+	etcd                        etcdflags.Flags
 	server, tokenFile, serverCA string
 }
 
 func newAPITarget() apiTarget {
-	return apiTarget{etcd: daemon.EtcdFlags{Prefix: keys.DefaultPrefix}}
+	return apiTarget{etcd: etcdflags.Flags{Prefix: keys.DefaultPrefix}}
 }
 
 // register adds the target's flags: the etcd ones, --server,
@@ -55,7 +55,7 @@ func (t *apiTarget) client(ctx context.Context, timeout time.Duration) (*entries
 
 // leaderServer is the base URL of the leader's HTTP server, as it
 // registered it in etcd: the CLI's one way to find the cluster's HTTP.
-func leaderServer(ctx context.Context, ef *daemon.EtcdFlags, timeout time.Duration) (string, error) {
+func leaderServer(ctx context.Context, ef *etcdflags.Flags, timeout time.Duration) (string, error) {
 	cli, err := ef.Client()
 	if err != nil {
 		return "", err

@@ -22,7 +22,7 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/tlsfiles"
 	"gopkg.in/yaml.v3"
@@ -136,7 +136,7 @@ type entriesClient struct {
 // tokenFile, else BEATD_TOKEN, else BEATD_ADMIN_TOKEN; caFile verifies an
 // https server (default: the system's roots).
 func newAPIClient(server, tokenFile, caFile string) (*entriesClient, error) {
-	token, err := daemon.Secret(tokenFile, "BEATD_TOKEN")
+	token, err := etcdflags.Secret(tokenFile, "BEATD_TOKEN")
 	if err != nil {
 		return nil, err
 	}

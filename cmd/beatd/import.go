@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/embedetcd"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/migrate"
 	"github.com/beatd/beatd/store"
@@ -31,7 +31,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	redbeatPrefix := fs.String("redbeat-prefix", "redbeat:", "RedBeat's key prefix (REDBEAT_KEY_PREFIX)")
 	from := fs.String("from", "", "the time the import takes as now (RFC 3339; default: now): where --check starts, and which one-off and start_time entries count as past")
 	dataDir := fs.String("data-dir", "", "with --state and no --etcd-endpoints: the data dir of beatd's embedded etcd (as given to beatd run), started here while the state is written")
-	var ef daemon.EtcdFlags
+	var ef etcdflags.Flags
 	ef.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: beatd import [--state [--force] --etcd-endpoints URLS --prefix P] [--check] SRC > schedules.yaml")
@@ -82,7 +82,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // importState writes the last slots into etcd.
-func importState(ctx context.Context, res *migrate.Result, ef *daemon.EtcdFlags, dataDir string, force bool, stderr io.Writer) int {
+func importState(ctx context.Context, res *migrate.Result, ef *etcdflags.Flags, dataDir string, force bool, stderr io.Writer) int {
 	if len(ef.EndpointURLs()) == 0 && dataDir != "" {
 		// beatd run's embedded etcd keeps its data here: start it on free
 		// ports just for the import (beatd run must not be running).

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,7 +45,7 @@ the embedded member's client port inside a beatd pod.`)
 	}
 	sub := args[0]
 	fs := flagenv.New("members "+sub, stderr)
-	var ef daemon.EtcdFlags
+	var ef etcdflags.Flags
 	ef.Register(fs)
 	jsonOut := fs.Bool("json", false, "print JSON")
 	peerURL := fs.String("peer-url", "", "the new member's advertise peer URL (add)")

@@ -89,7 +89,7 @@ func TestNextReadsState(t *testing.T) {
 
 // TestNextListsOnlySlotsThatFire: `beatd next --count 10` stops where the
 // leader stops firing: after max_runs slots, at end_at, and skipping the
-// days of an excluded calendar (scheduler.Upcoming decides for both).
+// days of an excluded calendar (upcoming.Slots decides for both).
 func TestNextListsOnlySlotsThatFire(t *testing.T) {
 	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "s.yaml")

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/upcoming"
 
-	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/schedule"
-	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -34,7 +34,7 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 				return usageError{c, fmt.Errorf("--min-interval: %w", err)}
 			}
 			// Every check `run` makes of a file before it contacts a server.
-			cfg, err := daemon.CheckConfigFile(args[0], opt)
+			cfg, err := config.CheckFile(args[0], opt)
 			if err != nil {
 				fmt.Fprintln(stderr, termErr(err))
 				return exitError(exitFail)
@@ -56,7 +56,7 @@ func validateCommand(stdout, stderr io.Writer) *cobra.Command {
 // registerMinInterval adds --min-interval, as `beatd run` has it, to a
 // command that reads schedules.yaml.
 func registerMinInterval(fs *pflag.FlagSet, opt *config.Options) {
-	fs.DurationVar(&opt.MinInterval, "min-interval", config.DefaultMinInterval, daemon.MinIntervalUsage)
+	fs.DurationVar(&opt.MinInterval, "min-interval", config.DefaultMinInterval, config.MinIntervalUsage)
 }
 
 // exitCode maps a flag parsing error to an exit code.
@@ -73,7 +73,7 @@ type nextOptions struct {
 	count               int
 	asJSON              bool
 	parse               config.Options
-	etcd                daemon.EtcdFlags
+	etcd                etcdflags.Flags
 }
 
 func (o *nextOptions) register(fs *pflag.FlagSet) {
@@ -167,12 +167,12 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			fmt.Fprintf(tw, "%s (%s)\t%s\t%s\tnever\t\n", term(e.Name), off, term(e.Task), term(fmt.Sprint(e.Schedule)))
 			continue
 		}
-		// The slots the leader fires (scheduler.Upcoming): its grid, end_at,
+		// The slots the leader fires (upcoming.Slots): its grid, end_at,
 		// calendars and the runs max_runs leaves. With no state (no
 		// --etcd-endpoints, or an entry not scheduled yet), an interval
 		// without start_at or relative is anchored at --from, as when beatd
 		// first schedules it, and no run is counted yet.
-		slots := scheduler.Upcoming(e, st, start, *count)
+		slots := upcoming.Slots(e, st, start, *count)
 		if len(slots) == 0 {
 			// Finished (end_at passed, max_runs made) is not an error: say
 			// which.
@@ -213,7 +213,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		if len(slots) < *count && !*asJSON {
 			// Fewer than asked: say why the list ends.
 			switch {
-			case scheduler.RunsLeft(e, st) == len(slots):
+			case upcoming.RunsLeft(e, st) == len(slots):
 				fmt.Fprintf(tw, "\t\t\tthen finished: max_runs (%d)\t\n", e.MaxRuns())
 			case !e.EndAt().IsZero():
 				fmt.Fprintf(tw, "\t\t\tthen finished: end_at %s\t\n", schedule.FormatSlot(e.EndAt().In(e.Location)))
@@ -230,7 +230,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 // finishedWord says why e has no slot after now: "finished: made its
 // max_runs (N)", "finished: end_at T", or "never".
 func finishedWord(e *config.Entry, st *store.EntryState, now time.Time) string {
-	switch fin, left := scheduler.Finished(e, st, now); {
+	switch fin, left := upcoming.Finished(e, st, now); {
 	case fin && left == 0:
 		return fmt.Sprintf("finished: made its max_runs (%d)", e.MaxRuns())
 	case fin:

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/beatd/beatd/daemon"
+	"github.com/beatd/beatd/internal/version"
 )
 
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
-	fmt.Fprintf(stdout, "beatd %s\n", daemon.Version())
+	fmt.Fprintf(stdout, "beatd %s\n", version.String())
 	return 0
 }

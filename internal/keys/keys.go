@@ -105,3 +105,13 @@ func ShardOf(name string, n int) int {
 	h.Write([]byte(name))
 	return int(h.Sum32() % uint32(n))
 }
+
+// RedisPrefix is the prefix of beatd's own Redis keys: flag
+// (--redis-prefix), else one with the cluster as a hash tag, so Redis
+// Cluster keeps them in one slot.
+func RedisPrefix(flag, cluster string) string {
+	if flag != "" {
+		return flag
+	}
+	return "beatd:{" + cluster + "}:"
+}

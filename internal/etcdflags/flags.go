@@ -1,9 +1,10 @@
-package daemon
+package etcdflags
 
 import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -17,8 +18,8 @@ import (
 	"google.golang.org/grpc"
 )
 
-// EtcdFlags are how every command reaches etcd.
-type EtcdFlags struct {
+// Flags are how every command reaches etcd: `beatd run` and the CLI alike.
+type Flags struct {
 	Endpoints    string
 	Prefix       string
 	CACert       string
@@ -26,12 +27,14 @@ type EtcdFlags struct {
 	Key          string
 	Username     string
 	PasswordFile string
-	// autoSync refreshes the endpoints from the member list (embedded
-	// cluster mode, where members come and go with the replicas).
-	autoSync time.Duration
+	// AutoSync refreshes the endpoints from the member list (embedded
+	// cluster mode, where members come and go with the replicas); not a
+	// flag: the daemon sets it.
+	AutoSync time.Duration
 }
 
-func (f *EtcdFlags) Register(fs *pflag.FlagSet) {
+// Register adds the etcd flags to fs.
+func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Endpoints, "etcd-endpoints", f.Endpoints, "comma-separated etcd client URLs; empty runs an embedded single-node etcd (run) or uses http://127.0.0.1:2379 (other commands)")
 	fs.StringVar(&f.Prefix, "prefix", f.Prefix, "key prefix of this beatd cluster in etcd")
 	fs.StringVar(&f.CACert, "etcd-cacert", "", "CA bundle to verify etcd's TLS certificate")
@@ -41,7 +44,8 @@ func (f *EtcdFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.PasswordFile, "etcd-password-file", "", "file holding the etcd password")
 }
 
-func (f *EtcdFlags) EndpointURLs() []string {
+// EndpointURLs are --etcd-endpoints, split.
+func (f *Flags) EndpointURLs() []string {
 	var out []string
 	for _, e := range strings.Split(f.Endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -51,13 +55,14 @@ func (f *EtcdFlags) EndpointURLs() []string {
 	return out
 }
 
-func (f *EtcdFlags) KeyPrefix() string {
+// KeyPrefix is --prefix as etcd keys begin with it (keys.Prefix).
+func (f *Flags) KeyPrefix() string {
 	return keys.Prefix(f.Prefix)
 }
 
-// client dials etcd with TLS and auth as configured. Secrets are read
+// Client dials etcd with TLS and auth as configured. Secrets are read
 // here and never logged.
-func (f *EtcdFlags) Client() (*clientv3.Client, error) {
+func (f *Flags) Client() (*clientv3.Client, error) {
 	eps := f.EndpointURLs()
 	if len(eps) == 0 {
 		eps = []string{"http://127.0.0.1:2379"}
@@ -67,7 +72,7 @@ func (f *EtcdFlags) Client() (*clientv3.Client, error) {
 		// A leader that lost etcd must see it back within a lease TTL,
 		// not after gRPC's minutes-long default backoff.
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(retry.GRPCConnect(250*time.Millisecond, 2*time.Second, 3*time.Second))}}
-	cfg.AutoSyncInterval = f.autoSync
+	cfg.AutoSyncInterval = f.AutoSync
 	tc, err := f.TLSConfig()
 	if err != nil {
 		return nil, err
@@ -90,8 +95,8 @@ func (f *EtcdFlags) Client() (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// tlsConfig is the client TLS configuration, nil without TLS flags.
-func (f *EtcdFlags) TLSConfig() (*tls.Config, error) {
+// TLSConfig is the client TLS configuration, nil without TLS flags.
+func (f *Flags) TLSConfig() (*tls.Config, error) {
 	if f.CACert == "" && f.Cert == "" && f.Key == "" {
 		return nil, nil
 	}
@@ -111,4 +116,17 @@ func (f *EtcdFlags) TLSConfig() (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	return tc, nil
+}
+
+// Secret reads a secret from a file, else from an environment variable.
+// Secrets are never logged.
+func Secret(file, env string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read secret: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return os.Getenv(env), nil
 }

@@ -1,4 +1,4 @@
-package scheduler
+package upcoming
 
 import (
 	"testing"
@@ -33,9 +33,9 @@ func TestUpcoming(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &store.EntryState{Name: tt.entry, Runs: tt.runs}
-			got := Upcoming(cfg.Entry(tt.entry), st, now, tt.n)
+			got := Slots(cfg.Entry(tt.entry), st, now, tt.n)
 			if len(got) != tt.want {
-				t.Fatalf("Upcoming = %v, want %d slots", got, tt.want)
+				t.Fatalf("Slots = %v, want %d slots", got, tt.want)
 			}
 			for i, s := range got {
 				if want := now.Add(time.Duration(i+1) * time.Hour); !s.Equal(want) {

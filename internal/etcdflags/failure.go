@@ -1,4 +1,4 @@
-package daemon
+package etcdflags
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // Where names the etcd endpoints a command dials, for messages.
-func (f *EtcdFlags) Where() string {
+func (f *Flags) Where() string {
 	eps := f.EndpointURLs()
 	if len(eps) == 0 {
 		eps = []string{defaultEtcdEndpoint}
@@ -26,7 +26,7 @@ const defaultEtcdEndpoint = "http://127.0.0.1:2379"
 
 // Failure says which etcd a CLI command could not use and why, with
 // the flag that points it elsewhere.
-func (f *EtcdFlags) Failure(what string, timeout time.Duration, err error) error {
+func (f *Flags) Failure(what string, timeout time.Duration, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		if why := f.tlsRefusal(); why != "" {
 			return fmt.Errorf("%s: etcd at %s refused this client: %s (does --etcd-cert hold a client certificate signed by the members' CA, and --etcd-cacert hold that CA?)",
@@ -44,7 +44,7 @@ func (f *EtcdFlags) Failure(what string, timeout time.Duration, err error) error
 // missing or foreign client certificate would read as "did not answer".
 // With TLS 1.3 a server's refusal of the client's certificate arrives
 // after the handshake, so the probe reads once too.
-func (f *EtcdFlags) tlsRefusal() string {
+func (f *Flags) tlsRefusal() string {
 	var host string
 	for _, ep := range f.EndpointURLs() {
 		if u, err := url.Parse(ep); err == nil && u.Scheme == "https" {

@@ -1,16 +1,18 @@
-package daemon
+// Package version is this build's version, set at build time: what
+// `beatd version`, the replica's registration and beatd_build_info say.
+package version
 
 import (
 	"runtime/debug"
 )
 
 // version is set at build time with
-// -ldflags "-X github.com/beatd/beatd/daemon.version=v1.2.3".
+// -ldflags "-X github.com/beatd/beatd/internal/version.version=v1.2.3".
 var version = ""
 
-// Version is this build's version: the one set at build time, else
+// String is this build's version: the one set at build time, else
 // devel and the VCS revision.
-func Version() string {
+func String() string {
 	v := version
 	if v == "" {
 		v = "devel"
