@@ -528,7 +528,6 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 	}, m.registry, m.log)
 }
 
-
 // shardStore is a shard's StateStore: its state table is the shard's,
 // while admin requests and backfill jobs stay the cluster's (any replica
 // queues them under the cluster's prefix), each seen only by the shard
