@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/auth"
-	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,17 +67,17 @@ type Status struct {
 
 // EntryStatus is one entry in Status.
 type EntryStatus struct {
-	Name          string       `json:"name"`
-	Source        string       `json:"source,omitempty"`
-	Task          string       `json:"task"`
-	Schedule      string       `json:"schedule"`
-	Enabled       bool         `json:"enabled"`
-	NextRunAt     *time.Time   `json:"next_run_at"`
-	LastSlot      *time.Time   `json:"last_slot"`
-	LastRunAt     *time.Time   `json:"last_run_at"`
-	TotalRunCount int64        `json:"total_run_count"`
-	Paused        bool         `json:"paused"`
-	RecentRuns    []broker.Run `json:"recent_runs"`
+	Name          string        `json:"name"`
+	Source        string        `json:"source,omitempty"`
+	Task          string        `json:"task"`
+	Schedule      string        `json:"schedule"`
+	Enabled       bool          `json:"enabled"`
+	NextRunAt     *time.Time    `json:"next_run_at"`
+	LastSlot      *time.Time    `json:"last_slot"`
+	LastRunAt     *time.Time    `json:"last_run_at"`
+	TotalRunCount int64         `json:"total_run_count"`
+	Paused        bool          `json:"paused"`
+	RecentRuns    []outcome.Run `json:"recent_runs"`
 
 	// The last publish, as the leader that published it remembers it:
 	// its result (ok, duplicate, error...) and error, and when an entry

@@ -167,7 +167,7 @@ func testServerWith(t *testing.T, set func(*Config), cfg *config.Config, states 
 	runs := fakeRuns{}
 	for _, st := range states {
 		tab.Set(*st)
-		runs[st.Name] = []broker.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
+		runs[st.Name] = []outcome.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
 	}
 	if err := store.New(cli, prefix).Save(context.Background(), election.Fence{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
@@ -396,13 +396,13 @@ func TestChangedCoalesces(t *testing.T) {
 }
 
 // fakeRuns is a run history held in memory.
-type fakeRuns map[string][]broker.Run
+type fakeRuns map[string][]outcome.Run
 
-func (f fakeRuns) Recent(_ context.Context, names []string) (map[string][]broker.Run, error) {
-	out := map[string][]broker.Run{}
+func (f fakeRuns) Histories(_ context.Context, names []string) (map[string]outcome.EntryRuns, error) {
+	out := map[string]outcome.EntryRuns{}
 	for _, n := range names {
 		if r, ok := f[n]; ok {
-			out[n] = r
+			out[n] = outcome.EntryRuns{Runs: r}
 		}
 	}
 	return out, nil
@@ -438,11 +438,11 @@ func TestOutcomesShown(t *testing.T) {
 	boom := &store.EntryState{Name: "boom", LastSlot: now.Add(-10 * time.Minute), Paused: true, Out: &store.Outcomes{
 		Failures: 3, LastFailure: failedAt, LastSuccess: now.Add(-2 * time.Hour),
 		PauseReason: "paused after 3 consecutive failed runs; last: ZeroDivisionError: division by zero",
-		Runs: []store.Run{{Slot: now.Add(-10 * time.Minute), Kind: outcome.Failed, Published: now.Add(-10 * time.Minute), Updated: failedAt,
+		Runs: []outcome.Run{{Slot: now.Add(-10 * time.Minute), Kind: outcome.Failed, PublishedAt: now.Add(-10 * time.Minute), Updated: failedAt,
 			Worker: "celery@w1", ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
-			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, Published: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
+			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, PublishedAt: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
 	fine := &store.EntryState{Name: "fine", Out: &store.Outcomes{LastSuccess: now.Add(-time.Minute),
-		Runs: []store.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
+		Runs: []outcome.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
 	_, hs := testServerAt(t, func() time.Time { return now }, cfg, boom, fine)
 	var body string
 	testutil.Eventually(t, 10*time.Second, "the overview's failures", func() bool {

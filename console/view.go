@@ -321,7 +321,7 @@ func (s *Server) overview(ctx context.Context, q query, live bool) *page {
 
 // outcomeOf finds what the workers reported about a run in st's kept
 // runs: a scheduled run by its slot, a manual one by its task id.
-func outcomeOf(st *store.EntryState, slot time.Time, taskID string, manual bool) *store.Run {
+func outcomeOf(st *store.EntryState, slot time.Time, taskID string, manual bool) *outcome.Run {
 	if st == nil || st.Out == nil {
 		return nil
 	}
@@ -330,7 +330,7 @@ func outcomeOf(st *store.EntryState, slot time.Time, taskID string, manual bool)
 		if r.Kind == outcome.Skipped {
 			continue
 		}
-		if manual && r.Manual && r.ID == taskID || !manual && !r.Manual && r.Slot.Equal(slot) {
+		if manual && r.Manual && r.TaskID == taskID || !manual && !r.Manual && r.Slot.Equal(slot) {
 			return r
 		}
 	}
@@ -581,7 +581,7 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entri
 	for i, r := range picked {
 		names[i] = r.e.Name
 	}
-	runs, err := s.runs.Recent(ctx, names)
+	runs, err := s.recentRuns(ctx, names)
 	if err != nil {
 		s.log.Warn("read run history", "err", err)
 	}
@@ -652,7 +652,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	case len(ev.Next) == 0:
 		ev.NextNote = "This entry has no future slot."
 	}
-	runs, err := s.runs.Recent(ctx, []string{name})
+	runs, err := s.recentRuns(ctx, []string{name})
 	if err != nil {
 		s.log.Warn("read run history", "err", err)
 	}

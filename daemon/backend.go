@@ -16,7 +16,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/broker"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
@@ -231,16 +230,11 @@ func (b *backend) addLocalResults(st *api.Status) {
 	}
 }
 
-// HistoryReader reads the run history the publisher keeps with the broker.
-type HistoryReader interface {
-	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
-}
-
 // buildStatus reads leadership and entry state from etcd, and the run
 // history from the broker (hist may be nil), and merges them with a
 // config (which may be nil: then only stored entries show). A broker that
 // does not answer leaves the history out, not the status.
-func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
+func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist outcome.History, now time.Time, q api.StatusQuery) (api.Status, error) {
 	var out api.Status
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
@@ -298,7 +292,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 			}
 		}
 	}
-	var runs map[string]redisbroker.History
+	var runs map[string]outcome.EntryRuns
 	if hist != nil {
 		if runs, err = hist.Histories(ctx, names); err != nil {
 			out.HistoryError = err.Error()
@@ -310,7 +304,7 @@ func buildStatus(ctx context.Context, cli *clientv3.Client, prefix string, cfg *
 		if e != nil {
 			es = api.EntryStatusOf(e)
 		}
-		es.RecentRuns = []broker.Run{}
+		es.RecentRuns = []outcome.Run{}
 		st := states[name]
 		if st != nil {
 			es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
@@ -360,12 +354,12 @@ func addOutcomes(es *api.Outcomes, name string, o *store.Outcomes, cluster strin
 		es.Running = true
 	}
 	for _, r := range o.Runs {
-		id := r.ID
+		id := r.TaskID
 		if id == "" {
 			sid := celery.SlotIDOf(cluster, name, r.Slot)
 			id = string(sid[:])
 		}
-		ro := api.RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.Published,
+		ro := api.RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.PublishedAt,
 			StartedAt: timePtr(r.Started), UpdatedAt: timePtr(r.Updated), RuntimeSeconds: r.Runtime.Seconds(), Worker: r.Worker,
 			Exception: r.ExcType, Message: r.ExcMsg}
 		if r.Kind == outcome.Skipped {
@@ -377,7 +371,7 @@ func addOutcomes(es *api.Outcomes, name string, o *store.Outcomes, cluster strin
 
 // history is the run history for status, or nil with a broker that keeps
 // none (RabbitMQ).
-func (b *backend) history() HistoryReader {
+func (b *backend) history() outcome.History {
 	if b.pub == nil {
 		return nil
 	}

@@ -9,11 +9,10 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,7 +25,7 @@ type entriesAPI struct {
 	prefix  string
 	merger  *sources.Merger
 	entries *sources.Entries
-	hist    HistoryReader // may be nil
+	hist    outcome.History // may be nil
 	now     func() time.Time
 }
 
@@ -148,7 +147,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 	if err != nil {
 		return nil, err
 	}
-	var runs map[string]redisbroker.History
+	var runs map[string]outcome.EntryRuns
 	if a.hist != nil && len(runningNames) > 0 {
 		runs, _ = a.hist.Histories(ctx, runningNames) // a broker that does not answer leaves the runs out
 	}
@@ -168,7 +167,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 		if e == nil {
 			d := docs[name]
 			v := api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-				NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
+				NextRuns: []time.Time{}, LastRuns: []outcome.Run{}}
 			if invalid[name] != "" {
 				v.Problem = "invalid: " + invalid[name]
 			} else {
@@ -178,7 +177,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			continue
 		}
 		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
-			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
+			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []outcome.Run{}}
 		st := states[name]
 		if st != nil {
 			v.Paused = st.Paused
@@ -199,7 +198,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			// The stored runtime entry another source shadows, next to
 			// the entry that runs.
 			out = append(out, api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-				NextRuns: []time.Time{}, LastRuns: []broker.Run{},
+				NextRuns: []time.Time{}, LastRuns: []outcome.Run{},
 				Problem: "shadowed: source " + e.Source + " owns this name (see --sources-priority)"})
 		}
 	}

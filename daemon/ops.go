@@ -20,6 +20,7 @@ import (
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -298,7 +299,7 @@ func (m *Main) statusURL() string { return m.advertisedURL() + "/status" }
 
 // StatusFromEtcd is buildStatus plus the leader key's lease: a leader
 // that stopped renewing it shows as unresponsive before it expires.
-func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q api.StatusQuery) (api.Status, error) {
+func StatusFromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist outcome.History, now time.Time, q api.StatusQuery) (api.Status, error) {
 	st, err := buildStatus(ctx, cli, prefix, cfg, hist, now, q)
 	if err != nil || st.LeaderID == "" {
 		return st, err

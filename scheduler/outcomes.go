@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
@@ -77,9 +76,9 @@ func (l *loop) countEntryRun(e *entry, k outcome.Kind) {
 }
 
 // runID is the task id of one of e's runs.
-func (l *loop) runID(name string, r *store.Run) string {
-	if r.ID != "" {
-		return r.ID
+func (l *loop) runID(name string, r *outcome.Run) string {
+	if r.TaskID != "" {
+		return r.TaskID
 	}
 	id := celery.SlotIDOf(l.s.cfg.Cluster, name, r.Slot)
 	return string(id[:])
@@ -99,7 +98,7 @@ func (l *loop) loadOutcomes() {
 		if st.Out == nil {
 			continue
 		}
-		l.s.cfg.Metrics.outcome(name, st.Out, &store.Run{})
+		l.s.cfg.Metrics.outcome(name, st.Out, &outcome.Run{})
 		for i := range st.Out.Runs {
 			r := &st.Out.Runs[i]
 			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
@@ -162,21 +161,21 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 
 // adoptRun records r as st's newest run, in progress, unless st knows it,
 // knows a newer one, or it is past its entry's overlap deadline.
-func adoptRun(e *entry, st *store.EntryState, r broker.Run, now time.Time) bool {
+func adoptRun(e *entry, st *store.EntryState, r outcome.Run, now time.Time) bool {
 	if st.Out == nil {
 		st.Out = &store.Outcomes{}
 	}
 	for _, k := range st.Out.Runs {
-		if k.Kind != outcome.Skipped && (r.Manual && k.ID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot)) {
+		if k.Kind != outcome.Skipped && (r.Manual && k.TaskID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot)) {
 			return false
 		}
 	}
-	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.Published) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
+	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.PublishedAt) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
 		return false
 	}
-	run := store.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, Published: r.PublishedAt}
+	run := outcome.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, PublishedAt: r.PublishedAt}
 	if r.Manual {
-		run.ID = r.TaskID
+		run.TaskID = r.TaskID
 	}
 	st.Out.Push(run)
 	return true
@@ -196,9 +195,9 @@ func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
 	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
 		return
 	}
-	r := store.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, Published: now}
+	r := outcome.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, PublishedAt: now}
 	if p.manual {
-		r.ID = string(id[:])
+		r.TaskID = string(id[:])
 	}
 	l.pushRun(p.e.Name, st, r)
 	l.s.cfg.Outcomes.Watch(string(id[:]), p.e.Name)
@@ -207,7 +206,7 @@ func (l *loop) recordPublished(p pendingFire, id [36]byte, now time.Time) {
 }
 
 // pushRun adds r to st's runs and stops watching the run that fell off.
-func (l *loop) pushRun(name string, st *store.EntryState, r store.Run) {
+func (l *loop) pushRun(name string, st *store.EntryState, r outcome.Run) {
 	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
 		l.s.cfg.Outcomes.Unwatch(l.runID(name, d))
 	}
@@ -257,7 +256,7 @@ func (l *loop) applyReport(rep outcome.Report, now time.Time) {
 	if st == nil || st.Out == nil {
 		return
 	}
-	var run *store.Run
+	var run *outcome.Run
 	for i := range st.Out.Runs {
 		r := &st.Out.Runs[i]
 		if r.Kind != outcome.Skipped && l.runID(rep.Entry, r) == rep.TaskID {
@@ -296,7 +295,7 @@ func (l *loop) applyReport(rep outcome.Report, now time.Time) {
 
 // finished applies what a run's end means for its entry: counters, the
 // failure streak and pause_after_failures, and buffer_one's held slot.
-func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now time.Time) {
+func (l *loop) finished(name string, st *store.EntryState, run *outcome.Run, now time.Time) {
 	m := l.s.cfg.Metrics
 	l.countRun(name, run.Kind)
 	if run.Runtime > 0 {
@@ -337,7 +336,7 @@ func (l *loop) finished(name string, st *store.EntryState, run *store.Run, now t
 	}
 }
 
-func pauseReason(failures int, run *store.Run) string {
+func pauseReason(failures int, run *outcome.Run) string {
 	what := run.Kind.String()
 	switch {
 	case run.ExcType != "" && run.ExcMsg != "":
@@ -390,11 +389,11 @@ func (l *loop) expireRun(name string, st *store.EntryState, now time.Time) (unfi
 	if e := l.set.get(name); e != nil {
 		deadline = e.OverlapDeadline()
 	}
-	if now.Sub(r.Published) < deadline {
+	if now.Sub(r.PublishedAt) < deadline {
 		return true
 	}
 	f := l.s.cfg.Outcomes
-	if !f.LastAnyReport().After(r.Published) {
+	if !f.LastAnyReport().After(r.PublishedAt) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
 		f.Unwatch(l.runID(name, r))
