@@ -19,7 +19,7 @@ import (
 	"github.com/beatd/beatd/config"
 
 	"github.com/beatd/beatd/auth"
-	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 )
@@ -47,14 +47,14 @@ type Entry struct {
 	Source string `json:"source"`
 	// Active is false for a runtime entry that is not running: another
 	// source owns the name (see Problem) or it no longer validates.
-	Active   bool         `json:"active"`
-	Problem  string       `json:"problem,omitempty"`
-	Task     string       `json:"task,omitempty"`
-	Schedule string       `json:"schedule,omitempty"`
-	Enabled  bool         `json:"enabled"`
-	Paused   bool         `json:"paused"`
-	NextRuns []time.Time  `json:"next_runs"`
-	LastRuns []broker.Run `json:"last_runs"`
+	Active   bool          `json:"active"`
+	Problem  string        `json:"problem,omitempty"`
+	Task     string        `json:"task,omitempty"`
+	Schedule string        `json:"schedule,omitempty"`
+	Enabled  bool          `json:"enabled"`
+	Paused   bool          `json:"paused"`
+	NextRuns []time.Time   `json:"next_runs"`
+	LastRuns []outcome.Run `json:"last_runs"`
 	// Outcomes are what the workers reported about its runs.
 	Outcomes
 	// Spec is the stored document of a runtime entry (source api), and

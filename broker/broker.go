@@ -1,12 +1,12 @@
 // Package broker is what every broker tells the scheduler: the Result of
-// each fire's publish, ErrStale when a newer leader holds the fence, and
-// the Run a broker records of a publish. The transports are its
+// each fire's publish and ErrStale when a newer leader holds the fence
+// (the run a broker records of a publish is an outcome.Run). The
+// transports are its
 // subpackages: broker/redis and broker/amqp.
 package broker
 
 import (
 	"errors"
-	"time"
 )
 
 // Result is what a broker did with one fire.
@@ -35,13 +35,3 @@ func (r Result) String() string {
 // ErrStale means a leader with a larger fencing token has published: this
 // replica is no longer the leader and must stop.
 var ErrStale = errors.New("broker: stale fencing token")
-
-// Run is one publish of an entry, as a broker's run history records it.
-type Run struct {
-	Slot        time.Time `json:"slot"`
-	PublishedAt time.Time `json:"published_at"`
-	Token       int64     `json:"token"`
-	TaskID      string    `json:"task_id"`
-	Manual      bool      `json:"manual,omitempty"`
-	Backfill    bool      `json:"backfill,omitempty"` // a past slot published by a backfill
-}

@@ -14,14 +14,15 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/outcome"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
 	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,15 +34,6 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Runs is where the console reads entries' run history: the daemon wires
-// in the history the publisher keeps with the broker; nil shows none.
-// Call Server.Changed when it changes, so live pages update at once (they
-// also re-check every second).
-type Runs interface {
-	// Recent returns the newest runs of each named entry, oldest first.
-	Recent(ctx context.Context, names []string) (map[string][]broker.Run, error)
-}
-
 // Config configures the console.
 type Config struct {
 	Client *clientv3.Client
@@ -49,7 +41,10 @@ type Config struct {
 	ID     string // this replica
 	// Entries returns the running config.
 	Entries func() *config.Config
-	Runs    Runs
+	// Runs is the run history the publisher keeps with the broker; nil
+	// shows none. Call Server.Changed when it changes, so live pages
+	// update at once (they also re-check every second).
+	Runs outcome.History
 	// Broker is the broker URL, already redacted, and PingBroker checks
 	// that it answers.
 	Broker     string
@@ -84,7 +79,7 @@ type Server struct {
 	tmpl    *template.Template
 	assets  map[string]asset // by file name
 	cluster *cluster
-	runs    Runs
+	runs    outcome.History // nil: no run history
 	index   entryIndex
 	http    *http.Client
 	ctx     context.Context // ends the live streams on shutdown
@@ -144,9 +139,6 @@ func New(cfg Config) (*Server, error) {
 		cluster: newCluster(cfg.Client, cfg.Prefix, cfg.Clock), http: leaderClient(cfg.HTTPClient),
 		ctx: context.Background(), ctxSet: make(chan struct{})}
 	s.runs = cfg.Runs
-	if s.runs == nil {
-		s.runs = noRuns{}
-	}
 	err := fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -434,10 +426,24 @@ func thousands(n int) string {
 	return b.String()
 }
 
-// noRuns is the history when none is wired in: empty.
-type noRuns struct{}
-
-func (noRuns) Recent(context.Context, []string) (map[string][]broker.Run, error) { return nil, nil }
+// recentRuns returns the newest runs of each named entry, oldest first
+// (the history keeps them newest first), or none without a history.
+func (s *Server) recentRuns(ctx context.Context, names []string) (map[string][]outcome.Run, error) {
+	if s.runs == nil {
+		return nil, nil
+	}
+	h, err := s.runs.Histories(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]outcome.Run, len(h))
+	for n, x := range h {
+		runs := slices.Clone(x.Runs)
+		slices.Reverse(runs)
+		out[n] = runs
+	}
+	return out, nil
+}
 
 // leaderClient is c with a second's timeout (a new plain client if nil):
 // a slow leader must not hold a page.

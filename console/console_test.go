@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/status"
 
@@ -169,7 +168,7 @@ func testServerWith(t *testing.T, set func(*Config), cfg *config.Config, states 
 	runs := fakeRuns{}
 	for _, st := range states {
 		tab.Set(*st)
-		runs[st.Name] = []broker.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
+		runs[st.Name] = []outcome.Run{{Slot: st.LastSlot, PublishedAt: st.LastSlot, Token: 3, TaskID: "tid-" + st.Name}}
 	}
 	if err := store.New(cli, prefix).Save(context.Background(), election.Fence{Key: prefix + "leader/unit", Token: lead.Header.Revision}, tab, nil); err != nil {
 		t.Fatal(err)
@@ -412,13 +411,13 @@ func TestChangedCoalesces(t *testing.T) {
 }
 
 // fakeRuns is a run history held in memory.
-type fakeRuns map[string][]broker.Run
+type fakeRuns map[string][]outcome.Run
 
-func (f fakeRuns) Recent(_ context.Context, names []string) (map[string][]broker.Run, error) {
-	out := map[string][]broker.Run{}
+func (f fakeRuns) Histories(_ context.Context, names []string) (map[string]outcome.EntryRuns, error) {
+	out := map[string]outcome.EntryRuns{}
 	for _, n := range names {
 		if r, ok := f[n]; ok {
-			out[n] = r
+			out[n] = outcome.EntryRuns{Runs: r}
 		}
 	}
 	return out, nil
@@ -454,11 +453,11 @@ func TestOutcomesShown(t *testing.T) {
 	boom := &store.EntryState{Name: "boom", LastSlot: now.Add(-10 * time.Minute), Paused: true, Out: &store.Outcomes{
 		Failures: 3, LastFailure: failedAt, LastSuccess: now.Add(-2 * time.Hour),
 		PauseReason: "paused after 3 consecutive failed runs; last: ZeroDivisionError: division by zero",
-		Runs: []store.Run{{Slot: now.Add(-10 * time.Minute), Kind: outcome.Failed, Published: now.Add(-10 * time.Minute), Updated: failedAt,
+		Runs: []outcome.Run{{Slot: now.Add(-10 * time.Minute), Kind: outcome.Failed, PublishedAt: now.Add(-10 * time.Minute), Updated: failedAt,
 			Worker: "celery@w1", ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
-			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, Published: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
+			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, PublishedAt: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
 	fine := &store.EntryState{Name: "fine", Out: &store.Outcomes{LastSuccess: now.Add(-time.Minute),
-		Runs: []store.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
+		Runs: []outcome.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
 	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg, boom, fine)
 	var body string
 	testutil.Eventually(t, 10*time.Second, "the overview's failures", func() bool {
@@ -589,12 +588,12 @@ func TestEntryFieldsAsStatusSaysThem(t *testing.T) {
 	e.Source = sources.API
 	slot := now.Add(-time.Minute)
 	st := &store.EntryState{Name: "boom", LastSlot: slot, Paused: true, Out: &store.Outcomes{Failures: 1, LastFailure: slot.Add(time.Second),
-		Runs: []store.Run{{Slot: slot, Kind: outcome.Failed, Published: slot, Updated: slot.Add(time.Second), Worker: "celery@w1",
+		Runs: []outcome.Run{{Slot: slot, Kind: outcome.Failed, PublishedAt: slot, Updated: slot.Add(time.Second), Worker: "celery@w1",
 			ExcType: "KeyError", ExcMsg: "'x'", Runtime: 1500 * time.Millisecond}}}}
 	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{e}}
 	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg, st)
 	// The run testServer puts in the history for st.
-	hist := &redisbroker.History{Runs: []broker.Run{{Slot: slot, PublishedAt: slot, Token: 3, TaskID: "tid-boom"}}}
+	hist := &outcome.EntryRuns{Runs: []outcome.Run{{Slot: slot, PublishedAt: slot, Token: 3, TaskID: "tid-boom"}}}
 	want := status.Of(status.Facts{Name: "boom", Entry: e, State: st, History: hist, Cluster: "beatd/unit"}, now)
 	run := want.OutcomeOf(hist.Runs[0])
 	if run == nil {

@@ -15,12 +15,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/status"
@@ -322,12 +321,12 @@ func leaderFire(f EntryFires) status.Live {
 
 // entryStatus is e's status from the one builder, with its state as this
 // replica last read it and runs, its newest runs (oldest first).
-func (s *Server) entryStatus(e *config.Entry, runs []broker.Run, now time.Time) status.Entry {
+func (s *Server) entryStatus(e *config.Entry, runs []outcome.Run, now time.Time) status.Entry {
 	f := status.Facts{Name: e.Name, Entry: e, State: s.cluster.state(e.Name), Cluster: keys.Cluster(s.cfg.Prefix)}
 	if len(runs) > 0 {
 		newest := slices.Clone(runs)
 		slices.Reverse(newest)
-		f.History = &redisbroker.History{Runs: newest}
+		f.History = &outcome.EntryRuns{Runs: newest}
 	}
 	return status.Of(f, now)
 }
@@ -570,7 +569,7 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entri
 	for i, r := range picked {
 		names[i] = r.e.Name
 	}
-	runs, err := s.runs.Recent(ctx, names)
+	runs, err := s.recentRuns(ctx, names)
 	if err != nil {
 		s.log.Warn("read run history", "err", err)
 	}
@@ -608,7 +607,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	if loc == nil {
 		loc = time.UTC
 	}
-	runs, err := s.runs.Recent(ctx, []string{name})
+	runs, err := s.recentRuns(ctx, []string{name})
 	if err != nil {
 		s.log.Warn("read run history", "err", err)
 	}

@@ -223,7 +223,7 @@ func (b *backend) liveResults() map[string]status.Live {
 
 // history is the run history for status, or nil with a broker that keeps
 // none (RabbitMQ).
-func (b *backend) history() status.HistoryReader {
+func (b *backend) history() outcome.History {
 	if b.pub == nil {
 		return nil
 	}

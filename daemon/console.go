@@ -8,16 +8,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/tlsfiles"
 	"github.com/beatd/beatd/internal/version"
+	"github.com/beatd/beatd/outcome"
 )
 
 // newConsole builds the web console served at / on this replica's HTTP
@@ -29,7 +28,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 		return nil, err
 	}
 	return console.New(console.Config{HTTPClient: hc,
-		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: brokerRuns{m.pub},
+		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: m.runHistory(),
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: m.brokerCheck,
 		Term:       m.leader.Token, Timeline: m.timeline, Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
@@ -37,25 +36,14 @@ func (m *Main) newConsole() (*console.Server, error) {
 	})
 }
 
-// brokerRuns reads the console's run history from the publisher's history
-// in Redis.
-type brokerRuns struct{ pub *redisbroker.Publisher }
-
-func (b brokerRuns) Recent(ctx context.Context, names []string) (map[string][]broker.Run, error) {
-	if b.pub == nil {
-		return nil, nil // a broker without a run history (RabbitMQ)
+// runHistory is the publisher's run history in Redis, or nil with a
+// broker that keeps none (RabbitMQ): never a nil *Publisher in the
+// interface, which would read as a history.
+func (m *Main) runHistory() outcome.History {
+	if m.pub == nil {
+		return nil
 	}
-	h, err := b.pub.Histories(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]broker.Run, len(h))
-	for n, x := range h {
-		runs := slices.Clone(x.Runs) // newest first in Redis; oldest first here
-		slices.Reverse(runs)
-		out[n] = runs
-	}
-	return out, nil
+	return m.pub
 }
 
 // observeFire feeds the console's timeline from the scheduler loop.

@@ -9,13 +9,12 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/upcoming"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,7 +27,7 @@ type entriesAPI struct {
 	prefix  string
 	merger  *sources.Merger
 	entries *sources.Entries
-	hist    status.HistoryReader // may be nil
+	hist    outcome.History // may be nil
 	now     func() time.Time
 }
 
@@ -150,7 +149,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 	if err != nil {
 		return nil, err
 	}
-	var runs map[string]redisbroker.History
+	var runs map[string]outcome.EntryRuns
 	if a.hist != nil && len(runningNames) > 0 {
 		runs, _ = a.hist.Histories(ctx, runningNames) // a broker that does not answer leaves the runs out
 	}
@@ -170,7 +169,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 		if e == nil {
 			d := docs[name]
 			v := api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-				NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
+				NextRuns: []time.Time{}, LastRuns: []outcome.Run{}}
 			if invalid[name] != "" {
 				v.Problem = "invalid: " + invalid[name]
 			} else {
@@ -180,7 +179,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			continue
 		}
 		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
-			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []broker.Run{}}
+			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []outcome.Run{}}
 		st := states[name]
 		if st != nil {
 			es := status.Of(status.Facts{Name: name, Entry: e, State: st, Cluster: keys.Cluster(a.prefix)}, now)
@@ -201,7 +200,7 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			// The stored runtime entry another source shadows, next to
 			// the entry that runs.
 			out = append(out, api.Entry{Name: name, Source: sources.API, Spec: json.RawMessage(d.Data), ModRevision: d.ModRevision,
-				NextRuns: []time.Time{}, LastRuns: []broker.Run{},
+				NextRuns: []time.Time{}, LastRuns: []outcome.Run{},
 				Problem: "shadowed: source " + e.Source + " owns this name (see --sources-priority)"})
 		}
 	}

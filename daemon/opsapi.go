@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 )
@@ -59,7 +59,7 @@ func (b *backend) Backfill(ctx context.Context, spec api.BackfillSpec, a api.Act
 	if err != nil {
 		return api.BackfillAnswer{}, err
 	}
-	var hist []broker.Run
+	var hist []outcome.Run
 	if b.pub != nil {
 		if hist, err = b.pub.Runs(ctx, e.Name); err != nil {
 			return api.BackfillAnswer{}, fmt.Errorf("read the run history: %w", err)

@@ -53,12 +53,13 @@ func (m *Main) startOutcomes(ctx context.Context) error {
 		db := clientDB(m.rdb)
 		m.wg.Go(func() { outcome.RunRedisEvents(ctx, m.rdb, db, m.feed, m.log) })
 	case amqpbroker.IsAMQPURL(m.Broker):
-		cfg := amqpbroker.EventsConfig{URL: m.Broker, Password: m.brokerPass, Name: m.ID, Clock: m.clock, Logger: m.log}
-		m.wg.Go(func() {
-			if err := amqpbroker.RunEvents(ctx, cfg, m.feed); err != nil {
-				m.log.Error("task events from RabbitMQ", "err", err)
-			}
-		})
+		dial, err := amqpbroker.EventsDialer(m.Broker, m.brokerPass, m.ID)
+		if err != nil {
+			m.log.Error("task events from RabbitMQ", "err", err)
+			break
+		}
+		cfg := outcome.AMQPEvents{Dial: dial, Name: m.ID, Logger: m.log}
+		m.wg.Go(func() { outcome.RunAMQPEvents(ctx, cfg, m.feed) })
 	}
 	if m.Outcomes.ResultBackend != "" {
 		rb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: m.Outcomes.ResultBackend})

@@ -172,5 +172,5 @@ func (m *Main) startDCB(ctx context.Context) error {
 
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
-	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: m.clock.Now}
+	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now}
 }

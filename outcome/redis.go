@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/beatd/beatd/internal/retry"
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,15 +26,9 @@ const ResultKeyPrefix = "celery-task-meta-"
 // RunRedisEvents feeds f with the task events published on a Redis
 // broker (database db) until ctx ends, resubscribing after errors.
 func RunRedisEvents(ctx context.Context, rdb redis.UniversalClient, db int, f *Feed, log *slog.Logger) {
-	var buf []Event
+	sink := eventSink{f: f, log: log}
 	subscribe(ctx, rdb, EventsPattern(db), f.clock, log, "task events", func(m *redis.Message) {
-		evs, err := ParseRedisEvent([]byte(m.Payload), buf[:0])
-		if err != nil {
-			log.Debug("unreadable task event", "channel", m.Channel, "err", err)
-			return
-		}
-		buf = evs
-		f.Deliver(ctx, FromEvents, evs)
+		sink.deliver(ctx, []byte(m.Payload), ParseRedisEvent, "channel", m.Channel)
 	}, nil)
 }
 
@@ -94,17 +87,11 @@ func RunRedisResults(ctx context.Context, rdb redis.UniversalClient, f *Feed, lo
 // at a time.
 func subscribe(ctx context.Context, rdb redis.UniversalClient, pattern string, clock clockwork.Clock, log *slog.Logger, what string,
 	handle func(*redis.Message), tick func(context.Context)) {
-	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
-	for ctx.Err() == nil {
-		err := listen(ctx, rdb, pattern, clock, handle, tick, b.Reset)
-		if ctx.Err() != nil {
-			return
-		}
+	reconnect(ctx, clock, func(_ int, subscribed func()) error {
+		return listen(ctx, rdb, pattern, clock, handle, tick, subscribed)
+	}, func(err error) {
 		log.Warn("outcome subscription lost; resubscribing", "source", what, "pattern", pattern, "err", err)
-		if !retry.Sleep(ctx, clock, b.NextBackOff()) {
-			return
-		}
-	}
+	})
 }
 
 func listen(ctx context.Context, rdb redis.UniversalClient, pattern string, clock clockwork.Clock,

@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
@@ -43,7 +42,7 @@ type BackfillInput struct {
 	State *store.EntryState // nil: the entry has none yet
 	// History is the broker's record of the entry's recent runs (Redis
 	// keeps the last --run-history; RabbitMQ none).
-	History []broker.Run
+	History []outcome.Run
 	// Jobs are the backfills on record (the last store.KeptBackfills
 	// finished, and the unfinished).
 	Jobs     []store.Backfill
@@ -189,11 +188,6 @@ type BackfillStore interface {
 	TrimBackfills(ctx context.Context, g election.Fence) error
 }
 
-// RunHistory is a Dispatcher that keeps each entry's recent runs (Redis).
-type RunHistory interface {
-	Runs(ctx context.Context, entry string) ([]broker.Run, error)
-}
-
 // BackfillEnder is a Dispatcher that keeps a cursor per running backfill
 // (Redis) and drops it when the backfill ends.
 type BackfillEnder interface {
@@ -315,17 +309,19 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 // backfillRecord reads what is on record for job's plan: the entry's run
 // history and the other backfills. ok is false when a read failed (the
 // start is retried).
-func (l *loop) backfillRecord(ctx context.Context, bs BackfillStore, job store.Backfill) (hist []broker.Run, others []store.Backfill, ok bool) {
+func (l *loop) backfillRecord(ctx context.Context, bs BackfillStore, job store.Backfill) (hist []outcome.Run, others []store.Backfill, ok bool) {
 	jobs, err := bs.Backfills(ctx)
 	if err != nil {
 		l.s.log.Warn("backfill not started: the backfills on record could not be read", "backfill", job.ID, "err", err)
 		return nil, nil, false
 	}
-	if h, ok := l.s.cfg.Dispatcher.(RunHistory); ok {
-		if hist, err = h.Runs(ctx, job.Entry); err != nil {
+	if h, ok := l.s.cfg.Dispatcher.(outcome.History); ok { // a Dispatcher that keeps a run history (Redis)
+		runs, err := h.Histories(ctx, []string{job.Entry})
+		if err != nil {
 			l.s.log.Warn("backfill not started: the run history could not be read", "backfill", job.ID, "err", err)
 			return nil, nil, false
 		}
+		hist = runs[job.Entry].Runs
 	}
 	// The job's own progress is its cursor, not "already fired".
 	others = jobs[:0]

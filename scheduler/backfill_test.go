@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
@@ -39,7 +38,7 @@ entries:
 		name     string
 		entry    string
 		st       *store.EntryState
-		hist     []broker.Run
+		hist     []outcome.Run
 		jobs     []store.Backfill
 		from, to time.Time
 		want     string // slots, or the error's text
@@ -51,11 +50,11 @@ entries:
 			from: time.Date(2026, 12, 31, 10, 30, 0, 0, time.UTC), to: time.Date(2026, 12, 31, 11, 10, 0, 0, time.UTC),
 			want: "12-31T10:35 12-31T10:45 12-31T10:55 12-31T11:05"},
 		{name: "fired: the broker's history, the state's runs, an earlier backfill", entry: "every",
-			st: &store.EntryState{Since: day(1, 0), Out: &store.Outcomes{Runs: []store.Run{
+			st: &store.EntryState{Since: day(1, 0), Out: &store.Outcomes{Runs: []outcome.Run{
 				{Slot: time.Date(2026, 12, 2, 0, 20, 0, 0, time.UTC), Kind: outcome.Succeeded},
 				{Slot: time.Date(2026, 12, 2, 0, 30, 0, 0, time.UTC), Kind: outcome.Skipped},
 			}}},
-			hist: []broker.Run{{Slot: time.Date(2026, 12, 2, 0, 10, 0, 0, time.UTC)}, {Slot: time.Date(2026, 12, 2, 0, 40, 0, 0, time.UTC), Manual: true}},
+			hist: []outcome.Run{{Slot: time.Date(2026, 12, 2, 0, 10, 0, 0, time.UTC)}, {Slot: time.Date(2026, 12, 2, 0, 40, 0, 0, time.UTC), Manual: true}},
 			jobs: []store.Backfill{{Entry: "every", From: day(2, 0), Cursor: day(2, 0)}, {Entry: "other", From: day(2, 0), Cursor: day(3, 0)}},
 			from: day(2, 0), to: time.Date(2026, 12, 2, 0, 40, 0, 0, time.UTC),
 			want: "12-02T00:00 fired 12-02T00:10 fired 12-02T00:20 fired 12-02T00:30 12-02T00:40"},

@@ -138,9 +138,9 @@ func (bk *ledger) records(e *entry, now time.Time) bool {
 }
 
 // runID is the task id of one of e's runs.
-func (bk *ledger) runID(name string, r *store.Run) string {
-	if r.ID != "" {
-		return r.ID
+func (bk *ledger) runID(name string, r *outcome.Run) string {
+	if r.TaskID != "" {
+		return r.TaskID
 	}
 	id := celery.SlotIDOf(bk.cfg.Cluster, name, r.Slot)
 	return string(id[:])
@@ -274,9 +274,9 @@ func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
 	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
 		return
 	}
-	r := store.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, Published: at}
+	r := outcome.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, PublishedAt: at}
 	if p.manual {
-		r.ID = string(id[:])
+		r.TaskID = string(id[:])
 	}
 	b.pushRun(st, r)
 	bk.cfg.Outcomes.Watch(string(id[:]), b.name)
@@ -285,7 +285,7 @@ func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
 }
 
 // pushRun adds r to st's runs and stops watching the run that fell off.
-func (b entryBook) pushRun(st *store.EntryState, r store.Run) {
+func (b entryBook) pushRun(st *store.EntryState, r outcome.Run) {
 	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
 		b.bk.cfg.Outcomes.Unwatch(b.bk.runID(b.name, d))
 	}
@@ -383,7 +383,7 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 	if st == nil || st.Out == nil {
 		return
 	}
-	var run *store.Run
+	var run *outcome.Run
 	for i := range st.Out.Runs {
 		r := &st.Out.Runs[i]
 		if r.Kind != outcome.Skipped && b.bk.runID(b.name, r) == rep.TaskID {
@@ -423,7 +423,7 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 // ended applies what a run's end means for its entry: counters, the
 // failure streak and pause_after_failures, and buffer_one's held slot,
 // which goes back to the loop's pending.
-func (b entryBook) ended(st *store.EntryState, run *store.Run) {
+func (b entryBook) ended(st *store.EntryState, run *outcome.Run) {
 	bk, m := b.bk, b.bk.cfg.Metrics
 	b.countRun(run.Kind)
 	if run.Runtime > 0 {
@@ -463,7 +463,7 @@ func (b entryBook) ended(st *store.EntryState, run *store.Run) {
 	}
 }
 
-func pauseReason(failures int, run *store.Run) string {
+func pauseReason(failures int, run *outcome.Run) string {
 	what := run.Kind.String()
 	switch {
 	case run.ExcType != "" && run.ExcMsg != "":
@@ -500,11 +500,11 @@ func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool)
 	if b.e != nil {
 		deadline = b.e.OverlapDeadline()
 	}
-	if now.Sub(r.Published) < deadline {
+	if now.Sub(r.PublishedAt) < deadline {
 		return true
 	}
 	f := bk.cfg.Outcomes
-	if !f.LastAnyReport().After(r.Published) {
+	if !f.LastAnyReport().After(r.PublishedAt) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
 		f.Unwatch(bk.runID(b.name, r))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/unixns"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -245,7 +246,7 @@ func (m *Metrics) setPeriod(name string, d time.Duration) {
 }
 
 // outcome records what the workers reported about name's run.
-func (m *Metrics) outcome(name string, o *store.Outcomes, run *store.Run) {
+func (m *Metrics) outcome(name string, o *store.Outcomes, run *outcome.Run) {
 	s := m.stats
 	if !s.perEntry.Load() {
 		return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
 )
@@ -37,7 +36,7 @@ func (l *loop) loadOutcomes() {
 		if st.Out == nil {
 			continue
 		}
-		l.s.cfg.Metrics.outcome(name, st.Out, &store.Run{})
+		l.s.cfg.Metrics.outcome(name, st.Out, &outcome.Run{})
 		for i := range st.Out.Runs {
 			r := &st.Out.Runs[i]
 			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
@@ -100,21 +99,21 @@ func (l *loop) adoptUnrecorded(ctx context.Context, now time.Time) {
 
 // adoptRun records r as st's newest run, in progress, unless st knows it,
 // knows a newer one, or it is past its entry's overlap deadline.
-func adoptRun(e *entry, st *store.EntryState, r broker.Run, now time.Time) bool {
+func adoptRun(e *entry, st *store.EntryState, r outcome.Run, now time.Time) bool {
 	if st.Out == nil {
 		st.Out = &store.Outcomes{}
 	}
 	for _, k := range st.Out.Runs {
-		if k.Kind != outcome.Skipped && (r.Manual && k.ID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot)) {
+		if k.Kind != outcome.Skipped && (r.Manual && k.TaskID == r.TaskID || !r.Manual && !k.Manual && k.Slot.Equal(r.Slot)) {
 			return false
 		}
 	}
-	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.Published) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
+	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.PublishedAt) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
 		return false
 	}
-	run := store.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, Published: r.PublishedAt}
+	run := outcome.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, PublishedAt: r.PublishedAt}
 	if r.Manual {
-		run.ID = r.TaskID
+		run.TaskID = r.TaskID
 	}
 	st.Out.Push(run)
 	return true

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
@@ -25,7 +24,7 @@ type outcomeHarness struct {
 // newOutcomeHarness makes one on st and disp when given; with last, its
 // dispatcher also says what it published last of each entry (as the
 // Redis publisher's run records do).
-func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, disp *fakeDispatcher, last ...map[string]broker.Run) *outcomeHarness {
+func newOutcomeHarness(t *testing.T, yaml string, now time.Time, st *memStore, disp *fakeDispatcher, last ...map[string]outcome.Run) *outcomeHarness {
 	t.Helper()
 	h := newHarness(t, yaml, now)
 	if st != nil {
@@ -347,11 +346,11 @@ func TestManualTriggerAndOverlap(t *testing.T) {
 // last of each entry, as the Redis publisher's run records do.
 type lastDispatcher struct {
 	*fakeDispatcher
-	last map[string]broker.Run
+	last map[string]outcome.Run
 }
 
-func (d *lastDispatcher) LastPublished(_ context.Context, entries []string) (map[string]broker.Run, error) {
-	out := map[string]broker.Run{}
+func (d *lastDispatcher) LastPublished(_ context.Context, entries []string) (map[string]outcome.Run, error) {
+	out := map[string]outcome.Run{}
 	for _, n := range entries {
 		if r, ok := d.last[n]; ok {
 			out[n] = r
@@ -368,7 +367,7 @@ func TestOverlapAdoptsUnrecordedRun(t *testing.T) {
 	st := newMemStore(8)
 	st.states["e"] = &store.EntryState{Name: "e", Since: t0, LastSlot: t0} // written before the slot of 10s
 	h := newOutcomeHarness(t, yaml, t0.Add(12*time.Second), st, nil,
-		map[string]broker.Run{"e": {Slot: t0.Add(10 * time.Second), PublishedAt: t0.Add(10 * time.Second)}})
+		map[string]outcome.Run{"e": {Slot: t0.Add(10 * time.Second), PublishedAt: t0.Add(10 * time.Second)}})
 	disp := h.disp
 	h.start(8)
 	h.settle()
@@ -411,7 +410,7 @@ func TestMaxRunsAndEndAt(t *testing.T) {
 	// Started after 10:00:40 too: catch-up once would fire that slot, a
 	// 4th run, unless the broker's 3rd is counted.
 	second := newOutcomeHarness(t, yaml, t0.Add(45*time.Second), st, h.disp,
-		map[string]broker.Run{"n": {Slot: t0.Add(30 * time.Second), PublishedAt: t0.Add(30 * time.Second)}})
+		map[string]outcome.Run{"n": {Slot: t0.Add(30 * time.Second), PublishedAt: t0.Add(30 * time.Second)}})
 	disp := second.disp
 	second.start(8)
 	second.settle()

@@ -37,9 +37,9 @@ type Forgetter interface {
 // of each entry (Redis: the entry's newest run record). A new leader
 // reads it for the entries whose overlap policy must know a run in
 // progress: its predecessor may have published one after its last state
-// write.
+// write. Not an outcome.History: it reads only each entry's newest record.
 type LastPublisher interface {
-	LastPublished(ctx context.Context, entries []string) (map[string]broker.Run, error)
+	LastPublished(ctx context.Context, entries []string) (map[string]outcome.Run, error)
 }
 
 // StateStore persists entry state, every write guarded by leadership.

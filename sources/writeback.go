@@ -8,14 +8,8 @@ import (
 	"log/slog"
 	"time"
 
-	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/outcome"
 )
-
-// HistoryReader gives entries' recent runs: the publisher's run history,
-// kept in the broker.
-type HistoryReader interface {
-	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
-}
 
 // WriteBack copies the runs of django-celery-beat's entries back into its
 // tables (--source-write-back), so the Django admin shows them: it sets
@@ -25,7 +19,7 @@ type HistoryReader interface {
 // marker.
 type WriteBack struct {
 	Source  *DCBSource
-	History HistoryReader
+	History outcome.History
 	Merger  *Merger
 	Leading func() bool
 	Logger  *slog.Logger
@@ -108,7 +102,7 @@ func (w *WriteBack) Once(ctx context.Context) (int, error) {
 }
 
 // write updates one row: the runs newer than its last_run_at are added.
-func (w *WriteBack) write(ctx context.Context, name string, h redisbroker.History) error {
+func (w *WriteBack) write(ctx context.Context, name string, h outcome.EntryRuns) error {
 	q := func(s string) string { return s }
 	if !w.Source.sqlite {
 		q = func(s string) string { return pgPlaceholders(s) }

@@ -8,17 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // fakeHistory stands in for the broker's run history (a pure unit: the
 // guarantee checked here is what lands in dcb's tables).
-type fakeHistory map[string]redisbroker.History
+type fakeHistory map[string]outcome.EntryRuns
 
-func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]redisbroker.History, error) {
-	out := map[string]redisbroker.History{}
+func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]outcome.EntryRuns, error) {
+	out := map[string]outcome.EntryRuns{}
 	for _, n := range names {
 		if h, ok := f[n]; ok {
 			out[n] = h
@@ -27,10 +26,10 @@ func (f fakeHistory) Histories(_ context.Context, names []string) (map[string]re
 	return out, nil
 }
 
-func runs(times ...time.Time) redisbroker.History {
-	h := redisbroker.History{Count: int64(len(times))}
+func runs(times ...time.Time) outcome.EntryRuns {
+	h := outcome.EntryRuns{Count: int64(len(times))}
 	for i := len(times) - 1; i >= 0; i-- { // newest first
-		h.Runs = append(h.Runs, broker.Run{Slot: times[i], PublishedAt: times[i]})
+		h.Runs = append(h.Runs, outcome.Run{Slot: times[i], PublishedAt: times[i]})
 	}
 	return h
 }

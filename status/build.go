@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
@@ -21,11 +19,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// HistoryReader reads the run history the publisher keeps with the broker.
-type HistoryReader interface {
-	Histories(ctx context.Context, names []string) (map[string]redisbroker.History, error)
-}
-
 // Facts are what one entry's status is built from.
 type Facts struct {
 	Name string
@@ -36,7 +29,7 @@ type Facts struct {
 	State *store.EntryState
 	// History is its runs from the broker's history; nil when none was
 	// read.
-	History *redisbroker.History
+	History *outcome.EntryRuns
 	// Cluster names the task ids of runs recorded without one
 	// (keys.Cluster of the prefix).
 	Cluster string
@@ -52,7 +45,7 @@ func Of(f Facts, now time.Time) Entry {
 	if e != nil {
 		es = definition(e)
 	}
-	es.RecentRuns = []broker.Run{}
+	es.RecentRuns = []outcome.Run{}
 	if st != nil {
 		es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
 		es.Outcomes = outcomesOf(f.Name, st.Out, f.Cluster)
@@ -85,7 +78,7 @@ func definition(e *config.Entry) Entry {
 
 // fireOf is the newest of runs (newest first), as the console shows a
 // fire: "published", or "published (manual)" for a trigger's.
-func fireOf(runs []broker.Run) Fire {
+func fireOf(runs []outcome.Run) Fire {
 	if len(runs) == 0 {
 		return Fire{}
 	}
@@ -104,12 +97,12 @@ func outcomesOf(name string, o *store.Outcomes, cluster string) Outcomes {
 		es.Running = true
 	}
 	for _, r := range o.Runs {
-		id := r.ID
+		id := r.TaskID
 		if id == "" {
 			sid := celery.SlotIDOf(cluster, name, r.Slot)
 			id = string(sid[:])
 		}
-		ro := RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.Published,
+		ro := RunOutcome{Slot: r.Slot, TaskID: id, Manual: r.Manual, Outcome: r.Kind.String(), PublishedAt: r.PublishedAt,
 			StartedAt: timePtr(r.Started), UpdatedAt: timePtr(r.Updated), RuntimeSeconds: r.Runtime.Seconds(), Worker: r.Worker,
 			Exception: r.ExcType, Message: r.ExcMsg}
 		if r.Kind == outcome.Skipped {
@@ -124,7 +117,7 @@ func outcomesOf(name string, o *store.Outcomes, cluster string) Outcomes {
 // from the broker (hist may be nil), and builds the view of the entries
 // of cfg that q selects (cfg may be nil: then only stored entries show).
 // A broker that does not answer leaves the history out, not the view.
-func Build(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q Query) (View, error) {
+func Build(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist outcome.History, now time.Time, q Query) (View, error) {
 	var out View
 	leader, err := election.Observe(ctx, cli, prefix)
 	if err != nil && !errors.Is(err, election.ErrNoLeader) {
@@ -184,7 +177,7 @@ func Build(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config
 			}
 		}
 	}
-	var runs map[string]redisbroker.History
+	var runs map[string]outcome.EntryRuns
 	if hist != nil {
 		if runs, err = hist.Histories(ctx, names); err != nil {
 			out.HistoryError = err.Error()
@@ -216,7 +209,7 @@ func Build(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config
 
 // FromEtcd is Build plus the leader key's lease: a leader that stopped
 // renewing it shows as unresponsive before it expires.
-func FromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist HistoryReader, now time.Time, q Query) (View, error) {
+func FromEtcd(ctx context.Context, cli *clientv3.Client, prefix string, cfg *config.Config, hist outcome.History, now time.Time, q Query) (View, error) {
 	st, err := Build(ctx, cli, prefix, cfg, hist, now, q)
 	if err != nil || st.LeaderID == "" {
 		return st, err

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/broker"
-	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
@@ -36,12 +34,12 @@ func TestOf(t *testing.T) {
 	cfg := testConfig(t)
 	slot := now.Add(-30 * time.Second)
 	done := &store.Outcomes{Failures: 2, LastFailure: slot.Add(time.Second), PauseReason: "ValueError: no",
-		Runs: []store.Run{
-			{Slot: now, Kind: outcome.Skipped, Published: now, Skips: 3},
-			{Slot: slot, Kind: outcome.Failed, Published: slot, Runtime: 1500 * time.Millisecond, Worker: "w1", ExcType: "ValueError", ExcMsg: "no"},
-			{Slot: slot.Add(-time.Minute), Manual: true, ID: "manual-id", Kind: outcome.Succeeded, Published: slot.Add(-time.Minute)},
+		Runs: []outcome.Run{
+			{Slot: now, Kind: outcome.Skipped, PublishedAt: now, Skips: 3},
+			{Slot: slot, Kind: outcome.Failed, PublishedAt: slot, Runtime: 1500 * time.Millisecond, Worker: "w1", ExcType: "ValueError", ExcMsg: "no"},
+			{Slot: slot.Add(-time.Minute), Manual: true, TaskID: "manual-id", Kind: outcome.Succeeded, PublishedAt: slot.Add(-time.Minute)},
 		}}
-	hist := &redisbroker.History{Count: 7, Runs: []broker.Run{{Slot: slot, PublishedAt: slot.Add(time.Millisecond), TaskID: "t1"}}}
+	hist := &outcome.EntryRuns{Count: 7, Runs: []outcome.Run{{Slot: slot, PublishedAt: slot.Add(time.Millisecond), TaskID: "t1"}}}
 	tests := []struct {
 		name  string
 		facts Facts
@@ -98,7 +96,7 @@ func TestOf(t *testing.T) {
 			}
 		}},
 		{"running", Facts{Name: "tick", Entry: cfg.Entry("tick"), State: &store.EntryState{Name: "tick",
-			Out: &store.Outcomes{Runs: []store.Run{{Slot: slot, Kind: outcome.Started}}}}}, func(t *testing.T, e Entry) {
+			Out: &store.Outcomes{Runs: []outcome.Run{{Slot: slot, Kind: outcome.Started}}}}}, func(t *testing.T, e Entry) {
 			if !e.Running {
 				t.Error("a started run is running")
 			}
@@ -158,10 +156,10 @@ func samePtr(a, b *time.Time) bool {
 func TestLeaderOverlay(t *testing.T) {
 	next, errAt, pub := now.Add(-2*time.Second), now.Add(-time.Second), now.Add(-3*time.Second)
 	leader := []Entry{{Name: "e", LastResult: "error", LastError: "down", LastErrorAt: &errAt, LastPublishedAt: &pub, NextRunAt: &next,
-		Health: "behind", HealthReason: "r", TotalRunCount: 4, LastRunAt: &pub, RecentRuns: []broker.Run{{PublishedAt: pub, Manual: true}}},
+		Health: "behind", HealthReason: "r", TotalRunCount: 4, LastRunAt: &pub, RecentRuns: []outcome.Run{{PublishedAt: pub, Manual: true}}},
 		{Name: "norun"}}
 	mine := now.Add(time.Minute)
-	v := View{Entries: []Entry{{Name: "e", NextRunAt: &mine, RecentRuns: []broker.Run{}}, {Name: "norun", TotalRunCount: 9}}}
+	v := View{Entries: []Entry{{Name: "e", NextRunAt: &mine, RecentRuns: []outcome.Run{}}, {Name: "norun", TotalRunCount: 9}}}
 	v.Overlay(LiveOf(leader))
 	v.OverlayRuns(leader)
 	e := v.Entries[0]
@@ -203,13 +201,13 @@ func TestOutcomeOf(t *testing.T) {
 		{Slot: slot, TaskID: "m", Manual: true, Outcome: "failed"},
 	}}}
 	tests := []struct {
-		run  broker.Run
+		run  outcome.Run
 		want string
 	}{
-		{broker.Run{Slot: slot, TaskID: "s"}, "succeeded"},
-		{broker.Run{Slot: slot, TaskID: "m", Manual: true}, "failed"},
-		{broker.Run{Slot: slot, TaskID: "x", Manual: true}, ""},
-		{broker.Run{Slot: now, TaskID: "s"}, ""},
+		{outcome.Run{Slot: slot, TaskID: "s"}, "succeeded"},
+		{outcome.Run{Slot: slot, TaskID: "m", Manual: true}, "failed"},
+		{outcome.Run{Slot: slot, TaskID: "x", Manual: true}, ""},
+		{outcome.Run{Slot: now, TaskID: "s"}, ""},
 	}
 	for _, tt := range tests {
 		got := ""

@@ -3,7 +3,7 @@ package status
 import (
 	"time"
 
-	"github.com/beatd/beatd/broker"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 )
@@ -72,17 +72,17 @@ type ShardStatus struct {
 // field added here is in /status's JSON at once, and the CLI (printEntry)
 // and the console (its templates embed Entry) show it once they name it.
 type Entry struct {
-	Name          string       `json:"name"`
-	Source        string       `json:"source,omitempty"`
-	Task          string       `json:"task"`
-	Schedule      string       `json:"schedule"`
-	Enabled       bool         `json:"enabled"`
-	NextRunAt     *time.Time   `json:"next_run_at"`
-	LastSlot      *time.Time   `json:"last_slot"`
-	LastRunAt     *time.Time   `json:"last_run_at"`
-	TotalRunCount int64        `json:"total_run_count"`
-	Paused        bool         `json:"paused"`
-	RecentRuns    []broker.Run `json:"recent_runs"`
+	Name          string        `json:"name"`
+	Source        string        `json:"source,omitempty"`
+	Task          string        `json:"task"`
+	Schedule      string        `json:"schedule"`
+	Enabled       bool          `json:"enabled"`
+	NextRunAt     *time.Time    `json:"next_run_at"`
+	LastSlot      *time.Time    `json:"last_slot"`
+	LastRunAt     *time.Time    `json:"last_run_at"`
+	TotalRunCount int64         `json:"total_run_count"`
+	Paused        bool          `json:"paused"`
+	RecentRuns    []outcome.Run `json:"recent_runs"`
 
 	// The last publish, as the leader that published it remembers it:
 	// its result (ok, duplicate, error...) and error, and when an entry

@@ -3,7 +3,6 @@ package status
 import (
 	"time"
 
-	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/outcome"
 )
 
@@ -49,7 +48,7 @@ func (e *Entry) LastOutcome() string {
 // OutcomeOf finds what the workers reported about run among the entry's
 // kept outcomes: a scheduled run by its slot, a manual one by its task
 // id; nil when none is kept.
-func (e *Entry) OutcomeOf(run broker.Run) *RunOutcome {
+func (e *Entry) OutcomeOf(run outcome.Run) *RunOutcome {
 	for i := range e.Runs {
 		r := &e.Runs[i]
 		if r.Outcome == outcome.Skipped.String() {

@@ -13,33 +13,12 @@ import (
 // broker's run history keeps more, without outcomes.
 const KeptRuns = 3
 
-// Run is one fire of an entry and what became of it.
-type Run struct {
-	Slot   time.Time
-	Manual bool
-	// ID is a manual run's task id; a scheduled run's is derived from its
-	// slot (celery.SlotIDOf), so it is not stored.
-	ID        string
-	Kind      outcome.Kind
-	Published time.Time // or, for a skipped slot, when it was skipped
-	Updated   time.Time // when the newest report about it was made
-	Started   time.Time
-	Runtime   time.Duration
-	Worker    string
-	ExcType   string
-	ExcMsg    string
-	// Skips is, for a skipped record, how many slots in a row it stands
-	// for (Slot is the newest): a long run skipping every second keeps
-	// the runs before it in sight.
-	Skips int
-}
-
 // Outcomes is what an entry's runs did on the workers, kept with its
 // state so a new leader knows a run is in progress and how many failed
 // in a row.
 type Outcomes struct {
-	Runs        []Run // newest first, at most KeptRuns
-	Failures    int   // consecutive failed runs (lost runs count)
+	Runs        []outcome.Run // newest first, at most KeptRuns
+	Failures    int           // consecutive failed runs (lost runs count)
 	LastSuccess time.Time
 	LastFailure time.Time
 	// PauseReason says why the entry was paused by pause_after_failures
@@ -56,13 +35,13 @@ func (o *Outcomes) Clone() *Outcomes {
 		return nil
 	}
 	c := *o
-	c.Runs = append([]Run(nil), o.Runs...)
+	c.Runs = append([]outcome.Run(nil), o.Runs...)
 	return &c
 }
 
 // Newest returns the newest run that was published (skipped slots
 // aside), or nil.
-func (o *Outcomes) Newest() *Run {
+func (o *Outcomes) Newest() *outcome.Run {
 	if o == nil {
 		return nil
 	}
@@ -76,20 +55,20 @@ func (o *Outcomes) Newest() *Run {
 
 // Skip records a slot skipped at now: it joins the newest record when
 // that is a skip too, else it is pushed as one.
-func (o *Outcomes) Skip(slot, now time.Time) (dropped *Run) {
+func (o *Outcomes) Skip(slot, now time.Time) (dropped *outcome.Run) {
 	if len(o.Runs) > 0 && o.Runs[0].Kind == outcome.Skipped {
 		r := &o.Runs[0]
 		r.Slot, r.Updated, r.Skips = slot, now, max(r.Skips, 1)+1
 		return nil
 	}
-	return o.Push(Run{Slot: slot, Kind: outcome.Skipped, Published: now, Skips: 1})
+	return o.Push(outcome.Run{Slot: slot, Kind: outcome.Skipped, PublishedAt: now, Skips: 1})
 }
 
 // Push records r as the newest run, dropping the oldest beyond KeptRuns;
 // it returns the run that fell off, if any. The newest published run is
 // never the one dropped while it is unfinished: slots skipped for overlap
 // must not push the run they wait for out of sight.
-func (o *Outcomes) Push(r Run) (dropped *Run) {
+func (o *Outcomes) Push(r outcome.Run) (dropped *outcome.Run) {
 	if len(o.Runs) >= KeptRuns {
 		drop := len(o.Runs) - 1
 		if n := o.Newest(); n == &o.Runs[drop] && !n.Kind.Finished() {
@@ -99,7 +78,7 @@ func (o *Outcomes) Push(r Run) (dropped *Run) {
 		dropped = &d
 		o.Runs = append(o.Runs[:drop], o.Runs[drop+1:]...)
 	}
-	o.Runs = append(o.Runs, Run{})
+	o.Runs = append(o.Runs, outcome.Run{})
 	copy(o.Runs[1:], o.Runs)
 	o.Runs[0] = r
 	return dropped
@@ -142,7 +121,9 @@ func readUvarint(b []byte) (uint64, []byte, error) {
 	return v, b[n:], nil
 }
 
-// appendOutcomes encodes o after an entry's times (format 3).
+// appendOutcomes encodes o after an entry's times (format 3). A run's
+// Token and Backfill are the broker's history's, not kept here, and its
+// TaskID only for a manual run (the loop sets no other).
 func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 	dst = binary.AppendUvarint(dst, uint64(max(o.Failures, 0)))
 	var f byte
@@ -173,7 +154,7 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		if r.Manual {
 			rf |= runManual
 		}
-		if r.ID != "" {
+		if r.TaskID != "" {
 			rf |= runID
 		}
 		if !r.Updated.IsZero() {
@@ -196,7 +177,7 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		}
 		dst = append(dst, rf, byte(r.Kind))
 		dst = appendTime(dst, r.Slot, base)
-		dst = appendTime(dst, r.Published, base)
+		dst = appendTime(dst, r.PublishedAt, base)
 		if !r.Updated.IsZero() {
 			dst = appendTime(dst, r.Updated, base)
 		}
@@ -206,8 +187,8 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		if r.Runtime > 0 {
 			dst = binary.AppendUvarint(dst, uint64(r.Runtime/time.Microsecond))
 		}
-		if r.ID != "" {
-			dst = appendString(dst, r.ID)
+		if r.TaskID != "" {
+			dst = appendString(dst, r.TaskID)
 		}
 		if r.Worker != "" {
 			dst = appendString(dst, r.Worker)
@@ -254,7 +235,7 @@ func readOutcomes(b []byte, base int64) (*Outcomes, []byte, error) {
 		return nil, b, errCorrupt
 	}
 	if n > 0 {
-		o.Runs = make([]Run, n)
+		o.Runs = make([]outcome.Run, n)
 	}
 	for i := range o.Runs {
 		r := &o.Runs[i]
@@ -267,7 +248,7 @@ func readOutcomes(b []byte, base int64) (*Outcomes, []byte, error) {
 		if r.Slot, b, err = readTime(b, base); err != nil {
 			return nil, b, err
 		}
-		if r.Published, b, err = readTime(b, base); err != nil {
+		if r.PublishedAt, b, err = readTime(b, base); err != nil {
 			return nil, b, err
 		}
 		if rf&runUpdated != 0 {
@@ -287,7 +268,7 @@ func readOutcomes(b []byte, base int64) (*Outcomes, []byte, error) {
 			r.Runtime = time.Duration(v) * time.Microsecond
 		}
 		if rf&runID != 0 {
-			if r.ID, b, err = readString(b); err != nil {
+			if r.TaskID, b, err = readString(b); err != nil {
 				return nil, b, err
 			}
 		}

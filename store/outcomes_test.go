@@ -16,13 +16,13 @@ func TestOutcomesRoundTrip(t *testing.T) {
 	full := &Outcomes{
 		Failures: 2, LastSuccess: slot.Add(-time.Hour), LastFailure: slot.Add(1500 * time.Millisecond),
 		PauseReason: "2 consecutive failures; last: ZeroDivisionError: division by zero", Buffered: slot.Add(time.Minute),
-		Runs: []Run{
-			{Slot: slot, Kind: outcome.Failed, Published: slot.Add(3 * time.Millisecond), Updated: slot.Add(time.Second),
+		Runs: []outcome.Run{
+			{Slot: slot, Kind: outcome.Failed, PublishedAt: slot.Add(3 * time.Millisecond), Updated: slot.Add(time.Second),
 				Started: slot.Add(500 * time.Millisecond), Runtime: 1234 * time.Microsecond, Worker: "celery@w1",
 				ExcType: "ZeroDivisionError", ExcMsg: "division by zero"},
-			{Slot: slot.Add(-time.Minute), Manual: true, ID: "0f679077-44ce-532c-9c82-f906c94d7265", Kind: outcome.Published,
-				Published: slot.Add(-time.Minute)},
-			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Skipped, Published: slot.Add(-3 * time.Minute), Skips: 60},
+			{Slot: slot.Add(-time.Minute), Manual: true, TaskID: "0f679077-44ce-532c-9c82-f906c94d7265", Kind: outcome.Published,
+				PublishedAt: slot.Add(-time.Minute)},
+			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Skipped, PublishedAt: slot.Add(-3 * time.Minute), Skips: 60},
 		},
 	}
 	for _, tc := range []struct {
@@ -70,7 +70,7 @@ func TestOutcomesPush(t *testing.T) {
 	var dropped []time.Time
 	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for i := range KeptRuns + 2 {
-		if d := o.Push(Run{Slot: base.Add(time.Duration(i) * time.Second), Kind: outcome.Published}); d != nil {
+		if d := o.Push(outcome.Run{Slot: base.Add(time.Duration(i) * time.Second), Kind: outcome.Published}); d != nil {
 			dropped = append(dropped, d.Slot)
 		}
 	}

@@ -32,7 +32,7 @@ const NumBuckets = 256
 
 // EntryState is what etcd holds for one entry: only what a new leader
 // needs to fire correctly. Run history and counters live with the broker
-// (see broker.Run), not here, so a fire costs etcd tens of bytes.
+// (see outcome.Run), not here, so a fire costs etcd tens of bytes.
 type EntryState struct {
 	Name     string
 	LastSlot time.Time // nominal time of the last slot fired

@@ -197,3 +197,22 @@ func errWithoutURL(err error) error {
 	}
 	return err
 }
+
+// EventsDialer is how outcome.RunAMQPEvents reaches the broker raw names
+// (Celery's URL, with failover URLs separated by ";"): its attempt'th
+// connection goes to the next URL in turn, named for replica in
+// RabbitMQ's management views.
+func EventsDialer(raw, password, replica string) (func(attempt int) (*amqp.Connection, error), error) {
+	urls, err := ParseAMQPURLs(raw, password)
+	if err != nil {
+		return nil, err
+	}
+	return func(attempt int) (*amqp.Connection, error) {
+		u := urls[attempt%len(urls)]
+		conn, err := u.Dial("beatd events "+replica, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", u, err)
+		}
+		return conn, nil
+	}, nil
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
+	"github.com/beatd/beatd/outcome"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -50,8 +51,8 @@ func appendRun(dst []byte, f *celery.Fire, token int64, now time.Time) []byte {
 
 // parseRun reads a run record, and the run count it carries (0 for the
 // previous release's records, which carried none).
-func (p *Publisher) parseRun(entry string, b []byte) (broker.Run, int64, error) {
-	var r broker.Run
+func (p *Publisher) parseRun(entry string, b []byte) (outcome.Run, int64, error) {
+	var r outcome.Run
 	if bytes.IndexByte(b, ',') >= 0 {
 		return parseOldRun(b)
 	}
@@ -76,8 +77,8 @@ func (p *Publisher) parseRun(entry string, b []byte) (broker.Run, int64, error) 
 	return r, runs, nil
 }
 
-func parseOldRun(b []byte) (broker.Run, int64, error) {
-	var r broker.Run
+func parseOldRun(b []byte) (outcome.Run, int64, error) {
+	var r outcome.Run
 	f := bytes.Split(b, []byte{','})
 	if len(f) != 5 {
 		return r, 0, fmt.Errorf("redis: run record %q: want 5 fields", b)
@@ -100,24 +101,10 @@ func at(vals []any, i int) any {
 	return nil
 }
 
-// History is what Redis remembers of an entry's runs.
-type History struct {
-	Runs  []broker.Run // newest first
-	Count int64        // runs published since the history began
-}
-
-// LastRunAt is when the newest run was published, or zero.
-func (h History) LastRunAt() time.Time {
-	if len(h.Runs) == 0 {
-		return time.Time{}
-	}
-	return h.Runs[0].PublishedAt
-}
-
 // Histories reads the run history of the named entries in one pipelined
 // round trip. Entries without runs are absent from the result.
-func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]History, error) {
-	out := make(map[string]History, len(names))
+func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]outcome.EntryRuns, error) {
+	out := make(map[string]outcome.EntryRuns, len(names))
 	if len(names) == 0 || p.keep <= 0 {
 		return out, nil
 	}
@@ -132,7 +119,7 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 	}
 	old := legacy.Val()
 	for i, n := range names {
-		var h History
+		var h outcome.EntryRuns
 		for j, s := range lists[i].Val() {
 			r, runs, err := p.parseRun(n, []byte(s))
 			if err != nil {
@@ -159,8 +146,8 @@ func (p *Publisher) Histories(ctx context.Context, names []string) (map[string]H
 // has one: what the last leader published, even after its last state
 // write. A new leader reads it for the entries whose overlap policy
 // must know a run in progress.
-func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[string]broker.Run, error) {
-	out := make(map[string]broker.Run, len(entries))
+func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[string]outcome.Run, error) {
+	out := make(map[string]outcome.Run, len(entries))
 	if len(entries) == 0 {
 		return out, nil
 	}
@@ -188,7 +175,7 @@ func (p *Publisher) LastPublished(ctx context.Context, entries []string) (map[st
 
 // Runs returns the entry's run history, newest first (the last
 // --run-history runs).
-func (p *Publisher) Runs(ctx context.Context, entry string) ([]broker.Run, error) {
+func (p *Publisher) Runs(ctx context.Context, entry string) ([]outcome.Run, error) {
 	h, err := p.Histories(ctx, []string{entry})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/flagenv"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -132,7 +133,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	// The recent runs come from the leader, which reaches the broker,
 	// unless --broker names it: the CLI needs no broker address (nor its
 	// password) of its own.
-	var hist status.HistoryReader
+	var hist outcome.History
 	if o.broker.url != "" {
 		h, closeHist, err := o.broker.history(keys.Cluster(prefix))
 		if err != nil {
@@ -646,7 +647,7 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 }
 
 // history opens the run history of cluster; close releases it.
-func (b *statusBroker) history(cluster string) (status.HistoryReader, func(), error) {
+func (b *statusBroker) history(cluster string) (outcome.History, func(), error) {
 	pass, err := etcdflags.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return nil, func() {}, err

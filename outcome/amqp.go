@@ -1,4 +1,4 @@
-package amqp
+package outcome
 
 import (
 	"context"
@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/beatd/beatd/internal/retry"
-	"github.com/beatd/beatd/outcome"
-	"github.com/jonboulle/clockwork"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -23,40 +20,32 @@ const eventExchange = "celeryev"
 // receivers of Celery's own monitors.
 const eventQueueTTL = 60 * time.Second
 
-// EventsConfig says where RunEvents reads task events.
-type EventsConfig struct {
-	URL, Password string // the broker, as for NewAMQP
-	Name          string // the queue and connection name's suffix (the replica)
-	Clock         clockwork.Clock
-	Logger        *slog.Logger
+// AMQPEvents says where RunAMQPEvents reads task events.
+type AMQPEvents struct {
+	// Dial connects to the broker for the attempt'th time (from 0), so
+	// a failover list is tried in turn: broker/amqp's EventsDialer knows
+	// Celery's broker URLs, TLS and heartbeats.
+	Dial   func(attempt int) (*amqp.Connection, error)
+	Name   string // the queue name's suffix (the replica)
+	Logger *slog.Logger
 }
 
-// RunEvents feeds f with the task events Celery's workers (-E) publish
-// on RabbitMQ, from a queue of its own bound to task.#, until ctx ends;
-// it reconnects after errors.
-func RunEvents(ctx context.Context, c EventsConfig, f *outcome.Feed) error {
-	urls, err := ParseAMQPURLs(c.URL, c.Password)
+// RunAMQPEvents feeds f with the task events Celery's workers (-E)
+// publish on RabbitMQ, from a queue of its own bound to task.#, until ctx
+// ends; it reconnects after errors.
+func RunAMQPEvents(ctx context.Context, c AMQPEvents, f *Feed) {
+	sink := eventSink{f: f, log: c.Logger}
+	reconnect(ctx, f.clock, func(attempt int, connected func()) error {
+		return consumeAMQPEvents(ctx, c, attempt, &sink, connected)
+	}, func(err error) {
+		c.Logger.Warn("task events from RabbitMQ lost; reconnecting", "err", err)
+	})
+}
+
+func consumeAMQPEvents(ctx context.Context, c AMQPEvents, attempt int, sink *eventSink, consuming func()) error {
+	conn, err := c.Dial(attempt)
 	if err != nil {
 		return err
-	}
-	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
-	for i := 0; ctx.Err() == nil; i++ {
-		err := consumeEvents(ctx, urls[i%len(urls)], c, f, b.Reset)
-		if ctx.Err() != nil {
-			return nil
-		}
-		c.Logger.Warn("task events from RabbitMQ lost; reconnecting", "err", err)
-		if !retry.Sleep(ctx, c.Clock, b.NextBackOff()) {
-			return nil
-		}
-	}
-	return nil
-}
-
-func consumeEvents(ctx context.Context, u AMQPURL, c EventsConfig, f *outcome.Feed, consuming func()) error {
-	conn, err := u.Dial("beatd events "+c.Name, 0)
-	if err != nil {
-		return fmt.Errorf("%s: %w", u, err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -80,7 +69,6 @@ func consumeEvents(ctx context.Context, u AMQPURL, c EventsConfig, f *outcome.Fe
 	}
 	consuming()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	var buf []outcome.Event
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,13 +82,8 @@ func consumeEvents(ctx context.Context, u AMQPURL, c EventsConfig, f *outcome.Fe
 			if !ok {
 				return errors.New("event consumer cancelled")
 			}
-			evs, err := outcome.ParseEventBody(m.Body, buf[:0])
-			if err != nil {
-				c.Logger.Debug("unreadable task event", "routing_key", m.RoutingKey, "err", err)
-				continue
-			}
-			buf = evs
-			f.Deliver(ctx, outcome.FromEvents, evs)
+			// The AMQP transport's body is the event itself: no envelope.
+			sink.deliver(ctx, m.Body, ParseEventBody, "routing_key", m.RoutingKey)
 		}
 	}
 }
