@@ -269,7 +269,7 @@ var (
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
 		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs", "exclude"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
-	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
+	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "late_slot_expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
 	crontabKeys = []string{"minute", "hour", "day_of_week", "day_of_month", "month_of_year"}
 )
@@ -913,6 +913,9 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 		} else if dur, ok := d.duration(n, "options.expires", false); ok {
 			o.Expires.After = dur
 		}
+	}
+	if f, ok := get("late_slot_expires"); ok {
+		o.LateExpires, _ = d.duration(f.val, "options.late_slot_expires", false)
 	}
 	for _, k := range []string{"time_limit", "soft_time_limit"} {
 		f, ok := get(k)

@@ -1031,8 +1031,7 @@ const stepLateness = 30 * time.Second
 // catchup: all keeps them (within catchup_window), once the latest, skip
 // none. Manual fires and backfills are kept as they are.
 func (l *loop) catchUpPending(now time.Time) {
-	cutoff := now.Add(-stepLateness)
-	late := func(p pendingFire) bool { return !p.manual && p.bf == nil && p.req == nil && p.due.Before(cutoff) }
+	late := func(p pendingFire) bool { return p.late(now) }
 	var latest map[*entry]time.Time
 	for _, p := range l.pending {
 		if late(p) && p.e.Catchup == config.CatchupOnce {
@@ -1208,7 +1207,8 @@ func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 		pub = &publication{}
 	}
 	pub.seq = l.pubSeq
-	pub.batch = append(pub.batch[:0], l.holdOverlapping(l.pending[:n], s.cfg.Clock.Now())...)
+	now := s.cfg.Clock.Now()
+	pub.batch = append(pub.batch[:0], l.holdOverlapping(l.pending[:n], now)...)
 	// Drop the batch from the queue without copying what is left.
 	if rest := l.pending[n:]; len(rest) > 0 {
 		l.pending = rest
@@ -1228,7 +1228,7 @@ func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 		if !plainFire(p) {
 			pub.plain = false
 		}
-		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
+		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual, Late: p.late(now)}
 		if p.req != nil {
 			f.Request = p.req.ID
 		}
