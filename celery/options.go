@@ -4,16 +4,16 @@ import "time"
 
 // SendOptions are the Celery send options beatd understands.
 type SendOptions struct {
-	Queue         string
-	QueueSet      bool // options.queue was given: Celery then sends no priority property unless one is set
-	Exchange      string
-	RoutingKey    string
-	Priority      *int
-	Expires       Expiry
+	Queue      string
+	QueueSet   bool // options.queue was given: Celery then sends no priority property unless one is set
+	Exchange   string
+	RoutingKey string
+	Priority   *int
+	Expires    Expiry
 	// LateExpires (late_slot_expires, beatd's own; 0: none) is the expiry
 	// a late slot's message carries, counted from its publish: see
 	// Expiry.Late.
-	LateExpires time.Duration
+	LateExpires   time.Duration
 	Headers       *Map // merged over Celery's headers
 	TimeLimit     any  // int64 or float64 seconds, nil when unset; kept as written
 	SoftTimeLimit any
