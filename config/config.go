@@ -914,7 +914,8 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 			o.Expires.After = dur
 		}
 	}
-	if f, ok := get("late_slot_expires"); ok {
+	// null turns off a late_slot_expires the defaults set.
+	if f, ok := get("late_slot_expires"); ok && deref(f.val).Tag != "!!null" {
 		o.LateExpires, _ = d.duration(f.val, "options.late_slot_expires", false)
 	}
 	for _, k := range []string{"time_limit", "soft_time_limit"} {
