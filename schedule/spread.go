@@ -180,26 +180,19 @@ func ResolveCrontabField(f CrontabField, spec, name string) (string, bool, error
 // expression ("17 * * * *"), a crontab's fields as its String writes them;
 // false when the schedule has no H.
 func Spread(s Schedule) (string, bool) {
-	for {
-		switch w := s.(type) {
-		case *Until:
-			s = w.Schedule
-		case *Except:
-			s = w.Schedule
-		case *NotBefore:
-			s = w.Schedule
-		case *Cron:
-			if w.written == "" {
-				return "", false
-			}
+	s = Base(s)
+	if nb, ok := s.(*NotBefore); ok {
+		s = Base(nb.Schedule)
+	}
+	switch w := s.(type) {
+	case *Cron:
+		if w.written != "" {
 			return w.expr, true
-		case *Crontab:
-			if !w.spread {
-				return "", false
-			}
+		}
+	case *Crontab:
+		if w.spread {
 			return w.String(), true
-		default:
-			return "", false
 		}
 	}
+	return "", false
 }
