@@ -23,6 +23,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/election"
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -64,7 +65,10 @@ type Config struct {
 	// one the action buttons explain that they cannot work here.
 	AdminEnabled bool
 	Logger       *slog.Logger
-	Now          func() time.Time
+	// Clock is the daemon's clock: the page's time, the caches' ages,
+	// the live streams' pacing and the mirror's retries read it (default
+	// the real clock).
+	Clock clockwork.Clock
 	// PageSize is the entries table's page size (default 50).
 	PageSize int
 	// HTTPClient reads the leader's data from its HTTP server (with the
@@ -124,20 +128,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
 	}
 	if cfg.Term == nil {
 		cfg.Term = func() int64 { return 0 }
 	}
 	if cfg.Timeline == nil {
-		cfg.Timeline = NewTimeline(cfg.Now)
+		cfg.Timeline = NewTimeline(cfg.Clock.Now)
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 50
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "console"), assets: map[string]asset{},
-		cluster: newCluster(cfg.Client, cfg.Prefix), http: leaderClient(cfg.HTTPClient),
+		cluster: newCluster(cfg.Client, cfg.Prefix, cfg.Clock), http: leaderClient(cfg.HTTPClient),
 		ctx: context.Background(), ctxSet: make(chan struct{})}
 	s.runs = cfg.Runs
 	if s.runs == nil {
@@ -333,9 +337,9 @@ func (s *Server) localLeaderData(ctx context.Context, term int64, names []string
 func (s *Server) backlog(term int64) (int, bool) {
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
-	if s.backlogTerm != term || time.Since(s.backlogAt) >= leaderCacheFor {
+	if s.backlogTerm != term || s.cfg.Clock.Since(s.backlogAt) >= leaderCacheFor {
 		s.backlogN, s.backlogOK = s.cfg.Timeline.Backlog(term, s.cluster.lastSlot)
-		s.backlogTerm, s.backlogAt = term, time.Now()
+		s.backlogTerm, s.backlogAt = term, s.cfg.Clock.Now()
 	}
 	return s.backlogN, s.backlogOK
 }
@@ -352,7 +356,7 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, re
 	}
 	key := fmt.Sprint(leader.Token, "\x00", strings.Join(names, "\x00"))
 	s.leaderMu.Lock()
-	if c, ok := s.leaderCache[key]; ok && time.Since(c.at) < leaderCacheFor {
+	if c, ok := s.leaderCache[key]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
 		s.leaderMu.Unlock()
 		return c.data, c.err
 	}
@@ -362,7 +366,7 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, re
 	if s.leaderCache == nil || len(s.leaderCache) > 256 {
 		s.leaderCache = map[string]leaderCached{}
 	}
-	s.leaderCache[key] = leaderCached{at: time.Now(), data: d, err: err}
+	s.leaderCache[key] = leaderCached{at: s.cfg.Clock.Now(), data: d, err: err}
 	s.leaderMu.Unlock()
 	return d, err
 }
@@ -404,14 +408,14 @@ func (s *Server) pingBroker(ctx context.Context) (time.Duration, error) {
 	}
 	s.brokerMu.Lock()
 	defer s.brokerMu.Unlock()
-	if time.Since(s.brokerAt) < time.Second {
+	if s.cfg.Clock.Since(s.brokerAt) < time.Second {
 		return s.brokerTook, s.brokerErr
 	}
 	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	start := s.cfg.Clock.Now()
 	s.brokerErr = s.cfg.PingBroker(pctx)
-	s.brokerTook, s.brokerAt = time.Since(start), time.Now()
+	s.brokerTook, s.brokerAt = s.cfg.Clock.Since(start), s.cfg.Clock.Now()
 	return s.brokerTook, s.brokerErr
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/jonboulle/clockwork"
 )
 
 func TestTimeline(t *testing.T) {
@@ -146,9 +147,9 @@ func testServer(t *testing.T, cfg *config.Config, states ...*store.EntryState) (
 	return testServerAt(t, nil, cfg, states...)
 }
 
-func testServerAt(t *testing.T, now func() time.Time, cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
+func testServerAt(t *testing.T, clock clockwork.Clock, cfg *config.Config, states ...*store.EntryState) (*Server, *httptest.Server) {
 	t.Helper()
-	return testServerWith(t, func(c *Config) { c.Now = now }, cfg, states...)
+	return testServerWith(t, func(c *Config) { c.Clock = clock }, cfg, states...)
 }
 
 // testServerWith is testServer with the console's Config changed by set.
@@ -328,7 +329,7 @@ func TestEntryViewDST(t *testing.T) {
 	e := every("nightly", "tasks.n", time.Hour)
 	e.Schedule, e.Location = c, berlin
 	now := time.Date(2026, 3, 20, 12, 0, 0, 0, time.UTC)
-	_, hs := testServerAt(t, func() time.Time { return now }, &config.Config{File: "s.yaml", Entries: []*config.Entry{e}})
+	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), &config.Config{File: "s.yaml", Entries: []*config.Entry{e}})
 	code, body := get(t, hs.URL+"/entry/nightly")
 	if code != http.StatusOK {
 		t.Fatalf("GET = %d", code)
@@ -366,31 +367,45 @@ func TestEntryViewDST(t *testing.T) {
 // TestChangedCoalesces: any number of Changed calls in a burst wake the
 // live pages once, within about 100 ms, and a later call wakes them again.
 func TestChangedCoalesces(t *testing.T) {
-	c := newCluster(nil, "/p/")
+	clock := clockwork.NewFakeClock()
+	c := newCluster(nil, "/p/", clock)
 	s := &Server{cluster: c}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	ch := c.changes()
-	start := time.Now()
 	for i := 0; i < 10_000; i++ {
 		s.Changed()
 	}
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal("the burst armed no wake-up")
+	}
+	clock.Advance(nudgeAfter - time.Nanosecond)
 	select {
 	case <-ch:
-	case <-time.After(5 * time.Second):
+		t.Fatalf("woke before the %s window", nudgeAfter)
+	default:
+	}
+	clock.Advance(time.Nanosecond)
+	select {
+	case <-ch:
+	case <-ctx.Done():
 		t.Fatal("no wake-up")
 	}
-	if d := time.Since(start); d < nudgeAfter {
-		t.Errorf("woke after %s, before the %s window", d, nudgeAfter)
-	}
 	next := c.changes()
+	clock.Advance(3 * nudgeAfter)
 	select {
 	case <-next:
 		t.Fatal("a burst woke the pages twice")
-	case <-time.After(3 * nudgeAfter):
+	default:
 	}
 	s.Changed()
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal("a later change armed no wake-up")
+	}
+	clock.Advance(nudgeAfter)
 	select {
 	case <-next:
-	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
 		t.Fatal("a later change did not wake the pages")
 	}
 }
@@ -415,7 +430,7 @@ func TestNextFireOnTheLeadersGrid(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	since := now.Add(-7 * time.Second) // 09:59:53: off the epoch's 10 s grid
 	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("tick", "tasks.t", 10*time.Second)}}
-	_, hs := testServerAt(t, func() time.Time { return now }, cfg, &store.EntryState{Name: "tick", Since: since, LastSlot: since.Add(-10 * time.Second)})
+	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg, &store.EntryState{Name: "tick", Since: since, LastSlot: since.Add(-10 * time.Second)})
 	for _, path := range []string{"/", "/entry/tick"} {
 		var body string
 		testutil.Eventually(t, 10*time.Second, path+" with the state loaded", func() bool {
@@ -443,7 +458,7 @@ func TestOutcomesShown(t *testing.T) {
 			{Slot: now.Add(-3 * time.Hour), Kind: outcome.Failed, Published: now.Add(-3 * time.Hour), Updated: now.Add(-3 * time.Hour)}}}}
 	fine := &store.EntryState{Name: "fine", Out: &store.Outcomes{LastSuccess: now.Add(-time.Minute),
 		Runs: []store.Run{{Slot: now.Add(-time.Minute), Kind: outcome.Succeeded, Updated: now.Add(-time.Minute)}}}}
-	_, hs := testServerAt(t, func() time.Time { return now }, cfg, boom, fine)
+	_, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg, boom, fine)
 	var body string
 	testutil.Eventually(t, 10*time.Second, "the overview's failures", func() bool {
 		_, body = get(t, hs.URL+"/")
@@ -466,7 +481,7 @@ func TestOutcomesShown(t *testing.T) {
 func TestHistoryShown(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	cfg := &config.Config{File: "s.yaml", Entries: []*config.Entry{every("boom", "tasks.fail", time.Minute), every("fine", "tasks.add", time.Minute)}}
-	s, hs := testServerAt(t, func() time.Time { return now }, cfg)
+	s, hs := testServerAt(t, clockwork.NewFakeClockAt(now), cfg)
 	st := store.New(s.cfg.Client, s.cfg.Prefix)
 	ctx := context.Background()
 	for _, r := range []store.AuditRecord{
@@ -499,7 +514,7 @@ func TestHistoryShown(t *testing.T) {
 // and the deletion of a bucket an entry has since moved from (a layout
 // move writes it to its new key first) keeps the entry.
 func TestMirrorBuckets(t *testing.T) {
-	c := newCluster(nil, "/p/")
+	c := newCluster(nil, "/p/", clockwork.NewFakeClock())
 	st := func(name string, paused bool) store.EntryState { return store.EntryState{Name: name, Paused: paused} }
 	names := func() []string { return slices.Sorted(maps.Keys(c.states)) }
 	c.setBucket("0a", []store.EntryState{st("a", false), st("b", false)})

@@ -59,6 +59,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{}) // ErrNotSupported off a real server: no deadline to clear
 	send := func(format string, args ...any) error {
+		// A socket deadline is the OS's wall time, whatever clock the
+		// daemon reads.
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 		if _, err := fmt.Fprintf(w, format, args...); err != nil {
 			return err
@@ -80,9 +82,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	live := s.liveCtx()
 	s.cluster.want()
 	last := map[string]string{}
-	recheck := time.NewTicker(recheckEvery)
+	recheck := s.cfg.Clock.NewTicker(recheckEvery)
 	defer recheck.Stop()
-	heartbeat := time.NewTicker(15 * time.Second)
+	heartbeat := s.cfg.Clock.NewTicker(15 * time.Second)
 	defer heartbeat.Stop()
 	for {
 		// The viewer's token was checked when the stream opened; a
@@ -120,14 +122,14 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-live.Done():
 			return
 		case <-changed:
-		case <-recheck.C:
-		case <-heartbeat.C:
+		case <-recheck.Chan():
+		case <-heartbeat.Chan():
 			if send(": keepalive\n\n") != nil {
 				return
 			}
 			goto wait
 		}
-		gap := time.NewTimer(minRenderGap)
+		gap := s.cfg.Clock.NewTimer(minRenderGap)
 		select {
 		case <-ctx.Done():
 			gap.Stop()
@@ -135,7 +137,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-live.Done():
 			gap.Stop()
 			return
-		case <-gap.C:
+		case <-gap.Chan():
 		}
 	}
 }

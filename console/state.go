@@ -24,7 +24,7 @@ import (
 // for the live views. It loads once on first use and then applies the
 // watch's events, so a page never reads 100k keys.
 type cluster struct {
-	clock  clockwork.Clock // the mirror's retries wait on it
+	clock  clockwork.Clock // the mirror's retries and the nudges wait on it
 	cli    *clientv3.Client
 	prefix string
 
@@ -54,9 +54,9 @@ type leaderSeen struct {
 	at    time.Time
 }
 
-func newCluster(cli *clientv3.Client, prefix string) *cluster {
+func newCluster(cli *clientv3.Client, prefix string, clock clockwork.Clock) *cluster {
 	return &cluster{cli: cli, prefix: prefix, states: map[string]*store.EntryState{}, byBucket: map[string][]store.EntryState{}, loaded: make(chan struct{}),
-		changed: make(chan struct{}), demand: make(chan struct{}), clock: clockwork.NewRealClock()}
+		changed: make(chan struct{}), demand: make(chan struct{}), clock: clock}
 }
 
 // want asks run to start mirroring (the first page view does).
@@ -86,7 +86,7 @@ func (c *cluster) changes() <-chan struct{} {
 // between: the leader's fires call it, at any rate.
 func (c *cluster) nudge() {
 	if c.nudged.CompareAndSwap(false, true) {
-		time.AfterFunc(nudgeAfter, func() {
+		c.clock.AfterFunc(nudgeAfter, func() {
 			c.nudged.Store(false)
 			c.notify()
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/internal/unixns"
+	"github.com/jonboulle/clockwork"
 )
 
 // Timeline is the leader's in-memory record of its current term's fires:
@@ -74,10 +75,10 @@ const recentFires = 4
 const sweepEvery = 10
 
 // NewTimeline returns an empty timeline reading the time from now (nil:
-// time.Now).
+// the real clock's); the daemon passes its clock's.
 func NewTimeline(now func() time.Time) *Timeline {
 	if now == nil {
-		now = time.Now
+		now = clockwork.NewRealClock().Now
 	}
 	return &Timeline{now: now, entries: map[string]*entryStats{}}
 }

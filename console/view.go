@@ -274,7 +274,7 @@ func (s *Server) clusterState(ctx context.Context, p *page) (election.Leader, []
 }
 
 func (s *Server) newPage(view string, live bool) *page {
-	return &page{View: view, AdminEnabled: s.cfg.AdminEnabled, Live: live, Now: s.cfg.Now()}
+	return &page{View: view, AdminEnabled: s.cfg.AdminEnabled, Live: live, Now: s.cfg.Clock.Now()}
 }
 
 // overview builds the main page: cluster, timeline and one page of the

@@ -19,8 +19,12 @@ import (
 // follow a step of etcd's clock at the next probe.
 func TestClockOffset(t *testing.T) {
 	var skew atomic.Int64
+	// Both clocks are one fake clock, etcd's ahead by skew: the probes
+	// are spread over the fractions of a second by moving it, not by
+	// sleeping.
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Date", time.Now().Add(time.Duration(skew.Load())).UTC().Format(http.TimeFormat))
+		w.Header().Set("Date", clock.Now().Add(time.Duration(skew.Load())).UTC().Format(http.TimeFormat))
 		_, _ = w.Write([]byte(`{"etcdserver":"3.5"}`))
 	}))
 	defer srv.Close()
@@ -36,10 +40,10 @@ func TestClockOffset(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			skew.Store(int64(tc.skew))
-			c := newClockOffset(clockwork.NewRealClock(), []string{srv.URL}, nil, time.Second, slog.New(slog.DiscardHandler))
+			c := newClockOffset(clock, []string{srv.URL}, nil, time.Second, slog.New(slog.DiscardHandler))
 			for range offsetSamples {
 				c.probe(context.Background())
-				time.Sleep(130 * time.Millisecond) // the next lands at another fraction of a second
+				clock.Advance(130 * time.Millisecond) // the next lands at another fraction of a second
 			}
 			st := c.status()
 			if st.OffsetSeconds == nil {

@@ -32,6 +32,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: m.brokerCheck,
 		Term:       m.leader.Token, Timeline: m.timeline, Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
+		Clock: m.clock,
 	})
 }
 

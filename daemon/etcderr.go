@@ -72,7 +72,7 @@ func (f *EtcdFlags) tlsRefusal() string {
 		return "" // unreachable, not refused: the caller says so
 	}
 	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second)) // a socket deadline: the OS's time
 	var b [1]byte
 	if _, err := conn.Read(b[:]); err != nil && strings.Contains(err.Error(), "remote error: tls") {
 		return err.Error()

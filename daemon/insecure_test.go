@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -72,11 +73,14 @@ func TestClientUnauthenticated(t *testing.T) {
 			if tc.wantWarnings == 3 {
 				// Once at start, then once each minute.
 				for i := 1; i <= 3; i++ {
-					deadline := time.Now().Add(5 * time.Second)
-					for warned() < i && time.Now().Before(deadline) {
-						time.Sleep(time.Millisecond)
-					}
+					beatdtest.Eventually(t, 5*time.Second, fmt.Sprintf("warning %d", i), func() bool { return warned() >= i })
 					if i < 3 {
+						// The minute's ticker is armed after the first line.
+						bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+						if err := clock.BlockUntilContext(bctx, 1); err != nil {
+							t.Fatal("no ticker armed for the next warning")
+						}
+						bcancel()
 						clock.Advance(time.Minute)
 					}
 				}

@@ -72,7 +72,13 @@ func TestEmbeddedStateSurvivesRestart(t *testing.T) {
 	}
 	// Close persisted every publish; read what the data dir holds now.
 	second := runMain(t, args...)
-	st, err := second.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+	// A status read before etcd answers within its budget is the config's,
+	// with no state, flagged stale: wait for one read from etcd.
+	var st api.Status
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a status read from etcd after the restart", func() bool {
+		st, err = second.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+		return err != nil || !st.Stale
+	})
 	if err != nil || len(st.Entries) != 1 {
 		t.Fatalf("status after restart: %+v, %v", st, err)
 	}

@@ -173,13 +173,13 @@ func (m *Main) monitor(ctx context.Context) {
 		}},
 		{downLog: downLog{name: "broker", where: broker.Redacted(m.Broker)}, probe: m.brokerCheck},
 	}
-	t := time.NewTimer(0)
+	t := m.clock.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		for _, d := range deps {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -65,7 +65,7 @@ func (m *Main) watchConfig(ctx context.Context) {
 			}
 			name := filepath.Base(ev.Name)
 			if name == filepath.Base(abs) || strings.HasPrefix(name, "..") {
-				debounce = time.After(200 * time.Millisecond)
+				debounce = m.clock.After(200 * time.Millisecond)
 			}
 		case err, ok := <-w.Errors:
 			if !ok {

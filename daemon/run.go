@@ -428,7 +428,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.etcd, err = m.Etcd.Client(); err != nil {
 		return err
 	}
-	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps)
+	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps).WithClock(m.clock)
 	m.store.SetAuditKeep(m.AuditKeep)
 	// HTTP is up while beatd waits for etcd: /healthz says the process
 	// lives, /readyz says what it waits for.
@@ -457,7 +457,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if amqpbroker.IsAMQPURL(m.Broker) {
-		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster,
+		a, err := amqpbroker.NewAMQP(amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster, Clock: m.clock,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log})
 		if err != nil {
@@ -477,7 +477,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	shortfalls := newShortfallCounter()
 	if pub == nil {
-		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup,
+		m.pub = redisbroker.New(m.rdb, redisbroker.Options{Cluster: cluster, KeyPrefix: RedisKeyPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
 			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)})
 		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
@@ -503,7 +503,7 @@ func (m *Main) Run(ctx context.Context) error {
 		backlogHorizon = dedup
 	}
 	host, _ := os.Hostname()
-	m.timeline = console.NewTimeline(nil)
+	m.timeline = console.NewTimeline(m.clock.Now)
 	m.sched, err = scheduler.New(scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
 		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), BatchSize: batchFor(m.Broker),
@@ -609,7 +609,7 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 	var compacting sync.WaitGroup
 	compactCtx, stopCompact := context.WithCancel(ctx)
 	if m.EtcdCompact > 0 && m.embedded == nil {
-		compacting.Go(func() { store.Compact(compactCtx, m.etcd, m.EtcdCompact, m.log) })
+		compacting.Go(func() { m.store.Compact(compactCtx, m.EtcdCompact, m.log) })
 	}
 	stopCatalog := m.publishCatalog(t)
 	stopAvoid := m.avoidRaftLeader(ctx)
@@ -636,6 +636,9 @@ func (m *Main) leadTerm(ctx context.Context, t leader.Term) error {
 func (m *Main) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
+		// The stop budget is kept on the OS's time, not the daemon's
+		// clock: it races the orchestrator's kill after its grace period
+		// and bounds HTTP shutdowns by context deadlines, both real time.
 		start := time.Now()
 		leading := m.leader != nil && m.leader.Token() != 0
 		if m.cancel != nil {
@@ -705,7 +708,8 @@ func (m *Main) Close() error {
 }
 
 // waitWithin waits for wg up to d and reports whether it finished. The
-// waiting goroutine ends with wg, which the caller still waits for.
+// waiting goroutine ends with wg, which the caller still waits for. d is
+// part of Close's stop budget, so it is OS time (Close says why).
 func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

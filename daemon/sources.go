@@ -95,6 +95,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 		return nil, err
 	}
 	m.entries = sources.NewEntries(m.etcd, m.Etcd.KeyPrefix())
+	m.entries.Clock = m.clock
 	// Runtime entries are in the first config, so a fresh leader does not
 	// start without them; the watch takes over from there.
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -145,6 +146,7 @@ func (m *Main) startDCB(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	src.Clock = m.clock
 	m.Sources.dcb = src
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -160,7 +162,7 @@ func (m *Main) startDCB(ctx context.Context) error {
 
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
-	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: time.Now}
+	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.pub, now: m.clock.Now}
 }
 
 // WithRuntimeEntries adds the entries API's entries, read from etcd, to

@@ -200,6 +200,13 @@ type BackfillEnder interface {
 	EndBackfill(ctx context.Context, token int64, id string) error
 }
 
+// backfills are the backfills a term runs.
+type backfills struct {
+	running map[string]*backfillRun // by id
+	retry   []store.Request         // requests whose start failed, retried
+	wait    time.Duration           // when they next need the loop (0: they do not)
+}
+
 // backfillRun is a backfill the term is running.
 type backfillRun struct {
 	job    store.Backfill
@@ -236,10 +243,10 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		l.persist.complete(r, nil)
 		return true
 	}
-	if l.backfills == nil {
-		l.backfills = map[string]*backfillRun{}
+	if l.bf.running == nil {
+		l.bf.running = map[string]*backfillRun{}
 	}
-	if l.backfills[r.Backfill] != nil {
+	if l.bf.running[r.Backfill] != nil {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, backfillIO)
@@ -260,43 +267,17 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		return true
 	}
 	run.e = e
-	jobs, err := bs.Backfills(ctx)
-	if err != nil {
-		l.s.log.Warn("backfill not started: the backfills on record could not be read", "backfill", job.ID, "err", err)
+	hist, others, ok := l.backfillRecord(ctx, bs, job)
+	if !ok {
 		return false
-	}
-	var hist []broker.Run
-	if h, ok := l.s.cfg.Dispatcher.(RunHistory); ok {
-		if hist, err = h.Runs(ctx, job.Entry); err != nil {
-			l.s.log.Warn("backfill not started: the run history could not be read", "backfill", job.ID, "err", err)
-			return false
-		}
-	}
-	// The job's own progress is its cursor, not "already fired".
-	others := jobs[:0]
-	for _, j := range jobs {
-		if j.ID != job.ID {
-			others = append(others, j)
-		}
 	}
 	from := job.From
 	if !job.Cursor.IsZero() {
 		from = job.Cursor.Add(time.Nanosecond)
-		// Resumed: the slots this job published after its saved cursor
-		// are in the history too, but they are its own (the broker's
-		// cursor makes them duplicates, counted as published); another
-		// backfill's are covered by that job's record.
-		own := hist[:0:0]
-		for _, r := range hist {
-			if !r.Backfill {
-				own = append(own, r)
-			}
-		}
-		hist = own
 	}
 	var plan []BackfillSlot
 	if !from.After(job.To) {
-		plan, err = PlanBackfill(BackfillInput{Entry: e.Entry, State: l.states[e.Name], History: hist, Jobs: others,
+		plan, err = PlanBackfill(BackfillInput{Entry: e.Entry, State: l.books.states[e.Name], History: hist, Jobs: others,
 			From: from, To: job.To, Now: now, Cluster: l.s.cfg.Cluster})
 	}
 	if err != nil {
@@ -325,10 +306,48 @@ func (l *loop) startBackfill(ctx context.Context, r store.Request, now time.Time
 		l.s.log.Warn("backfill not started: its start could not be written", "backfill", job.ID, "err", err)
 		return false
 	}
-	l.backfills[job.ID] = run
+	l.bf.running[job.ID] = run
 	l.s.log.Info("backfill running", "backfill", job.ID, "entry", job.Entry, "slots", len(plan),
 		"from", from.UTC().Format(time.RFC3339), "to", job.To.UTC().Format(time.RFC3339), "rate", job.Rate, "resumed", !job.Cursor.IsZero())
 	return true
+}
+
+// backfillRecord reads what is on record for job's plan: the entry's run
+// history and the other backfills. ok is false when a read failed (the
+// start is retried).
+func (l *loop) backfillRecord(ctx context.Context, bs BackfillStore, job store.Backfill) (hist []broker.Run, others []store.Backfill, ok bool) {
+	jobs, err := bs.Backfills(ctx)
+	if err != nil {
+		l.s.log.Warn("backfill not started: the backfills on record could not be read", "backfill", job.ID, "err", err)
+		return nil, nil, false
+	}
+	if h, ok := l.s.cfg.Dispatcher.(RunHistory); ok {
+		if hist, err = h.Runs(ctx, job.Entry); err != nil {
+			l.s.log.Warn("backfill not started: the run history could not be read", "backfill", job.ID, "err", err)
+			return nil, nil, false
+		}
+	}
+	// The job's own progress is its cursor, not "already fired".
+	others = jobs[:0]
+	for _, j := range jobs {
+		if j.ID != job.ID {
+			others = append(others, j)
+		}
+	}
+	if !job.Cursor.IsZero() {
+		// Resumed: the slots this job published after its saved cursor
+		// are in the history too, but they are its own (the broker's
+		// cursor makes them duplicates, counted as published); another
+		// backfill's are covered by that job's record.
+		own := hist[:0:0]
+		for _, r := range hist {
+			if !r.Backfill {
+				own = append(own, r)
+			}
+		}
+		hist = own
+	}
+	return hist, others, true
 }
 
 // ownedFrom is the earliest slot of the entry the schedule itself will
@@ -351,17 +370,17 @@ func (l *loop) ownedFrom(name string) time.Time {
 // with nothing left. It returns how long until the next slot is due (0:
 // none waits).
 func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Duration) {
-	for _, id := range l.bfRetry {
+	for _, id := range l.bf.retry {
 		if l.startBackfill(ctx, id, now) {
-			l.bfRetry = l.bfRetry[1:]
+			l.bf.retry = l.bf.retry[1:]
 		} else {
 			break
 		}
 	}
-	if len(l.bfRetry) > 0 {
+	if len(l.bf.retry) > 0 {
 		wait = time.Second
 	}
-	for id, run := range l.backfills {
+	for id, run := range l.bf.running {
 		for len(run.todo) > 0 && run.inflight < l.s.cfg.BatchSize {
 			s := run.todo[0]
 			if s.Fired && !run.job.IncludeFired {
@@ -388,7 +407,7 @@ func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Dura
 		}
 		if len(run.todo) == 0 && run.inflight == 0 {
 			l.endBackfill(ctx, run, store.BackfillDone, "", now)
-			delete(l.backfills, id)
+			delete(l.bf.running, id)
 			continue
 		}
 		if run.dirty && now.Sub(run.savedAt) >= backfillSave {
@@ -398,13 +417,12 @@ func (l *loop) feedBackfills(ctx context.Context, now time.Time) (wait time.Dura
 	return wait
 }
 
-// backfillPublished counts a backfill's fire the broker took (or had
+// published counts a fire of the backfill the broker took (or had
 // taken: a duplicate is one a previous term of the job published).
-func (l *loop) backfillPublished(p pendingFire) {
-	run := p.bf
+func (run *backfillRun) published(slot time.Time) {
 	run.inflight--
 	run.job.Published++
-	run.job.Cursor, run.dirty = p.slot, true
+	run.job.Cursor, run.dirty = slot, true
 }
 
 func (l *loop) saveBackfill(ctx context.Context, run *backfillRun, now time.Time, also ...string) bool {
@@ -446,7 +464,7 @@ func (l *loop) endBackfill(ctx context.Context, run *backfillRun, state, why str
 // dropped, and it ends as cancelled with what it did.
 func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []store.Request, now time.Time) {
 	defer l.persist.complete(r, nil)
-	run := l.backfills[r.Backfill]
+	run := l.bf.running[r.Backfill]
 	if run == nil {
 		// Not running in this term: end it from its record.
 		bs := l.backfillStore()
@@ -473,7 +491,7 @@ func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []st
 			}
 		}
 		l.pending = kept
-		delete(l.backfills, r.Backfill)
+		delete(l.bf.running, r.Backfill)
 	}
 	why := "cancelled"
 	if r.Actor != "" {
@@ -488,11 +506,11 @@ func (l *loop) cancelBackfill(ctx context.Context, r store.Request, pending []st
 // reloadBackfills points running backfills at their entry's new
 // definition, and interrupts those whose entry left the config.
 func (l *loop) reloadBackfills(ctx context.Context, now time.Time) {
-	for id, run := range l.backfills {
+	for id, run := range l.bf.running {
 		e := l.set.get(run.job.Entry)
 		if e == nil {
 			l.endBackfill(ctx, run, store.BackfillInterrupted, "the entry left the config", now)
-			delete(l.backfills, id)
+			delete(l.bf.running, id)
 			continue
 		}
 		run.e = e

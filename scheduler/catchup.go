@@ -1,10 +1,10 @@
 package scheduler
 
 import (
+	"container/heap"
 	"time"
 
 	"github.com/beatd/beatd/config"
-
 	"github.com/beatd/beatd/schedule"
 	"github.com/beatd/beatd/store"
 )
@@ -90,4 +90,96 @@ func planCatchup(e *config.Entry, sched schedule.Schedule, st *store.EntryState,
 		p.fire = slots
 	}
 	return p
+}
+
+// applyPlan queues a catch-up plan's fires and counts what it dropped.
+func (l *loop) applyPlan(e *entry, plan catchupPlan) {
+	m := l.s.cfg.Metrics
+	for _, d := range plan.dropped {
+		m.Missed.WithLabelValues(e.Name, d.reason).Add(float64(d.count))
+	}
+	for _, s := range plan.fire {
+		l.queue(pendingFire{e: e, slot: s, due: s})
+	}
+}
+
+// stepLateness is how late a slot may be found and still fire as a
+// regular slot. Later than that, the wall clock stepped forward (NTP, a VM
+// resumed) or the loop stalled, and the slots since go through the
+// entry's catch-up policy, as after a failover: catchup: once fires the
+// latest, skip none, all each within the window.
+const stepLateness = 30 * time.Second
+
+// catchUpPending applies each entry's catch-up policy to its pending
+// scheduled slots over stepLateness late, which a publish that kept
+// failing left there: the one rule for a late slot, wherever it waited.
+// catchup: all keeps them (within catchup_window), once the latest, skip
+// none. Manual fires and backfills are kept as they are.
+func (l *loop) catchUpPending(now time.Time) {
+	late := func(p pendingFire) bool { return p.late(now) }
+	var latest map[*entry]time.Time
+	for _, p := range l.pending {
+		if late(p) && p.e.Catchup == config.CatchupOnce {
+			if latest == nil {
+				latest = map[*entry]time.Time{}
+			}
+			if p.slot.After(latest[p.e]) {
+				latest[p.e] = p.slot
+			}
+		}
+	}
+	m := l.s.cfg.Metrics
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		reason := ""
+		if late(p) {
+			switch p.e.Catchup {
+			case config.CatchupSkip:
+				reason = ReasonSkip
+			case config.CatchupOnce:
+				if !p.slot.Equal(latest[p.e]) {
+					reason = ReasonOnce
+				}
+			default:
+				if p.due.Before(now.Add(-p.e.CatchupWindow)) {
+					reason = ReasonWindow
+				}
+			}
+		}
+		if reason == "" {
+			kept = append(kept, p)
+			continue
+		}
+		m.Missed.WithLabelValues(p.e.Name, reason).Inc()
+	}
+	clear(l.pending[len(kept):])
+	l.pending = kept
+}
+
+// catchUpLate applies e's catch-up policy to it's slot and every slot
+// after it up to now, and moves it to the next slot. It returns how many
+// slots it queued.
+func (l *loop) catchUpLate(it *item, now time.Time) int {
+	e := it.e
+	prev := store.EntryState{LastSlot: it.slot.Add(-time.Nanosecond)}
+	if st := l.books.states[e.Name]; st != nil {
+		prev.Paused = st.Paused
+	}
+	plan := planCatchup(e.Entry, e.sched, &prev, now)
+	if why := plan.insane(e.Entry, now); why != "" {
+		l.stopRunaway(e, why, now)
+		return 0
+	}
+	l.applyPlan(e, plan)
+	m := l.s.cfg.Metrics
+	if plan.next.IsZero() {
+		heap.Remove(&l.heap, it.index)
+		e.it = nil
+		m.scheduled(e.Name, time.Time{})
+		return len(plan.fire)
+	}
+	it.set(plan.next)
+	m.scheduled(e.Name, it.dueTime())
+	heap.Fix(&l.heap, it.index)
+	return len(plan.fire)
 }

@@ -48,6 +48,13 @@ func (p catchupPlan) insane(e *config.Entry, now time.Time) string {
 	return ""
 }
 
+// entryFlags are the entries the loop flagged, by name: the flags
+// outlive a reload that keeps the entry.
+type entryFlags struct {
+	behind  map[string]bool
+	runaway map[string]bool
+}
+
 // stopRunaway takes e out of the heap and flags it.
 func (l *loop) stopRunaway(e *entry, why string, now time.Time) {
 	if it := e.it; it != nil {
@@ -57,14 +64,14 @@ func (l *loop) stopRunaway(e *entry, why string, now time.Time) {
 		e.it = nil
 	}
 	l.s.cfg.Metrics.scheduled(e.Name, time.Time{})
-	if l.runaway == nil {
-		l.runaway = map[string]bool{}
+	if l.flags.runaway == nil {
+		l.flags.runaway = map[string]bool{}
 	}
-	delete(l.behind, e.Name)
-	if l.runaway[e.Name] {
+	delete(l.flags.behind, e.Name)
+	if l.flags.runaway[e.Name] {
 		return
 	}
-	l.runaway[e.Name] = true
+	l.flags.runaway[e.Name] = true
 	reason := "schedule stopped: " + why
 	l.s.cfg.Metrics.flag(e.Name, HealthRunaway, reason, now)
 	l.s.log.Error("runaway entry stopped: its schedule went wrong; change or remove it to start it again",
@@ -73,13 +80,13 @@ func (l *loop) stopRunaway(e *entry, why string, now time.Time) {
 
 // fallBehind flags e, whose slots are still due after its share of a pass.
 func (l *loop) fallBehind(e *entry, now time.Time) {
-	if l.behind[e.Name] {
+	if l.flags.behind[e.Name] {
 		return
 	}
-	if l.behind == nil {
-		l.behind = map[string]bool{}
+	if l.flags.behind == nil {
+		l.flags.behind = map[string]bool{}
 	}
-	l.behind[e.Name] = true
+	l.flags.behind[e.Name] = true
 	reason := fmt.Sprintf("slots come due faster than the loop publishes them; it gets %d a pass", entryShare)
 	l.s.cfg.Metrics.flag(e.Name, HealthBehind, reason, now)
 	l.s.log.Warn("entry behind its schedule: its slots pile up; the others keep their time",
@@ -88,26 +95,26 @@ func (l *loop) fallBehind(e *entry, now time.Time) {
 
 // caughtUp clears e's behind flag once its next slot is ahead.
 func (l *loop) caughtUp(e *entry, now time.Time) {
-	if !l.behind[e.Name] {
+	if !l.flags.behind[e.Name] {
 		return
 	}
-	delete(l.behind, e.Name)
+	delete(l.flags.behind, e.Name)
 	l.s.cfg.Metrics.unflag(e.Name)
 	l.s.log.Info("entry caught up with its schedule", "entry", e.Name)
 }
 
 // clearFlags drops name's flags.
 func (l *loop) clearFlags(name string) {
-	if l.behind[name] || l.runaway[name] {
-		delete(l.behind, name)
-		delete(l.runaway, name)
+	if l.flags.behind[name] || l.flags.runaway[name] {
+		delete(l.flags.behind, name)
+		delete(l.flags.runaway, name)
 		l.s.cfg.Metrics.unflag(name)
 	}
 }
 
 // purgeFlags drops the flags of entries no longer configured.
 func (l *loop) purgeFlags() {
-	for _, m := range []map[string]bool{l.behind, l.runaway} {
+	for _, m := range []map[string]bool{l.flags.behind, l.flags.runaway} {
 		for name := range m {
 			if l.set.get(name) == nil {
 				l.clearFlags(name)

@@ -12,6 +12,7 @@ import (
 // fires a second costs more CPU than the fires. Past the limit in a
 // second, the rest are counted and summarised in one line.
 type fireLog struct {
+	on         bool      // the fires being recorded are logged at all
 	window     time.Time // start of the current one-second window
 	lines      int       // lines logged in it
 	suppressed [4]int    // fires not logged in it, by broker.Result

@@ -24,7 +24,7 @@ func TestLateSlotExpires(t *testing.T) {
 	rs := beatdtest.MustStartRedis(t)
 	start := t0.Add(59*time.Minute + 30*time.Second) // 10:59:30
 	clock := clockwork.NewFakeClockAt(start)
-	pub := redisbroker.New(rs.Client(), redisbroker.Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", Now: clock.Now})
+	pub := redisbroker.New(rs.Client(), redisbroker.Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", Clock: clock})
 	cfg := mustConfig(t, `defaults:
   options: {late_slot_expires: 2m}
   catchup: all

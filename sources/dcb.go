@@ -14,7 +14,8 @@ import (
 	"github.com/beatd/beatd/config"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // the "sqlite" driver, pure Go
+	"github.com/jonboulle/clockwork"
+	_ "modernc.org/sqlite" // the "sqlite" driver, pure Go
 )
 
 // DCBSource reads django-celery-beat's tables, read-only, as entries: a
@@ -27,7 +28,9 @@ type DCBSource struct {
 	sqlite   bool // placeholders are ? rather than $n
 	redacted string
 	interval time.Duration
-	now      func() time.Time
+	// Clock paces the polls and the write-back (OpenDCB sets the real
+	// clock; the daemon sets its own).
+	Clock clockwork.Clock
 }
 
 // sqlitePath is the database file of a sqlite:// URL: sqlite:///abs/path,
@@ -80,7 +83,7 @@ func OpenDCB(rawURL string, poll time.Duration, writeBack bool) (*DCBSource, err
 	if poll <= 0 {
 		poll = 5 * time.Second
 	}
-	return &DCBSource{db: db, sqlite: u.Scheme == "sqlite", redacted: u.Redacted(), interval: poll, now: time.Now}, nil
+	return &DCBSource{db: db, sqlite: u.Scheme == "sqlite", redacted: u.Redacted(), interval: poll, Clock: clockwork.NewRealClock()}, nil
 }
 
 // Close closes the database handle.
@@ -421,13 +424,13 @@ func (d *DCBSource) Poll(ctx context.Context, m *Merger, last *string) (string, 
 // Sync polls until ctx ends. A failure is reported (the last good set
 // stays in use) and retried at the next poll.
 func (d *DCBSource) Sync(ctx context.Context, m *Merger, synced bool, marker string) {
-	t := time.NewTicker(d.interval)
+	t := d.Clock.NewTicker(d.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		qctx, cancel := context.WithTimeout(ctx, max(d.interval, 5*time.Second))
 		var last *string

@@ -36,12 +36,14 @@ type Doc struct {
 type Entries struct {
 	cli    *clientv3.Client
 	prefix string
-	clock  clockwork.Clock // the watch's retries wait on it
+	// Clock paces the watch's retries and its coalescing (NewEntries sets
+	// the real clock; the daemon sets its own).
+	Clock clockwork.Clock
 }
 
 // NewEntries returns the store under the cluster's prefix.
 func NewEntries(cli *clientv3.Client, prefix string) *Entries {
-	return &Entries{cli: cli, prefix: keys.Defs(prefix), clock: clockwork.NewRealClock()}
+	return &Entries{cli: cli, prefix: keys.Defs(prefix), Clock: clockwork.NewRealClock()}
 }
 
 func (s *Entries) key(name string) string { return s.prefix + name }
@@ -145,7 +147,7 @@ func (s *Entries) Sync(ctx context.Context, m *Merger, from int64) {
 			return
 		}
 		m.SetError(API, err)
-		if !retry.Sleep(ctx, s.clock, b.NextBackOff()) {
+		if !retry.Sleep(ctx, s.Clock, b.NextBackOff()) {
 			return
 		}
 	}
@@ -193,7 +195,7 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger, rev int64) error {
 		}
 	}()
 	apply := func() error {
-		due, lastApply = nil, s.clock.Now()
+		due, lastApply = nil, s.Clock.Now()
 		if err := m.UpdateSource(API, changes); err != nil {
 			return fmt.Errorf("apply runtime entries: %w", err)
 		}
@@ -223,13 +225,13 @@ func (s *Entries) syncOnce(ctx context.Context, m *Merger, rev int64) error {
 			if len(resp.Events) == 0 {
 				continue
 			}
-			if wait := coalesceFor - s.clock.Since(lastApply); wait <= 0 {
+			if wait := coalesceFor - s.Clock.Since(lastApply); wait <= 0 {
 				if err := apply(); err != nil {
 					return err
 				}
 			} else if due == nil {
 				if timer == nil {
-					timer = s.clock.NewTimer(wait)
+					timer = s.Clock.NewTimer(wait)
 				} else {
 					timer.Reset(wait)
 				}

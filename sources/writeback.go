@@ -33,19 +33,20 @@ type WriteBack struct {
 	written map[string]time.Time // newest run written, per entry
 }
 
-// Run writes back every poll interval until ctx ends.
+// Run writes back every poll interval, on the source's clock, until ctx
+// ends.
 func (w *WriteBack) Run(ctx context.Context) {
 	if w.Logger == nil {
 		w.Logger = slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTicker(w.Source.interval)
+	t := w.Source.Clock.NewTicker(w.Source.interval)
 	defer t.Stop()
 	var lastErr string
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if !w.Leading() {
 			continue

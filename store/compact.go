@@ -18,9 +18,12 @@ import (
 // cluster-wide, so only the leader runs this, and only when asked
 // (--etcd-compact): on an etcd shared with others, the operator's
 // --auto-compaction-retention is the right tool.
-func Compact(ctx context.Context, cli *clientv3.Client, period time.Duration, log *slog.Logger) {
+//
+// The period is kept on s's clock.
+func (s *Store) Compact(ctx context.Context, period time.Duration, log *slog.Logger) {
+	cli := s.cli
 	var prev int64
-	t := time.NewTicker(period)
+	t := s.clock.NewTicker(period)
 	defer t.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -44,7 +47,7 @@ func Compact(ctx context.Context, cli *clientv3.Client, period time.Duration, lo
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

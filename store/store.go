@@ -12,6 +12,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/jonboulle/clockwork"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -44,11 +45,20 @@ type Store struct {
 	prefix    string
 	auditKeep int
 	maxOps    int // etcd's --max-txn-ops
+	clock     clockwork.Clock
 }
 
 // New returns a Store for the cluster under prefix, e.g. "/beatd/default/".
 func New(cli *clientv3.Client, prefix string) *Store {
-	return &Store{cli: cli, prefix: prefix, maxOps: MaxOpsPerTxn}
+	return &Store{cli: cli, prefix: prefix, maxOps: MaxOpsPerTxn, clock: clockwork.NewRealClock()}
+}
+
+// WithClock makes s keep its periods (Compact) on clock: the daemon's.
+func (s *Store) WithClock(clock clockwork.Clock) *Store {
+	if clock != nil {
+		s.clock = clock
+	}
+	return s
 }
 
 // WithMaxOps makes s's transactions hold at most n operations: an etcd

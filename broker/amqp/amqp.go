@@ -16,6 +16,7 @@ import (
 	"github.com/beatd/beatd/celery"
 
 	"github.com/beatd/beatd/broker"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -42,8 +43,9 @@ type AMQPOptions struct {
 	// Registerer receives the AMQP metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
-	// Now reads the clock; a relative expiry counts from it.
-	Now func() time.Time
+	// Clock is the daemon's clock; a relative expiry counts from its now
+	// (default the real clock).
+	Clock clockwork.Clock
 }
 
 // AMQP publishes fires to RabbitMQ as Kombu's AMQP transport does for
@@ -133,8 +135,8 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	if opts.Verify == nil {
 		return nil, errors.New("amqp: AMQP needs a leadership check (Verify)")
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -197,7 +199,8 @@ func (a *AMQP) release(token int64) {
 func (a *AMQP) closeLocked() {
 	if a.conn != nil {
 		// Bounded: a broker that does not answer (a partition) drops the
-		// connection on its own after missed heartbeats.
+		// connection on its own after missed heartbeats. A socket
+		// deadline is the OS's wall time, whatever clock the daemon reads.
 		_ = a.conn.CloseDeadline(time.Now().Add(2 * time.Second))
 	}
 	a.conn, a.ch, a.fenced = nil, nil, 0
@@ -449,7 +452,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 	// waits would turn messages RabbitMQ already took into re-sends.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchBudget)
 	defer cancel()
-	now := a.opts.Now()
+	now := a.opts.Clock.Now()
 	var queues Queues = celeryQueues{}
 	if a.opts.Queues != nil {
 		if q := a.opts.Queues(); q != nil {
@@ -668,6 +671,7 @@ func (a *AMQP) Ping(ctx context.Context) error {
 	deadline, ok := ctx.Deadline()
 	timeout := u.ConnectTimeout
 	if ok {
+		// ctx's deadline is the OS's wall time, as the dial's is.
 		timeout = min(timeout, time.Until(deadline))
 	}
 	conn, err := u.Dial("beatd ping "+a.opts.Cluster, max(timeout, time.Millisecond))

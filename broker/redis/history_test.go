@@ -11,6 +11,7 @@ import (
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/jonboulle/clockwork"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -22,7 +23,7 @@ func TestHistory(t *testing.T) {
 	client := rs.Client()
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 10, 0, 5, 0, time.UTC)
-	p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", History: 3, Now: func() time.Time { return now }})
+	p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", History: 3, Clock: clockwork.NewFakeClockAt(now)})
 	task := compileTest(t, "    {task: tasks.add, every: 1s}")
 	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	if err := p.RaiseFence(ctx, 10); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -92,8 +93,10 @@ type Options struct {
 	// (default DefaultTriggerTTL): its request must be completed in etcd
 	// within it, or a failover publishes it again.
 	TriggerTTL time.Duration
-	// Now reads the clock; a relative expiry counts from it.
-	Now func() time.Time
+	// Clock is the daemon's clock: a relative expiry counts from its now,
+	// the replica re-count and its grace are kept on it, and a refused
+	// transaction's retries wait on it (default the real clock).
+	Clock clockwork.Clock
 	// History is how many runs each entry keeps in Redis for status
 	// (default DefaultHistory; negative keeps none).
 	History int
@@ -137,7 +140,7 @@ type Publisher struct {
 	keepTrim int
 	keep     int
 	cluster  string // task ids' namespace, to name a scheduled run's task
-	now      func() time.Time
+	clock    clockwork.Clock
 	repl     *replication
 
 	// legacy: this term found the legacy window open (RaiseFence).
@@ -174,8 +177,8 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 	if opts.TriggerTTL <= 0 {
 		opts.TriggerTTL = DefaultTriggerTTL
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
 	}
 	if opts.History == 0 {
 		opts.History = DefaultHistory
@@ -191,7 +194,7 @@ func New(rdb redis.UniversalClient, opts Options) *Publisher {
 		keepTrim:    max(opts.History, 1),
 		keep:        opts.History,
 		cluster:     opts.Cluster,
-		now:         opts.Now,
+		clock:       opts.Clock,
 		repl:        newReplication(opts),
 		sentFrom:    opts.SentEventsFrom,
 		sentChannel: fmt.Sprintf("/%d.celeryev/task.sent", opts.SentEventsDB),
@@ -254,7 +257,7 @@ func (p *Publisher) Publish(ctx context.Context, token int64, fires []celery.Fir
 		return nil
 	}
 	p.pub.Lock()
-	now := p.now()
+	now := p.clock.Now()
 	err := p.run(ctx, token, fires, now, results)
 	p.pub.Unlock()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/broker"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -54,6 +55,7 @@ type replication struct {
 	timeout    time.Duration
 	syncKey    string
 	shortfalls prometheus.Counter
+	clock      clockwork.Clock // the re-count's period and the grace
 
 	auto      atomic.Int32          // ReplicasAuto's current target
 	checkedAt atomic.Int64          // when auto was last counted, unix ns; 0 forces a count
@@ -64,7 +66,7 @@ type replication struct {
 
 func newReplication(opts Options) *replication {
 	r := &replication{want: opts.MinReplicas, timeout: opts.MinReplicasTimeout,
-		syncKey: opts.KeyPrefix + "replsync", shortfalls: opts.ReplicaShortfalls}
+		syncKey: opts.KeyPrefix + "replsync", shortfalls: opts.ReplicaShortfalls, clock: opts.Clock}
 	if r.want < ReplicasAuto {
 		r.want = 0
 	}
@@ -83,7 +85,7 @@ func (r *replication) target(ctx context.Context, rdb redis.UniversalClient) int
 	if r.want != ReplicasAuto {
 		return r.want
 	}
-	if time.Since(time.Unix(0, r.checkedAt.Load())) >= autoRecheck {
+	if r.clock.Since(time.Unix(0, r.checkedAt.Load())) >= autoRecheck {
 		if err := r.count(ctx, rdb); err != nil {
 			// Keep the last known target; the next batch tries again.
 			r.checkedAt.Store(0)
@@ -99,7 +101,7 @@ func (r *replication) count(ctx context.Context, rdb redis.UniversalClient) erro
 		return fmt.Errorf("redis: count replicas (INFO replication): %w", err)
 	}
 	n := min(onlineReplicas(info), 1)
-	now := time.Now()
+	now := r.clock.Now()
 	if n > 0 {
 		r.seenAt.Store(now.UnixNano())
 	} else if seen := r.seenAt.Load(); seen != 0 && now.Sub(time.Unix(0, seen)) < r.grace {

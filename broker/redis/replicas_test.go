@@ -10,6 +10,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -111,8 +112,11 @@ func TestMinReplicasAuto(t *testing.T) {
 	master := testutil.MustStartRedis(t)
 	replica := testutil.MustStartReplica(t, master.Addr())
 	const grace = 3 * time.Second
+	// The re-count's period and the grace run on a fake clock: the test
+	// moves it past each instead of sleeping through it.
+	clock := clockwork.NewFakeClock()
 	p := New(master.Client(), Options{KeyPrefix: "beatd:{test}:", MinReplicas: ReplicasAuto, MinReplicasTimeout: 300 * time.Millisecond,
-		ReplicasAutoGrace: grace})
+		ReplicasAutoGrace: grace, Clock: clock})
 	if err := p.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -122,18 +126,24 @@ func TestMinReplicasAuto(t *testing.T) {
 	// The replica is gone from the moment Kill starts (the master sees
 	// its link drop before Kill has reaped it), so the grace is measured
 	// from then.
-	lost := time.Now()
+	lost := clock.Now()
 	replica.Kill()
 	task := compileTest(t, "    {task: tasks.add, every: 1s}")
 	res := make([]broker.Result, 1)
 	// Within the grace the publish waits for a replica, and falls short.
-	time.Sleep(1500 * time.Millisecond) // past autoRecheck: the loss is counted
-	if err := p.Publish(ctx, 1, []celery.Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); time.Since(lost) < grace && (err == nil || res[0] == broker.ResultOK) {
-		t.Fatalf("publish %s after the master lost its replica: %v %v, want a shortfall", time.Since(lost), res, err)
+	clock.Advance(autoRecheck) // past autoRecheck: the loss is counted
+	if err := p.Publish(ctx, 1, []celery.Fire{{Task: task, Slot: time.Unix(0, 0)}}, res); clock.Since(lost) < grace && (err == nil || res[0] == broker.ResultOK) {
+		t.Fatalf("publish %s after the master lost its replica: %v %v, want a shortfall", clock.Since(lost), res, err)
 	}
 	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "auto to stop waiting for the dead replica after the grace",
-		func() bool { return p.MinReplicas(ctx) == 0 })
-	if since := time.Since(lost); since < grace {
+		func() bool {
+			if p.MinReplicas(ctx) == 0 {
+				return true
+			}
+			clock.Advance(100 * time.Millisecond)
+			return false
+		})
+	if since := clock.Since(lost); since < grace {
 		t.Errorf("auto stopped waiting %s after the loss, before its grace %s", since, grace)
 	}
 	// A later slot (the first one's push, short of replicas, is in

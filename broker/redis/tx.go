@@ -11,7 +11,6 @@ import (
 	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/cenkalti/backoff/v5"
-	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -162,13 +161,10 @@ func (p *Publisher) publishFlight(ctx context.Context, token int64, fires []cele
 			return err
 		}
 		// The jittered backoff spreads attempts that would collide again.
-		// It spaces attempts at Redis and reads no schedule time, so it
-		// is on the real clock (a test's fake clock would stall the
-		// publish).
 		if wait == nil {
 			wait = retry.Backoff(txBackoffMin, txBackoffMax)
 		}
-		if !retry.Sleep(ctx, clockwork.NewRealClock(), wait.NextBackOff()) {
+		if !retry.Sleep(ctx, p.clock, wait.NextBackOff()) {
 			return ctx.Err()
 		}
 	}

@@ -83,18 +83,15 @@ func BenchmarkStart100k(b *testing.B) {
 				if err := cmd.Start(); err != nil {
 					b.Fatal(err)
 				}
-				ready := time.Time{}
-				for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				var ready time.Time
+				testutil.EventuallyErr(b, 60*time.Second, 5*time.Millisecond, "beatd to be scheduling", func() error {
 					data, _ := os.ReadFile(logPath)
-					if strings.Contains(string(data), `"msg":"scheduling"`) {
-						ready = time.Now()
-						break
+					if !strings.Contains(string(data), `"msg":"scheduling"`) {
+						return fmt.Errorf("not scheduling yet:\n%s", data)
 					}
-				}
-				if ready.IsZero() {
-					data, _ := os.ReadFile(logPath)
-					b.Fatalf("not scheduling after 60s:\n%s", data)
-				}
+					ready = time.Now()
+					return nil
+				})
 				starts = append(starts, ready.Sub(start))
 				time.Sleep(3 * time.Second) // let it settle into steady state
 				rss = max(rss, peakRSS(cmd.Process.Pid))

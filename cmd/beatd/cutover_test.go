@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,13 +85,12 @@ func (o *observer) snapshot() []sent {
 // waitUntil polls the observed messages until cond holds.
 func (o *observer) waitUntil(t *testing.T, timeout time.Duration, what string, cond func([]sent) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond(o.snapshot()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; seen %d messages", what, len(o.snapshot()))
+	testutil.EventuallyErr(t, timeout, 20*time.Millisecond, what, func() error {
+		if msgs := o.snapshot(); !cond(msgs) {
+			return fmt.Errorf("seen %d messages", len(msgs))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestCutoverFromCeleryBeat runs real celery beat on a real app (a crontab

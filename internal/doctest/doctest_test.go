@@ -44,6 +44,10 @@ type docSetup struct {
 	// token sets BEATD_ADMIN_TOKEN for the daemons and TOKEN for the
 	// commands to one new random token.
 	token bool
+	// prepare, if set, puts what the doc's reader already has into its
+	// directory before its first command runs, and returns the variables
+	// the reader's shell has for it.
+	prepare func(t *testing.T, dir string) []string
 }
 
 var setups = map[string]docSetup{
@@ -62,7 +66,21 @@ var setups = map[string]docSetup{
 			t.Errorf("alice.token in the recipe's tokens file: %+v, %v; want alice, operate", id, ok)
 		}
 	}},
-	"README.md":          {inRoot: true},
+	"README.md": {inRoot: true},
+	// The reader has a Celery app (proj/celery.py) and beatd's contrib/,
+	// as a checkout next to the binary would; the doc dumps, imports,
+	// validates and checks it against Celery itself.
+	"docs/migrating.md": {prepare: celeryApp, check: func(t *testing.T, dir string) {
+		data, err := os.ReadFile(filepath.Join(dir, "schedules.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"nightly-report":`, `"every-30s":`, `args: [1.0, "eu"]`} {
+			if !strings.Contains(string(data), want) {
+				t.Errorf("docs/migrating.md's import: no %s in its schedules.yaml:\n%s", want, data)
+			}
+		}
+	}},
 	"docs/backfill.md":   {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 	"docs/operations.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", brokerURL: true},
 	"docs/schedules.md":  {},
@@ -187,6 +205,10 @@ func runDoc(t *testing.T, file string, s docSetup) {
 	}
 	c := newCluster(t, s)
 	defer c.stop()
+	if s.prepare != nil {
+		env := s.prepare(t, c.dir)
+		c.cliEnv, c.runEnv = append(c.cliEnv, env...), append(c.runEnv, env...)
+	}
 	if s.daemon != "" {
 		c.start(Command{Text: s.daemon}, "setup")
 	}
@@ -424,4 +446,51 @@ func (c *cluster) stop() {
 		}
 	}
 	c.daemons = nil
+}
+
+// celeryApp writes a small Celery app, proj.celery:app, with a crontab and
+// an interval entry, and copies contrib/ (celery_dump.py) beside it. The
+// reader's python3 is one with Celery: Debian's, which a python3 earlier
+// in PATH (pyenv's, say) may hide.
+func celeryApp(t *testing.T, dir string) []string {
+	t.Helper()
+	files := map[string]string{
+		"proj/__init__.py": "",
+		"proj/celery.py": `from celery import Celery
+from celery.schedules import crontab
+
+app = Celery("proj", broker="memory://")
+app.conf.timezone = "Europe/Paris"
+app.conf.beat_schedule = {
+    "nightly-report": {
+        "task": "proj.tasks.report",
+        "schedule": crontab(minute=30, hour=2),
+        "args": (1.0, "eu"),
+    },
+    "every-30s": {"task": "proj.tasks.ping", "schedule": 30.0},
+}
+`,
+	}
+	src, err := os.ReadFile(filepath.Join(root, "contrib", "celery_dump.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["contrib/celery_dump.py"] = string(src)
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, ".python")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/bin/python3", filepath.Join(bin, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 }

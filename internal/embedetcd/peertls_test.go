@@ -3,6 +3,7 @@ package embedetcd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/internal/certgen"
+	"github.com/beatd/beatd/testkit/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -155,9 +157,12 @@ func TestPeerMTLS(t *testing.T) {
 	jctx, jcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer jcancel()
 	go func() {
-		for jctx.Err() == nil && !strings.Contains(logs.String(), "peers refuse its TLS") {
-			time.Sleep(50 * time.Millisecond)
-		}
+		_ = harness.Poll(jctx, 20*time.Second, 50*time.Millisecond, func() error {
+			if !strings.Contains(logs.String(), "peers refuse its TLS") {
+				return errors.New("not said yet")
+			}
+			return nil
+		})
 		jcancel()
 	}()
 	m4 := strangerCfg("m4", nil)
@@ -170,7 +175,14 @@ func TestPeerMTLS(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "peers refuse its TLS") || !strings.Contains(out, "certificate signed by unknown authority") {
 		t.Fatalf("the waiting member's log does not say why:\n%s", out)
 	}
-	if members, err := cli.MemberList(ctx); err != nil || len(members.Members) != n {
-		t.Fatalf("after the stranger: %d members, %v", len(members.Members), err)
+	// A context of its own: the stranger's wait may have outlived ctx's.
+	mctx, mcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer mcancel()
+	members, err = cli.MemberList(mctx)
+	if err != nil {
+		t.Fatalf("after the stranger: %v", err)
+	}
+	if len(members.Members) != n {
+		t.Fatalf("after the stranger: %d members, want %d", len(members.Members), n)
 	}
 }

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -42,18 +44,18 @@ func TestProxyForgetsClosedConnsAndCloses(t *testing.T) {
 		}
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The pipes notice the close asynchronously. Poll is what
+	// testutil.Eventually runs on; testutil imports this package.
+	if err := Poll(context.Background(), 5*time.Second, 5*time.Millisecond, func() error {
 		p.mu.Lock()
 		n := len(p.conns)
 		p.mu.Unlock()
-		if n == 0 {
-			break
+		if n != 0 {
+			return fmt.Errorf("%d connections still tracked after every client closed", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still tracked after every client closed", n)
-		}
-		time.Sleep(5 * time.Millisecond) // the pipes notice the close asynchronously
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// Clients keep dialing while Close runs: it must still return.
 	stop := make(chan struct{})

@@ -48,31 +48,28 @@ func TestShardedFailover(t *testing.T) {
 		}
 	})
 	// Balanced: 3, 3 and 2 of 8 (in some order).
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.EventuallyErr(t, 15*time.Second, 100*time.Millisecond, "a share of 2–3 shards each", func() error {
 		a, b, cc := reps[0].Held(), reps[1].Held(), reps[2].Held()
 		if a+b+cc == shards && max(a, b, cc) <= 3 && min(a, b, cc) >= 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shards held %d/%d/%d after 15 s, want a share of 2–3 each", a, b, cc)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("shards held %d/%d/%d", a, b, cc)
+	})
 	from := time.Now().Truncate(time.Second).Add(time.Second)
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // an observation window: three seconds of slots before the kill
 	victim := reps[2]
 	lost := victim.Held()
 	killed := time.Now()
 	victim.Kill()
 	reps = reps[:2]
-	for reps[0].Held()+reps[1].Held() != shards {
-		if time.Since(killed) > 15*time.Second {
-			t.Fatalf("the survivors hold %d+%d of %d shards 15 s after the kill", reps[0].Held(), reps[1].Held(), shards)
+	testutil.EventuallyErr(t, 15*time.Second, 50*time.Millisecond, "the survivors to take every shard after the kill", func() error {
+		if a, b := reps[0].Held(), reps[1].Held(); a+b != shards {
+			return fmt.Errorf("the survivors hold %d+%d of %d shards", a, b, shards)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("the survivors took the killed replica's %d shards %s after the kill (TTL %s)", lost, time.Since(killed).Round(10*time.Millisecond), c.TTL)
+	// An observation window: four seconds of slots after the takeover.
 	time.Sleep(4 * time.Second)
 	to := time.Now().Truncate(time.Second).Add(-2 * time.Second) // slots up to here are out
 

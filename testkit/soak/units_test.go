@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/testkit/harness"
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // A message as beatd writes it (Python-style separators) and one with
@@ -142,33 +143,26 @@ func TestProcsStopTheWholeTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var child int
-	for deadline := time.Now().Add(10 * time.Second); child == 0; time.Sleep(20 * time.Millisecond) {
+	testutil.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, "the child to write its pid", func() bool {
 		b, _ := os.ReadFile(pidFile)
 		child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		if time.Now().After(deadline) {
-			t.Fatal("the child never wrote its pid")
-		}
-	}
+		return child != 0
+	})
 	var st ProcStats
-	for deadline := time.Now().Add(20 * time.Second); st.CPU == 0; time.Sleep(50 * time.Millisecond) {
+	testutil.EventuallyEvery(t, 20*time.Second, 50*time.Millisecond, "a busy loop to use CPU", func() bool {
 		if st, err = ReadProcStats(p.Pid()); err != nil {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a busy loop used no CPU in 20s")
-		}
-	}
+		return st.CPU != 0
+	})
 	if st.Procs != 2 || st.RSS <= 0 || st.HWM <= 0 {
 		t.Errorf("stats %+v: want 2 processes with RSS", st)
 	}
 	if _, killed := p.Stop(5 * time.Second); killed {
 		t.Error("sh needed SIGKILL")
 	}
-	for deadline := time.Now().Add(5 * time.Second); alive(child); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the child %d outlived Stop", child)
-		}
-	}
+	testutil.EventuallyEvery(t, 5*time.Second, 20*time.Millisecond, fmt.Sprintf("the child %d to end with Stop", child),
+		func() bool { return !alive(child) })
 	if _, err := ReadProcStats(p.Pid()); err == nil {
 		t.Error("stats of an ended process: no error")
 	}
@@ -258,11 +252,8 @@ func TestConsumerDrainsRedis(t *testing.T) {
 	if err := rdb.LPush(ctx, "celery", vals...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); c.Total().Messages < n; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("consumed %d of %d in 30s", c.Total().Messages, n)
-		}
-	}
+	testutil.EventuallyEvery(t, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("the consumer to take all %d", n),
+		func() bool { return c.Total().Messages >= n })
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
