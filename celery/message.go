@@ -55,6 +55,7 @@ type Task struct {
 	parts         []part
 	idPrefix      []byte // "<cluster>/<entry>/" for the UUIDv5 name
 	expires       Expiry
+	lateExpires   time.Duration // SendOptions.LateExpires
 	amqp          amqpParts
 	// sent is the task-sent event's fields that never change (name, args
 	// and kwargs reprs, routing), for --send-task-events.
@@ -137,6 +138,7 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 		BindingMember: rkey + kombuSep + kombuSep + queue,
 		idPrefix:      []byte(cluster + "/" + e.Name + "/"),
 		expires:       o.Expires,
+		lateExpires:   o.LateExpires,
 	}
 	args := e.Args
 	if args == nil {
@@ -298,7 +300,7 @@ func (t *Task) AppendSentEvent(dst []byte, f *Fire, ev SentEvent) []byte {
 	body = append(body, `", `...)
 	body = append(body, t.sent...)
 	body = append(body, `, "expires": `...)
-	if d := t.expires.Deadline(ev.Now); !d.IsZero() {
+	if d := t.expiry(f, ev.Now).Deadline(ev.Now); !d.IsZero() {
 		body = append(body, '"')
 		body = appendISO(body, d)
 		body = append(body, '"')
@@ -417,6 +419,10 @@ type Fire struct {
 	Task   *Task
 	Slot   time.Time
 	Manual bool
+	// Late marks a scheduled slot published late, after an outage or in a
+	// catch-up (the scheduler's one late-slot rule): its message expires as
+	// the entry's late_slot_expires says (see Expiry.Late).
+	Late bool
 	// Request is a manual fire's trigger request id: its task id and its
 	// trigger key derive from it, so a new leader that publishes the same
 	// request again is deduplicated. Empty: a one-time manual fire.
@@ -546,6 +552,7 @@ type AMQPMessage struct {
 // AMQPMessage builds f's AMQP message; f.ID must be assigned.
 func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 	p := &t.amqp
+	exp := t.expiry(f, now)
 	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(replyTo[:]), Priority: p.priority,
 		Headers: make([]Header, 0, len(p.headers)+4)}
 	for _, hd := range p.headers {
@@ -555,7 +562,7 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 			v = m.ID
 		case fillExpires:
 			v = nil
-			if d := t.expires.Deadline(now); !d.IsZero() {
+			if d := exp.Deadline(now); !d.IsZero() {
 				v = string(appendISO(nil, d))
 			}
 		}
@@ -566,8 +573,8 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 	if f.Manual {
 		m.Headers = append(m.Headers, Header{"beat_manual", true})
 	}
-	if t.expires.IsSet() {
-		m.Expiration = strconv.FormatInt(t.expires.TTL(now), 10)
+	if exp.IsSet() {
+		m.Expiration = strconv.FormatInt(exp.TTL(now), 10)
 	}
 	return m
 }
@@ -577,6 +584,7 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 // a relative expiry counts, as in Celery.
 func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []byte {
 	t.AssignID(f)
+	exp := t.expiry(f, now)
 	for i := range t.parts {
 		p := &t.parts[i]
 		switch p.fill {
@@ -585,7 +593,7 @@ func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []
 		case fillID:
 			dst = append(dst, f.ID[:]...)
 		case fillExpires:
-			if d := t.expires.Deadline(now); !d.IsZero() {
+			if d := exp.Deadline(now); !d.IsZero() {
 				dst = append(dst, '"')
 				dst = appendISO(dst, d)
 				dst = append(dst, '"')
@@ -593,9 +601,9 @@ func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []
 				dst = append(dst, "null"...)
 			}
 		case fillExpiration:
-			if t.expires.IsSet() {
+			if exp.IsSet() {
 				dst = append(dst, `"expiration": "`...)
-				dst = strconv.AppendInt(dst, t.expires.TTL(now), 10)
+				dst = strconv.AppendInt(dst, exp.TTL(now), 10)
 				dst = append(dst, `", `...)
 			}
 		case fillSlot:
@@ -612,6 +620,14 @@ func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []
 		}
 	}
 	return dst
+}
+
+// expiry is the expiry f's message carries when published at now.
+func (t *Task) expiry(f *Fire, now time.Time) Expiry {
+	if f.Late {
+		return t.expires.Late(now, t.lateExpires)
+	}
+	return t.expires
 }
 
 // appendISO writes Python's datetime.isoformat(): microseconds only when

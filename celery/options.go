@@ -4,12 +4,16 @@ import "time"
 
 // SendOptions are the Celery send options beatd understands.
 type SendOptions struct {
-	Queue         string
-	QueueSet      bool // options.queue was given: Celery then sends no priority property unless one is set
-	Exchange      string
-	RoutingKey    string
-	Priority      *int
-	Expires       Expiry
+	Queue      string
+	QueueSet   bool // options.queue was given: Celery then sends no priority property unless one is set
+	Exchange   string
+	RoutingKey string
+	Priority   *int
+	Expires    Expiry
+	// LateExpires (late_slot_expires, beatd's own; 0: none) is the expiry
+	// a late slot's message carries, counted from its publish: see
+	// Expiry.Late.
+	LateExpires   time.Duration
 	Headers       *Map // merged over Celery's headers
 	TimeLimit     any  // int64 or float64 seconds, nil when unset; kept as written
 	SoftTimeLimit any
@@ -41,6 +45,18 @@ func (e Expiry) TTL(now time.Time) int64 {
 		return max(0, e.At.Sub(now).Milliseconds())
 	}
 	return e.After.Milliseconds()
+}
+
+// Late is the expiry of a message published for a late slot when the
+// entry's late_slot_expires is late (> 0): whichever of e and late expires
+// first, each counted as Celery counts it from the publish at now. An
+// entry's own expires is never extended; without one the message expires
+// late after its publish.
+func (e Expiry) Late(now time.Time, late time.Duration) Expiry {
+	if late <= 0 || e.IsSet() && !e.Deadline(now).After(now.Add(late)) {
+		return e
+	}
+	return Expiry{After: late}
 }
 
 // ReservedHeaders are the message headers an entry's options.headers may

@@ -269,7 +269,7 @@ var (
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
 		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs", "exclude"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
-	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "headers",
+	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "late_slot_expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
 	crontabKeys = []string{"minute", "hour", "day_of_week", "day_of_month", "month_of_year"}
 )
@@ -687,13 +687,13 @@ func (d *decoder) schedule(f field, e *Entry) schedule.Schedule {
 	var s schedule.Schedule
 	switch f.key.Value {
 	case "crontab":
-		s = d.crontab(n, e.Location)
+		s = d.crontab(n, e.Location, e.Name)
 	case "cron":
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 			d.errorf(n, "cron must be a string such as \"15 3 * * 1-5\" or \"@daily\"")
 			return nil
 		}
-		c, err := schedule.ParseCron(n.Value, e.Location)
+		c, err := schedule.ParseCronFor(n.Value, e.Name, e.Location)
 		if err != nil {
 			d.errorf(n, "%v", err)
 			return nil
@@ -730,9 +730,11 @@ func (d *decoder) schedule(f field, e *Entry) schedule.Schedule {
 	return s
 }
 
-func (d *decoder) crontab(n *yaml.Node, loc *time.Location) schedule.Schedule {
+// crontab reads Celery's crontab, a string or a mapping of its fields, for
+// the entry called name (whose hash an H in a field resolves with).
+func (d *decoder) crontab(n *yaml.Node, loc *time.Location, name string) schedule.Schedule {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
-		c, err := schedule.ParseCrontab(n.Value, loc)
+		c, err := schedule.ParseCrontabFor(n.Value, name, loc)
 		if err != nil {
 			d.errorf(n, "%v", err)
 			return nil
@@ -744,16 +746,17 @@ func (d *decoder) crontab(n *yaml.Node, loc *time.Location) schedule.Schedule {
 		return nil
 	}
 	var masks [5]uint64
-	ok := true
+	ok, spread := true, false
 	for fi := schedule.Minute; fi <= schedule.MonthOfYear; fi++ {
 		v, present := f[fi.String()]
 		if !present {
 			masks[fi], _ = schedule.ParseCrontabField(fi, "*")
 			continue
 		}
-		m, good := d.crontabField(fi, deref(v.val))
+		m, good := d.crontabField(fi, deref(v.val), name)
 		masks[fi] = m
 		ok = ok && good
+		spread = spread || hasSpread(deref(v.val))
 	}
 	if !ok {
 		return nil
@@ -763,11 +766,32 @@ func (d *decoder) crontab(n *yaml.Node, loc *time.Location) schedule.Schedule {
 		d.errorf(n, "%v", err)
 		return nil
 	}
+	if spread {
+		c.WithSpread()
+	}
 	return c
 }
 
-// crontabField accepts Celery's forms: an int, a string, or a list of them.
-func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node) (uint64, bool) {
+// hasSpread says whether a crontab field's string, or a string in its list,
+// has an H part.
+func hasSpread(n *yaml.Node) bool {
+	if n.Kind == yaml.SequenceNode {
+		return slices.ContainsFunc(n.Content, func(c *yaml.Node) bool { return hasSpread(deref(c)) })
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		return false
+	}
+	for _, p := range strings.Split(n.Value, ",") {
+		if strings.HasPrefix(p, "H") {
+			return true
+		}
+	}
+	return false
+}
+
+// crontabField accepts Celery's forms: an int, a string, or a list of them;
+// an H in a string is resolved for the entry called name.
+func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node, name string) (uint64, bool) {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		switch n.Tag {
@@ -784,7 +808,12 @@ func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node) (uint64, 
 			}
 			return m, true
 		case "!!str":
-			m, err := schedule.ParseCrontabField(fi, n.Value)
+			spec, _, err := schedule.ResolveCrontabField(fi, n.Value, name)
+			if err != nil {
+				d.errorf(n, "%v", err)
+				return 0, false
+			}
+			m, err := schedule.ParseCrontabField(fi, spec)
 			if err != nil {
 				d.errorf(n, "crontab %v", err)
 				return 0, false
@@ -799,7 +828,7 @@ func (d *decoder) crontabField(fi schedule.CrontabField, n *yaml.Node) (uint64, 
 		var acc uint64
 		ok := true
 		for _, c := range n.Content {
-			m, good := d.crontabField(fi, deref(c))
+			m, good := d.crontabField(fi, deref(c), name)
 			if c.Kind == yaml.SequenceNode {
 				d.errorf(c, "crontab %s: nested lists are not allowed", fi)
 				good = false
@@ -884,6 +913,10 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 		} else if dur, ok := d.duration(n, "options.expires", false); ok {
 			o.Expires.After = dur
 		}
+	}
+	// null turns off a late_slot_expires the defaults set.
+	if f, ok := get("late_slot_expires"); ok && deref(f.val).Tag != "!!null" {
+		o.LateExpires, _ = d.duration(f.val, "options.late_slot_expires", false)
 	}
 	for _, k := range []string{"time_limit", "soft_time_limit"} {
 		f, ok := get(k)

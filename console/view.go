@@ -736,6 +736,9 @@ func definition(e *config.Entry, source, file string) []defRow {
 	} else if !e.Options.Expires.At.IsZero() {
 		opt("expires", e.Options.Expires.At.Format(time.RFC3339))
 	}
+	if e.Options.LateExpires > 0 {
+		opt("late_slot_expires", schedule.WordsDuration(e.Options.LateExpires)+" after publishing a late slot")
+	}
 	if e.Options.Headers != nil {
 		opt("headers", valueJSON(e.Options.Headers))
 	}

@@ -42,6 +42,12 @@ var (
 	reStarSteps  = regexp.MustCompile(`^\*/(\w+)?`)
 )
 
+// reQuartzPart matches what Quartz means as L, W or # and Celery reads as an
+// error or, worse, silently as something else (Celery reads "fril" and
+// "mon#2" as Friday and Monday by their first three letters): beatd
+// refuses these rather than fire on days the writer did not mean.
+var reQuartzPart = regexp.MustCompile(`(?i)^(l|lw|l-\d+|\d+[wl]|(sun|mon|tue|wed|thu|fri|sat)l|[^#]*#.*)$`)
+
 var monthNames = map[string]int{"jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
 	"jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12}
 
@@ -55,6 +61,9 @@ func ParseCrontabField(f CrontabField, spec string) (uint64, error) {
 	for _, part := range strings.Split(spec, ",") {
 		if part == "" {
 			return 0, fmt.Errorf("%s %q: empty part", f, spec)
+		}
+		if reQuartzPart.MatchString(part) {
+			return 0, fmt.Errorf("%s %q: %q is Quartz's L, W or #, which Celery's crontab does not have; write the entry with cron: instead, such as cron: \"0 9 L * *\" (last day of the month) or \"0 9 * * FRI#2\"", f, spec, part)
 		}
 		set, err := parseCrontabPart(f, part)
 		if err != nil {
@@ -213,6 +222,7 @@ func CheckCrontabValue(f CrontabField, v int) (uint64, error) {
 type Crontab struct {
 	cal    calendar
 	fields [5]uint64
+	spread bool // a field had an H (see Spread)
 }
 
 // NewCrontab builds a crontab from expanded field masks (as returned by
@@ -252,6 +262,36 @@ func ParseCrontab(s string, loc *time.Location) (*Crontab, error) {
 		fields[order[i]] = m
 	}
 	return NewCrontab(fields, loc)
+}
+
+// ParseCrontabFor is ParseCrontab for the entry called name: an H in a
+// field is resolved with the hash of name first (see SpreadHash).
+func ParseCrontabFor(s, name string, loc *time.Location) (*Crontab, error) {
+	parts := strings.Split(s, " ")
+	hashed := false
+	if len(parts) == 5 {
+		order := [5]CrontabField{Minute, Hour, DayOfMonth, MonthOfYear, DayOfWeek}
+		for i, p := range parts {
+			r, h, err := ResolveCrontabField(order[i], p, name)
+			if err != nil {
+				return nil, err
+			}
+			parts[i], hashed = r, hashed || h
+		}
+	}
+	c, err := ParseCrontab(strings.Join(parts, " "), loc)
+	if err != nil {
+		return nil, err
+	}
+	c.spread = hashed
+	return c, nil
+}
+
+// WithSpread marks a crontab built from fields (NewCrontab) as having had
+// an H, for Spread; it returns c.
+func (c *Crontab) WithSpread() *Crontab {
+	c.spread = true
+	return c
 }
 
 // Next returns the first slot strictly after t.

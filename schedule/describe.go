@@ -75,6 +75,18 @@ func (c *calendar) describe() string {
 	days := describeSetWith(uint64(c.dow), 0, 7, func(v int) string { return dayAbbr[v] })
 	doms := "day " + describeSetWith(uint64(c.dom), 1, 31, strconv.Itoa)
 	switch {
+	case c.rules != nil:
+		// L, W and # days: a day-of-month or day-of-week field that is
+		// "*" adds nothing, and the rest are alternatives (Vixie's OR) or
+		// the only restriction.
+		var alts []string
+		if c.dom != 0 && !domFull {
+			alts = append(alts, doms)
+		}
+		if c.dow != 0 && !dowFull {
+			alts = append(alts, days)
+		}
+		b = append(b, "on "+strings.Join(append(alts, c.rules.describe()...), " or "))
 	case dowFull && domFull:
 	case domFull:
 		b = append(b, days)

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +40,40 @@ func FuzzCrontabNext(f *testing.F) {
 		next := c.Next(from)
 		if !next.IsZero() && !next.After(from) {
 			t.Fatalf("Next(%s) = %s, not after", from, next)
+		}
+	})
+}
+
+// FuzzCronNext parses cron specs with H, L, W and # for an entry name and
+// checks that each slot is strictly after the instant asked about, and
+// that H resolved to a spec without H.
+func FuzzCronNext(f *testing.F) {
+	f.Add("H H(0-5) L * *", "e", "America/New_York", int64(1700000000))
+	f.Add("0 9 LW,15W * MON#2,FRIL", "billing", "Europe/London", int64(1711846800))
+	f.Add("H/15 2 * 3 SUN#2", "tenant-1", "Australia/Lord_Howe", int64(1712400000))
+	f.Add("30 1 L-3 * 0L", "x", "UTC", int64(0))
+	f.Fuzz(func(t *testing.T, spec, name, zone string, unix int64) {
+		loc, err := time.LoadLocation(zone)
+		if err != nil || zone == "Local" {
+			return
+		}
+		c, err := ParseCronFor(spec, name, loc)
+		if err != nil {
+			return
+		}
+		if strings.Contains(c.Expr(), "H(") || strings.HasPrefix(c.Expr(), "H") {
+			t.Fatalf("%q for %q resolved to %q", spec, name, c.Expr())
+		}
+		from := time.Unix(unix%(1<<36), 0)
+		for range 3 {
+			next := c.Next(from)
+			if next.IsZero() {
+				return
+			}
+			if !next.After(from) {
+				t.Fatalf("%q: Next(%v) = %v, not after", spec, from, next)
+			}
+			from = next
 		}
 	})
 }

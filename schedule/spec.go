@@ -23,6 +23,9 @@ type calendar struct {
 	orDays  bool   // Vixie: a day matches on dom OR dow (both restricted)
 	seconds bool   // slots fall on seconds, not whole minutes
 	loc     *time.Location
+	// rules, when set, are cron's L, W and # days, matched beside dom
+	// (day of month) and dow (day of week).
+	rules *dayRules
 }
 
 // nextBit returns the lowest set bit of set at position >= from, or -1.
@@ -37,9 +40,14 @@ func nextBit(set uint64, from int) int {
 	return bits.TrailingZeros64(set)
 }
 
-func (c *calendar) dayMatches(days int64, d int) bool {
+func (c *calendar) dayMatches(days int64, y, m, d int) bool {
+	wd := weekdayOf(days)
 	domOK := c.dom&(1<<uint(d)) != 0
-	dowOK := c.dow&(1<<uint(weekdayOf(days))) != 0
+	dowOK := c.dow&(1<<uint(wd)) != 0
+	if r := c.rules; r != nil {
+		domOK = domOK || r.dom(y, m, d, wd)
+		dowOK = dowOK || r.dow(y, m, d, wd)
+	}
 	if c.orDays {
 		return domOK || dowOK
 	}
@@ -109,7 +117,7 @@ func (c *calendar) nextWall(w int64) (int64, bool) {
 			days = daysFromCivil(y, m, d)
 			continue
 		}
-		if !c.dayMatches(days, d) {
+		if !c.dayMatches(days, y, m, d) {
 			nextDay()
 			continue
 		}
@@ -161,6 +169,9 @@ func (c *calendar) canFire() bool {
 	if c.second == 0 || c.minute == 0 || c.hour == 0 || c.month == 0 {
 		return false
 	}
+	if c.rules != nil {
+		return c.rulesCanFire()
+	}
 	if c.orDays && c.dow != 0 {
 		return true
 	}
@@ -174,6 +185,25 @@ func (c *calendar) canFire() bool {
 		maxDay := daysIn(2000, m) // 2000 is a leap year
 		if c.dom&(uint32(1)<<uint(maxDay+1)-2) != 0 {
 			return true
+		}
+	}
+	return false
+}
+
+// rulesCanFire is canFire for a calendar with L, W or # days: it tries
+// every day of 2000 to 2027, which hold every kind of year (a leap year or
+// not, starting on each weekday), so every month's shape.
+func (c *calendar) rulesCanFire() bool {
+	for y := 2000; y < 2028; y++ {
+		for m := 1; m <= 12; m++ {
+			if c.month&(1<<uint(m)) == 0 {
+				continue
+			}
+			for d := 1; d <= daysIn(y, m); d++ {
+				if c.dayMatches(daysFromCivil(y, m, d), y, m, d) {
+					return true
+				}
+			}
 		}
 	}
 	return false

@@ -116,8 +116,7 @@ const stepLateness = 30 * time.Second
 // catchup: all keeps them (within catchup_window), once the latest, skip
 // none. Manual fires and backfills are kept as they are.
 func (l *loop) catchUpPending(now time.Time) {
-	cutoff := now.Add(-stepLateness)
-	late := func(p pendingFire) bool { return !p.manual && p.bf == nil && p.req == nil && p.due.Before(cutoff) }
+	late := func(p pendingFire) bool { return p.late(now) }
 	var latest map[*entry]time.Time
 	for _, p := range l.pending {
 		if late(p) && p.e.Catchup == config.CatchupOnce {

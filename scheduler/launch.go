@@ -120,7 +120,8 @@ func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 		pub = &publication{}
 	}
 	pub.seq = l.pubSeq
-	pub.batch = append(pub.batch[:0], l.admitted(l.pending[:n], s.cfg.Clock.Now())...)
+	now := s.cfg.Clock.Now()
+	pub.batch = append(pub.batch[:0], l.admitted(l.pending[:n], now)...)
 	// Drop the batch from the queue without copying what is left.
 	if rest := l.pending[n:]; len(rest) > 0 {
 		l.pending = rest
@@ -140,7 +141,7 @@ func (l *loop) launch(ctx context.Context, prev *publication) *publication {
 		if !plainFire(p) {
 			pub.plain = false
 		}
-		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual}
+		f := celery.Fire{Task: l.compiled(p.e), Slot: p.slot, Manual: p.manual, Late: p.late(now)}
 		if p.req != nil {
 			f.Request = p.req.ID
 		}

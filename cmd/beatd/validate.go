@@ -81,7 +81,7 @@ func (o *nextOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.entry, "entry", "", "only this entry")
 	fs.StringVar(&o.from, "from", "", "RFC 3339 instant to start after (default now)")
 	fs.IntVar(&o.count, "count", 5, "fire times per entry")
-	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}; a disabled or paused entry is one {\"entry\", \"disabled\": true} or {\"entry\", \"paused\": true} instead of times")
+	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line: {\"entry\", \"at\"}, with \"resolved\", the expression an H resolved to, when there was one; a disabled or paused entry is one {\"entry\", \"disabled\": true} or {\"entry\", \"paused\": true} instead of times")
 	registerMinInterval(fs, &o.parse)
 	o.etcd.Register(fs)
 	fs.Lookup("etcd-endpoints").Usage = "read each entry's state from this etcd (as the leader and the console do): paused entries, and intervals on the grid the leader runs; without it, intervals are anchored at --from"
@@ -192,13 +192,15 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
+		resolved, _ := schedule.Spread(e.Schedule)
 		for i, t := range slots {
 			at := schedule.FormatSlot(t.In(e.Location))
 			if *asJSON {
 				if err := enc.Encode(struct {
-					Entry string `json:"entry"`
-					At    string `json:"at"`
-				}{e.Name, at}); err != nil {
+					Entry    string `json:"entry"`
+					At       string `json:"at"`
+					Resolved string `json:"resolved,omitempty"`
+				}{e.Name, at, resolved}); err != nil {
 					fmt.Fprintln(stderr, err)
 					return 1
 				}

@@ -83,6 +83,7 @@ var setups = map[string]docSetup{
 	}},
 	"docs/backfill.md":   {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 	"docs/operations.md": {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", brokerURL: true},
+	"docs/schedules.md":  {},
 	"docs/entries.md":    {daemon: "beatd run --config schedules.yaml --broker redis://127.0.0.1:6379/0", token: true},
 }
 
