@@ -60,6 +60,9 @@ type Task struct {
 	// and kwargs reprs, routing), for --send-task-events.
 	sent        []byte
 	sentRouting []byte // queue, "exchange": …, "routing_key": …
+	// dyn is set when each fire renders its own message (a chain, a
+	// template); nil for the plain entries most are.
+	dyn *dynamic
 }
 
 // header is one Celery message header: its JSON for the Redis envelope and
@@ -107,6 +110,72 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	if err := Validate(e); err != nil {
 		return nil, err
 	}
+	if e.Options.Canvas == nil && !e.Options.Templated {
+		return compile(e, nil, cluster, origin, kombuPrefix), nil
+	}
+	// A chain's step ids and a template's values change with the slot:
+	// the body is rendered per fire (dynamic). The template compiled here
+	// from the spec as written serves what does not change (the routing).
+	t := compile(e, nil, cluster, origin, kombuPrefix)
+	t.dyn = &dynamic{spec: e, cluster: cluster, origin: origin, prefix: kombuPrefix}
+	return t, nil
+}
+
+// dynamic is what a chained or templated entry's fires render from.
+type dynamic struct {
+	spec                    *Spec
+	cluster, origin, prefix string
+}
+
+// task is the template of f's own message: e's values rendered for its
+// slot and its embed for its task id (f.ID must be assigned). It costs a
+// Compile per fire, paid only by entries with a chain or a template.
+func (d *dynamic) task(f *Fire) *Task {
+	e := *d.spec
+	o := &e.Options
+	if o.Templated {
+		vars := &SlotVars{Name: e.Name, Slot: f.Slot, Zone: e.Zone, Attempt: 1}
+		if e.Prev != nil {
+			vars.Prev = e.Prev(f.Slot)
+		}
+		e.Args, _ = RenderValue(e.Args, vars).([]any)
+		e.Kwargs, _ = RenderValue(e.Kwargs, vars).(*Map)
+		o.Headers, _ = RenderValue(o.Headers, vars).(*Map)
+		if c := o.Canvas; c != nil {
+			o.Canvas = &Canvas{Chain: renderSteps(c.Chain, vars), Link: renderSteps(c.Link, vars), LinkError: renderSteps(c.LinkError, vars)}
+		}
+	}
+	embed := o.Canvas.appendEmbed(nil, f.ID)
+	o.Canvas, o.Templated = nil, false
+	return compile(&e, embed, d.cluster, d.origin, d.prefix)
+}
+
+func renderSteps(steps []Step, vars *SlotVars) []Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	out := make([]Step, len(steps))
+	for i, s := range steps {
+		out[i] = s
+		out[i].Args, _ = RenderValue(s.Args, vars).([]any)
+		out[i].Kwargs, _ = RenderValue(s.Kwargs, vars).(*Map)
+		out[i].Options, _ = RenderValue(s.Options, vars).(*Map)
+	}
+	return out
+}
+
+// forFire is the template f's message is built from: t itself, unless
+// t renders per fire. f.ID must be assigned.
+func (t *Task) forFire(f *Fire) *Task {
+	if t.dyn == nil {
+		return t
+	}
+	return t.dyn.task(f)
+}
+
+// compile builds e's template; embed is the body's third element, nil
+// for Celery's empty one.
+func compile(e *Spec, embed []byte, cluster, origin, kombuPrefix string) *Task {
 	o := e.Options
 	queue := o.Queue
 	if queue == "" {
@@ -147,7 +216,13 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 		kwargs = &Map{}
 	}
 	body := appendJSON(nil, []any{args, kwargs})
-	body = append(body[:len(body)-1], `, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`...)
+	body = append(body[:len(body)-1], ", "...)
+	if embed == nil {
+		body = append(body, `{"callbacks": null, "errbacks": null, "chain": null, "chord": null}`...)
+	} else {
+		body = append(body, embed...)
+	}
+	body = append(body, ']')
 
 	scratch := builderBufs.Get().(*[]byte)
 	b := builder{buf: (*scratch)[:0]}
@@ -267,7 +342,7 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	t.sentRouting = appendJSON(t.sentRouting, deliveryExchange)
 	t.sentRouting = append(t.sentRouting, ", \"routing_key\": "...)
 	t.sentRouting = appendJSON(t.sentRouting, deliveryKey)
-	return t, nil
+	return t
 }
 
 // SentEvent is what AppendSentEvent needs from the sender: who sends, and
@@ -284,6 +359,7 @@ type SentEvent struct {
 // routing key task.sent: Flower and `celery events` then show beatd's
 // sends as they show a producer's with task_send_sent_event.
 func (t *Task) AppendSentEvent(dst []byte, f *Fire, ev SentEvent) []byte {
+	t = t.forFire(f)
 	body := make([]byte, 0, 512)
 	body = append(body, `{"hostname": `...)
 	body = appendJSON(body, ev.Hostname)
@@ -545,6 +621,7 @@ type AMQPMessage struct {
 
 // AMQPMessage builds f's AMQP message; f.ID must be assigned.
 func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
+	t = t.forFire(f)
 	p := &t.amqp
 	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(replyTo[:]), Priority: p.priority,
 		Headers: make([]Header, 0, len(p.headers)+4)}
@@ -577,6 +654,9 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 // a relative expiry counts, as in Celery.
 func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []byte {
 	t.AssignID(f)
+	if t.dyn != nil {
+		t = t.dyn.task(f)
+	}
 	for i := range t.parts {
 		p := &t.parts[i]
 		switch p.fill {
