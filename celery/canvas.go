@@ -140,3 +140,18 @@ func stepValue(s *Step, opts *Map) *Map {
 		Values: []any{s.Task, args, kwargs, options, nil, s.Immutable},
 	}
 }
+
+// EmbedSize is the length of c's embed in a message, for the bound on an
+// entry's values; past limit (limit < 0: none) it may stop counting and
+// return a size above limit. A nil Canvas adds nothing.
+func (c *Canvas) EmbedSize(limit int) int {
+	if c == nil {
+		return 0
+	}
+	// Celery copies link_error into every chained step: count it as sent.
+	n := JSONSize(stepsValue(c.Chain), limit) + JSONSize(stepsValue(c.Link), limit)
+	if limit >= 0 && n > limit {
+		return n
+	}
+	return n + (len(c.Chain)+1)*(JSONSize(stepsValue(c.LinkError), limit)+96)
+}
