@@ -257,3 +257,51 @@ func prevSlot(s schedule.Schedule) func(time.Time) time.Time {
 		return time.Time{}
 	}
 }
+
+// Templated reports whether e's values hold slot placeholders.
+func (e *Entry) Templated() bool { return e.Options != nil && e.Options.Templated }
+
+// Canvas is e's chain and callbacks, nil for none.
+func (e *Entry) Canvas() *celery.Canvas {
+	if e.Options == nil {
+		return nil
+	}
+	return e.Options.Canvas
+}
+
+// Render returns e's args and kwargs as the message of slot carries
+// them: its placeholders rendered as a publish renders them.
+func (e *Entry) Render(slot time.Time) ([]any, *celery.Map) {
+	if !e.Templated() {
+		return e.Args, e.Kwargs
+	}
+	s := e.Spec()
+	vars := &celery.SlotVars{Name: e.Name, Slot: slot, Prev: s.Prev(slot), Zone: e.Location, Attempt: 1}
+	args, _ := celery.RenderValue(e.Args, vars).([]any)
+	kwargs, _ := celery.RenderValue(e.Kwargs, vars).(*celery.Map)
+	return args, kwargs
+}
+
+// Workflow names e's tasks in the order they run, for people: "a → b →
+// c", then "; link: d" and "; link_error: e" when set.
+func (e *Entry) Workflow() string {
+	c := e.Canvas()
+	if c == nil {
+		return e.Task
+	}
+	names := func(steps []celery.Step) []string {
+		out := make([]string, len(steps))
+		for i, s := range steps {
+			out[i] = s.Task
+		}
+		return out
+	}
+	w := strings.Join(append([]string{e.Task}, names(c.Chain)...), " → ")
+	if len(c.Link) > 0 {
+		w += "; link: " + strings.Join(names(c.Link), ", ")
+	}
+	if len(c.LinkError) > 0 {
+		w += "; link_error: " + strings.Join(names(c.LinkError), ", ")
+	}
+	return w
+}
