@@ -13,6 +13,10 @@ import (
 // console all take these fields from it, so they say the same thing.
 // An entry of the schedule file may have no source set: it is "file".
 func EntryStatusOf(e *config.Entry) EntryStatus {
-	return EntryStatus{Name: e.Name, Source: cmp.Or(e.Source, sources.File), Task: e.Task,
-		Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled}
+	st := EntryStatus{Name: e.Name, Source: cmp.Or(e.Source, sources.File), Task: e.Task,
+		Schedule: fmt.Sprint(e.Schedule), Enabled: e.Enabled, Templated: e.Templated()}
+	if e.Canvas() != nil {
+		st.Workflow = e.Workflow()
+	}
+	return st
 }

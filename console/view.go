@@ -742,7 +742,7 @@ func definition(e *config.Entry, file string) []defRow {
 	}
 	d := []defRow{
 		{"source", source},
-		{"task", e.Task},
+		{"task", cmp.Or(api.EntryStatusOf(e).Workflow, e.Task)},
 		{"schedule", schedule.Describe(e.Schedule)},
 		{"schedule (exact)", fmt.Sprint(e.Schedule)},
 		{"timezone", loc},
@@ -776,6 +776,9 @@ func definition(e *config.Entry, file string) []defRow {
 	}
 	if e.Options.IgnoreResult {
 		opt("ignore_result", "true")
+	}
+	if e.Templated() {
+		opt("templated", "args, kwargs or headers render the slot at each fire (beatd next --json shows them)")
 	}
 	d = append(d, defRow{"enabled", strconv.FormatBool(e.Enabled)}, defRow{"catchup", string(e.Catchup)},
 		defRow{"catchup_window", schedule.WordsDuration(e.CatchupWindow)}, defRow{"max_catchup", strconv.Itoa(int(e.MaxCatchup))})
