@@ -176,3 +176,26 @@ func (v *SlotVars) value(name string) any {
 	}
 	return nil
 }
+
+// CountPlaceholders is how many placeholders v's strings hold (v must
+// have passed CheckTemplate; invalid strings count none).
+func CountPlaceholders(v any) int {
+	switch v := v.(type) {
+	case string:
+		n, _ := CheckTemplate(v)
+		return n
+	case []any:
+		total := 0
+		for _, e := range v {
+			total += CountPlaceholders(e)
+		}
+		return total
+	case *Map:
+		total := 0
+		for i := 0; i < v.Len(); i++ {
+			total += CountPlaceholders(v.Values[i])
+		}
+		return total
+	}
+	return 0
+}

@@ -77,7 +77,7 @@ func TestCanvasBounds(t *testing.T) {
 		t.Errorf("9 copies of a 40 KiB link_error: %v", err)
 	}
 	_, err = (*Config)(nil).ParseEntry("e", []byte(`{"task":"a","every":"1m","args":[`+strings.TrimSuffix(strings.Repeat(`"{{ slot }}",`, maxPlaceholders+1), ",")+`]}`))
-	if err == nil || !strings.Contains(err.Error(), "placeholders; at most") {
+	if err == nil || !strings.Contains(err.Error(), "65 placeholders in its args, kwargs, headers and steps; at most 64") {
 		t.Errorf("65 placeholders: %v", err)
 	}
 }
@@ -166,5 +166,21 @@ func TestPrevSlot(t *testing.T) {
 		} else if tt.want != "" {
 			t.Errorf("%s: prev of %s = none, want %s", tt.sched, tt.slot, tt.want)
 		}
+	}
+}
+
+// TestHeaderPlaceholdersCount: placeholders in headers, the defaults'
+// included, count toward the bound.
+func TestHeaderPlaceholdersCount(t *testing.T) {
+	t.Parallel()
+	var hs []string
+	for i := range maxPlaceholders - 1 {
+		hs = append(hs, fmt.Sprintf("h%d: '{{ slot }}'", i))
+	}
+	file := "defaults: {options: {headers: {" + strings.Join(hs, ", ") + "}}}\nentries:\n  ok: {task: t, every: 1m, args: ['{{ slot }}']}\n  over: {task: t, every: 1m, args: ['{{ slot }}', '{{ name }}']}\n"
+	_, err := Parse("s.yaml", []byte(file))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || !strings.Contains(es[0].Error(), `s.yaml:4:3: entry "over": 65 placeholders`) {
+		t.Errorf("want one error for over at 65 placeholders, got %v", err)
 	}
 }

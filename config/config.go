@@ -629,13 +629,16 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	e.Options = d.entryOptions(def.options, entryOpts, e.Location)
 	canvas, stepHoles := d.canvas(f, name)
 	holes += stepHoles
+	if e.Options.Templated { // its headers, the defaults' included
+		holes += celery.CountPlaceholders(e.Options.Headers)
+	}
 	if canvas != nil || holes > 0 {
 		o := *e.Options // shared: the entry's own copy carries them
 		o.Canvas, o.Templated = canvas, o.Templated || holes > 0
 		e.Options = &o
 	}
 	if holes > maxPlaceholders {
-		d.errorf(key, "entry %q: %d placeholders; at most %d render at each fire", name, holes, maxPlaceholders)
+		d.errorf(key, "entry %q: %d placeholders in its args, kwargs, headers and steps; at most %d render at each fire", name, holes, maxPlaceholders)
 	}
 	d.valueSize(e, key, f, holes)
 
