@@ -45,9 +45,10 @@ const (
 //     reply_to and link_error E, and the last one's link L.
 //
 // Celery draws each chained step's task_id at random; beatd derives it
-// from the message's task id and the step's place, so a slot published
-// again (failover, backfill) carries the same embed and the same ids.
-func (c *Canvas) appendEmbed(dst []byte, id [36]byte) []byte {
+// from the message's task id and the step's place, and reply_to from the
+// cluster, so a slot published again (failover, backfill) carries the
+// same embed and the same ids.
+func (c *Canvas) appendEmbed(dst []byte, id, replyTo [36]byte) []byte {
 	if c == nil {
 		return append(dst, `{"callbacks": null, "errbacks": null, "chain": null, "chord": null}`...)
 	}

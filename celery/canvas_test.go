@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/celery"
+	"github.com/google/uuid"
 )
 
 // canvasCapture is the body and properties real Celery 5.2.6 LPUSHed for
@@ -114,10 +115,16 @@ func TestCanvasAsCelery(t *testing.T) {
 				ids = append([]string{string(id[:])}, ids...) // the chain is sent reversed
 			}
 			var gotIDs []string
+			// reply_to is the cluster's, not the process's, so that another
+			// leader renders the same body: UUIDv5 of "<cluster>/reply_to".
+			clusterReply := uuid.NewSHA1(uuid.MustParse("0f679077-44ce-532c-9c82-f906c94d7265"), []byte("beatd/test/reply_to")).String()
+			if props["reply_to"] != clusterReply {
+				t.Errorf("message reply_to %v, want the cluster's %s", props["reply_to"], clusterReply)
+			}
 			for _, m := range regexp.MustCompile(`"task_id": "([^"]+)", "reply_to": "([^"]+)"`).FindAllSubmatch(got, -1) {
 				gotIDs = append(gotIDs, string(m[1]))
-				if string(m[2]) != props["reply_to"] {
-					t.Errorf("step reply_to %s, message reply_to %v", m[2], props["reply_to"])
+				if string(m[2]) != clusterReply {
+					t.Errorf("step reply_to %s, want the cluster's %s", m[2], clusterReply)
 				}
 			}
 			if len(ids) > 0 && !equal(gotIDs, ids) {

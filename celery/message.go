@@ -62,7 +62,8 @@ type Task struct {
 	sentRouting []byte // queue, "exchange": …, "routing_key": …
 	// dyn is set when each fire renders its own message (a chain, a
 	// template); nil for the plain entries most are.
-	dyn *dynamic
+	dyn     *dynamic
+	replyTo [36]byte
 }
 
 // header is one Celery message header: its JSON for the Redis envelope and
@@ -111,13 +112,14 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 		return nil, err
 	}
 	if e.Options.Canvas == nil && !e.Options.Templated {
-		return compile(e, nil, cluster, origin, kombuPrefix), nil
+		return compile(e, nil, replyTo, cluster, origin, kombuPrefix), nil
 	}
 	// A chain's step ids and a template's values change with the slot:
 	// the body is rendered per fire (dynamic). The template compiled here
 	// from the spec as written serves what does not change (the routing).
-	t := compile(e, nil, cluster, origin, kombuPrefix)
-	t.dyn = &dynamic{spec: e, cluster: cluster, origin: origin, prefix: kombuPrefix}
+	rt := clusterReplyTo(cluster)
+	t := compile(e, nil, rt, cluster, origin, kombuPrefix)
+	t.dyn = &dynamic{spec: e, cluster: cluster, origin: origin, prefix: kombuPrefix, replyTo: rt}
 	return t, nil
 }
 
@@ -125,6 +127,18 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 type dynamic struct {
 	spec                    *Spec
 	cluster, origin, prefix string
+	// replyTo is the cluster's, not the process's: it is in a chained
+	// step's options, in the body, and a slot's body must be the same
+	// whichever leader renders it.
+	replyTo [36]byte
+}
+
+// clusterReplyTo is the reply_to of a cluster's rendered messages:
+// UUIDv5 of "<cluster>/reply_to" in beatd's namespace. Like the
+// process's, it names no queue anyone consumes (only Celery's RPC result
+// backend reads it).
+func clusterReplyTo(cluster string) [36]byte {
+	return uuid5([]byte(cluster + "/reply_to"))
 }
 
 // task is the template of f's own message: e's values rendered for its
@@ -145,9 +159,9 @@ func (d *dynamic) task(f *Fire) *Task {
 			o.Canvas = &Canvas{Chain: renderSteps(c.Chain, vars), Link: renderSteps(c.Link, vars), LinkError: renderSteps(c.LinkError, vars)}
 		}
 	}
-	embed := o.Canvas.appendEmbed(nil, f.ID)
+	embed := o.Canvas.appendEmbed(nil, f.ID, d.replyTo)
 	o.Canvas, o.Templated = nil, false
-	return compile(&e, embed, d.cluster, d.origin, d.prefix)
+	return compile(&e, embed, d.replyTo, d.cluster, d.origin, d.prefix)
 }
 
 func renderSteps(steps []Step, vars *SlotVars) []Step {
@@ -174,8 +188,8 @@ func (t *Task) forFire(f *Fire) *Task {
 }
 
 // compile builds e's template; embed is the body's third element, nil
-// for Celery's empty one.
-func compile(e *Spec, embed []byte, cluster, origin, kombuPrefix string) *Task {
+// for Celery's empty one, and rt its reply_to.
+func compile(e *Spec, embed []byte, rt [36]byte, cluster, origin, kombuPrefix string) *Task {
 	o := e.Options
 	queue := o.Queue
 	if queue == "" {
@@ -205,6 +219,7 @@ func compile(e *Spec, embed []byte, cluster, origin, kombuPrefix string) *Task {
 		BindingKey:    kombuPrefix + bindingKeyPrefix + exchange,
 		BindingMember: rkey + kombuSep + kombuSep + queue,
 		idPrefix:      []byte(cluster + "/" + e.Name + "/"),
+		replyTo:       rt,
 		expires:       o.Expires,
 	}
 	args := e.Args
@@ -310,7 +325,7 @@ func compile(e *Spec, embed []byte, cluster, origin, kombuPrefix string) *Task {
 	b.static(`}, "properties": {"correlation_id": "`)
 	b.fill(fillID)
 	b.static(`", "reply_to": `)
-	b.json(string(replyTo[:]))
+	b.json(string(rt[:]))
 	// As django-celery-beat sends it (a send option, so Celery puts it in
 	// the properties): django-celery-results links each result to its
 	// periodic task by it. py-amqp drops unknown properties, so the AMQP
@@ -623,7 +638,7 @@ type AMQPMessage struct {
 func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 	t = t.forFire(f)
 	p := &t.amqp
-	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(replyTo[:]), Priority: p.priority,
+	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(t.replyTo[:]), Priority: p.priority,
 		Headers: make([]Header, 0, len(p.headers)+4)}
 	for _, hd := range p.headers {
 		v := hd.val
