@@ -124,8 +124,18 @@ func (c *conv) canvas(add func(string, ...any), chain []signature) {
 			}
 		}
 		if err != nil {
-			c.warn("option %s not imported: %v", o.Key, err)
-			c.note("not imported: option %s (%v)", o.Key, err)
+			// One line, for the warning and the YAML comment: the dump is
+			// indented.
+			var buf bytes.Buffer
+			v := strings.TrimSpace(string(o.Value))
+			if json.Compact(&buf, o.Value) == nil {
+				v = buf.String()
+			}
+			if r := []rune(v); len(r) > 120 {
+				v = string(r[:120]) + "…"
+			}
+			c.warn("option %s=%s not imported: %v", o.Key, v, err)
+			c.note("not imported: option %s=%s (%v)", o.Key, v, err)
 		}
 	}
 	for _, k := range []string{"chain", "link", "link_error"} {
