@@ -134,6 +134,10 @@ func TestCanvasAsCelery(t *testing.T) {
 			if !bytes.Equal(g, w) {
 				t.Errorf("body differs from Celery's\n beatd:  %s\n celery: %s", g, w)
 			}
+			// The AMQP transport sends the same body and reply_to.
+			if m := task.AMQPMessage(f, 1, slot); !bytes.Equal(m.Body, got) || m.ReplyTo != clusterReply {
+				t.Errorf("AMQP body or reply_to differs from Redis's:\n%s\n%s (reply_to %s)", m.Body, got, m.ReplyTo)
+			}
 			// The same slot renders the same body: a re-publish is identical.
 			again, _ := envelopeBody(t, task.AppendMessage(nil, &celery.Fire{Task: task, Slot: slot}, 2, slot.Add(time.Hour)))
 			if !bytes.Equal(again, got) {
