@@ -61,6 +61,10 @@ type Task struct {
 	// and kwargs reprs, routing), for --send-task-events.
 	sent        []byte
 	sentRouting []byte // queue, "exchange": …, "routing_key": …
+	// dyn is set when each fire renders its own message (a chain, a
+	// template); nil for the plain entries most are.
+	dyn     *dynamic
+	replyTo [36]byte
 }
 
 // header is one Celery message header: its JSON for the Redis envelope and
@@ -108,6 +112,85 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	if err := Validate(e); err != nil {
 		return nil, err
 	}
+	if e.Options.Canvas == nil && !e.Options.Templated {
+		return compile(e, nil, replyTo, cluster, origin, kombuPrefix), nil
+	}
+	// A chain's step ids and a template's values change with the slot:
+	// the body is rendered per fire (dynamic). The template compiled here
+	// from the spec as written serves what does not change (the routing).
+	rt := clusterReplyTo(cluster)
+	t := compile(e, nil, rt, cluster, origin, kombuPrefix)
+	t.dyn = &dynamic{spec: e, cluster: cluster, origin: origin, prefix: kombuPrefix, replyTo: rt}
+	return t, nil
+}
+
+// dynamic is what a chained or templated entry's fires render from.
+type dynamic struct {
+	spec                    *Spec
+	cluster, origin, prefix string
+	// replyTo is the cluster's, not the process's: it is in a chained
+	// step's options, in the body, and a slot's body must be the same
+	// whichever leader renders it.
+	replyTo [36]byte
+}
+
+// clusterReplyTo is the reply_to of a cluster's rendered messages:
+// UUIDv5 of "<cluster>/reply_to" in beatd's namespace. Like the
+// process's, it names no queue anyone consumes (only Celery's RPC result
+// backend reads it).
+func clusterReplyTo(cluster string) [36]byte {
+	return uuid5([]byte(cluster + "/reply_to"))
+}
+
+// task is the template of f's own message: e's values rendered for its
+// slot and its embed for its task id (f.ID must be assigned). It costs a
+// Compile per fire, paid only by entries with a chain or a template.
+func (d *dynamic) task(f *Fire) *Task {
+	e := *d.spec
+	o := &e.Options
+	if o.Templated {
+		vars := &SlotVars{Name: e.Name, Slot: f.Slot, Zone: e.Zone, Attempt: 1}
+		if e.Prev != nil {
+			vars.Prev = e.Prev(f.Slot)
+		}
+		e.Args, _ = RenderValue(e.Args, vars).([]any)
+		e.Kwargs, _ = RenderValue(e.Kwargs, vars).(*Map)
+		o.Headers, _ = RenderValue(o.Headers, vars).(*Map)
+		if c := o.Canvas; c != nil {
+			o.Canvas = &Canvas{Chain: renderSteps(c.Chain, vars), Link: renderSteps(c.Link, vars), LinkError: renderSteps(c.LinkError, vars)}
+		}
+	}
+	embed := o.Canvas.appendEmbed(nil, f.ID, d.replyTo)
+	o.Canvas, o.Templated = nil, false
+	return compile(&e, embed, d.replyTo, d.cluster, d.origin, d.prefix)
+}
+
+func renderSteps(steps []Step, vars *SlotVars) []Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	out := make([]Step, len(steps))
+	for i, s := range steps {
+		out[i] = s
+		out[i].Args, _ = RenderValue(s.Args, vars).([]any)
+		out[i].Kwargs, _ = RenderValue(s.Kwargs, vars).(*Map)
+		out[i].Options, _ = RenderValue(s.Options, vars).(*Map)
+	}
+	return out
+}
+
+// forFire is the template f's message is built from: t itself, unless
+// t renders per fire. f.ID must be assigned.
+func (t *Task) forFire(f *Fire) *Task {
+	if t.dyn == nil {
+		return t
+	}
+	return t.dyn.task(f)
+}
+
+// compile builds e's template; embed is the body's third element, nil
+// for Celery's empty one, and rt its reply_to.
+func compile(e *Spec, embed []byte, rt [36]byte, cluster, origin, kombuPrefix string) *Task {
 	o := e.Options
 	queue := o.Queue
 	if queue == "" {
@@ -137,6 +220,7 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 		BindingKey:    kombuPrefix + bindingKeyPrefix + exchange,
 		BindingMember: rkey + kombuSep + kombuSep + queue,
 		idPrefix:      []byte(cluster + "/" + e.Name + "/"),
+		replyTo:       rt,
 		expires:       o.Expires,
 		lateExpires:   o.LateExpires,
 	}
@@ -149,7 +233,13 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 		kwargs = &Map{}
 	}
 	body := appendJSON(nil, []any{args, kwargs})
-	body = append(body[:len(body)-1], `, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]`...)
+	body = append(body[:len(body)-1], ", "...)
+	if embed == nil {
+		body = append(body, `{"callbacks": null, "errbacks": null, "chain": null, "chord": null}`...)
+	} else {
+		body = append(body, embed...)
+	}
+	body = append(body, ']')
 
 	scratch := builderBufs.Get().(*[]byte)
 	b := builder{buf: (*scratch)[:0]}
@@ -237,7 +327,7 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	b.static(`}, "properties": {"correlation_id": "`)
 	b.fill(fillID)
 	b.static(`", "reply_to": `)
-	b.json(string(replyTo[:]))
+	b.json(string(rt[:]))
 	// As django-celery-beat sends it (a send option, so Celery puts it in
 	// the properties): django-celery-results links each result to its
 	// periodic task by it. py-amqp drops unknown properties, so the AMQP
@@ -269,7 +359,7 @@ func Compile(e *Spec, cluster, origin, kombuPrefix string) (*Task, error) {
 	t.sentRouting = appendJSON(t.sentRouting, deliveryExchange)
 	t.sentRouting = append(t.sentRouting, ", \"routing_key\": "...)
 	t.sentRouting = appendJSON(t.sentRouting, deliveryKey)
-	return t, nil
+	return t
 }
 
 // SentEvent is what AppendSentEvent needs from the sender: who sends, and
@@ -286,6 +376,7 @@ type SentEvent struct {
 // routing key task.sent: Flower and `celery events` then show beatd's
 // sends as they show a producer's with task_send_sent_event.
 func (t *Task) AppendSentEvent(dst []byte, f *Fire, ev SentEvent) []byte {
+	t = t.forFire(f)
 	body := make([]byte, 0, 512)
 	body = append(body, `{"hostname": `...)
 	body = appendJSON(body, ev.Hostname)
@@ -551,9 +642,10 @@ type AMQPMessage struct {
 
 // AMQPMessage builds f's AMQP message; f.ID must be assigned.
 func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
+	t = t.forFire(f)
 	p := &t.amqp
 	exp := t.expiry(f, now)
-	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(replyTo[:]), Priority: p.priority,
+	m := AMQPMessage{ID: string(f.ID[:]), Body: p.body, ReplyTo: string(t.replyTo[:]), Priority: p.priority,
 		Headers: make([]Header, 0, len(p.headers)+4)}
 	for _, hd := range p.headers {
 		v := hd.val
@@ -584,6 +676,7 @@ func (t *Task) AMQPMessage(f *Fire, token int64, now time.Time) AMQPMessage {
 // a relative expiry counts, as in Celery.
 func (t *Task) AppendMessage(dst []byte, f *Fire, token int64, now time.Time) []byte {
 	t.AssignID(f)
+	t = t.forFire(f)
 	exp := t.expiry(f, now)
 	for i := range t.parts {
 		p := &t.parts[i]

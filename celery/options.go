@@ -18,6 +18,11 @@ type SendOptions struct {
 	TimeLimit     any  // int64 or float64 seconds, nil when unset; kept as written
 	SoftTimeLimit any
 	IgnoreResult  bool
+	// Templated: args, kwargs, headers or the canvas hold placeholders
+	// (template.go), so each fire renders its own body.
+	Templated bool
+	// Canvas is the chain and callbacks sent with the task, nil for none.
+	Canvas *Canvas
 }
 
 // Expiry is Celery's expires option: relative seconds or an absolute time.

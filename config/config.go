@@ -267,7 +267,8 @@ var (
 		"overlap", "overlap_timeout", "pause_after_failures"}
 	entryKeys = []string{"task", "crontab", "cron", "every", "at", "start_at", "args", "kwargs",
 		"options", "timezone", "enabled", "catchup", "catchup_window", "max_catchup", "jitter", "relative", "solar",
-		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs", "exclude"}
+		"overlap", "overlap_timeout", "pause_after_failures", "end_at", "max_runs", "exclude",
+		"chain", "link", "link_error"}
 	scheduleKeys = []string{"crontab", "cron", "every", "at", "solar"}
 	optionKeys   = []string{"queue", "exchange", "routing_key", "priority", "expires", "late_slot_expires", "headers",
 		"time_limit", "soft_time_limit", "ignore_result"}
@@ -600,11 +601,13 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 			d.errorf(v.key, "entry %q: relative applies only to every", name)
 		}
 	}
+	holes := 0
 	if v, ok := f["args"]; ok {
 		if n := deref(v.val); n.Kind == yaml.SequenceNode {
 			if val, ok := d.value(n); ok {
 				e.Args = val.([]any)
 			}
+			holes += d.placeholders(n, 0)
 		} else if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 			d.errorf(n, "args must be a list")
 		}
@@ -614,6 +617,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 			if val, ok := d.value(n); ok {
 				e.Kwargs = val.(*celery.Map)
 			}
+			holes += d.placeholders(n, 0)
 		} else if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 			d.errorf(n, "kwargs must be a mapping")
 		}
@@ -623,7 +627,20 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 		entryOpts = d.fields(v.val, fmt.Sprintf("entry %q options", name), optionKeys)
 	}
 	e.Options = d.entryOptions(def.options, entryOpts, e.Location)
-	d.valueSize(e, key, f)
+	canvas, stepHoles := d.canvas(f, name)
+	holes += stepHoles
+	if e.Options.Templated { // its headers, the defaults' included
+		holes += celery.CountPlaceholders(e.Options.Headers)
+	}
+	if canvas != nil || holes > 0 {
+		o := *e.Options // shared: the entry's own copy carries them
+		o.Canvas, o.Templated = canvas, o.Templated || holes > 0
+		e.Options = &o
+	}
+	if holes > maxPlaceholders {
+		d.errorf(key, "entry %q: %d placeholders in its args, kwargs, headers and steps; at most %d render at each fire", name, holes, maxPlaceholders)
+	}
+	d.valueSize(e, key, f, holes)
 
 	var kinds []field
 	for _, k := range scheduleKeys {
@@ -657,14 +674,20 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 
 // valueSize refuses an entry whose args, kwargs and headers together
 // take more than MaxValueBytes in its messages, at the largest of them.
-func (d *decoder) valueSize(e *Entry, key *yaml.Node, f map[string]field) {
+func (d *decoder) valueSize(e *Entry, key *yaml.Node, f map[string]field, holes int) {
 	parts := []struct {
 		name string
 		v    any
-	}{{"args", e.Args}, {"kwargs", e.Kwargs}, {"options", e.Options.Headers}}
-	total, largest, at := 0, -1, key
+	}{{"args", e.Args}, {"kwargs", e.Kwargs}, {"options", e.Options.Headers}, {"chain", e.Options.Canvas}}
+	// What the placeholders may add when they render.
+	total, largest, at := holes*placeholderGrowth(e.Name), -1, key
 	for _, p := range parts {
-		n := celery.JSONSize(p.v, MaxValueBytes-total)
+		var n int
+		if c, ok := p.v.(*celery.Canvas); ok {
+			n = c.EmbedSize(MaxValueBytes - total)
+		} else {
+			n = celery.JSONSize(p.v, MaxValueBytes-total)
+		}
 		total += n
 		if n > largest {
 			largest = n
@@ -675,7 +698,7 @@ func (d *decoder) valueSize(e *Entry, key *yaml.Node, f map[string]field) {
 			}
 		}
 		if total > MaxValueBytes {
-			d.errorf(at, "entry %q: args, kwargs and headers take more than %d bytes (%d KiB) as JSON: a message carries arguments, not data",
+			d.errorf(at, "entry %q: args, kwargs, headers and the chain's steps take more than %d bytes (%d KiB) as JSON: a message carries arguments, not data",
 				e.Name, MaxValueBytes, MaxValueBytes>>10)
 			return
 		}
@@ -961,6 +984,9 @@ func (d *decoder) options(def, own map[string]field, loc *time.Location) celery.
 		v, ok := d.value(n)
 		if !ok {
 			continue
+		}
+		if d.placeholders(n, 0) > 0 {
+			o.Templated = true
 		}
 		o.Headers = merged(o.Headers, v.(*celery.Map))
 	}

@@ -181,6 +181,9 @@ func (e *Entry) Spec() *celery.Spec {
 	s := &celery.Spec{Name: e.Name, Task: e.Task, Args: e.Args, Kwargs: e.Kwargs}
 	if e.Options != nil {
 		s.Options = *e.Options
+		if s.Options.Templated {
+			s.Zone, s.Prev = e.Location, prevSlot(e.Schedule)
+		}
 	}
 	return s
 }

@@ -51,7 +51,7 @@ func TestBounds(t *testing.T) {
 		{name: "time_limit 1e12 seconds", entry: `{"task": "t", "every": "1h", "options": {"time_limit": 1000000000000}}`, at: `1000000000000`, pointer: "/options/time_limit", want: "options.time_limit: 1000000000000 seconds is too long"},
 		{name: "name too long", entName: long, entry: `{"task": "t", "every": "1h"}`, pointer: "", want: fmt.Sprintf("is %d characters long; the limit is %d", MaxNameLength+1, MaxNameLength)},
 		{name: "name at the limit", entName: strings.Repeat("é", MaxNameLength), entry: `{"task": "t", "every": "1h"}`},
-		{name: "args too large", entry: `{"task": "t", "every": "1h", "args": ["` + bigArg + `"]}`, at: `["`, pointer: "/args", want: "args, kwargs and headers take more than 262144 bytes"},
+		{name: "args too large", entry: `{"task": "t", "every": "1h", "args": ["` + bigArg + `"]}`, at: `["`, pointer: "/args", want: "args, kwargs, headers and the chain's steps take more than 262144 bytes"},
 		{name: "kwargs and headers together too large", entry: `{"task": "t", "every": "1h", "kwargs": {"k": "` + bigArg[:MaxValueBytes/2] + `"}, "options": {"headers": {"h": "` + bigArg[:MaxValueBytes/2] + `"}}}`,
 			at: `{"k"`, pointer: "/kwargs", want: "more than 262144 bytes"},
 		{name: "args just fit", entry: `{"task": "t", "every": "1h", "args": ["` + bigArg[:MaxValueBytes-10] + `"]}`},

@@ -614,7 +614,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	rs := runs[name]
 	st := s.cluster.state(name)
 	es := s.entryStatus(e, rs, p.Now)
-	ev := &entryView{Entry: es, Zone: loc.String(), Def: definition(e, es.Source, s.cfg.Entries().File), FiresHour: "–"}
+	ev := &entryView{Entry: es, Zone: loc.String(), Def: definition(e, es, s.cfg.Entries().File), FiresHour: "–"}
 	// The next 20 slots the leader fires (upcoming.Slots: its grid,
 	// end_at, calendars, max_runs), marking where the zone's UTC offset
 	// changes.
@@ -701,9 +701,10 @@ func offset(t time.Time) int {
 	return o
 }
 
-// definition lists every setting of an entry, as configured; source is
-// where it comes from, as its status says it.
-func definition(e *config.Entry, source, file string) []defRow {
+// definition lists every setting of an entry, as configured, with where
+// it comes from and the tasks it runs as its status es says them.
+func definition(e *config.Entry, es status.Entry, file string) []defRow {
+	source := es.Source
 	loc := "UTC"
 	if e.Location != nil {
 		loc = e.Location.String()
@@ -713,7 +714,7 @@ func definition(e *config.Entry, source, file string) []defRow {
 	}
 	d := []defRow{
 		{"source", source},
-		{"task", e.Task},
+		{"task", cmp.Or(es.Workflow, e.Task)},
 		{"schedule", schedule.Describe(e.Schedule)},
 		{"schedule (exact)", fmt.Sprint(e.Schedule)},
 		{"timezone", loc},
@@ -750,6 +751,9 @@ func definition(e *config.Entry, source, file string) []defRow {
 	}
 	if e.Options.IgnoreResult {
 		opt("ignore_result", "true")
+	}
+	if e.Templated() {
+		opt("templated", "args, kwargs or headers render the slot at each fire (beatd next --json shows them)")
 	}
 	d = append(d, defRow{"enabled", strconv.FormatBool(e.Enabled)}, defRow{"catchup", string(e.Catchup)},
 		defRow{"catchup_window", schedule.WordsDuration(e.CatchupWindow)}, defRow{"max_catchup", strconv.Itoa(int(e.MaxCatchup))})

@@ -111,6 +111,9 @@ def dump_schedule(sched):
 
 
 def option_value(value):
+    # A signature (link, link_error) is a dict: kept whole, not its name.
+    if isinstance(value, dict):
+        return value
     # Kombu Queue and Exchange objects stand for their names.
     name = getattr(value, "name", None)
     if name is not None and not isinstance(value, (str, bytes)):

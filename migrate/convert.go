@@ -184,6 +184,7 @@ func (c *conv) block() (string, error) {
 	}
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, "    "+fmt.Sprintf(format, args...)) }
+	chain, _ := unchain(e)
 	add("task: %s", quote(e.Task))
 	if e.Zone != "" && e.Zone != c.zone {
 		add("timezone: %s", quote(e.Zone))
@@ -213,6 +214,7 @@ func (c *conv) block() (string, error) {
 	} else if opts != "" {
 		add("options: {%s}", opts)
 	}
+	c.canvas(add, chain)
 	for _, p := range e.Problems {
 		c.warn("value not carried faithfully: %s", p)
 		c.note("approximation: %s", p)
@@ -351,8 +353,8 @@ func (c *conv) options() (string, error) {
 	var parts, dropped []string
 	for _, o := range c.e.Options {
 		v := strings.TrimSpace(string(o.Value))
-		if v == "null" || v == `""` {
-			continue
+		if v == "null" || v == `""` || o.Key == "link" || o.Key == "link_error" {
+			continue // link and link_error: canvas
 		}
 		if !knownOptions[o.Key] {
 			dropped = append(dropped, o.Key+"="+v)

@@ -72,8 +72,12 @@ func Of(f Facts, now time.Time) Entry {
 // definition is the part of an entry's status its definition gives. An
 // entry of the schedule file may have no source set: it is "file".
 func definition(e *config.Entry) Entry {
-	return Entry{Name: e.Name, Source: cmp.Or(e.Source, sources.File), Task: e.Task,
-		Schedule: fmt.Sprint(e.Schedule), ScheduleWords: schedule.Describe(e.Schedule), Enabled: e.Enabled}
+	es := Entry{Name: e.Name, Source: cmp.Or(e.Source, sources.File), Task: e.Task,
+		Schedule: fmt.Sprint(e.Schedule), ScheduleWords: schedule.Describe(e.Schedule), Enabled: e.Enabled, Templated: e.Templated()}
+	if e.Canvas() != nil {
+		es.Workflow = e.Workflow()
+	}
+	return es
 }
 
 // fireOf is the newest of runs (newest first), as the console shows a

@@ -72,11 +72,16 @@ type ShardStatus struct {
 // field added here is in /status's JSON at once, and the CLI (printEntry)
 // and the console (its templates embed Entry) show it once they name it.
 type Entry struct {
-	Name          string        `json:"name"`
-	Source        string        `json:"source,omitempty"`
-	Task          string        `json:"task"`
-	Schedule      string        `json:"schedule"`
-	Enabled       bool          `json:"enabled"`
+	Name     string `json:"name"`
+	Source   string `json:"source,omitempty"`
+	Task     string `json:"task"`
+	Schedule string `json:"schedule"`
+	Enabled  bool   `json:"enabled"`
+	// Workflow names the tasks an entry with a chain or callbacks runs
+	// ("a → b → c; link_error: d"); Templated says its values render
+	// slot placeholders.
+	Workflow      string        `json:"workflow,omitempty"`
+	Templated     bool          `json:"templated,omitempty"`
 	NextRunAt     *time.Time    `json:"next_run_at"`
 	LastSlot      *time.Time    `json:"last_slot"`
 	LastRunAt     *time.Time    `json:"last_run_at"`

@@ -244,7 +244,7 @@ func printStatus(w io.Writer, st status.View, wide bool) {
 			errText = e.LastErrorAt.Format(time.RFC3339) + " " + e.LastError
 		}
 		if wide {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), dash(e.Task), dash(e.Schedule), e.Paused, e.TotalRunCount,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), dash(cmp.Or(e.Workflow, e.Task)), dash(e.Schedule), e.Paused, e.TotalRunCount,
 				fmtTime(e.LastSlot), fmtTime(e.LastRunAt), dash(e.ResultText()), dash(e.LastOutcome()), fmtTime(e.NextRunAt), oneLine(errText, 0))
 		} else {
 			fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", term(e.Name), e.Paused, fmtTime(e.LastRunAt), dash(e.ResultText()), dash(e.LastOutcome()),

@@ -147,3 +147,37 @@ entries:
 		})
 	}
 }
+
+// TestNextShowsChainsAndTemplates: next --json gives each slot's args and
+// kwargs as its message renders them (in the entry's zone, across a DST
+// change) and the chain's and callbacks' tasks; the table names the
+// workflow in the task column.
+func TestNextShowsChainsAndTemplates(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfg, []byte(`timezone: Europe/Berlin
+entries:
+  etl:
+    task: etl.fetch
+    crontab: {minute: 30, hour: 2}
+    args: ["{{ prev_slot }}", "{{ slot }}"]
+    kwargs: {day: "{{ slot.date }}", epoch: "{{ slot.epoch }}"}
+    chain: [{task: etl.transform}, {task: etl.notify, immutable: true}]
+    link_error: {task: etl.alert}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"next", "--config", cfg, "--from", "2026-03-28T00:00:00Z", "--count", "2"}
+	code, out, errs := runCLI(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("next --json = %d: %s", code, errs)
+	}
+	want := `{"entry":"etl","at":"2026-03-28T02:30:00+01:00","args":["2026-03-27T02:30:00+01:00","2026-03-28T02:30:00+01:00"],"kwargs":{"day":"2026-03-28","epoch":1774661400},"chain":["etl.fetch","etl.transform","etl.notify"],"link_error":["etl.alert"]}
+{"entry":"etl","at":"2026-03-29T03:00:00+02:00","args":["2026-03-28T02:30:00+01:00","2026-03-29T03:00:00+02:00"],"kwargs":{"day":"2026-03-29","epoch":1774746000},"chain":["etl.fetch","etl.transform","etl.notify"],"link_error":["etl.alert"]}`
+	if got := strings.TrimSpace(out); got != want {
+		t.Errorf("next --json:\n%s\nwant:\n%s", got, want)
+	}
+	code, out, errs = runCLI(t, args...)
+	if code != 0 || !strings.Contains(out, "etl.fetch → etl.transform → etl.notify; link_error: etl.alert") {
+		t.Errorf("next = %d (%s): the table does not name the workflow:\n%s", code, errs, out)
+	}
+}

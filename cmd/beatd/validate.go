@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/beatd/beatd/celery"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/upcoming"
 
@@ -196,11 +197,9 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		for i, t := range slots {
 			at := schedule.FormatSlot(t.In(e.Location))
 			if *asJSON {
-				if err := enc.Encode(struct {
-					Entry    string `json:"entry"`
-					At       string `json:"at"`
-					Resolved string `json:"resolved,omitempty"`
-				}{e.Name, at, resolved}); err != nil {
+				line := nextLine(e, t, at)
+				line.Resolved = resolved
+				if err := enc.Encode(line); err != nil {
 					fmt.Fprintln(stderr, err)
 					return 1
 				}
@@ -208,7 +207,7 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 			}
 			name, task, spec := "", "", ""
 			if i == 0 {
-				name, task, spec = term(e.Name), term(e.Task), term(fmt.Sprint(e.Schedule))
+				name, task, spec = term(e.Name), term(e.Workflow()), term(fmt.Sprint(e.Schedule))
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, task, spec, at, humanDuration(t.Sub(start)))
 		}
@@ -227,6 +226,48 @@ func (o *nextOptions) run(c *cobra.Command, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// nextSlot is one line of next --json: a slot, with what its message
+// will carry when that is more than the entry's own task and values (a
+// template's rendered args and kwargs, a chain's and callbacks' tasks).
+type nextSlot struct {
+	Entry     string          `json:"entry"`
+	At        string          `json:"at"`
+	Resolved  string          `json:"resolved,omitempty"` // what H resolved to
+	Args      json.RawMessage `json:"args,omitempty"`
+	Kwargs    json.RawMessage `json:"kwargs,omitempty"`
+	Chain     []string        `json:"chain,omitempty"`
+	Link      []string        `json:"link,omitempty"`
+	LinkError []string        `json:"link_error,omitempty"`
+}
+
+func nextLine(e *config.Entry, slot time.Time, at string) nextSlot {
+	line := nextSlot{Entry: e.Name, At: at}
+	if e.Templated() {
+		args, kwargs := e.Render(slot)
+		if args == nil {
+			args = []any{}
+		}
+		if kwargs == nil {
+			kwargs = &celery.Map{}
+		}
+		line.Args, line.Kwargs = celery.AppendJSON(nil, args), celery.AppendJSON(nil, kwargs)
+	}
+	if c := e.Canvas(); c != nil {
+		for _, l := range []struct {
+			dst   *[]string
+			steps []celery.Step
+		}{{&line.Chain, c.Chain}, {&line.Link, c.Link}, {&line.LinkError, c.LinkError}} {
+			for _, s := range l.steps {
+				*l.dst = append(*l.dst, s.Task)
+			}
+		}
+		if len(c.Chain) > 0 {
+			line.Chain = append([]string{e.Task}, line.Chain...)
+		}
+	}
+	return line
 }
 
 // finishedWord says why e has no slot after now: "finished: made its

@@ -70,3 +70,33 @@ def periodic_name(self):
     """Return the periodic_task_name the message carried, where
     django-celery-results reads it (the message properties)."""
     return (self.request.properties or {}).get("periodic_task_name")
+
+
+def _records():
+    import redis
+    return redis.Redis(port=int(_port))
+
+
+@app.task(name="tasks.record", bind=True)
+def record(self, *args, log="records", fail=False):
+    """Append this run to the Redis list log: its args and kwargs as it got
+    them, its ids and the beat_slot header, so tests read a chain's order
+    and arguments from the tasks' own records. Returns its args joined by
+    "+", which the next step of a chain receives first; fail raises after
+    recording, for link_error."""
+    import json
+    _records().rpush(log, json.dumps({"task": "record", "id": self.request.id, "root_id": self.request.root_id,
+                                      "parent_id": self.request.parent_id, "args": list(args),
+                                      "beat_slot": self.request.get("beat_slot")}))
+    if fail:
+        raise ValueError("asked to fail")
+    return "+".join(str(a) for a in args)
+
+
+@app.task(name="tasks.record_error", bind=True)
+def record_error(self, failed_id, log="records"):
+    """A link_error: Celery sends it the failed task's id (bound tasks
+    are sent as tasks, with the id as their argument)."""
+    import json
+    _records().rpush(log, json.dumps({"task": "record_error", "id": self.request.id, "root_id": self.request.root_id,
+                                      "args": [failed_id]}))
