@@ -69,3 +69,8 @@ func Requests(prefix string) string { return prefix + "requests/" }
 // Cluster is the cluster's name: its prefix without the slashes. It
 // namespaces task ids and beatd's Redis keys.
 func Cluster(prefix string) string { return strings.Trim(prefix, "/") }
+
+// SQSIntents is the prefix of the SQS transport's send records: what a
+// leader is about to send, written under its fence before the send, and
+// marked done after it (broker/sqs).
+func SQSIntents(prefix string) string { return prefix + "sqs/intents/" }
