@@ -684,3 +684,11 @@ func (s *SQS) sendBatch(ctx context.Context, msgs []*message) {
 		pending = again
 	}
 }
+
+// Window states, for `beatd run --help` and the docs, what SQS leaves of
+// the exactly-once guarantee.
+const Window = "With SQS, every batch is recorded in etcd under the leader's fence before it is sent, and a new leader " +
+	"re-sends what an older term did not confirm: nothing is missed. On a .fifo queue the re-send carries the slot's " +
+	"MessageDeduplicationId, so SQS drops a copy within its 5-minute deduplication interval: no duplicate. On a standard " +
+	"queue a re-send of a message SQS had taken is a duplicate, with the same task id, counted in beatd_sqs_resends_total " +
+	"and logged as resend."
