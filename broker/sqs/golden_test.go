@@ -45,7 +45,7 @@ func loadCapture(t *testing.T, name string) capture {
 	return c
 }
 
-func compile(t *testing.T, yaml string) *celery.Task {
+func compile(t testing.TB, yaml string) *celery.Task {
 	t.Helper()
 	cfg, err := config.Parse("golden.yaml", []byte("entries:\n  e:\n"+yaml))
 	if err != nil {

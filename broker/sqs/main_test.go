@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func sharedSQS(t *testing.T) *harness.SQS {
+func sharedSQS(t testing.TB) *harness.SQS {
 	t.Helper()
 	emuOnce.Do(func() {
 		emuDir, emuErr = os.MkdirTemp("", "beatd-sqs-")
@@ -73,7 +73,7 @@ func sharedSQS(t *testing.T) *harness.SQS {
 	return emu
 }
 
-func sharedEtcd(t *testing.T) *clientv3.Client {
+func sharedEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
 	etcdOnce.Do(func() {
 		etcdDir, etcdErr = os.MkdirTemp("", "beatd-sqs-etcd-")
