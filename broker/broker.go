@@ -1,7 +1,7 @@
 // Package broker is what every broker tells the scheduler: the Result of
 // each fire's publish, ErrStale when a newer leader holds the fence, and
 // the Run a broker records of a publish. The transports are its
-// subpackages: broker/redis and broker/amqp.
+// subpackages: broker/redis, broker/amqp and broker/sqs.
 package broker
 
 import (
