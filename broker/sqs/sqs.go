@@ -429,7 +429,9 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 		f := &fires[i]
 		f.Task.AssignID(f)
 		id := string(f.ID[:])
-		if !f.Manual && s.done[id] {
+		// A scheduled slot's id and a manual request's are deterministic,
+		// so an older term's record can vouch for them.
+		if (!f.Manual || f.Request != "") && s.done[id] {
 			results[i] = broker.ResultDuplicate // an older term's record says SQS took it
 			continue
 		}
@@ -470,7 +472,7 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 			}
 		case unknown:
 			rec.Msgs = append(rec.Msgs, *m)
-			if !f.Manual {
+			if !f.Manual || f.Request != "" {
 				s.unsure[m.ID] = true
 			}
 			errs = append(errs, m.err)

@@ -64,8 +64,8 @@ func readSQS(t *testing.T, e *harness.SQS, queue string) []chaos.Message {
 }
 
 // TestProcessSQSFailover runs two beatd processes on the SQS emulator
-// through a kill -9 of the leader and a SIGSTOP of the leader past the
-// lease TTL, then drains both queues and audits slot by slot: none missed
+// through a kill -9 of the leader, a SIGSTOP of the leader past the lease
+// TTL and a SIGTERM handover, then drains both queues and audits slot by slot: none missed
 // on either; on the standard queue a duplicate only where a re-send was
 // logged, on the .fifo queue none. (The emulator keeps a FIFO dedup
 // record until the message is deleted, and nothing is deleted before the
@@ -104,7 +104,14 @@ func TestProcessSQSFailover(t *testing.T) {
 	c.leader(cur.ID, 30*time.Second)
 	time.Sleep(3 * time.Second) // the scenario: frozen past the TTL, then woken
 	cur.Signal(syscall.SIGCONT)
-	time.Sleep(3 * time.Second) // the scenario: three seconds after the wake-up, audited
+	time.Sleep(2 * time.Second) // the scenario: two seconds after the wake-up
+
+	cur, _ = c.leader("", 30*time.Second)
+	cur.Signal(syscall.SIGTERM) // a handover: finish the batch, persist, resign
+	c.leader(cur.ID, 30*time.Second)
+	<-cur.Done()
+	cur.start()
+	time.Sleep(3 * time.Second) // the scenario: three seconds after the handover, audited
 	to := time.Now().Add(-1500 * time.Millisecond)
 	c.stopAll()
 

@@ -105,3 +105,41 @@ func TestSQSStartupErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSQSOverlapAndPauseFromResultBackend: on SQS, with no task events,
+// the result backend alone drives overlap and pause_after_failures: a
+// skip entry never runs two at once on a pool that would, and a failing
+// entry pauses.
+func TestSQSOverlapAndPauseFromResultBackend(t *testing.T) {
+	e := sharedSQS(t)
+	rs := testutil.MustStartRedis(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	prefix := "ovl-"
+	opts, _ := json.Marshal(map[string]any{"region": "us-east-1", "is_secure": false, "queue_name_prefix": prefix, "polling_interval": 0.2})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Pool: "threads", Concurrency: 4, Name: "sqsovl@%h",
+		Env: append([]string{"BROKER_URL=sqs://127.0.0.1:" + strings.TrimPrefix(e.Endpoint(), "http://127.0.0.1:"),
+			"SQS_TRANSPORT_OPTIONS=" + string(opts)}, sqsEnv...)})
+	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
+  skipper: {task: tasks.sleep, every: 1s, args: [2.5, sqs-skip], overlap: skip}
+  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}
+`)
+	p := startBeatd(t, sqsEnv, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/sqs-ovl/",
+		"--broker", e.BrokerURL()+"&queue_name_prefix="+prefix, "--result-backend", rs.URL(1), "--task-events=false",
+		"--lease-ttl", "2s", "--id", "o1")
+	waitFor(t, 60*time.Second, "skip and pause from the result backend on SQS", func() bool {
+		st := p.status(t)
+		skipper, _ := entryOf(st, "skipper")
+		boom, _ := entryOf(st, "boom")
+		return hasOutcome(skipper, "skipped") && hasOutcome(skipper, "succeeded") && boom.Paused
+	})
+	time.Sleep(4 * time.Second) // an observation window: more overlapping slots
+	ex := executions(t, rs, "sqs-skip")
+	if len(ex) < 2 {
+		t.Errorf("skipper ran %d times", len(ex))
+	}
+	assertNoOverlap(t, "skip (SQS, result backend)", ex)
+	boom, _ := entryOf(p.status(t), "boom")
+	if !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
+		t.Errorf("boom: pause reason %q", boom.PauseReason)
+	}
+}
