@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -146,36 +143,21 @@ func (c *cluster) dispatcher(e *harness.SQS, q string) *SQS {
 	return s
 }
 
-// received is every message in queue (by SQS name), read raw and deleted.
+// received is one message read back from the emulator.
 type received struct {
-	Body  string
-	Attrs map[string]string
+	Body string
 }
 
+// drain takes every message out of queue (its SQS name).
 func drain(t *testing.T, e *harness.SQS, queue string) []received {
 	t.Helper()
-	ctx := context.Background()
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.Endpoint()),
-		Credentials: aws.AnonymousCredentials{}})
-	url := e.QueueURL(queue)
-	var out []received
-	for {
-		r, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
-			MessageSystemAttributeNames: nil, WaitTimeSeconds: 0})
-		if err != nil {
-			if strings.Contains(err.Error(), "NonExistentQueue") || strings.Contains(err.Error(), "QueueDoesNotExist") {
-				return out
-			}
-			t.Fatal(err)
-		}
-		if len(r.Messages) == 0 {
-			return out
-		}
-		for _, m := range r.Messages {
-			out = append(out, received{Body: aws.ToString(m.Body), Attrs: m.Attributes})
-			if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				t.Fatal(err)
-			}
-		}
+	bodies, err := e.Drain(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
 	}
+	out := make([]received, len(bodies))
+	for i, b := range bodies {
+		out[i] = received{Body: b}
+	}
+	return out
 }

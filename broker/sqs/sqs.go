@@ -404,7 +404,9 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 	}
 	stale := func(why string) error {
 		for i := range results {
-			results[i] = broker.ResultStale
+			if results[i] == broker.ResultError {
+				results[i] = broker.ResultStale
+			}
 		}
 		return fmt.Errorf("%w: %s", broker.ErrStale, why)
 	}
@@ -445,6 +447,43 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 	if len(msgs) == 0 {
 		return errors.Join(errs...)
 	}
+	// Each record stays well under etcd's request limit (1.5 MiB by
+	// default): a batch of large messages takes several records.
+	for len(msgs) > 0 {
+		n, size := 0, 0
+		for n < len(msgs) && (n == 0 || size+len(msgs[n].Body) <= maxRecordBodies) {
+			size += len(msgs[n].Body)
+			n++
+		}
+		if err := s.publishRecord(ctx, token, now, fires, results, msgs[:n], &errs); err != nil {
+			if errors.Is(err, broker.ErrStale) {
+				for i := range results {
+					if results[i] == broker.ResultError {
+						results[i] = broker.ResultStale
+					}
+				}
+				return err
+			}
+			return errors.Join(append(errs, err)...)
+		}
+		msgs = msgs[n:]
+	}
+	if s.seq >= s.trimAt+trimEvery {
+		s.trimAt = s.seq
+		s.trim(ctx)
+	}
+	return errors.Join(errs...)
+}
+
+// maxRecordBodies bounds the message bodies one send record holds.
+const maxRecordBodies = 768 * 1024
+
+// publishRecord writes msgs' intent record under the fence, sends them,
+// and rewrites the record as done; each fire's outcome goes to results,
+// each failure to errs. It returns ErrStale (wrapped) when the fence is
+// gone, with nothing sent, and an error when the record could not be
+// written.
+func (s *SQS) publishRecord(ctx context.Context, token int64, now time.Time, fires []celery.Fire, results []broker.Result, msgs []*message, errs *[]error) error {
 	s.seq++
 	key := s.recordKey(token, s.seq)
 	rec := record{Token: token, Seq: s.seq, At: now, Msgs: make([]message, len(msgs))}
@@ -453,10 +492,10 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 	}
 	ok, err := s.putRecord(ctx, key, rec)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
 	if !ok {
-		return stale(fmt.Sprintf("term %d's fence in etcd is gone (a newer leader was elected)", token))
+		return fmt.Errorf("%w: term %d's fence in etcd is gone (a newer leader was elected)", broker.ErrStale, token)
 	}
 	s.send(ctx, msgs)
 	rec = record{Token: token, Seq: s.seq, At: now, Done: true}
@@ -475,9 +514,9 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 			if !f.Manual || f.Request != "" {
 				s.unsure[m.ID] = true
 			}
-			errs = append(errs, m.err)
+			*errs = append(*errs, m.err)
 		default:
-			errs = append(errs, m.err)
+			*errs = append(*errs, m.err)
 		}
 	}
 	if ok, err := s.putRecord(ctx, key, rec); err != nil || !ok {
@@ -485,11 +524,7 @@ func (s *SQS) Publish(ctx context.Context, token int64, fires []celery.Fire, res
 		// counted.
 		s.log.Warn("SQS done record not written", "err", err, "fenced", ok)
 	}
-	if s.seq >= s.trimAt+trimEvery {
-		s.trimAt = s.seq
-		s.trim(ctx)
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // message builds fire i's SQS message: Kombu's envelope (celery's

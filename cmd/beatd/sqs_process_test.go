@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/harness"
@@ -23,44 +20,34 @@ import (
 // beatd ones (Kombu's envelope, base64, as beatd sends it).
 func readSQS(t *testing.T, e *harness.SQS, queue string) []chaos.Message {
 	t.Helper()
-	ctx := context.Background()
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.Endpoint()), Credentials: aws.AnonymousCredentials{}})
-	url := e.QueueURL(queue)
+	bodies, err := e.Drain(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []chaos.Message
-	for {
-		r, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10})
+	for _, body := range bodies {
+		raw, err := base64.StdEncoding.DecodeString(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(r.Messages) == 0 {
-			return out
+		var env struct {
+			Headers struct {
+				ID    string `json:"id"`
+				Entry string `json:"beat_entry"`
+				Slot  string `json:"beat_slot"`
+				Token int64  `json:"beat_fencing_token"`
+			} `json:"headers"`
 		}
-		for _, m := range r.Messages {
-			raw, err := base64.StdEncoding.DecodeString(aws.ToString(m.Body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var env struct {
-				Headers struct {
-					ID    string `json:"id"`
-					Entry string `json:"beat_entry"`
-					Slot  string `json:"beat_slot"`
-					Token int64  `json:"beat_fencing_token"`
-				} `json:"headers"`
-			}
-			if err := json.Unmarshal(raw, &env); err != nil {
-				t.Fatal(err)
-			}
-			slot, err := time.Parse(time.RFC3339Nano, env.Headers.Slot)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, chaos.Message{Entry: env.Headers.Entry, Slot: slot, Token: env.Headers.Token, TaskID: env.Headers.ID})
-			if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				t.Fatal(err)
-			}
+		if err := json.Unmarshal(raw, &env); err != nil {
+			t.Fatal(err)
 		}
+		slot, err := time.Parse(time.RFC3339Nano, env.Headers.Slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, chaos.Message{Entry: env.Headers.Entry, Slot: slot, Token: env.Headers.Token, TaskID: env.Headers.ID})
 	}
+	return out
 }
 
 // TestProcessSQSFailover runs two beatd processes on the SQS emulator

@@ -10,8 +10,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // SQSEmulatorVersion is the goaws release testkit/sqsemu is built from:
@@ -137,4 +142,47 @@ func StartSQS(dir string) (*SQS, error) {
 		return nil, errors.Join(errors.New("harness: the SQS emulator did not start"), err)
 	}
 	return s, nil
+}
+
+// Drain takes every message out of the emulator's queue named name (its
+// SQS name) and returns their bodies. It stops when the queue reports
+// none left, not at the first empty receive: a receive whose reply is
+// lost (the SDK retries it on a reset connection) hides its messages, so
+// they are received with a 1 s visibility timeout and taken again once
+// they reappear. A queue that does not exist has none.
+func (s *SQS) Drain(ctx context.Context, name string) ([]string, error) {
+	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint()), Credentials: aws.AnonymousCredentials{}})
+	url := aws.String(s.QueueURL(name))
+	var out []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url, MaxNumberOfMessages: 10, VisibilityTimeout: 1})
+		if err != nil {
+			if strings.Contains(err.Error(), "NonExistentQueue") {
+				return out, nil
+			}
+			return out, fmt.Errorf("harness: receive from %s: %w", name, err)
+		}
+		for _, m := range r.Messages {
+			out = append(out, aws.ToString(m.Body))
+			if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: url, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return out, fmt.Errorf("harness: delete from %s: %w", name, err)
+			}
+		}
+		if len(r.Messages) > 0 {
+			continue
+		}
+		a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+		if err != nil {
+			return out, fmt.Errorf("harness: attributes of %s: %w", name, err)
+		}
+		if a.Attributes["ApproximateNumberOfMessages"] == "0" && a.Attributes["ApproximateNumberOfMessagesNotVisible"] == "0" {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return out, fmt.Errorf("harness: %s still holds messages it does not hand out: %v", name, a.Attributes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
