@@ -62,3 +62,31 @@ func TestCheckAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestPing: readiness asks SQS something the sender's credentials may do:
+// a queue list, or with predefined_queues one queue's attributes.
+func TestPing(t *testing.T) {
+	e := sharedSQS(t)
+	ctx := context.Background()
+	for _, url := range []string{e.BrokerURL(), e.BrokerURL() + "&predefined_queues=celery=" + e.QueueURL(uniq("nope"))} {
+		s, err := New(ctx, Options{URL: url, Etcd: sharedEtcd(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Ping(ctx)
+		if strings.Contains(url, "predefined") {
+			if err == nil {
+				t.Errorf("%s: ping of a queue that does not exist passed", url)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", url, err)
+		}
+	}
+	s, err := New(ctx, Options{URL: "sqs://127.0.0.1:1?region=us-east-1", Etcd: sharedEtcd(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err == nil {
+		t.Error("ping of an endpoint that does not answer passed")
+	}
+}

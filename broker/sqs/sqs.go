@@ -17,6 +17,7 @@ import (
 	awsretry "github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
@@ -190,8 +191,19 @@ func (s *SQS) Check(ctx context.Context, tasks ...*celery.Task) error {
 	return errors.Join(errs...)
 }
 
-// Ping reports whether SQS answers with these credentials.
+// Ping reports whether SQS answers with these credentials: a queue list
+// (sqs:ListQueues, which Kombu's own queue cache needs too), or with
+// predefined_queues, where Kombu lists nothing, a read of one queue's
+// ARN (sqs:GetQueueAttributes).
 func (s *SQS) Ping(ctx context.Context) error {
+	for _, u := range s.url.PredefinedQueues {
+		_, err := s.client.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+		if err != nil {
+			return s.explain("read the attributes of "+u, err)
+		}
+		return nil
+	}
 	_, err := s.client.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1), QueueNamePrefix: aws.String(s.url.QueueNamePrefix)})
 	if err != nil {
 		return s.explain("list queues", err)
