@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -65,7 +66,8 @@ var (
 )
 
 // sqsemuBinary builds testkit/sqsemu once per process into the user's
-// cache, keyed by the goaws version, from the Go module proxy.
+// cache, keyed by its source (so an edit rebuilds it), from the Go module
+// proxy.
 func sqsemuBinary() (string, error) {
 	sqsemuOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
@@ -74,7 +76,16 @@ func sqsemuBinary() (string, error) {
 		if err != nil {
 			cache = os.TempDir()
 		}
-		sqsemuBin = filepath.Join(cache, "beatd", "sqsemu-goaws-"+SQSEmulatorVersion)
+		h := sha256.New()
+		for _, f := range []string{"main.go", "go.mod", "go.sum"} {
+			b, err := os.ReadFile(filepath.Join(src, f))
+			if err != nil {
+				sqsemuErr = fmt.Errorf("harness: the SQS emulator's source: %w", err)
+				return
+			}
+			h.Write(b)
+		}
+		sqsemuBin = filepath.Join(cache, "beatd", fmt.Sprintf("sqsemu-goaws-%s-%x", SQSEmulatorVersion, h.Sum(nil)[:6]))
 		if _, err := os.Stat(sqsemuBin); err == nil {
 			return
 		}
