@@ -1,8 +1,8 @@
 // Package broker is what every broker tells the scheduler: the Result of
 // each fire's publish and ErrStale when a newer leader holds the fence
 // (the run a broker records of a publish is an outcome.Run). The
-// transports are its
-// subpackages: broker/redis and broker/amqp.
+// transports are its subpackages: broker/redis, broker/amqp and
+// broker/sqs.
 package broker
 
 import (

@@ -22,6 +22,7 @@ import (
 	"github.com/beatd/beatd/broker"
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
+	sqsbroker "github.com/beatd/beatd/broker/sqs"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/console"
 	"github.com/beatd/beatd/election"
@@ -278,7 +279,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "embedded etcd's data directory (without --etcd-endpoints)")
 	fs.IntVar(&m.EtcdClientPort, "etcd-client-port", m.EtcdClientPort, "embedded etcd's client port on 127.0.0.1")
 	fs.IntVar(&m.EtcdPeerPort, "etcd-peer-port", m.EtcdPeerPort, "embedded etcd's peer port on 127.0.0.1")
-	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, or RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://. "+amqpbroker.AMQPWindow)
+	fs.StringVar(&m.Broker, "broker", m.Broker, "Celery broker URL: redis://, rediss://, unix://, sentinel://, RabbitMQ: amqp://, amqps://, pyamqp://, librabbitmq://, or Amazon SQS: sqs:// (docs/brokers.md). "+amqpbroker.AMQPWindow+" "+sqsbroker.Window)
 	fs.StringVar(&m.BrokerMaster, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&m.BrokerPassFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&m.KombuPrefix, "broker-key-prefix", "", "Kombu's global_keyprefix, if the workers use one")
@@ -469,7 +470,19 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	var amqpOpts amqpbroker.AMQPOptions
-	if amqpbroker.IsAMQPURL(m.Broker) {
+	if sqsbroker.IsSQSURL(m.Broker) {
+		if m.Shards > 1 {
+			// The send records and their fence are the cluster's, not a
+			// shard's: a sharded cluster on SQS would fence one shard's
+			// sends with another's term.
+			return fmt.Errorf("--shards %d: the SQS broker runs unsharded clusters only (--shards 1)", m.Shards)
+		}
+		s, err := m.newSQS(ctx, prefix, probeTasks(cfg, cluster, m.KombuPrefix))
+		if err != nil {
+			return err
+		}
+		pub, m.brokerPing = s, s.Ping
+	} else if amqpbroker.IsAMQPURL(m.Broker) {
 		amqpOpts = amqpbroker.AMQPOptions{URL: m.Broker, Password: brokerPass, Cluster: cluster, Clock: m.clock,
 			Verify: amqpVerify(m.etcd, prefix), Queues: m.amqpQueues,
 			Registerer: m.registry, Logger: m.log}
@@ -522,7 +535,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.timeline = console.NewTimeline(m.clock.Now)
 	schedCfg := scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
-		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: amqpbroker.IsAMQPURL(m.Broker), BatchSize: batchFor(m.Broker),
+		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: persistEachBatch(m.Broker), BatchSize: batchFor(m.Broker),
 		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}
 	m.sched, err = scheduler.New(schedCfg, cfg)
 	if err != nil {
@@ -793,6 +806,7 @@ func amqpVerify(cli *clientv3.Client, prefix string) func(ctx context.Context, t
 var (
 	_ scheduler.Dispatcher = (*redisbroker.Publisher)(nil)
 	_ scheduler.Dispatcher = (*amqpbroker.AMQP)(nil)
+	_ scheduler.Dispatcher = (*sqsbroker.SQS)(nil)
 	_ scheduler.Forgetter  = (*redisbroker.Publisher)(nil)
 )
 
@@ -801,9 +815,24 @@ var (
 // batch. Redis takes the scheduler's default (2,048).
 const amqpBatch = 512
 
+// sqsBatch is the publish batch on SQS: each batch's messages are
+// written to etcd before they are sent, about 1.5 KB a fire, so a batch
+// stays well within etcd's request limit.
+const sqsBatch = 256
+
 func batchFor(brokerURL string) int {
-	if amqpbroker.IsAMQPURL(brokerURL) {
+	switch {
+	case amqpbroker.IsAMQPURL(brokerURL):
 		return amqpBatch
+	case sqsbroker.IsSQSURL(brokerURL):
+		return sqsBatch
 	}
 	return 0
+}
+
+// persistEachBatch is whether the scheduler writes its state after every
+// batch: the brokers that deduplicate against a bounded journal of recent
+// batches (RabbitMQ, SQS) need it to trail by at most a batch or two.
+func persistEachBatch(brokerURL string) bool {
+	return amqpbroker.IsAMQPURL(brokerURL) || sqsbroker.IsSQSURL(brokerURL)
 }

@@ -225,6 +225,20 @@ func Observe(ctx context.Context, cli *clientv3.Client, prefix string) (Leader, 
 	return Leader{ID: string(kv.Value), Token: kv.CreateRevision}, nil
 }
 
+// CurrentFence returns the current term's Fence (its leader key and
+// token), or ErrNoLeader: a broker that guards its own etcd writes with
+// the term it was handed a token for (SQS) takes it here.
+func CurrentFence(ctx context.Context, cli *clientv3.Client, prefix string) (Fence, error) {
+	resp, err := cli.Get(ctx, keys.Leaders(prefix), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return Fence{}, fmt.Errorf("election: observe: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Fence{}, ErrNoLeader
+	}
+	return Fence{Key: string(resp.Kvs[0].Key), Token: resp.Kvs[0].CreateRevision}, nil
+}
+
 // Observe returns the current leader of e's cluster.
 func (e *Elector) Observe(ctx context.Context) (Leader, error) {
 	return Observe(ctx, e.cfg.Client, e.cfg.Prefix)

@@ -115,3 +115,8 @@ func RedisPrefix(flag, cluster string) string {
 	}
 	return "beatd:{" + cluster + "}:"
 }
+
+// SQSIntents is the prefix of the SQS transport's send records: what a
+// leader is about to send, written under its fence before the send, and
+// marked done after it (broker/sqs).
+func SQSIntents(prefix string) string { return prefix + "sqs/intents/" }

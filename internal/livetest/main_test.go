@@ -43,6 +43,10 @@ var shared struct {
 	rabbitOnce sync.Once
 	rabbit     *harness.Rabbit
 	rabbitErr  error
+
+	sqsOnce sync.Once
+	sqs     *harness.SQS
+	sqsErr  error
 }
 
 func TestMain(m *testing.M) {
@@ -68,6 +72,9 @@ func TestMain(m *testing.M) {
 	}
 	if shared.rabbit != nil {
 		shared.rabbit.Close()
+	}
+	if shared.sqs != nil {
+		shared.sqs.Close()
 	}
 	if tlsRedisShared.proc != nil {
 		tlsRedisShared.proc.Kill()
@@ -124,6 +131,18 @@ func sharedRabbit(t *testing.T) *harness.Rabbit {
 		t.Fatal(shared.rabbitErr)
 	}
 	return shared.rabbit
+}
+
+// sharedSQS is the package's SQS emulator, started on first use.
+func sharedSQS(t *testing.T) *harness.SQS {
+	t.Helper()
+	shared.sqsOnce.Do(func() {
+		shared.sqs, shared.sqsErr = harness.StartSQS(filepath.Join(shared.dir, "sqs"))
+	})
+	if shared.sqsErr != nil {
+		t.Fatal(shared.sqsErr)
+	}
+	return shared.sqs
 }
 
 // etcdRootPassword is the secure etcd's root password.

@@ -21,6 +21,11 @@ if os.environ.get("PRIORITY_QUEUE"):
         Queue("celery", Exchange("celery"), routing_key="celery"),
         Queue(_pq, Exchange(_pq), routing_key=_pq, queue_arguments={"x-max-priority": 10}),
     ]
+if os.environ.get("SQS_TRANSPORT_OPTIONS"):
+    # Kombu's SQS transport reads these from the app, not the URL: the
+    # region, is_secure=False for the emulator, queue_name_prefix.
+    import json
+    app.conf.broker_transport_options = json.loads(os.environ["SQS_TRANSPORT_OPTIONS"])
 app.conf.worker_hijack_root_logger = False
 app.conf.result_expires = 3600
 
