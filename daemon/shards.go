@@ -35,6 +35,9 @@ var ErrShardCount = errors.New("shards: the shard count differs from the cluster
 // cluster yet, in one transaction that checks so: an unsharded cluster's
 // election, state or registrations refuse it.
 func checkShardCount(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
+	if err := checkNotResizing(ctx, cli, prefix); err != nil {
+		return err
+	}
 	key := keys.ShardCount(prefix)
 	for {
 		resp, err := cli.Get(ctx, key)
