@@ -122,7 +122,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 	case havePlan:
 		from, res.Resumed = plan.From, true
 	case from == o.To:
-		return res, fmt.Errorf("%w: the cluster at %s has %d shards already", ErrResizeRefused, prefix, from)
+		return res, fmt.Errorf("%w: the cluster at %s has a shard count of %d already", ErrResizeRefused, prefix, from)
 	default:
 		plan = resizePlan{From: from, To: o.To, Since: start.UTC(), By: o.By}
 	}
@@ -185,7 +185,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		t.Fit()
 		// A run killed in this phase left part of a staging table: it
 		// is written again whole.
-		if err := fenced(ctx, cli, fence, clientv3.OpDelete(keys.ResizeStaging(prefix), clientv3.WithPrefix())); err != nil {
+		if err := fenced(ctx, cli, prefix, fence, clientv3.OpDelete(keys.ResizeStaging(prefix), clientv3.WithPrefix())); err != nil {
 			return res, err
 		}
 		if err := staging.Save(ctx, fence, t, nil); err != nil {
@@ -193,7 +193,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		}
 		plan.Staged = true
 		planVal, _ = json.Marshal(plan)
-		if err := fenced(ctx, cli, fence, clientv3.OpPut(planKey, string(planVal))); err != nil {
+		if err := fenced(ctx, cli, prefix, fence, clientv3.OpPut(planKey, string(planVal))); err != nil {
 			return res, err
 		}
 		o.Logger.Info("resize: staged", "entries", t.Len())
@@ -215,16 +215,16 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 			tables[keys.Shard(prefix, i, n)] = true
 		}
 	}
-	var clear []clientv3.Op
+	var clears []clientv3.Op
 	for p := range tables {
-		clear = append(clear, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()))
+		clears = append(clears, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()))
 	}
-	for len(clear) > 0 {
-		n := min(len(clear), o.MaxOps)
-		if err := fenced(ctx, cli, fence, clear[:n]...); err != nil {
+	for len(clears) > 0 {
+		n := min(len(clears), o.MaxOps)
+		if err := fenced(ctx, cli, prefix, fence, clears[:n]...); err != nil {
 			return res, err
 		}
-		clear = clear[n:]
+		clears = clears[n:]
 	}
 	if o.stopAfter == "cleared" {
 		return res, errors.New("shards: resize: stopped after clearing the tables (test)")
@@ -264,22 +264,25 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 	return res, nil
 }
 
-// fenced commits ops while the resize holds its lock.
-func fenced(ctx context.Context, cli *clientv3.Client, fence election.Fence, ops ...clientv3.Op) error {
-	txn, err := cli.Txn(ctx).If(fence.Held()).Then(ops...).Commit()
+// fenced commits ops while the resize holds its lock and no replica has
+// registered since it began (a replica that read no resize an instant
+// before the lock was taken): then the resize stops where it is, and the
+// plan makes replicas refuse to start until it is finished.
+func fenced(ctx context.Context, cli *clientv3.Client, prefix string, fence election.Fence, ops ...clientv3.Op) error {
+	txn, err := cli.Txn(ctx).If(append(stoppedCmps(prefix), fence.Held())...).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("shards: resize: %d ops: %w", len(ops), err)
 	}
 	if !txn.Succeeded {
-		return fmt.Errorf("shards: resize: the lock %s was lost (its lease expired); rerun to finish", fence.Key)
+		return fmt.Errorf("shards: resize: the lock %s was lost (its lease expired) or a replica registered; stop every replica and rerun to finish", fence.Key)
 	}
 	return nil
 }
 
 // stoppedCmps holds while no replica is registered and the unsharded
-// election is empty. A sharded replica registers before it campaigns, so
-// no registration also means no shard leader but a dead one's, whose
-// key checkStopped finds.
+// election is empty. A replica registers as it starts to campaign, so no
+// registration also means no shard leader but a dead one's, whose key
+// checkStopped finds.
 func stoppedCmps(prefix string) []clientv3.Cmp {
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(keys.Replicas(prefix)), "=", 0).WithPrefix(),

@@ -90,7 +90,7 @@ func TestShardResize(t *testing.T) {
 		to   int
 		want string
 	}{
-		{"same count", 4, "has 4 shards already"},
+		{"same count", 4, "has a shard count of 4 already"},
 		{"zero", 0, "a cluster has 1 to 256"},
 		{"too many", 257, "a cluster has 1 to 256"},
 	} {
