@@ -107,7 +107,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		return res, fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrResizeRefused, o.To, MaxShards)
 	}
 	cli, prefix := o.Client, o.Prefix
-	from, err := readShardCount(ctx, cli, prefix)
+	from, _, err := readShardCount(ctx, cli, prefix)
 	if err != nil {
 		return res, err
 	}
@@ -329,22 +329,22 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 	return nil
 }
 
-// readShardCount is the cluster's shard count: keys.ShardCount, 1 when
-// absent.
-func readShardCount(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
+// readShardCount is the cluster's shard count, and whether it is
+// recorded (keys.ShardCount; a cluster without the key has 1).
+func readShardCount(ctx context.Context, cli *clientv3.Client, prefix string) (n int, recorded bool, err error) {
 	key := keys.ShardCount(prefix)
 	resp, err := cli.Get(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("shards: read the cluster's shard count (%s): %w", key, err)
+		return 0, false, fmt.Errorf("shards: read the cluster's shard count (%s): %w", key, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return 1, nil
+		return 1, false, nil
 	}
-	n, err := strconv.Atoi(string(resp.Kvs[0].Value))
+	n, err = strconv.Atoi(string(resp.Kvs[0].Value))
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("shards: the cluster's shard count at %s is %q, not a count", key, resp.Kvs[0].Value)
+		return 0, false, fmt.Errorf("shards: the cluster's shard count at %s is %q, not a count", key, resp.Kvs[0].Value)
 	}
-	return n, nil
+	return n, true, nil
 }
 
 // readPlan reads an unfinished resize's plan.
@@ -383,7 +383,7 @@ type ResizeRun struct {
 // ShowShards reads the cluster's count and any resize begun.
 func ShowShards(ctx context.Context, cli *clientv3.Client, prefix string) (ShardsInfo, error) {
 	var info ShardsInfo
-	n, err := readShardCount(ctx, cli, prefix)
+	n, _, err := readShardCount(ctx, cli, prefix)
 	if err != nil {
 		return info, err
 	}
