@@ -35,17 +35,16 @@ var ErrShardCount = errors.New("shards: the shard count differs from the cluster
 // cluster yet, in one transaction that checks so: an unsharded cluster's
 // election, state or registrations refuse it.
 func checkShardCount(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
+	if err := checkNotResizing(ctx, cli, prefix); err != nil {
+		return err
+	}
 	key := keys.ShardCount(prefix)
 	for {
-		resp, err := cli.Get(ctx, key)
+		have, recorded, err := readShardCount(ctx, cli, prefix)
 		if err != nil {
-			return fmt.Errorf("shards: read the cluster's shard count (%s): %w", key, err)
+			return err
 		}
-		if len(resp.Kvs) == 1 {
-			have, err := strconv.Atoi(string(resp.Kvs[0].Value))
-			if err != nil || have < 1 {
-				return fmt.Errorf("shards: the cluster's shard count at %s is %q, not a count", key, resp.Kvs[0].Value)
-			}
+		if recorded {
 			if have != n {
 				return fmt.Errorf("%w: --shards %d, but the cluster at %s was made with %d shards; start every replica with --shards %d", ErrShardCount, n, prefix, have, have)
 			}

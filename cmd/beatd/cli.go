@@ -106,6 +106,7 @@ last results and recent runs. --server sends them to another replica.`,
 		adminCommand(ctx, store.OpResume, "resume a paused entry", stdout, stderr),
 		backfillCommand(ctx, stdout, stderr),
 		auditCommand(ctx, stdout, stderr),
+		shardsCommand(ctx, stdout, stderr),
 		tokenCommand(os.Stdin, stdout, stderr),
 		certsCommand(stdout, stderr),
 		&cobra.Command{

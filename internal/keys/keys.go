@@ -120,3 +120,21 @@ func RedisPrefix(flag, cluster string) string {
 // leader is about to send, written under its fence before the send, and
 // marked done after it (broker/sqs).
 func SQSIntents(prefix string) string { return prefix + "sqs/intents/" }
+
+// Resize is the prefix of a shard resize's keys (`beatd shards resize`):
+// its lock, its plan and its staging state table. While any key lives
+// under it, replicas refuse to start.
+func Resize(prefix string) string { return prefix + "resize/" }
+
+// ResizeLock is the key a resize holds, on a lease, while it runs: who
+// runs it and since when.
+func ResizeLock(prefix string) string { return Resize(prefix) + "lock" }
+
+// ResizePlan is the key that records a resize begun and not finished
+// (from, to, and whether every state is staged), so a rerun finishes it.
+func ResizePlan(prefix string) string { return Resize(prefix) + "plan" }
+
+// ResizeStaging is the store prefix of a resize's staging table: every
+// entry's state, copied there before any shard's table is rewritten
+// (its state table is State(ResizeStaging(prefix))).
+func ResizeStaging(prefix string) string { return Resize(prefix) + "staging/" }

@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestLayout(t *testing.T) {
 	for _, tc := range []struct{ in, prefix, leaders, cluster string }{
@@ -38,6 +41,13 @@ func TestShards(t *testing.T) {
 	}
 	if ShardCount("/p/") == Shard("/p/", 0, 2) || Election(Shard("/p/", 1, 2)) == Election("/p/") {
 		t.Error("a shard's keys collide with the cluster's")
+	}
+	// A resize's keys all lie under Resize (replicas refuse to start
+	// while any does), and its staging table under none of the shards'.
+	for _, k := range []string{ResizeLock("/p/"), ResizePlan("/p/"), State(ResizeStaging("/p/"))} {
+		if !strings.HasPrefix(k, Resize("/p/")) || strings.HasPrefix(k, Shards("/p/")) || strings.HasPrefix(k, State("/p/")) {
+			t.Errorf("resize key %s: want it under %s only", k, Resize("/p/"))
+		}
 	}
 	// The assignment is fnv32a(name) mod n, fixed: values from Go's
 	// hash/fnv, which every replica (and testkit/shardsim) uses.

@@ -1,0 +1,414 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/store"
+	"github.com/jonboulle/clockwork"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxShards is the most shards a cluster may be resized to.
+const MaxShards = 256
+
+// ErrResizeRefused means `beatd shards resize` changed nothing: the count
+// asked for is out of bounds or the cluster's already, a replica runs, or
+// another resize holds the lock.
+var ErrResizeRefused = errors.New("shards: resize refused")
+
+// ErrResizing means a replica would not start: a resize runs, or one
+// began and did not finish.
+var ErrResizing = errors.New("shards: a resize is in progress or unfinished")
+
+// resizeLockTTL is the lease of a resize's lock: a resize killed holds
+// it this long, after which a rerun takes it and finishes the move.
+const resizeLockTTL = 10 * time.Second
+
+// ResizeOptions configures Resize.
+type ResizeOptions struct {
+	Client *clientv3.Client
+	Prefix string // the cluster's (keys.Prefix)
+	To     int
+	By     string // who resizes: host and pid, shown to a concurrent resize
+	Clock  clockwork.Clock
+	MaxOps int // etcd's --max-txn-ops; store.MaxOpsPerTxn if 0
+	Logger *slog.Logger
+	// stopAfter, in tests, ends the resize after a phase ("staged",
+	// "cleared") as a kill would, leaving the plan and the lock's lease.
+	stopAfter string
+}
+
+// ResizeResult is what a resize did.
+type ResizeResult struct {
+	From, To int
+	Entries  int
+	Resumed  bool // an unfinished resize's plan was found and finished
+	Took     time.Duration
+}
+
+// resizePlan is keys.ResizePlan's value.
+type resizePlan struct {
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Staged bool      `json:"staged"` // every state is in the staging table
+	Since  time.Time `json:"since"`
+	By     string    `json:"by"`
+}
+
+// resizeLock is keys.ResizeLock's value.
+type resizeLock struct {
+	By    string    `json:"by"`
+	Since time.Time `json:"since"`
+	From  int       `json:"from"`
+	To    int       `json:"to"`
+}
+
+// Resize moves a stopped cluster from its shard count to o.To: every
+// entry's state goes from its old shard's table to its new one, and the
+// count is written (deleted for one shard, which leaves the cluster as an
+// unsharded one, key for key). It is offline: it refuses while any
+// replica is registered or any election has a holder, and replicas
+// refuse to start while it runs (checkShardCount).
+//
+// It is resumable, not one transaction (a table of a million entries is
+// far past etcd's request limits). The plan (keys.ResizePlan) is written
+// with the lock and deleted with the count's write, in one transaction,
+// at the end; in between:
+//  1. every old table is read and copied into one staging table, and the
+//     plan marked staged; the old tables are not touched yet, so a rerun
+//     before the mark copies them again;
+//  2. every old and new table is cleared and the new tables written from
+//     the staging table, which a rerun after the mark does again.
+//
+// Every write is guarded by the lock key's create revision (a fence), so
+// a resize whose lease expired cannot write over the one that took over.
+func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	if o.MaxOps <= 0 {
+		o.MaxOps = store.MaxOpsPerTxn
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	start := o.Clock.Now()
+	res := ResizeResult{To: o.To}
+	if o.To < 1 || o.To > MaxShards {
+		return res, fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrResizeRefused, o.To, MaxShards)
+	}
+	cli, prefix := o.Client, o.Prefix
+	from, _, err := readShardCount(ctx, cli, prefix)
+	if err != nil {
+		return res, err
+	}
+	plan, havePlan, err := readPlan(ctx, cli, prefix)
+	if err != nil {
+		return res, err
+	}
+	switch {
+	case havePlan && plan.To != o.To:
+		return res, fmt.Errorf("%w: a resize from %d to %d shards began at %s (by %s) and did not finish; run `beatd shards resize %d` to finish it first",
+			ErrResizeRefused, plan.From, plan.To, plan.Since.Format(time.RFC3339), plan.By, plan.To)
+	case havePlan:
+		from, res.Resumed = plan.From, true
+	case from == o.To:
+		return res, fmt.Errorf("%w: the cluster at %s has a shard count of %d already", ErrResizeRefused, prefix, from)
+	default:
+		plan = resizePlan{From: from, To: o.To, Since: start.UTC(), By: o.By}
+	}
+	res.From = from
+	if err := checkStopped(ctx, cli, prefix); err != nil {
+		return res, err
+	}
+
+	// The lock: on a lease kept alive while this runs, so a resize that
+	// dies frees it a TTL later; written only while no replica is
+	// registered and the unsharded election is empty.
+	lctx, stopLease := context.WithCancel(ctx)
+	defer stopLease()
+	lease, err := cli.Grant(lctx, int64(resizeLockTTL/time.Second))
+	if err != nil {
+		return res, fmt.Errorf("shards: resize: grant the lock's lease: %w", err)
+	}
+	keep, err := cli.KeepAlive(lctx, lease.ID)
+	if err != nil {
+		return res, fmt.Errorf("shards: resize: keep the lock's lease: %w", err)
+	}
+	go func() { // ends when lctx does: KeepAlive closes keep
+		for range keep {
+		}
+	}()
+	lockKey, planKey := keys.ResizeLock(prefix), keys.ResizePlan(prefix)
+	lockVal, _ := json.Marshal(resizeLock{By: o.By, Since: start.UTC(), From: from, To: o.To})
+	planVal, _ := json.Marshal(plan)
+	ops := []clientv3.Op{clientv3.OpPut(lockKey, string(lockVal), clientv3.WithLease(lease.ID))}
+	if !havePlan {
+		ops = append(ops, clientv3.OpPut(planKey, string(planVal)))
+	}
+	txn, err := cli.Txn(ctx).If(append(stoppedCmps(prefix), clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0))...).
+		Then(ops...).Else(clientv3.OpGet(lockKey)).Commit()
+	if err != nil {
+		return res, fmt.Errorf("shards: resize: take the lock %s: %w", lockKey, err)
+	}
+	if !txn.Succeeded {
+		if kvs := txn.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			var l resizeLock
+			_ = json.Unmarshal(kvs[0].Value, &l)
+			return res, fmt.Errorf("%w: a resize from %d to %d shards is in progress since %s by %s (%s); it frees the lock within %s of ending",
+				ErrResizeRefused, l.From, l.To, l.Since.Format(time.RFC3339), l.By, lockKey, resizeLockTTL)
+		}
+		return res, fmt.Errorf("%w: a replica started while the resize began; stop every replica first", ErrResizeRefused)
+	}
+	fence := election.Fence{Key: lockKey, Token: txn.Header.Revision}
+	o.Logger.Info("resize: lock taken", "from", from, "to", o.To, "resumed", res.Resumed)
+
+	staging := store.New(cli, keys.ResizeStaging(prefix)).WithMaxOps(o.MaxOps)
+	if !plan.Staged {
+		t := store.NewTable()
+		for i := range from {
+			old, err := store.New(cli, keys.Shard(prefix, i, from)).Load(ctx)
+			if err != nil {
+				return res, fmt.Errorf("shards: resize: read shard %d of %d: %w", i, from, err)
+			}
+			old.Range(func(st store.EntryState) bool { t.Set(st); return true })
+		}
+		t.Fit()
+		// A run killed in this phase left part of a staging table: it
+		// is written again whole.
+		if err := fenced(ctx, cli, prefix, fence, clientv3.OpDelete(keys.ResizeStaging(prefix), clientv3.WithPrefix())); err != nil {
+			return res, err
+		}
+		if err := staging.Save(ctx, fence, t, nil); err != nil {
+			return res, fmt.Errorf("shards: resize: stage %d states: %w", t.Len(), err)
+		}
+		plan.Staged = true
+		planVal, _ = json.Marshal(plan)
+		if err := fenced(ctx, cli, prefix, fence, clientv3.OpPut(planKey, string(planVal))); err != nil {
+			return res, err
+		}
+		o.Logger.Info("resize: staged", "entries", t.Len())
+	}
+	if o.stopAfter == "staged" {
+		return res, errors.New("shards: resize: stopped after staging (test)")
+	}
+
+	all, err := staging.Load(ctx)
+	if err != nil {
+		return res, fmt.Errorf("shards: resize: read the staging table: %w", err)
+	}
+	res.Entries = all.Len()
+	// Clear every table of both counts (a shard's prefix does not name its
+	// count: shard 3 of 4 and of 8 share one), then write the new ones.
+	tables := map[string]bool{}
+	for _, n := range []int{from, o.To} {
+		for i := range n {
+			tables[keys.Shard(prefix, i, n)] = true
+		}
+	}
+	var clears []clientv3.Op
+	for p := range tables {
+		clears = append(clears, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()))
+	}
+	for len(clears) > 0 {
+		n := min(len(clears), o.MaxOps)
+		if err := fenced(ctx, cli, prefix, fence, clears[:n]...); err != nil {
+			return res, err
+		}
+		clears = clears[n:]
+	}
+	if o.stopAfter == "cleared" {
+		return res, errors.New("shards: resize: stopped after clearing the tables (test)")
+	}
+	parts := make([]*store.Table, o.To)
+	for i := range parts {
+		parts[i] = store.NewTable()
+	}
+	all.Range(func(st store.EntryState) bool { parts[keys.ShardOf(st.Name, o.To)].Set(st); return true })
+	for i, t := range parts {
+		t.Fit()
+		if err := store.New(cli, keys.Shard(prefix, i, o.To)).WithMaxOps(o.MaxOps).Save(ctx, fence, t, nil); err != nil {
+			return res, fmt.Errorf("shards: resize: write shard %d of %d: %w", i, o.To, err)
+		}
+	}
+
+	// The end, in one transaction: the count, and the plan, staging table
+	// and lock gone; only while still no replica is registered.
+	countOp := clientv3.OpDelete(keys.ShardCount(prefix))
+	if o.To > 1 {
+		countOp = clientv3.OpPut(keys.ShardCount(prefix), strconv.Itoa(o.To))
+	}
+	txn, err = cli.Txn(ctx).If(append(stoppedCmps(prefix), fence.Held())...).
+		Then(countOp, clientv3.OpDelete(keys.Resize(prefix), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return res, fmt.Errorf("shards: resize: write the count: %w", err)
+	}
+	if !txn.Succeeded {
+		return res, fmt.Errorf("shards: resize: a replica registered, or the lock was lost, before the count was written; stop every replica and rerun `beatd shards resize %d` to finish", o.To)
+	}
+	stopLease()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = cli.Revoke(rctx, lease.ID) // its key is deleted: this only frees the lease early
+	res.Took = o.Clock.Since(start)
+	o.Logger.Info("resize: done", "from", from, "to", o.To, "entries", res.Entries, "took", res.Took)
+	return res, nil
+}
+
+// fenced commits ops while the resize holds its lock and no replica has
+// registered since it began (a replica that read no resize an instant
+// before the lock was taken): then the resize stops where it is, and the
+// plan makes replicas refuse to start until it is finished.
+func fenced(ctx context.Context, cli *clientv3.Client, prefix string, fence election.Fence, ops ...clientv3.Op) error {
+	txn, err := cli.Txn(ctx).If(append(stoppedCmps(prefix), fence.Held())...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("shards: resize: %d ops: %w", len(ops), err)
+	}
+	if !txn.Succeeded {
+		return fmt.Errorf("shards: resize: the lock %s was lost (its lease expired) or a replica registered; stop every replica and rerun to finish", fence.Key)
+	}
+	return nil
+}
+
+// stoppedCmps holds while no replica is registered and the unsharded
+// election is empty. A replica registers as it starts to campaign, so no
+// registration also means no shard leader but a dead one's, whose key
+// checkStopped finds.
+func stoppedCmps(prefix string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(keys.Replicas(prefix)), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(keys.Leaders(prefix)), "=", 0).WithPrefix(),
+	}
+}
+
+// checkStopped refuses while any replica is registered or any election
+// (the unsharded one, or any of MaxShards shards') has a candidate.
+func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	reps, err := election.Replicas(ctx, cli, prefix)
+	if err != nil {
+		return fmt.Errorf("shards: resize: read the replicas: %w", err)
+	}
+	if len(reps) > 0 {
+		ids := make([]string, len(reps))
+		for i, r := range reps {
+			ids[i] = r.ID
+		}
+		return fmt.Errorf("%w: %d replica(s) running (%s): resize is offline; stop every replica first", ErrResizeRefused, len(reps), strings.Join(ids, ", "))
+	}
+	elections := []string{keys.Leaders(prefix)}
+	for i := range MaxShards {
+		elections = append(elections, keys.Leaders(keys.Shard(prefix, i, MaxShards)))
+	}
+	for len(elections) > 0 {
+		n := min(len(elections), store.ReadBatch)
+		ops := make([]clientv3.Op, n)
+		for i, p := range elections[:n] {
+			ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		}
+		resp, err := cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("shards: resize: read the elections: %w", err)
+		}
+		for i, r := range resp.Responses {
+			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+				return fmt.Errorf("%w: the election %s has a candidate (%s): a replica runs, or died less than its lease TTL ago; stop every replica first",
+					ErrResizeRefused, elections[i], kvs[0].Key)
+			}
+		}
+		elections = elections[n:]
+	}
+	return nil
+}
+
+// readShardCount is the cluster's shard count, and whether it is
+// recorded (keys.ShardCount; a cluster without the key has 1).
+func readShardCount(ctx context.Context, cli *clientv3.Client, prefix string) (n int, recorded bool, err error) {
+	key := keys.ShardCount(prefix)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return 0, false, fmt.Errorf("shards: read the cluster's shard count (%s): %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 1, false, nil
+	}
+	n, err = strconv.Atoi(string(resp.Kvs[0].Value))
+	if err != nil || n < 1 {
+		return 0, false, fmt.Errorf("shards: the cluster's shard count at %s is %q, not a count", key, resp.Kvs[0].Value)
+	}
+	return n, true, nil
+}
+
+// readPlan reads an unfinished resize's plan.
+func readPlan(ctx context.Context, cli *clientv3.Client, prefix string) (resizePlan, bool, error) {
+	var p resizePlan
+	key := keys.ResizePlan(prefix)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return p, false, fmt.Errorf("shards: read %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return p, false, nil
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &p); err != nil || p.To < 1 || p.From < 1 {
+		return p, false, fmt.Errorf("shards: %s holds %q, not a resize plan", key, resp.Kvs[0].Value)
+	}
+	return p, true, nil
+}
+
+// ShardsInfo is `beatd shards show`: the count, and a resize begun.
+type ShardsInfo struct {
+	Count    int        `json:"count"`
+	Resizing *ResizeRun `json:"resize,omitempty"`
+}
+
+// ResizeRun is a resize in progress or unfinished.
+type ResizeRun struct {
+	From    int       `json:"from"`
+	To      int       `json:"to"`
+	Since   time.Time `json:"since"`
+	By      string    `json:"by"`
+	Staged  bool      `json:"staged"`
+	Running bool      `json:"running"` // its lock is held
+}
+
+// ShowShards reads the cluster's count and any resize begun.
+func ShowShards(ctx context.Context, cli *clientv3.Client, prefix string) (ShardsInfo, error) {
+	var info ShardsInfo
+	n, _, err := readShardCount(ctx, cli, prefix)
+	if err != nil {
+		return info, err
+	}
+	info.Count = n
+	plan, ok, err := readPlan(ctx, cli, prefix)
+	if err != nil || !ok {
+		return info, err
+	}
+	lock, err := cli.Get(ctx, keys.ResizeLock(prefix), clientv3.WithCountOnly())
+	if err != nil {
+		return info, fmt.Errorf("shards: read the resize lock: %w", err)
+	}
+	info.Resizing = &ResizeRun{From: plan.From, To: plan.To, Since: plan.Since, By: plan.By, Staged: plan.Staged, Running: lock.Count > 0}
+	return info, nil
+}
+
+// checkNotResizing refuses a replica's start while a resize runs or one
+// is unfinished: the state tables are half moved.
+func checkNotResizing(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	resp, err := cli.Get(ctx, keys.Resize(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return fmt.Errorf("shards: read %s: %w", keys.Resize(prefix), err)
+	}
+	if len(resp.Kvs) > 0 {
+		return fmt.Errorf("%w (%s): run `beatd shards show`, and finish it with `beatd shards resize M`", ErrResizing, resp.Kvs[0].Key)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/beatd/beatd/chaos"
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/store"
+	"github.com/beatd/beatd/testkit/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestShardResize runs a cluster at 4 shards, stops it, resizes it to 8
+// and runs it again: every slot from the first run's start to the second
+// run's end is in the queue exactly once, the downtime's slots caught up
+// from the state that moved. Resizes are refused, changing nothing, while
+// a replica runs, to the same count, out of bounds and while another
+// resize holds the lock; a resize killed after staging or after clearing
+// the tables is finished by a rerun, and a replica refuses to start in
+// between. Going to 1 shard leaves an unsharded cluster's keys.
+func TestShardResize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	const prefix = "/rs/"
+	var y strings.Builder
+	y.WriteString("entries:\n")
+	for i := range 16 {
+		fmt.Fprintf(&y, "  e%d: {task: tasks.t, every: 1s, catchup: all}\n", i)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := func(id string, n int) []string {
+		return []string{"--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", prefix, "--id", id,
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", fmt.Sprint(n)}
+	}
+	ctx := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	a := runMain(t, args("a", 4)...)
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == 4 })
+	from := time.Now().Truncate(time.Second).Add(time.Second)
+	resize := func(to int) (ResizeResult, error) {
+		return Resize(ctx, ResizeOptions{Client: cli, Prefix: prefix, To: to, By: "test"})
+	}
+	// unchanged checks that a refused resize wrote nothing.
+	unchanged := func(what, count string) {
+		t.Helper()
+		resp, err := cli.Get(ctx, keys.Resize(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 0 {
+			t.Errorf("%s: %v resize keys left (%v)", what, resp.Count, err)
+		}
+		if got := getValue(t, cli, keys.ShardCount(prefix)); got != count {
+			t.Errorf("%s: shard count %q, want %q", what, got, count)
+		}
+	}
+	if _, err := resize(8); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "running (a)") {
+		t.Errorf("resize with a replica running: %v, want refused naming it", err)
+	}
+	unchanged("running", "4")
+	time.Sleep(2 * time.Second)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := shardStates(t, cli, prefix, 4)
+	if len(before) != 16 {
+		t.Fatalf("%d states after the first run, want 16", len(before))
+	}
+
+	// Refusals of a stopped cluster, and of a lock held by another resize.
+	for _, tc := range []struct {
+		name string
+		to   int
+		want string
+	}{
+		{"same count", 4, "has a shard count of 4 already"},
+		{"zero", 0, "a cluster has 1 to 256"},
+		{"too many", 257, "a cluster has 1 to 256"},
+	} {
+		if _, err := resize(tc.to); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want refused with %q", tc.name, err, tc.want)
+		}
+		unchanged(tc.name, "4")
+	}
+	lease, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := json.Marshal(resizeLock{By: "host-x pid 7", Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), From: 4, To: 16})
+	if _, err := cli.Put(ctx, keys.ResizeLock(prefix), string(held), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resize(8); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "in progress since 2026-01-02T03:04:05Z by host-x pid 7") {
+		t.Errorf("concurrent resize: %v, want refused naming the other", err)
+	}
+	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	unchanged("concurrent", "4")
+
+	res, err := resize(8)
+	if err != nil || res.From != 4 || res.To != 8 || res.Entries != 16 || res.Resumed {
+		t.Fatalf("resize 4 -> 8: %+v, %v", res, err)
+	}
+	t.Logf("resized 4 -> 8 in %s", res.Took)
+	if after := shardStates(t, cli, prefix, 8); !sameStates(before, after) {
+		t.Fatalf("states moved 4 -> 8 differ:\nbefore %v\nafter  %v", before, after)
+	}
+
+	b := runMain(t, args("b", 8)...)
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 8 shards", func() bool { return len(b.shards.leading()) == 8 })
+	time.Sleep(2 * time.Second)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+	msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chaos.Audit(cfg, msgs, from, to)
+	if !r.OK || r.ExpectedSlots < 16*4 {
+		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
+	}
+	t.Logf("audited %d slots across the resize: 0 duplicate, 0 missed", r.ExpectedSlots)
+
+	// A resize killed after staging, then one killed after clearing the
+	// tables: each is finished by a rerun once its lock's lease is gone,
+	// and a replica refuses to start in between.
+	before = shardStates(t, cli, prefix, 8)
+	for _, k := range []struct {
+		to        int
+		stopAfter string
+	}{{2, "staged"}, {1, "cleared"}} {
+		if _, err := Resize(ctx, ResizeOptions{Client: cli, Prefix: prefix, To: k.to, By: "test", stopAfter: k.stopAfter}); err == nil {
+			t.Fatalf("resize stopped after %s: no error", k.stopAfter)
+		}
+		lock, err := cli.Get(ctx, keys.ResizeLock(prefix))
+		if err != nil || len(lock.Kvs) != 1 {
+			t.Fatalf("after %s: lock %v, %v", k.stopAfter, lock, err)
+		}
+		if _, err := resize(k.to); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "in progress since") {
+			t.Errorf("rerun while the lock's lease lives: %v, want refused", err)
+		}
+		if _, err := resize(k.to + 4); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), fmt.Sprintf("run `beatd shards resize %d` to finish it", k.to)) {
+			t.Errorf("another count while unfinished: %v, want refused naming the count to finish", err)
+		}
+		m := newTestMain(io.Discard, io.Discard)
+		if err := m.ParseFlags(ctx, args("c", k.to)); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Run(ctx); !errors.Is(err, ErrResizing) {
+			t.Errorf("replica started during an unfinished resize: %v, want ErrResizing", err)
+		}
+		_ = m.Close()
+		if _, err := cli.Revoke(ctx, clientv3.LeaseID(lock.Kvs[0].Lease)); err != nil { // as its TTL would
+			t.Fatal(err)
+		}
+		res, err := resize(k.to)
+		if err != nil || !res.Resumed || res.To != k.to || res.Entries != 16 {
+			t.Fatalf("rerun after %s: %+v, %v", k.stopAfter, res, err)
+		}
+		if after := shardStates(t, cli, prefix, k.to); !sameStates(before, after) {
+			t.Fatalf("states after the rerun to %d differ:\nbefore %v\nafter  %v", k.to, before, after)
+		}
+	}
+	// One shard is an unsharded cluster: no count, nothing under shards/
+	// or resize/, the state under the cluster's prefix.
+	all, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range all.Kvs {
+		if k := string(kv.Key); strings.Contains(k, "shard") || strings.Contains(k, "resize") {
+			t.Errorf("one shard after resize has %s", k)
+		}
+	}
+	if st, err := store.New(cli, prefix).Load(ctx); err != nil || st.Len() != 16 {
+		t.Errorf("the unsharded state table: %v entries, %v", st.Len(), err)
+	}
+}
+
+// shardStates is every entry's state in the n tables of a cluster of n
+// shards, each read from the table of its shard (an entry in another
+// table is an error).
+func shardStates(t *testing.T, cli *clientv3.Client, prefix string, n int) map[string]store.EntryState {
+	t.Helper()
+	out := map[string]store.EntryState{}
+	for i := range n {
+		tab, err := store.New(cli, keys.Shard(prefix, i, n)).Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab.Range(func(st store.EntryState) bool {
+			if keys.ShardOf(st.Name, n) != i {
+				t.Errorf("%s is in shard %d of %d, want %d", st.Name, i, n, keys.ShardOf(st.Name, n))
+			}
+			out[st.Name] = st
+			return true
+		})
+	}
+	return out
+}
+
+func sameStates(a, b map[string]store.EntryState) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, st := range a {
+		o, ok := b[name]
+		if !ok || !st.LastSlot.Equal(o.LastSlot) || !st.Since.Equal(o.Since) || st.Paused != o.Paused || st.Runs != o.Runs {
+			return false
+		}
+	}
+	return true
+}
+
+func getValue(t *testing.T, cli *clientv3.Client, key string) string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
