@@ -17,6 +17,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
@@ -132,6 +133,10 @@ type shard struct {
 	handedAt time.Time
 }
 
+// minShardFeedBuffer is the least outcome buffer a shard's loop gets
+// (feedBuffer is split among the shards).
+const minShardFeedBuffer = 1024
+
 // shardHandoverQuiet is how long a replica stays out of a shard's
 // election after handing it over, unless it falls below its least share.
 const shardHandoverQuiet = 2 * time.Second
@@ -171,11 +176,17 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
-		// Each shard's loop owns its scheduler's metrics and the outcome
-		// feed would be shared by every loop (its Clear and its one
-		// channel are a single loop's): the shards keep metrics of their
-		// own, unexported, and track no outcomes (docs/scaling.md).
-		sc.Metrics, sc.Outcomes = scheduler.NewMetrics(prometheus.NewRegistry()), nil
+		// Each shard's loop owns its scheduler's metrics: the shards keep
+		// metrics of their own, unexported (docs/scaling.md).
+		sc.Metrics = scheduler.NewMetrics(prometheus.NewRegistry())
+		// The replica's one set of outcome consumers feeds every shard's
+		// loop: each reads a Sub, which gets the reports about the runs
+		// that loop watches (its own entries').
+		var sub *outcome.Feed
+		if d.sched.Outcomes != nil {
+			sub = d.sched.Outcomes.Sub(max(feedBuffer/n, minShardFeedBuffer))
+		}
+		sc.Outcomes = sub
 		if sh.sched, err = scheduler.New(sc, parts[i]); err != nil {
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
@@ -197,6 +208,11 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			}()
 			if i == 0 && d.lead0 != nil {
 				defer d.lead0(t)()
+			}
+			if sub != nil {
+				// Once the term ends nobody reads the sub: its runs'
+				// reports go back to the held ones, for whoever leads next.
+				defer sub.Clear()
 			}
 			return sh.sched.Run(ctx, t.Term)
 		}

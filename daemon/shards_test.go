@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,4 +235,103 @@ func TestShardHandover(t *testing.T) {
 		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
 	}
 	t.Logf("audited %d slots: 0 duplicate, 0 missed", r.ExpectedSlots)
+}
+
+// TestShardOutcomes: on a sharded cluster every shard's loop sees its
+// entries' task events from a real Celery worker (-E), whichever replica
+// leads it: every entry, one or more in each shard, records a succeeded
+// run; pause_after_failures pauses a failing entry; overlap: skip never
+// lets two runs of its entry execute at once on a pool that would.
+func TestShardOutcomes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two beatd replicas with etcd, Redis and a Celery worker")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Events: true, Pool: "threads", Concurrency: 4, Name: "shards@%h"})
+	const shards = 4
+	var y strings.Builder
+	y.WriteString("entries:\n")
+	var oks []string
+	covered := map[int]bool{}
+	for i := 0; len(covered) < shards || len(oks) < 6; i++ {
+		name := fmt.Sprintf("ok-%d", i)
+		oks, covered[keys.ShardOf(name, shards)] = append(oks, name), true
+		fmt.Fprintf(&y, "  %s: {task: tasks.add, every: 1s, args: [1, 2]}\n", name)
+	}
+	y.WriteString("  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}\n")
+	y.WriteString("  skipper: {task: tasks.sleep, every: 1s, args: [1.6, skip], overlap: skip}\n")
+	if keys.ShardOf("boom", shards) == keys.ShardOf("skipper", shards) {
+		t.Fatal("boom and skipper share a shard: pick names in two")
+	}
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string) *Main {
+		return runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/so/", "--id", id,
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", strconv.Itoa(shards))
+	}
+	a, b := start("a"), start("b")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
+		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	ctx := context.Background()
+	entry := func(st api.Status, name string) api.EntryStatus {
+		for _, e := range st.Entries {
+			if e.Name == name {
+				return e
+			}
+		}
+		return api.EntryStatus{}
+	}
+	has := func(e api.EntryStatus, outcome string) bool {
+		return slices.ContainsFunc(e.Runs, func(r status.RunOutcome) bool { return r.Outcome == outcome })
+	}
+	var st api.Status
+	testutil.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "every shard's outcomes: succeeded, paused, skipped", func() bool {
+		var err error
+		if st, err = status.FromEtcd(ctx, a.etcd, "/so/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit}); err != nil {
+			return false
+		}
+		for _, name := range oks {
+			if !has(entry(st, name), "succeeded") {
+				return false
+			}
+		}
+		skipper := entry(st, "skipper")
+		return entry(st, "boom").Paused && has(skipper, "skipped") && has(skipper, "succeeded")
+	})
+	if boom := entry(st, "boom"); !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
+		t.Errorf("boom paused for %q, want its exception", boom.PauseReason)
+	}
+	// The worker's own times: skip's runs never overlapped.
+	var runs [][2]float64
+	metas, err := rs.ClientDB(1).Keys(ctx, "celery-task-meta-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range metas {
+		var meta struct {
+			Status string `json:"status"`
+			Result struct {
+				Start, End float64
+				Mark       string
+			} `json:"result"`
+		}
+		raw, err := rs.ClientDB(1).Get(ctx, k).Bytes()
+		if err == nil && json.Unmarshal(raw, &meta) == nil && meta.Status == "SUCCESS" && meta.Result.Mark == "skip" {
+			runs = append(runs, [2]float64{meta.Result.Start, meta.Result.End})
+		}
+	}
+	slices.SortFunc(runs, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+	for i := 1; i < len(runs); i++ {
+		if runs[i][0] < runs[i-1][1] {
+			t.Errorf("skipper's runs overlapped: one started at %.3f while the one before ran until %.3f", runs[i][0], runs[i-1][1])
+		}
+	}
+	if len(runs) == 0 {
+		t.Error("skipper never ran to the end")
+	}
+	t.Logf("%d entries over %d shards: every one's outcomes seen; boom paused; skipper ran %d times without overlap", len(oks)+2, shards, len(runs))
 }
