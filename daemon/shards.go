@@ -149,6 +149,8 @@ type shardDeps struct {
 	store    func(i int) scheduler.StateStore
 	leaseTTL time.Duration
 	id       string
+	// perEntryLimit is --metrics-per-entry-limit (0: the default).
+	perEntryLimit int
 	// lead, when set, runs beside shard 0's scheduler for its term (the
 	// catalog, which is the cluster's, is published by shard 0's leader).
 	lead0 func(leader.Term) (stop func())
@@ -176,9 +178,19 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
-		// Each shard's loop owns its scheduler's metrics: the shards keep
-		// metrics of their own, unexported (docs/scaling.md).
-		sc.Metrics = scheduler.NewMetrics(prometheus.NewRegistry())
+		// Each shard's loop owns its scheduler's metrics (its gauges are
+		// the loop's: pending slots, the state backlog, the entries' next
+		// fires), so each shard exports its own, labelled shard="i"; the
+		// replica's own, of no loop, are shard="" (newMetrics).
+		shardReg := prometheus.Registerer(prometheus.NewRegistry())
+		if reg != nil {
+			shardReg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": strconv.Itoa(i)}, reg)
+		}
+		sc.Metrics = scheduler.NewMetrics(shardReg)
+		// --metrics-per-entry-limit is the replica's, over its shards.
+		if d.perEntryLimit > 0 {
+			sc.Metrics.PerEntryLimit = (d.perEntryLimit + n - 1) / n
+		}
 		// The replica's one set of outcome consumers feeds every shard's
 		// loop: each reads a Sub, which gets the reports about the runs
 		// that loop watches (its own entries').
@@ -540,7 +552,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			st.SetAuditKeep(m.AuditKeep)
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
-		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog,
+		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
 	}, m.registry, m.log)
 }
 

@@ -235,6 +235,48 @@ func TestShardHandover(t *testing.T) {
 		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
 	}
 	t.Logf("audited %d slots: 0 duplicate, 0 missed", r.ExpectedSlots)
+	// /metrics counts the shards' fires: across both replicas every
+	// message in the queue is one ok fire (a fire deduplicated after a
+	// handover is ok too, and counted apart), each labelled with its shard.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err = chaos.ReadQueue(context.Background(), rs.Client(), "celery"); err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	for _, m := range msgs {
+		if !m.Manual {
+			published++
+		}
+	}
+	ok, dedup, shardsSeen := 0.0, 0.0, map[string]bool{}
+	for _, m := range []*Main{a, b} {
+		mfs, err := m.registry.Gather()
+		if err != nil {
+			t.Fatalf("gather %s's metrics: %v", m.ID, err)
+		}
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range s.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				switch {
+				case mf.GetName() == "beatd_fires_total" && labels["result"] == "ok":
+					ok += s.GetCounter().GetValue()
+					if s.GetCounter().GetValue() > 0 {
+						shardsSeen[labels["shard"]] = true
+					}
+				case mf.GetName() == "beatd_fires_deduplicated_total":
+					dedup += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if int(ok-dedup) != published || len(shardsSeen) != 4 || shardsSeen[""] {
+		t.Errorf("beatd_fires_total{result=ok} %v less %v deduplicated, want the %d published; shards with fires %v, want 0-3", ok, dedup, published, shardsSeen)
+	}
 }
 
 // TestShardOutcomes: on a sharded cluster every shard's loop sees its
