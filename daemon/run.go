@@ -569,7 +569,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.cancel, m.runCtx = cancel, runCtx
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
-		feed: m.feed, outcomes: m.Outcomes, started: m.started}
+		feed: m.feed, outcomes: m.Outcomes, started: m.started, shards: m.shards}
 	etcdTLS, err := m.Etcd.TLSConfig()
 	if err != nil {
 		cancel()

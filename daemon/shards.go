@@ -120,6 +120,7 @@ type shard struct {
 	i      int
 	prefix string // keys.Shard: its election and state table
 	sched  *scheduler.Scheduler
+	pub    *redisbroker.Publisher // its dispatcher on Redis, else nil
 	loop   *leader.Loop
 	el     *election.Elector
 
@@ -178,6 +179,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
+		sh.pub, _ = dispatcher.(*redisbroker.Publisher)
 		// Each shard's loop owns its scheduler's metrics (its gauges are
 		// the loop's: pending slots, the state backlog, the entries' next
 		// fires), so each shard exports its own, labelled shard="i"; the
@@ -401,6 +403,35 @@ func (s *shardSet) leading() []shardLead {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// termErr is why a shard this replica leads cannot do its work, each
+// named by its shard (nil: every one can), for /readyz.
+func (s *shardSet) termErr(now time.Time) error {
+	var errs []error
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		leading := sh.handover != nil
+		sh.mu.Unlock()
+		if !leading {
+			continue
+		}
+		if err := termErr(sh.sched, sh.pub, now); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", sh.i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopped reports whether a shard's leadership loop has stopped, and
+// which.
+func (s *shardSet) stopped() (int, bool) {
+	for _, sh := range s.shards {
+		if sh.loop.Stopped() {
+			return sh.i, true
+		}
+	}
+	return 0, false
 }
 
 // balance reads the live replicas and hands over a surplus shard each

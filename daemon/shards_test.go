@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,6 +180,28 @@ func TestShardHandover(t *testing.T) {
 	b := start("b")
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
 		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	// /status: each replica is a leader, of the shards it flags.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "each replica's /status flags its 2 shards", func() bool {
+		for _, m := range []*Main{a, b} {
+			st, err := m.api.Status(context.Background(), api.StatusQuery{Limit: 1})
+			if err != nil || !st.Leader || len(st.Shards) != 4 {
+				return false
+			}
+			mine := 0
+			for _, sh := range st.Shards {
+				if sh.Leader != (sh.LeaderID == m.ID) {
+					return false
+				}
+				if sh.Leader {
+					mine++
+				}
+			}
+			if mine != 2 {
+				return false
+			}
+		}
+		return true
 	})
 	// Admin requests are queued on any replica for the cluster, and done
 	// by the leader of the entry's shard.
@@ -376,4 +400,56 @@ func TestShardOutcomes(t *testing.T) {
 		t.Error("skipper never ran to the end")
 	}
 	t.Logf("%d entries over %d shards: every one's outcomes seen; boom paused; skipper ran %d times without overlap", len(oks)+2, shards, len(runs))
+}
+
+// TestShardReadiness: /readyz reports a led shard that cannot publish,
+// by its shard, while the broker still answers PING (Redis refuses writes
+// past maxmemory), and is ready again once the shard publishes.
+func TestShardReadiness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte("entries:\n  e0: {task: tasks.t, every: 200ms}\n  e1: {task: tasks.t, every: 200ms}\n  e2: {task: tasks.t, every: 200ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/rz/", "--id", "a",
+		"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", "2")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + m.HTTPAddress() + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "ready, leading both shards", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK && len(m.shards.leading()) == 2
+	})
+	ctx := context.Background()
+	rdb := rs.Client()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "not ready: a shard cannot publish", func() bool {
+		var code int
+		code, body = readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "shard ") && strings.Contains(body, "cannot publish")
+	})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the broker should answer PING while it refuses writes: %v", err)
+	}
+	t.Logf("/readyz while Redis refuses writes: %s", strings.TrimSpace(body))
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "ready again", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
 }
