@@ -203,6 +203,28 @@ func TestShardHandover(t *testing.T) {
 		}
 		return true
 	})
+	// The console shows who leads each shard, with its token, and which
+	// shards each replica leads.
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "the console's shards table", func() bool {
+		st, err := a.api.Status(context.Background(), api.StatusQuery{Limit: 1})
+		if err != nil || len(st.Shards) != 4 {
+			return false
+		}
+		resp, err := http.Get("http://" + b.HTTPAddress() + "/")
+		if err != nil {
+			return false
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, sh := range st.Shards {
+			row := fmt.Sprintf("<tr data-shard=\"%d\">\n <th scope=\"row\" data-label=\"Shard\">%d</th>\n <td data-label=\"Leader\"><strong>%s</strong></td>\n <td data-label=\"Token\">%d</td>",
+				sh.Shard, sh.Shard, sh.LeaderID, sh.FencingToken)
+			if !strings.Contains(string(page), row) {
+				return false
+			}
+		}
+		return strings.Count(string(page), "<strong>leader</strong> of shards ") == 2 && strings.Contains(string(page), "sharded: 4 shards")
+	})
 	// Admin requests are queued on any replica for the cluster, and done
 	// by the leader of the entry's shard.
 	ctx := context.Background()
