@@ -349,6 +349,7 @@ func TestShardOutcomes(t *testing.T) {
 	}
 	y.WriteString("  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}\n")
 	y.WriteString("  skipper: {task: tasks.sleep, every: 1s, args: [1.6, skip], overlap: skip}\n")
+	y.WriteString("  allowed: {task: tasks.sleep, every: 1s, args: [1.6, allow]}\n")
 	if keys.ShardOf("boom", shards) == keys.ShardOf("skipper", shards) {
 		t.Fatal("boom and skipper share a shard: pick names in two")
 	}
@@ -376,6 +377,35 @@ func TestShardOutcomes(t *testing.T) {
 	has := func(e api.EntryStatus, outcome string) bool {
 		return slices.ContainsFunc(e.Runs, func(r status.RunOutcome) bool { return r.Outcome == outcome })
 	}
+	// runsOf is the finished runs of tasks.sleep with mark, as the worker
+	// timed them, in start order.
+	runsOf := func(mark string) [][2]float64 {
+		var runs [][2]float64
+		metas, _ := rs.ClientDB(1).Keys(ctx, "celery-task-meta-*").Result()
+		for _, k := range metas {
+			var meta struct {
+				Status string `json:"status"`
+				Result struct {
+					Start, End float64
+					Mark       string
+				} `json:"result"`
+			}
+			raw, err := rs.ClientDB(1).Get(ctx, k).Bytes()
+			if err == nil && json.Unmarshal(raw, &meta) == nil && meta.Status == "SUCCESS" && meta.Result.Mark == mark {
+				runs = append(runs, [2]float64{meta.Result.Start, meta.Result.End})
+			}
+		}
+		slices.SortFunc(runs, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		return runs
+	}
+	overlapped := func(runs [][2]float64) bool {
+		for i := 1; i < len(runs); i++ {
+			if runs[i][0] < runs[i-1][1] {
+				return true
+			}
+		}
+		return false
+	}
 	var st api.Status
 	testutil.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "every shard's outcomes: succeeded, paused, skipped", func() bool {
 		var err error
@@ -388,40 +418,21 @@ func TestShardOutcomes(t *testing.T) {
 			}
 		}
 		skipper := entry(st, "skipper")
-		return entry(st, "boom").Paused && has(skipper, "skipped") && has(skipper, "succeeded")
+		return entry(st, "boom").Paused && has(skipper, "skipped") && has(skipper, "succeeded") &&
+			len(runsOf("skip")) >= 3 && overlapped(runsOf("allow"))
 	})
 	if boom := entry(st, "boom"); !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
 		t.Errorf("boom paused for %q, want its exception", boom.PauseReason)
 	}
-	// The worker's own times: skip's runs never overlapped.
-	var runs [][2]float64
-	metas, err := rs.ClientDB(1).Keys(ctx, "celery-task-meta-*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range metas {
-		var meta struct {
-			Status string `json:"status"`
-			Result struct {
-				Start, End float64
-				Mark       string
-			} `json:"result"`
-		}
-		raw, err := rs.ClientDB(1).Get(ctx, k).Bytes()
-		if err == nil && json.Unmarshal(raw, &meta) == nil && meta.Status == "SUCCESS" && meta.Result.Mark == "skip" {
-			runs = append(runs, [2]float64{meta.Result.Start, meta.Result.End})
+	// The worker's own times: skip's runs never overlapped, while the
+	// same task without a policy did (the pool could run them at once).
+	skips := runsOf("skip")
+	for i := 1; i < len(skips); i++ {
+		if skips[i][0] < skips[i-1][1] {
+			t.Errorf("skipper's runs overlapped: one started at %.3f while the one before ran until %.3f", skips[i][0], skips[i-1][1])
 		}
 	}
-	slices.SortFunc(runs, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
-	for i := 1; i < len(runs); i++ {
-		if runs[i][0] < runs[i-1][1] {
-			t.Errorf("skipper's runs overlapped: one started at %.3f while the one before ran until %.3f", runs[i][0], runs[i-1][1])
-		}
-	}
-	if len(runs) == 0 {
-		t.Error("skipper never ran to the end")
-	}
-	t.Logf("%d entries over %d shards: every one's outcomes seen; boom paused; skipper ran %d times without overlap", len(oks)+2, shards, len(runs))
+	t.Logf("%d entries over %d shards: every one's outcomes seen; boom paused; skipper ran %d times without overlap", len(oks)+3, shards, len(skips))
 }
 
 // TestShardReadiness: /readyz reports a led shard that cannot publish,
