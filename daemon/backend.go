@@ -243,10 +243,13 @@ func roundSeconds(d time.Duration) float64 {
 }
 
 // liveResults is what this replica's loop remembers of each entry's
-// last publish (only a leader, or a replica that led, has any), for
-// status's overlay.
+// last publish (only a leader, or a replica that led, has any; on a
+// sharded replica, the shards it leads), for status's overlay.
 func (b *backend) liveResults() map[string]status.Live {
 	results := b.metrics.Results()
+	if b.shards != nil {
+		results = b.shards.results()
+	}
 	out := make(map[string]status.Live, len(results))
 	for name, r := range results {
 		out[name] = status.Live{Result: r.LastResult, Error: r.LastError, ErrorAt: r.LastErrorAt, PublishedAt: r.LastSuccessAt,

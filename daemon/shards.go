@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,8 +122,10 @@ type shard struct {
 	prefix string // keys.Shard: its election and state table
 	sched  *scheduler.Scheduler
 	pub    *redisbroker.Publisher // its dispatcher on Redis, else nil
-	loop   *leader.Loop
-	el     *election.Elector
+	// metrics are its scheduler's, whose entry results /status overlays.
+	metrics *scheduler.Metrics
+	loop    *leader.Loop
+	el      *election.Elector
 
 	mu sync.Mutex
 	// handover ends the current term gracefully (nil when not leading).
@@ -189,6 +192,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			shardReg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": strconv.Itoa(i)}, reg)
 		}
 		sc.Metrics = scheduler.NewMetrics(shardReg)
+		sh.metrics = sc.Metrics
 		// --metrics-per-entry-limit is the replica's, over its shards.
 		if d.perEntryLimit > 0 {
 			sc.Metrics.PerEntryLimit = (d.perEntryLimit + n - 1) / n
@@ -421,6 +425,22 @@ func (s *shardSet) termErr(now time.Time) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// results is what the loops of the shards this replica leads remember
+// of their entries' last publishes, for /status's overlay. A shard it
+// no longer leads is left out: its leader's state in etcd is newer.
+func (s *shardSet) results() map[string]scheduler.EntryResult {
+	out := map[string]scheduler.EntryResult{}
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		leading := sh.handover != nil
+		sh.mu.Unlock()
+		if leading {
+			maps.Copy(out, sh.metrics.Results())
+		}
+	}
+	return out
 }
 
 // stopped reports whether a shard's leadership loop has stopped, and

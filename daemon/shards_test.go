@@ -182,9 +182,9 @@ func TestShardHandover(t *testing.T) {
 		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
 	})
 	// /status: each replica is a leader, of the shards it flags.
-	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "each replica's /status flags its 2 shards", func() bool {
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "each replica's /status flags its 2 shards and overlays their last results", func() bool {
 		for _, m := range []*Main{a, b} {
-			st, err := m.api.Status(context.Background(), api.StatusQuery{Limit: 1})
+			st, err := m.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
 			if err != nil || !st.Leader || len(st.Shards) != 4 {
 				return false
 			}
@@ -199,6 +199,13 @@ func TestShardHandover(t *testing.T) {
 			}
 			if mine != 2 {
 				return false
+			}
+			// The last result, which only a leader's memory holds, is
+			// overlaid for the entries of the shards it leads.
+			for _, e := range st.Entries {
+				if st.Shards[keys.ShardOf(e.Name, 4)].Leader && e.Name != "e5" && e.LastResult != "ok" {
+					return false
+				}
 			}
 		}
 		return true
