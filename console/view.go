@@ -90,6 +90,9 @@ type clusterView struct {
 	BrokerRTT    string
 	Backlog      string
 	LeaderData   string // why the leader's data is missing, if it is
+	// Shards is who leads each shard of a sharded cluster, with its
+	// token (empty for one shard, whose leader is Leader).
+	Shards []status.ShardStatus
 	// Failures are the runs that failed on a worker or were lost in the
 	// last hour (newest first, the first 20), FailureCount all of them.
 	Failures     []failure
@@ -99,8 +102,10 @@ type clusterView struct {
 type replicaView struct {
 	ID, HTTP, Health, Version string
 	Healthy, Leader, Self     bool
-	Stale                     bool
-	Started, Updated          time.Time
+	// LeadsShards are the shards it leads, on a sharded cluster.
+	LeadsShards      []int
+	Stale            bool
+	Started, Updated time.Time
 }
 
 type timelineView struct {
@@ -243,6 +248,15 @@ func (s *Server) clusterState(ctx context.Context, p *page) (election.Leader, []
 		cv.Leader, cv.Token = leader.ID, leader.Token
 		cv.LeaderSince = s.cluster.seenLeader(leader.Token, p.Now)
 	}
+	// A sharded cluster has no leader of its own: each shard has one,
+	// with its own token (status.Shards, as /status says).
+	shards, err := status.Shards(ctx, s.cfg.Client, s.cfg.Prefix)
+	switch {
+	case err != nil && cv.LeaderErr == "":
+		cv.LeaderErr = "etcd does not answer: " + err.Error()
+	case len(shards) > 0:
+		cv.Shards, cv.LeaderErr = shards, ""
+	}
 	replicas, err := election.Replicas(ctx, s.cfg.Client, s.cfg.Prefix)
 	if err != nil && cv.LeaderErr == "" {
 		cv.LeaderErr = "etcd does not answer: " + err.Error()
@@ -251,6 +265,11 @@ func (s *Server) clusterState(ctx context.Context, p *page) (election.Leader, []
 		rv := replicaView{ID: r.ID, HTTP: r.HTTP, Health: r.Health, Version: r.Version, Healthy: r.Health == "ok",
 			Leader: r.ID == leader.ID && leader.Token != 0, Self: r.ID == s.cfg.ID, Started: r.Started, Updated: r.Updated,
 			Stale: p.Now.Sub(r.Updated) > 10*time.Second}
+		for _, sh := range shards {
+			if sh.LeaderID == r.ID {
+				rv.LeadsShards = append(rv.LeadsShards, sh.Shard)
+			}
+		}
 		if rv.Leader && r.LeaderToken == leader.Token && !r.LeaderSince.IsZero() {
 			cv.LeaderSince, cv.SinceExact = r.LeaderSince, true
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -44,6 +45,9 @@ type backend struct {
 	started   time.Time
 	status    statusCache
 	clockOff  *clockOffset
+	// shards is a sharded replica's leadership (nil: one shard, whose
+	// leader and sched are the replica's).
+	shards *shardSet
 }
 
 // statusCache is the last status read from etcd, so GET /status answers
@@ -59,6 +63,12 @@ type statusCache struct {
 
 // Alive implements api.Backend.
 func (b *backend) Alive() error {
+	if b.shards != nil {
+		if i, stopped := b.shards.stopped(); stopped {
+			return fmt.Errorf("shard %d's leadership loop stopped", i)
+		}
+		return nil
+	}
 	if b.leader.Stopped() {
 		return errors.New("leadership loop stopped")
 	}
@@ -79,20 +89,32 @@ func (b *backend) Ready(ctx context.Context) error {
 	if err := b.merger.Err(); err != nil {
 		return err
 	}
+	if b.shards != nil {
+		return b.shards.termErr(b.clock.Now())
+	}
 	if b.leader.Token() != 0 {
-		if err := b.sched.PublishError(); err != nil {
+		return termErr(b.sched, b.pub, b.clock.Now())
+	}
+	return nil
+}
+
+// termErr is why a term's scheduler cannot do its work (nil: it can):
+// its publishes or state writes fail, an entry fires behind or runs
+// away, or the broker does not hold its publishes on enough replicas.
+// pub is the term's Redis publisher (nil on other brokers).
+func termErr(sched *scheduler.Scheduler, pub *redisbroker.Publisher, now time.Time) error {
+	if err := sched.PublishError(); err != nil {
+		return fmt.Errorf("leader cannot publish: %w", err)
+	}
+	if err := sched.PersistError(); err != nil {
+		return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
+	}
+	if err := sched.Health(now); err != nil {
+		return err
+	}
+	if pub != nil {
+		if err := pub.ReplicationError(); err != nil {
 			return fmt.Errorf("leader cannot publish: %w", err)
-		}
-		if err := b.sched.PersistError(); err != nil {
-			return fmt.Errorf("leader cannot persist state to etcd (still firing): %w", err)
-		}
-		if err := b.sched.Health(b.clock.Now()); err != nil {
-			return err
-		}
-		if b.pub != nil {
-			if err := b.pub.ReplicationError(); err != nil {
-				return fmt.Errorf("leader cannot publish: %w", err)
-			}
 		}
 	}
 	return nil
@@ -117,6 +139,18 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
 	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
+	if b.shards != nil {
+		// A sharded replica leads the shards whose term it holds, as
+		// etcd says: the ones it and etcd agree on.
+		st.Shards = slices.Clone(st.Shards) // the cache's are shared
+		led := b.shards.leading()
+		for i := range st.Shards {
+			sh := &st.Shards[i]
+			sh.Leader = sh.LeaderID == b.id && sh.FencingToken != 0 &&
+				slices.Contains(led, shardLead{Shard: sh.Shard, Token: sh.FencingToken})
+			st.Leader = st.Leader || sh.Leader
+		}
+	}
 	if b.clockOff != nil {
 		cs := b.clockOff.status()
 		st.ClockOffsetSeconds, st.ClockOffsetUncertaintySeconds, st.ClockWarning = cs.OffsetSeconds, cs.UncertaintySeconds, cs.Warning
@@ -209,10 +243,13 @@ func roundSeconds(d time.Duration) float64 {
 }
 
 // liveResults is what this replica's loop remembers of each entry's
-// last publish (only a leader, or a replica that led, has any), for
-// status's overlay.
+// last publish (only a leader, or a replica that led, has any; on a
+// sharded replica, the shards it leads), for status's overlay.
 func (b *backend) liveResults() map[string]status.Live {
 	results := b.metrics.Results()
+	if b.shards != nil {
+		results = b.shards.results()
+	}
 	out := make(map[string]status.Live, len(results))
 	for name, r := range results {
 		out[name] = status.Live{Result: r.LastResult, Error: r.LastError, ErrorAt: r.LastErrorAt, PublishedAt: r.LastSuccessAt,

@@ -518,8 +518,7 @@ func (m *Main) Run(ctx context.Context) error {
 
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registry.MustRegister(m.merger.Collectors()...)
-	m.metrics = scheduler.NewMetrics(m.registry)
-	m.metrics.PerEntryLimit = m.metricsPerEntryLimit
+	m.metrics = m.newMetrics()
 	m.reloadMetrics = newReloadMetrics(m.registry)
 	m.registry.MustRegister(shortfalls)
 	m.registry.MustRegister(m.feed.Collectors()...)
@@ -570,7 +569,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.cancel, m.runCtx = cancel, runCtx
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
 		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
-		feed: m.feed, outcomes: m.Outcomes, started: m.started}
+		feed: m.feed, outcomes: m.Outcomes, started: m.started, shards: m.shards}
 	etcdTLS, err := m.Etcd.TLSConfig()
 	if err != nil {
 		cancel()
@@ -620,6 +619,24 @@ func (m *Main) Run(ctx context.Context) error {
 	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", version.String())
 	return nil
+}
+
+// newMetrics registers the replica's scheduler metrics. On a sharded
+// replica each shard's loop exports its own, labelled with its shard
+// (newShardSet), so these, which no loop fires (m.sched only holds the
+// config there) and which only the probes' error counts reach, are
+// shard="": the one registry holds each name with one set of label names.
+// They are aggregate only (a limit of 1), so the entries' series are the
+// shards' alone.
+func (m *Main) newMetrics() *scheduler.Metrics {
+	if m.Shards <= 1 {
+		mt := scheduler.NewMetrics(m.registry)
+		mt.PerEntryLimit = m.metricsPerEntryLimit
+		return mt
+	}
+	mt := scheduler.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"shard": ""}, m.registry))
+	mt.PerEntryLimit = 1
+	return mt
 }
 
 // Shutdown budgets. A standby's SIGTERM exits within about a second in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/leader"
+	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
@@ -118,8 +120,11 @@ type shard struct {
 	i      int
 	prefix string // keys.Shard: its election and state table
 	sched  *scheduler.Scheduler
-	loop   *leader.Loop
-	el     *election.Elector
+	pub    *redisbroker.Publisher // its dispatcher on Redis, else nil
+	// metrics are its scheduler's, whose entry results /status overlays.
+	metrics *scheduler.Metrics
+	loop    *leader.Loop
+	el      *election.Elector
 
 	mu sync.Mutex
 	// handover ends the current term gracefully (nil when not leading).
@@ -130,6 +135,10 @@ type shard struct {
 	// to the replica that waited, not back to this one.
 	handedAt time.Time
 }
+
+// minShardFeedBuffer is the least outcome buffer a shard's loop gets
+// (feedBuffer is split among the shards).
+const minShardFeedBuffer = 1024
 
 // shardHandoverQuiet is how long a replica stays out of a shard's
 // election after handing it over, unless it falls below its least share.
@@ -143,6 +152,8 @@ type shardDeps struct {
 	store    func(i int) scheduler.StateStore
 	leaseTTL time.Duration
 	id       string
+	// perEntryLimit is --metrics-per-entry-limit (0: the default).
+	perEntryLimit int
 	// lead, when set, runs beside shard 0's scheduler for its term (the
 	// catalog, which is the cluster's, is published by shard 0's leader).
 	lead0 func(leader.Term) (stop func())
@@ -170,11 +181,29 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
-		// Each shard's loop owns its scheduler's metrics and the outcome
-		// feed would be shared by every loop (its Clear and its one
-		// channel are a single loop's): the shards keep metrics of their
-		// own, unexported, and track no outcomes (docs/scaling.md).
-		sc.Metrics, sc.Outcomes = scheduler.NewMetrics(prometheus.NewRegistry()), nil
+		sh.pub, _ = dispatcher.(*redisbroker.Publisher)
+		// Each shard's loop owns its scheduler's metrics (its gauges are
+		// the loop's: pending slots, the state backlog, the entries' next
+		// fires), so each shard exports its own, labelled shard="i"; the
+		// replica's own, of no loop, are shard="" (newMetrics).
+		shardReg := prometheus.Registerer(prometheus.NewRegistry())
+		if reg != nil {
+			shardReg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": strconv.Itoa(i)}, reg)
+		}
+		sc.Metrics = scheduler.NewMetrics(shardReg)
+		sh.metrics = sc.Metrics
+		// --metrics-per-entry-limit is the replica's, over its shards.
+		if d.perEntryLimit > 0 {
+			sc.Metrics.PerEntryLimit = (d.perEntryLimit + n - 1) / n
+		}
+		// The replica's one set of outcome consumers feeds every shard's
+		// loop: each reads a Sub, which gets the reports about the runs
+		// that loop watches (its own entries').
+		var sub *outcome.Feed
+		if d.sched.Outcomes != nil {
+			sub = d.sched.Outcomes.Sub(max(feedBuffer/n, minShardFeedBuffer))
+		}
+		sc.Outcomes = sub
 		if sh.sched, err = scheduler.New(sc, parts[i]); err != nil {
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
@@ -196,6 +225,11 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			}()
 			if i == 0 && d.lead0 != nil {
 				defer d.lead0(t)()
+			}
+			if sub != nil {
+				// Once the term ends nobody reads the sub: its runs'
+				// reports go back to the held ones, for whoever leads next.
+				defer sub.Clear()
 			}
 			return sh.sched.Run(ctx, t.Term)
 		}
@@ -374,6 +408,51 @@ func (s *shardSet) leading() []shardLead {
 	return out
 }
 
+// termErr is why a shard this replica leads cannot do its work, each
+// named by its shard (nil: every one can), for /readyz.
+func (s *shardSet) termErr(now time.Time) error {
+	var errs []error
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		leading := sh.handover != nil
+		sh.mu.Unlock()
+		if !leading {
+			continue
+		}
+		if err := termErr(sh.sched, sh.pub, now); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", sh.i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// results is what the loops of the shards this replica leads remember
+// of their entries' last publishes, for /status's overlay. A shard it
+// no longer leads is left out: its leader's state in etcd is newer.
+func (s *shardSet) results() map[string]scheduler.EntryResult {
+	out := map[string]scheduler.EntryResult{}
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		leading := sh.handover != nil
+		sh.mu.Unlock()
+		if leading {
+			maps.Copy(out, sh.metrics.Results())
+		}
+	}
+	return out
+}
+
+// stopped reports whether a shard's leadership loop has stopped, and
+// which.
+func (s *shardSet) stopped() (int, bool) {
+	for _, sh := range s.shards {
+		if sh.loop.Stopped() {
+			return sh.i, true
+		}
+	}
+	return 0, false
+}
+
 // balance reads the live replicas and hands over a surplus shard each
 // shardBalanceEvery, until ctx ends.
 func (s *shardSet) balance(ctx context.Context) {
@@ -523,7 +602,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			st.SetAuditKeep(m.AuditKeep)
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
-		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog,
+		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
 	}, m.registry, m.log)
 }
 

@@ -1,12 +1,17 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +181,57 @@ func TestShardHandover(t *testing.T) {
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
 		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
 	})
+	// /status: each replica is a leader, of the shards it flags.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "each replica's /status flags its 2 shards and overlays their last results", func() bool {
+		for _, m := range []*Main{a, b} {
+			st, err := m.api.Status(context.Background(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+			if err != nil || !st.Leader || len(st.Shards) != 4 {
+				return false
+			}
+			mine := 0
+			for _, sh := range st.Shards {
+				if sh.Leader != (sh.LeaderID == m.ID) {
+					return false
+				}
+				if sh.Leader {
+					mine++
+				}
+			}
+			if mine != 2 {
+				return false
+			}
+			// The last result, which only a leader's memory holds, is
+			// overlaid for the entries of the shards it leads.
+			for _, e := range st.Entries {
+				if st.Shards[keys.ShardOf(e.Name, 4)].Leader && e.Name != "e5" && e.LastResult != "ok" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// The console shows who leads each shard, with its token, and which
+	// shards each replica leads.
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "the console's shards table", func() bool {
+		st, err := a.api.Status(context.Background(), api.StatusQuery{Limit: 1})
+		if err != nil || len(st.Shards) != 4 {
+			return false
+		}
+		resp, err := http.Get("http://" + b.HTTPAddress() + "/")
+		if err != nil {
+			return false
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, sh := range st.Shards {
+			row := fmt.Sprintf("<tr data-shard=\"%d\">\n <th scope=\"row\" data-label=\"Shard\">%d</th>\n <td data-label=\"Leader\"><strong>%s</strong></td>\n <td data-label=\"Token\">%d</td>",
+				sh.Shard, sh.Shard, sh.LeaderID, sh.FencingToken)
+			if !strings.Contains(string(page), row) {
+				return false
+			}
+		}
+		return strings.Count(string(page), "<strong>leader</strong> of shards ") == 2 && strings.Contains(string(page), "sharded: 4 shards")
+	})
 	// Admin requests are queued on any replica for the cluster, and done
 	// by the leader of the entry's shard.
 	ctx := context.Background()
@@ -232,4 +288,208 @@ func TestShardHandover(t *testing.T) {
 		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
 	}
 	t.Logf("audited %d slots: 0 duplicate, 0 missed", r.ExpectedSlots)
+	// /metrics counts the shards' fires: across both replicas every
+	// message in the queue is one ok fire (a fire deduplicated after a
+	// handover is ok too, and counted apart), each labelled with its shard.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err = chaos.ReadQueue(context.Background(), rs.Client(), "celery"); err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	for _, m := range msgs {
+		if !m.Manual {
+			published++
+		}
+	}
+	ok, dedup, shardsSeen := 0.0, 0.0, map[string]bool{}
+	for _, m := range []*Main{a, b} {
+		mfs, err := m.registry.Gather()
+		if err != nil {
+			t.Fatalf("gather %s's metrics: %v", m.ID, err)
+		}
+		for _, mf := range mfs {
+			for _, s := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range s.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				switch {
+				case mf.GetName() == "beatd_fires_total" && labels["result"] == "ok":
+					ok += s.GetCounter().GetValue()
+					if s.GetCounter().GetValue() > 0 {
+						shardsSeen[labels["shard"]] = true
+					}
+				case mf.GetName() == "beatd_fires_deduplicated_total":
+					dedup += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if int(ok-dedup) != published || len(shardsSeen) != 4 || shardsSeen[""] {
+		t.Errorf("beatd_fires_total{result=ok} %v less %v deduplicated, want the %d published; shards with fires %v, want 0-3", ok, dedup, published, shardsSeen)
+	}
+}
+
+// TestShardOutcomes: on a sharded cluster every shard's loop sees its
+// entries' task events from a real Celery worker (-E), whichever replica
+// leads it: every entry, one or more in each shard, records a succeeded
+// run; pause_after_failures pauses a failing entry; overlap: skip never
+// lets two runs of its entry execute at once on a pool that would.
+func TestShardOutcomes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two beatd replicas with etcd, Redis and a Celery worker")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Events: true, Pool: "threads", Concurrency: 4, Name: "shards@%h"})
+	const shards = 4
+	var y strings.Builder
+	y.WriteString("entries:\n")
+	var oks []string
+	covered := map[int]bool{}
+	for i := 0; len(covered) < shards || len(oks) < 6; i++ {
+		name := fmt.Sprintf("ok-%d", i)
+		oks, covered[keys.ShardOf(name, shards)] = append(oks, name), true
+		fmt.Fprintf(&y, "  %s: {task: tasks.add, every: 1s, args: [1, 2]}\n", name)
+	}
+	y.WriteString("  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}\n")
+	y.WriteString("  skipper: {task: tasks.sleep, every: 1s, args: [1.6, skip], overlap: skip}\n")
+	y.WriteString("  allowed: {task: tasks.sleep, every: 1s, args: [1.6, allow]}\n")
+	if keys.ShardOf("boom", shards) == keys.ShardOf("skipper", shards) {
+		t.Fatal("boom and skipper share a shard: pick names in two")
+	}
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string) *Main {
+		return runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/so/", "--id", id,
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", strconv.Itoa(shards))
+	}
+	a, b := start("a"), start("b")
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
+		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	ctx := context.Background()
+	entry := func(st api.Status, name string) api.EntryStatus {
+		for _, e := range st.Entries {
+			if e.Name == name {
+				return e
+			}
+		}
+		return api.EntryStatus{}
+	}
+	has := func(e api.EntryStatus, outcome string) bool {
+		return slices.ContainsFunc(e.Runs, func(r status.RunOutcome) bool { return r.Outcome == outcome })
+	}
+	// runsOf is the finished runs of tasks.sleep with mark, as the worker
+	// timed them, in start order.
+	runsOf := func(mark string) [][2]float64 {
+		var runs [][2]float64
+		metas, _ := rs.ClientDB(1).Keys(ctx, "celery-task-meta-*").Result()
+		for _, k := range metas {
+			var meta struct {
+				Status string `json:"status"`
+				Result struct {
+					Start, End float64
+					Mark       string
+				} `json:"result"`
+			}
+			raw, err := rs.ClientDB(1).Get(ctx, k).Bytes()
+			if err == nil && json.Unmarshal(raw, &meta) == nil && meta.Status == "SUCCESS" && meta.Result.Mark == mark {
+				runs = append(runs, [2]float64{meta.Result.Start, meta.Result.End})
+			}
+		}
+		slices.SortFunc(runs, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		return runs
+	}
+	overlapped := func(runs [][2]float64) bool {
+		for i := 1; i < len(runs); i++ {
+			if runs[i][0] < runs[i-1][1] {
+				return true
+			}
+		}
+		return false
+	}
+	var st api.Status
+	testutil.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "every shard's outcomes: succeeded, paused, skipped", func() bool {
+		var err error
+		if st, err = status.FromEtcd(ctx, a.etcd, "/so/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit}); err != nil {
+			return false
+		}
+		for _, name := range oks {
+			if !has(entry(st, name), "succeeded") {
+				return false
+			}
+		}
+		skipper := entry(st, "skipper")
+		return entry(st, "boom").Paused && has(skipper, "skipped") && has(skipper, "succeeded") &&
+			len(runsOf("skip")) >= 3 && overlapped(runsOf("allow"))
+	})
+	if boom := entry(st, "boom"); !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
+		t.Errorf("boom paused for %q, want its exception", boom.PauseReason)
+	}
+	// The worker's own times: skip's runs never overlapped, while the
+	// same task without a policy did (the pool could run them at once).
+	skips := runsOf("skip")
+	for i := 1; i < len(skips); i++ {
+		if skips[i][0] < skips[i-1][1] {
+			t.Errorf("skipper's runs overlapped: one started at %.3f while the one before ran until %.3f", skips[i][0], skips[i-1][1])
+		}
+	}
+	t.Logf("%d entries over %d shards: every one's outcomes seen; boom paused; skipper ran %d times without overlap", len(oks)+3, shards, len(skips))
+}
+
+// TestShardReadiness: /readyz reports a led shard that cannot publish,
+// by its shard, while the broker still answers PING (Redis refuses writes
+// past maxmemory), and is ready again once the shard publishes.
+func TestShardReadiness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte("entries:\n  e0: {task: tasks.t, every: 200ms}\n  e1: {task: tasks.t, every: 200ms}\n  e2: {task: tasks.t, every: 200ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/rz/", "--id", "a",
+		"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", "2")
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + m.HTTPAddress() + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "ready, leading both shards", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK && len(m.shards.leading()) == 2
+	})
+	ctx := context.Background()
+	rdb := rs.Client()
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "not ready: a shard cannot publish", func() bool {
+		var code int
+		code, body = readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "shard ") && strings.Contains(body, "cannot publish")
+	})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the broker should answer PING while it refuses writes: %v", err)
+	}
+	t.Logf("/readyz while Redis refuses writes: %s", strings.TrimSpace(body))
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "ready again", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
 }

@@ -35,7 +35,7 @@ type AMQPEvents struct {
 // ends; it reconnects after errors.
 func RunAMQPEvents(ctx context.Context, c AMQPEvents, f *Feed) {
 	sink := eventSink{f: f, log: c.Logger}
-	reconnect(ctx, f.clock, func(attempt int, connected func()) error {
+	reconnect(ctx, f.h.clock, func(attempt int, connected func()) error {
 		return consumeAMQPEvents(ctx, c, attempt, &sink, connected)
 	}, func(err error) {
 		c.Logger.Warn("task events from RabbitMQ lost; reconnecting", "err", err)

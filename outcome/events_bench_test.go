@@ -94,11 +94,11 @@ func TestBenchEvents(t *testing.T) {
 	}
 	// The last events are in flight: wait until the feed has read them.
 	sent, _ := strconv.Atoi(strings.TrimSpace(out.String()[strings.LastIndexByte(strings.TrimSpace(out.String()), '\n')+1:]))
-	testutil.Eventually(t, 30*time.Second, "every event read", func() bool { return int(feed.reports[FromEvents].Load()) >= sent })
+	testutil.Eventually(t, 30*time.Second, "every event read", func() bool { return int(feed.h.reports[FromEvents].Load()) >= sent })
 	cpu, wall := cpuTime()-cpu0, time.Since(start)
 	cancel()
 	matched := <-drained
-	read := feed.reports[FromEvents].Load()
+	read := feed.h.reports[FromEvents].Load()
 	t.Logf("events: %d sent in %.1fs (%.0f/s), %d read, %d matched a watched id", sent, wall.Seconds(), float64(sent)/wall.Seconds(), read, matched)
 	t.Logf("CPU: %.1f µs per event (%.2f cores)", float64(cpu.Microseconds())/float64(read), cpu.Seconds()/wall.Seconds())
 	var hs []string

@@ -39,19 +39,32 @@ type Report struct {
 // runs, at most a few per entry), so a worker's other tasks cost one map
 // lookup each and the feed's memory is bounded by the entries, never by
 // the fires. It is safe for concurrent use.
+//
+// A sharded replica runs a scheduler loop per shard, all fed by the one
+// set of consumers: each loop reads a Sub of the feed, which shares the
+// feed's watches, held reports and counters but has its own reports and
+// Early, so a report reaches the loop that watched its task id.
 type Feed struct {
+	h *hub
+	c chan Report
+	// early holds the reports matched by Watch from the held ones, for
+	// this feed's loop; guarded by h.mu.
+	early  []Report
+	nEarly atomic.Int32
+}
+
+// hub is what a feed and its subs share: one set of consumers deliver to
+// it, and each watched id says which of them reads its reports.
+type hub struct {
 	clock clockwork.Clock
-	c     chan Report
 
 	mu      sync.Mutex
 	watched map[string]watch
 	// unwatched is the newest report of each task id no one watched, for
 	// a while: a worker's report that came during a leaderless gap or a
 	// handover (every replica listens) reaches its run once the new
-	// leader watches it. early holds those matched so, for the loop.
+	// leader watches it.
 	unwatched unwatched
-	early     []Report
-	nEarly    atomic.Int32
 
 	last    [numSources]atomic.Int64 // Unix ns of the newest report of any task
 	reports [numSources]atomic.Uint64
@@ -61,12 +74,20 @@ type Feed struct {
 type watch struct {
 	entry string
 	since time.Time
+	to    *Feed
 }
 
 // NewFeed returns a feed whose reports wait in a buffer of size buffer
 // until the scheduler reads them.
 func NewFeed(clock clockwork.Clock, buffer int) *Feed {
-	return &Feed{clock: clock, c: make(chan Report, buffer), watched: map[string]watch{}}
+	return &Feed{h: &hub{clock: clock, watched: map[string]watch{}}, c: make(chan Report, buffer)}
+}
+
+// Sub returns a feed fed by f's consumers that passes on the reports
+// about the task ids it watches, in a buffer of its own of size buffer.
+// Its counters and LastReport are f's.
+func (f *Feed) Sub(buffer int) *Feed {
+	return &Feed{h: f.h, c: make(chan Report, buffer)}
 }
 
 // Reports is what the scheduler reads.
@@ -75,13 +96,14 @@ func (f *Feed) Reports() <-chan Report { return f.c }
 // Watch passes on reports about task id, as entry's, from now on and
 // the newest one that came before, if the feed still holds it (Early).
 func (f *Feed) Watch(id, entry string) {
-	f.mu.Lock()
-	f.watched[id] = watch{entry: entry, since: f.clock.Now()}
-	if ev, ok := f.unwatched.take(id); ok {
+	h := f.h
+	h.mu.Lock()
+	h.watched[id] = watch{entry: entry, since: h.clock.Now(), to: f}
+	if ev, ok := h.unwatched.take(id); ok {
 		f.early = append(f.early, Report{Entry: entry, Event: ev.Event, Source: ev.src})
 		f.nEarly.Add(1)
 	}
-	f.mu.Unlock()
+	h.mu.Unlock()
 }
 
 // Early appends to dst the reports that came before their task id was
@@ -90,38 +112,56 @@ func (f *Feed) Early(dst []Report) []Report {
 	if f.nEarly.Load() == 0 {
 		return dst
 	}
-	f.mu.Lock()
+	f.h.mu.Lock()
 	dst = append(dst, f.early...)
 	clear(f.early)
 	f.early = f.early[:0]
 	f.nEarly.Store(0)
-	f.mu.Unlock()
+	f.h.mu.Unlock()
 	return dst
 }
 
 // Unwatch stops passing on reports about id.
 func (f *Feed) Unwatch(id string) {
-	f.mu.Lock()
-	delete(f.watched, id)
-	f.mu.Unlock()
+	f.h.mu.Lock()
+	delete(f.h.watched, id)
+	f.h.mu.Unlock()
 }
 
-// Clear unwatches everything: a term ended.
+// Clear unwatches everything f watches: a term ended or begins. The
+// reports waiting in f's buffer go back to the held ones, so a loop that
+// watches their ids again (this replica's next term) still gets them,
+// and a loop that no longer reads f never blocks Deliver: nothing is
+// passed on to f until it watches again.
 func (f *Feed) Clear() {
-	f.mu.Lock()
-	clear(f.watched)
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, w := range h.watched {
+		if w.to == f {
+			delete(h.watched, id)
+		}
+	}
 	clear(f.early)
 	f.early = f.early[:0]
 	f.nEarly.Store(0)
-	f.mu.Unlock()
+	now := h.clock.Now()
+	for {
+		select {
+		case r := <-f.c:
+			h.unwatched.keep(r.Event, r.Source, now)
+		default:
+			return
+		}
+	}
 }
 
 // WatchedSince returns the ids watched since before t, for a result
 // backend to look up what its notifications may have missed.
 func (f *Feed) WatchedSince(t time.Time, dst []string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for id, w := range f.watched {
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	for id, w := range f.h.watched {
 		if !w.since.After(t) {
 			dst = append(dst, id)
 		}
@@ -129,29 +169,35 @@ func (f *Feed) WatchedSince(t time.Time, dst []string) []string {
 	return dst
 }
 
-// Deliver passes on the watched ones of evs. It blocks while the buffer
-// is full (the scheduler is busy publishing), until ctx ends.
+// Deliver passes on the watched ones of evs, each to the feed (f or a
+// Sub) that watches it. It blocks while that buffer is full (its
+// scheduler is busy publishing), until ctx ends.
 func (f *Feed) Deliver(ctx context.Context, src Source, evs []Event) {
 	if len(evs) == 0 {
 		return
 	}
-	f.last[src].Store(f.clock.Now().UnixNano())
-	f.reports[src].Add(uint64(len(evs)))
-	var out []Report
-	now := f.clock.Now()
-	f.mu.Lock()
+	h := f.h
+	h.last[src].Store(h.clock.Now().UnixNano())
+	h.reports[src].Add(uint64(len(evs)))
+	type routed struct {
+		to *Feed
+		r  Report
+	}
+	var out []routed
+	now := h.clock.Now()
+	h.mu.Lock()
 	for _, e := range evs {
-		if w, ok := f.watched[e.TaskID]; ok {
-			out = append(out, Report{Entry: w.entry, Event: e, Source: src})
+		if w, ok := h.watched[e.TaskID]; ok {
+			out = append(out, routed{to: w.to, r: Report{Entry: w.entry, Event: e, Source: src}})
 		} else {
-			f.unwatched.keep(e, src, now)
+			h.unwatched.keep(e, src, now)
 		}
 	}
-	f.mu.Unlock()
-	f.matched[src].Add(uint64(len(out)))
-	for _, r := range out {
+	h.mu.Unlock()
+	h.matched[src].Add(uint64(len(out)))
+	for _, o := range out {
 		select {
-		case f.c <- r:
+		case o.to.c <- o.r:
 		case <-ctx.Done():
 			return
 		}
@@ -160,7 +206,7 @@ func (f *Feed) Deliver(ctx context.Context, src Source, evs []Event) {
 
 // LastReport is when src last reported about any task (zero: never).
 func (f *Feed) LastReport(src Source) time.Time {
-	if ns := f.last[src].Load(); ns != 0 {
+	if ns := f.h.last[src].Load(); ns != 0 {
 		return time.Unix(0, ns).UTC()
 	}
 	return time.Time{}
@@ -183,9 +229,9 @@ func (f *Feed) Collectors() []prometheus.Collector {
 		l := prometheus.Labels{"source": s.String()}
 		cs = append(cs,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "beatd_outcome_reports_total", ConstLabels: l,
-				Help: "Task reports read from the source, about any task."}, func() float64 { return float64(f.reports[s].Load()) }),
+				Help: "Task reports read from the source, about any task."}, func() float64 { return float64(f.h.reports[s].Load()) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "beatd_outcome_reports_matched_total", ConstLabels: l,
-				Help: "Task reports read from the source about one of beatd's unfinished runs."}, func() float64 { return float64(f.matched[s].Load()) }),
+				Help: "Task reports read from the source about one of beatd's unfinished runs."}, func() float64 { return float64(f.h.matched[s].Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "beatd_outcome_last_report_timestamp_seconds", ConstLabels: l,
 				Help: "When the source last reported about any task (0: never since start)."}, func() float64 {
 				if t := f.LastReport(s); !t.IsZero() {

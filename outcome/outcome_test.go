@@ -168,9 +168,9 @@ func TestFeedHoldsReportsUntilWatched(t *testing.T) {
 		evs[i] = Event{TaskID: fmt.Sprintf("t%d", i), Kind: Succeeded}
 	}
 	f.Deliver(ctx, FromEvents, evs)
-	f.mu.Lock()
-	held := len(f.unwatched.byID)
-	f.mu.Unlock()
+	f.h.mu.Lock()
+	held := len(f.h.unwatched.byID)
+	f.h.mu.Unlock()
 	if held > unwatchedCap {
 		t.Errorf("feed holds %d unwatched ids, cap %d", held, unwatchedCap)
 	}
@@ -180,5 +180,70 @@ func TestFeedHoldsReportsUntilWatched(t *testing.T) {
 	got = f.Early(nil)
 	if len(got) != 1 || got[0].Entry != "elast" {
 		t.Errorf("Early after age and cap = %+v, want only the newest id's", got)
+	}
+}
+
+// TestFeedSubs: one set of consumers feeds every shard's loop. A report
+// reaches only the sub (or the feed) that watches its task id; a sub's
+// Clear unwatches only its own ids and hands its unread reports back to
+// the held ones, so its next Watch still gets them and a sub nobody reads
+// never blocks the others.
+func TestFeedSubs(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	root := NewFeed(clock, 4)
+	a, b := root.Sub(1), root.Sub(1)
+	a.Watch("ta", "ea")
+	b.Watch("tb", "eb")
+	root.Watch("tr", "er")
+	root.Deliver(ctx, FromEvents, []Event{{TaskID: "tb", Kind: Started}, {TaskID: "ta", Kind: Started}, {TaskID: "tr", Kind: Started}})
+	for _, tc := range []struct {
+		name  string
+		f     *Feed
+		entry string
+	}{{"a", a, "ea"}, {"b", b, "eb"}, {"the feed", root, "er"}} {
+		select {
+		case r := <-tc.f.Reports():
+			if r.Entry != tc.entry {
+				t.Errorf("%s got %s's report", tc.name, r.Entry)
+			}
+		default:
+			t.Errorf("%s got no report", tc.name)
+		}
+		if n := len(tc.f.Reports()); n != 0 {
+			t.Errorf("%s has %d more reports", tc.name, n)
+		}
+	}
+	// a's buffer is full and nobody reads it (its term ended): Clear
+	// hands the report back, unblocks a Deliver waiting on it, and b's
+	// reports flow.
+	a.Watch("ta2", "ea")
+	root.Deliver(ctx, FromEvents, []Event{{TaskID: "ta", Kind: Succeeded}})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		root.Deliver(ctx, FromEvents, []Event{{TaskID: "ta2", Kind: Succeeded}, {TaskID: "tb", Kind: Succeeded}})
+	}()
+	// Matched counts before the sends, the first of which (ta2) waits.
+	testutil.Eventually(t, 5*time.Second, "the second Deliver waits on a's full buffer", func() bool {
+		return root.h.matched[FromEvents].Load() == 6
+	})
+	a.Clear()
+	<-done
+	if r := <-b.Reports(); r.Entry != "eb" || r.Kind != Succeeded {
+		t.Errorf("b got %+v", r)
+	}
+	if _, still := root.h.watched["tb"]; !still {
+		t.Error("a's Clear unwatched b's id")
+	}
+	a.Clear() // the report sent while it cleared goes back too
+	a.Watch("ta", "ea")
+	a.Watch("ta2", "ea")
+	got := a.Early(nil)
+	if len(got) != 2 || len(a.Reports()) != 0 {
+		t.Fatalf("after Clear and Watch: early %+v, %d buffered; want both of a's reports early", got, len(a.Reports()))
+	}
+	if n := root.h.matched[FromEvents].Load(); n != 6 {
+		t.Errorf("matched %d reports across the subs, want 6", n)
 	}
 }

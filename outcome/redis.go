@@ -27,7 +27,7 @@ const ResultKeyPrefix = "celery-task-meta-"
 // broker (database db) until ctx ends, resubscribing after errors.
 func RunRedisEvents(ctx context.Context, rdb redis.UniversalClient, db int, f *Feed, log *slog.Logger) {
 	sink := eventSink{f: f, log: log}
-	subscribe(ctx, rdb, EventsPattern(db), f.clock, log, "task events", func(m *redis.Message) {
+	subscribe(ctx, rdb, EventsPattern(db), f.h.clock, log, "task events", func(m *redis.Message) {
 		sink.deliver(ctx, []byte(m.Payload), ParseRedisEvent, "channel", m.Channel)
 	}, nil)
 }
@@ -43,7 +43,7 @@ const ResultPoll = 10 * time.Second
 // ResultPoll, from the stored results of runs unfinished for longer.
 func RunRedisResults(ctx context.Context, rdb redis.UniversalClient, f *Feed, log *slog.Logger) {
 	poll := func(ctx context.Context) {
-		ids := f.WatchedSince(f.clock.Now().Add(-ResultPoll), nil)
+		ids := f.WatchedSince(f.h.clock.Now().Add(-ResultPoll), nil)
 		for len(ids) > 0 {
 			n := min(len(ids), 1000)
 			keys := make([]string, n)
@@ -69,7 +69,7 @@ func RunRedisResults(ctx context.Context, rdb redis.UniversalClient, f *Feed, lo
 			f.Deliver(ctx, FromResults, evs)
 		}
 	}
-	subscribe(ctx, rdb, ResultKeyPrefix+"*", f.clock, log, "result backend", func(m *redis.Message) {
+	subscribe(ctx, rdb, ResultKeyPrefix+"*", f.h.clock, log, "result backend", func(m *redis.Message) {
 		ev, ok, err := ParseResult([]byte(m.Payload))
 		if err != nil || !ok {
 			return

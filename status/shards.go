@@ -21,30 +21,59 @@ type stateTables []*store.Store
 // cluster, else one a shard) and, for a sharded cluster, fills out.Shards
 // with each shard's leader.
 func shardTables(ctx context.Context, cli *clientv3.Client, prefix string, out *View) (stateTables, error) {
-	resp, err := cli.Get(ctx, keys.ShardCount(prefix))
+	n, err := shardCount(ctx, cli, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("status: read the shard count: %w", err)
-	}
-	n := 1
-	if len(resp.Kvs) == 1 {
-		if n, err = strconv.Atoi(string(resp.Kvs[0].Value)); err != nil || n < 1 {
-			return nil, fmt.Errorf("status: the shard count at %s is %q, not a count", keys.ShardCount(prefix), resp.Kvs[0].Value)
-		}
+		return nil, err
 	}
 	tables := make(stateTables, n)
 	for i := range n {
-		p := keys.Shard(prefix, i, n)
-		tables[i] = store.New(cli, p)
-		if n == 1 {
-			break
+		tables[i] = store.New(cli, keys.Shard(prefix, i, n))
+	}
+	if n > 1 {
+		if out.Shards, err = observeShards(ctx, cli, prefix, n); err != nil {
+			return nil, err
 		}
-		l, err := election.Observe(ctx, cli, p)
+	}
+	return tables, nil
+}
+
+// Shards is who leads each shard of the cluster at prefix, by shard, as
+// /status's shards says; nil for a cluster of one shard.
+func Shards(ctx context.Context, cli *clientv3.Client, prefix string) ([]ShardStatus, error) {
+	n, err := shardCount(ctx, cli, prefix)
+	if err != nil || n == 1 {
+		return nil, err
+	}
+	return observeShards(ctx, cli, prefix, n)
+}
+
+// shardCount is the cluster's shard count (1 without a recorded one).
+func shardCount(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
+	resp, err := cli.Get(ctx, keys.ShardCount(prefix))
+	if err != nil {
+		return 0, fmt.Errorf("status: read the shard count: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(string(resp.Kvs[0].Value))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("status: the shard count at %s is %q, not a count", keys.ShardCount(prefix), resp.Kvs[0].Value)
+	}
+	return n, nil
+}
+
+// observeShards reads each of n shards' election.
+func observeShards(ctx context.Context, cli *clientv3.Client, prefix string, n int) ([]ShardStatus, error) {
+	out := make([]ShardStatus, 0, n)
+	for i := range n {
+		l, err := election.Observe(ctx, cli, keys.Shard(prefix, i, n))
 		if err != nil && !errors.Is(err, election.ErrNoLeader) {
 			return nil, err
 		}
-		out.Shards = append(out.Shards, ShardStatus{Shard: i, LeaderID: l.ID, FencingToken: l.Token})
+		out = append(out, ShardStatus{Shard: i, LeaderID: l.ID, FencingToken: l.Token})
 	}
-	return tables, nil
+	return out, nil
 }
 
 // all is every stored state.

@@ -66,6 +66,9 @@ type ShardStatus struct {
 	Shard        int    `json:"shard"`
 	LeaderID     string `json:"leader_id"`
 	FencingToken int64  `json:"fencing_token"`
+	// Leader says the replica that answered leads this shard now (its
+	// term's token is FencingToken).
+	Leader bool `json:"leader,omitempty"`
 }
 
 // Entry is one entry's status (as api.EntryStatus). Build fills it; a

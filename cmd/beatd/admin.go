@@ -221,10 +221,34 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// printShards writes who leads each shard of a sharded cluster.
+func printShards(w io.Writer, shards []status.ShardStatus) {
+	led := 0
+	for _, sh := range shards {
+		if sh.LeaderID != "" {
+			led++
+		}
+	}
+	fmt.Fprintf(w, "leader: sharded, %d shards, %d led\n", len(shards), led)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tLEADER\tTOKEN")
+	for _, sh := range shards {
+		if sh.LeaderID == "" {
+			fmt.Fprintf(tw, "%d\tnone\t-\n", sh.Shard)
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\n", sh.Shard, term(sh.LeaderID), sh.FencingToken)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+}
+
 // printStatus writes the status table; wide adds the task, schedule, run
 // count and full error.
 func printStatus(w io.Writer, st status.View, wide bool) {
 	switch {
+	case len(st.Shards) > 0:
+		printShards(w, st.Shards)
 	case st.LeaderID == "":
 		fmt.Fprintln(w, "leader: none")
 	case st.LeaderUnresponsive:

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/store"
 )
 
@@ -99,6 +100,10 @@ func TestTablesEscapeUserText(t *testing.T) {
 		{name: "status table", rows: 3, print: func(w *bytes.Buffer) {
 			printStatus(w, api.Status{LeaderID: "l" + hostile, Entries: []api.EntryStatus{{Name: "e" + hostile, LastError: hostile, LastResult: "error"}}}, false)
 		}},
+		{name: "status table sharded", rows: 7, print: func(w *bytes.Buffer) {
+			printStatus(w, api.Status{Shards: []status.ShardStatus{{Shard: 0, LeaderID: "l" + hostile, FencingToken: 7}, {Shard: 1}},
+				Entries: []api.EntryStatus{{Name: "e"}}}, false)
+		}},
 		{name: "status table wide", rows: 3, print: func(w *bytes.Buffer) {
 			printStatus(w, api.Status{LeaderID: "l", Entries: []api.EntryStatus{{Name: "e", Task: hostile, Schedule: hostile, LastError: hostile}}}, true)
 		}},
@@ -116,5 +121,17 @@ func TestTablesEscapeUserText(t *testing.T) {
 				t.Errorf("the escape sequence is not shown escaped:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestPrintShards: `beatd status` on a sharded cluster says who leads
+// each shard with its token, and which shards nobody leads.
+func TestPrintShards(t *testing.T) {
+	var b bytes.Buffer
+	printStatus(&b, api.Status{Shards: []status.ShardStatus{{Shard: 0, LeaderID: "a", FencingToken: 12}, {Shard: 1}, {Shard: 2, LeaderID: "b", FencingToken: 9}}}, false)
+	for _, want := range []string{"leader: sharded, 3 shards, 2 led\n", "SHARD  LEADER  TOKEN\n", "0      a       12\n", "1      none    -\n", "2      b       9\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
 	}
 }
