@@ -312,7 +312,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.EtcdRetention, "etcd-auto-compaction-retention", m.EtcdRetention, "the embedded etcd's periodic auto-compaction retention")
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, config.MinIntervalUsage)
-	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/scaling.md)")
+	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/shards.md)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
 	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")

@@ -1,4 +1,4 @@
-// Package shardsim simulates the sharding that docs/scaling.md proposes
+// Package shardsim simulates the sharding that docs/shards.md describes
 // past one leader, with beatd's own parts: entries split into N shards by
 // a stable hash of the name, each shard with its own etcd election, fence,
 // state table and broker fence, run by the scheduler and the Redis
