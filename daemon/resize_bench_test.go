@@ -8,6 +8,7 @@ import (
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,7 +62,7 @@ func BenchmarkShardResize(b *testing.B) {
 				if i%2 == 1 {
 					to = 4
 				}
-				res, err := Resize(ctx, ResizeOptions{Client: cli, Prefix: prefix, To: to, By: "bench"})
+				res, err := reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: to, By: "bench"})
 				if err != nil || res.Entries != n {
 					b.Fatalf("resize to %d: %+v, %v", to, res, err)
 				}

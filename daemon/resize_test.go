@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,8 +57,8 @@ func TestShardResize(t *testing.T) {
 	a := runMain(t, args("a", 4)...)
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == 4 })
 	from := time.Now().Truncate(time.Second).Add(time.Second)
-	resize := func(to int) (ResizeResult, error) {
-		return Resize(ctx, ResizeOptions{Client: cli, Prefix: prefix, To: to, By: "test"})
+	resize := func(to int) (reshard.Result, error) {
+		return reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: to, By: "test"})
 	}
 	// unchanged checks that a refused resize wrote nothing.
 	unchanged := func(what, count string) {
@@ -71,7 +71,7 @@ func TestShardResize(t *testing.T) {
 			t.Errorf("%s: shard count %q, want %q", what, got, count)
 		}
 	}
-	if _, err := resize(8); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "running (a)") {
+	if _, err := resize(8); !errors.Is(err, reshard.ErrRefused) || !strings.Contains(err.Error(), "running (a)") {
 		t.Errorf("resize with a replica running: %v, want refused naming it", err)
 	}
 	unchanged("running", "4")
@@ -94,7 +94,7 @@ func TestShardResize(t *testing.T) {
 		{"zero", 0, "a cluster has 1 to 256"},
 		{"too many", 257, "a cluster has 1 to 256"},
 	} {
-		if _, err := resize(tc.to); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), tc.want) {
+		if _, err := resize(tc.to); !errors.Is(err, reshard.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want refused with %q", tc.name, err, tc.want)
 		}
 		unchanged(tc.name, "4")
@@ -103,11 +103,12 @@ func TestShardResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, _ := json.Marshal(resizeLock{By: "host-x pid 7", Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), From: 4, To: 16})
-	if _, err := cli.Put(ctx, keys.ResizeLock(prefix), string(held), clientv3.WithLease(lease.ID)); err != nil {
+	// Another resize's lock, as reshard writes it.
+	held := `{"by":"host-x pid 7","since":"2026-01-02T03:04:05Z","from":4,"to":16}`
+	if _, err := cli.Put(ctx, keys.ResizeLock(prefix), held, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := resize(8); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "in progress since 2026-01-02T03:04:05Z by host-x pid 7") {
+	if _, err := resize(8); !errors.Is(err, reshard.ErrRefused) || !strings.Contains(err.Error(), "in progress since 2026-01-02T03:04:05Z by host-x pid 7") {
 		t.Errorf("concurrent resize: %v, want refused naming the other", err)
 	}
 	if _, err := cli.Revoke(ctx, lease.ID); err != nil {
@@ -153,24 +154,24 @@ func TestShardResize(t *testing.T) {
 		to        int
 		stopAfter string
 	}{{2, "staged"}, {1, "cleared"}} {
-		if _, err := Resize(ctx, ResizeOptions{Client: cli, Prefix: prefix, To: k.to, By: "test", stopAfter: k.stopAfter}); err == nil {
+		if _, err := reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: k.to, By: "test", StopAfter: k.stopAfter}); err == nil {
 			t.Fatalf("resize stopped after %s: no error", k.stopAfter)
 		}
 		lock, err := cli.Get(ctx, keys.ResizeLock(prefix))
 		if err != nil || len(lock.Kvs) != 1 {
 			t.Fatalf("after %s: lock %v, %v", k.stopAfter, lock, err)
 		}
-		if _, err := resize(k.to); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), "in progress since") {
+		if _, err := resize(k.to); !errors.Is(err, reshard.ErrRefused) || !strings.Contains(err.Error(), "in progress since") {
 			t.Errorf("rerun while the lock's lease lives: %v, want refused", err)
 		}
-		if _, err := resize(k.to + 4); !errors.Is(err, ErrResizeRefused) || !strings.Contains(err.Error(), fmt.Sprintf("run `beatd shards resize %d` to finish it", k.to)) {
+		if _, err := resize(k.to + 4); !errors.Is(err, reshard.ErrRefused) || !strings.Contains(err.Error(), fmt.Sprintf("run `beatd shards resize %d` to finish it", k.to)) {
 			t.Errorf("another count while unfinished: %v, want refused naming the count to finish", err)
 		}
 		m := newTestMain(io.Discard, io.Discard)
 		if err := m.ParseFlags(ctx, args("c", k.to)); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Run(ctx); !errors.Is(err, ErrResizing) {
+		if err := m.Run(ctx); !errors.Is(err, reshard.ErrResizing) {
 			t.Errorf("replica started during an unfinished resize: %v, want ErrResizing", err)
 		}
 		_ = m.Close()

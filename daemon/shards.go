@@ -17,6 +17,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
@@ -37,12 +38,12 @@ var ErrShardCount = errors.New("shards: the shard count differs from the cluster
 // cluster yet, in one transaction that checks so: an unsharded cluster's
 // election, state or registrations refuse it.
 func checkShardCount(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
-	if err := checkNotResizing(ctx, cli, prefix); err != nil {
+	if err := reshard.CheckNotResizing(ctx, cli, prefix); err != nil {
 		return err
 	}
 	key := keys.ShardCount(prefix)
 	for {
-		have, recorded, err := readShardCount(ctx, cli, prefix)
+		have, recorded, err := reshard.ReadCount(ctx, cli, prefix)
 		if err != nil {
 			return err
 		}

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/beatd/beatd/daemon"
 	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/spf13/cobra"
 )
 
@@ -45,7 +45,7 @@ func shardsCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command
 			defer cli.Close()
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			info, err := daemon.ShowShards(rctx, cli, etcd.KeyPrefix())
+			info, err := reshard.Show(rctx, cli, etcd.KeyPrefix())
 			if err != nil {
 				fmt.Fprintln(stderr, "beatd shards:", termErr(etcd.Failure("read the shard count", timeout, err)))
 				return codeErr(exitFail)
@@ -78,7 +78,7 @@ Then start every replica with --shards M.`,
 		RunE: func(c *cobra.Command, args []string) error {
 			m, err := strconv.Atoi(args[0])
 			if err != nil {
-				return usageError{c, fmt.Errorf("M %q: want a shard count, 1 to %d", args[0], daemon.MaxShards)}
+				return usageError{c, fmt.Errorf("M %q: want a shard count, 1 to %d", args[0], reshard.MaxShards)}
 			}
 			cli, err := etcd.Client()
 			if err != nil {
@@ -89,11 +89,11 @@ Then start every replica with --shards M.`,
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			host, _ := os.Hostname()
-			res, err := daemon.Resize(rctx, daemon.ResizeOptions{Client: cli, Prefix: etcd.KeyPrefix(), To: m,
+			res, err := reshard.Resize(rctx, reshard.Options{Client: cli, Prefix: etcd.KeyPrefix(), To: m,
 				By:     fmt.Sprintf("%s pid %d", host, os.Getpid()),
 				Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 			if err != nil {
-				if !errors.Is(err, daemon.ErrResizeRefused) {
+				if !errors.Is(err, reshard.ErrRefused) {
 					err = etcd.Failure("resize", timeout, err)
 				}
 				fmt.Fprintln(stderr, "beatd shards resize:", termErr(err))

@@ -1,4 +1,4 @@
-package daemon
+package reshard
 
 import (
 	"context"
@@ -20,10 +20,10 @@ import (
 // MaxShards is the most shards a cluster may be resized to.
 const MaxShards = 256
 
-// ErrResizeRefused means `beatd shards resize` changed nothing: the count
+// ErrRefused means `beatd shards resize` changed nothing: the count
 // asked for is out of bounds or the cluster's already, a replica runs, or
 // another resize holds the lock.
-var ErrResizeRefused = errors.New("shards: resize refused")
+var ErrRefused = errors.New("shards: resize refused")
 
 // ErrResizing means a replica would not start: a resize runs, or one
 // began and did not finish.
@@ -33,8 +33,8 @@ var ErrResizing = errors.New("shards: a resize is in progress or unfinished")
 // it this long, after which a rerun takes it and finishes the move.
 const resizeLockTTL = 10 * time.Second
 
-// ResizeOptions configures Resize.
-type ResizeOptions struct {
+// Options configures Resize.
+type Options struct {
 	Client *clientv3.Client
 	Prefix string // the cluster's (keys.Prefix)
 	To     int
@@ -42,13 +42,14 @@ type ResizeOptions struct {
 	Clock  clockwork.Clock
 	MaxOps int // etcd's --max-txn-ops; store.MaxOpsPerTxn if 0
 	Logger *slog.Logger
-	// stopAfter, in tests, ends the resize after a phase ("staged",
-	// "cleared") as a kill would, leaving the plan and the lock's lease.
-	stopAfter string
+	// StopAfter is for tests only: it ends the resize after a phase
+	// ("staged", "cleared") as a kill would, leaving the plan and the
+	// lock's lease, so a test can check that a rerun finishes it.
+	StopAfter string
 }
 
-// ResizeResult is what a resize did.
-type ResizeResult struct {
+// Result is what a resize did.
+type Result struct {
 	From, To int
 	Entries  int
 	Resumed  bool // an unfinished resize's plan was found and finished
@@ -91,7 +92,7 @@ type resizeLock struct {
 //
 // Every write is guarded by the lock key's create revision (a fence), so
 // a resize whose lease expired cannot write over the one that took over.
-func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
+func Resize(ctx context.Context, o Options) (Result, error) {
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -102,12 +103,12 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	start := o.Clock.Now()
-	res := ResizeResult{To: o.To}
+	res := Result{To: o.To}
 	if o.To < 1 || o.To > MaxShards {
-		return res, fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrResizeRefused, o.To, MaxShards)
+		return res, fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrRefused, o.To, MaxShards)
 	}
 	cli, prefix := o.Client, o.Prefix
-	from, _, err := readShardCount(ctx, cli, prefix)
+	from, _, err := ReadCount(ctx, cli, prefix)
 	if err != nil {
 		return res, err
 	}
@@ -118,11 +119,11 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 	switch {
 	case havePlan && plan.To != o.To:
 		return res, fmt.Errorf("%w: a resize from %d to %d shards began at %s (by %s) and did not finish; run `beatd shards resize %d` to finish it first",
-			ErrResizeRefused, plan.From, plan.To, plan.Since.Format(time.RFC3339), plan.By, plan.To)
+			ErrRefused, plan.From, plan.To, plan.Since.Format(time.RFC3339), plan.By, plan.To)
 	case havePlan:
 		from, res.Resumed = plan.From, true
 	case from == o.To:
-		return res, fmt.Errorf("%w: the cluster at %s has a shard count of %d already", ErrResizeRefused, prefix, from)
+		return res, fmt.Errorf("%w: the cluster at %s has a shard count of %d already", ErrRefused, prefix, from)
 	default:
 		plan = resizePlan{From: from, To: o.To, Since: start.UTC(), By: o.By}
 	}
@@ -165,9 +166,9 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 			var l resizeLock
 			_ = json.Unmarshal(kvs[0].Value, &l)
 			return res, fmt.Errorf("%w: a resize from %d to %d shards is in progress since %s by %s (%s); it frees the lock within %s of ending",
-				ErrResizeRefused, l.From, l.To, l.Since.Format(time.RFC3339), l.By, lockKey, resizeLockTTL)
+				ErrRefused, l.From, l.To, l.Since.Format(time.RFC3339), l.By, lockKey, resizeLockTTL)
 		}
-		return res, fmt.Errorf("%w: a replica started while the resize began; stop every replica first", ErrResizeRefused)
+		return res, fmt.Errorf("%w: a replica started while the resize began; stop every replica first", ErrRefused)
 	}
 	fence := election.Fence{Key: lockKey, Token: txn.Header.Revision}
 	o.Logger.Info("resize: lock taken", "from", from, "to", o.To, "resumed", res.Resumed)
@@ -198,7 +199,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		}
 		o.Logger.Info("resize: staged", "entries", t.Len())
 	}
-	if o.stopAfter == "staged" {
+	if o.StopAfter == "staged" {
 		return res, errors.New("shards: resize: stopped after staging (test)")
 	}
 
@@ -226,7 +227,7 @@ func Resize(ctx context.Context, o ResizeOptions) (ResizeResult, error) {
 		}
 		clears = clears[n:]
 	}
-	if o.stopAfter == "cleared" {
+	if o.StopAfter == "cleared" {
 		return res, errors.New("shards: resize: stopped after clearing the tables (test)")
 	}
 	parts := make([]*store.Table, o.To)
@@ -302,7 +303,7 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 		for i, r := range reps {
 			ids[i] = r.ID
 		}
-		return fmt.Errorf("%w: %d replica(s) running (%s): resize is offline; stop every replica first", ErrResizeRefused, len(reps), strings.Join(ids, ", "))
+		return fmt.Errorf("%w: %d replica(s) running (%s): resize is offline; stop every replica first", ErrRefused, len(reps), strings.Join(ids, ", "))
 	}
 	elections := []string{keys.Leaders(prefix)}
 	for i := range MaxShards {
@@ -321,7 +322,7 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 		for i, r := range resp.Responses {
 			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
 				return fmt.Errorf("%w: the election %s has a candidate (%s): a replica runs, or died less than its lease TTL ago; stop every replica first",
-					ErrResizeRefused, elections[i], kvs[0].Key)
+					ErrRefused, elections[i], kvs[0].Key)
 			}
 		}
 		elections = elections[n:]
@@ -329,9 +330,9 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 	return nil
 }
 
-// readShardCount is the cluster's shard count, and whether it is
+// ReadCount is the cluster's shard count, and whether it is
 // recorded (keys.ShardCount; a cluster without the key has 1).
-func readShardCount(ctx context.Context, cli *clientv3.Client, prefix string) (n int, recorded bool, err error) {
+func ReadCount(ctx context.Context, cli *clientv3.Client, prefix string) (n int, recorded bool, err error) {
 	key := keys.ShardCount(prefix)
 	resp, err := cli.Get(ctx, key)
 	if err != nil {
@@ -364,14 +365,14 @@ func readPlan(ctx context.Context, cli *clientv3.Client, prefix string) (resizeP
 	return p, true, nil
 }
 
-// ShardsInfo is `beatd shards show`: the count, and a resize begun.
-type ShardsInfo struct {
-	Count    int        `json:"count"`
-	Resizing *ResizeRun `json:"resize,omitempty"`
+// Info is `beatd shards show`: the count, and a resize begun.
+type Info struct {
+	Count    int  `json:"count"`
+	Resizing *Run `json:"resize,omitempty"`
 }
 
-// ResizeRun is a resize in progress or unfinished.
-type ResizeRun struct {
+// Run is a resize in progress or unfinished.
+type Run struct {
 	From    int       `json:"from"`
 	To      int       `json:"to"`
 	Since   time.Time `json:"since"`
@@ -380,10 +381,10 @@ type ResizeRun struct {
 	Running bool      `json:"running"` // its lock is held
 }
 
-// ShowShards reads the cluster's count and any resize begun.
-func ShowShards(ctx context.Context, cli *clientv3.Client, prefix string) (ShardsInfo, error) {
-	var info ShardsInfo
-	n, _, err := readShardCount(ctx, cli, prefix)
+// Show reads the cluster's count and any resize begun.
+func Show(ctx context.Context, cli *clientv3.Client, prefix string) (Info, error) {
+	var info Info
+	n, _, err := ReadCount(ctx, cli, prefix)
 	if err != nil {
 		return info, err
 	}
@@ -396,13 +397,13 @@ func ShowShards(ctx context.Context, cli *clientv3.Client, prefix string) (Shard
 	if err != nil {
 		return info, fmt.Errorf("shards: read the resize lock: %w", err)
 	}
-	info.Resizing = &ResizeRun{From: plan.From, To: plan.To, Since: plan.Since, By: plan.By, Staged: plan.Staged, Running: lock.Count > 0}
+	info.Resizing = &Run{From: plan.From, To: plan.To, Since: plan.Since, By: plan.By, Staged: plan.Staged, Running: lock.Count > 0}
 	return info, nil
 }
 
-// checkNotResizing refuses a replica's start while a resize runs or one
+// CheckNotResizing refuses a replica's start while a resize runs or one
 // is unfinished: the state tables are half moved.
-func checkNotResizing(ctx context.Context, cli *clientv3.Client, prefix string) error {
+func CheckNotResizing(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	resp, err := cli.Get(ctx, keys.Resize(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		return fmt.Errorf("shards: read %s: %w", keys.Resize(prefix), err)
