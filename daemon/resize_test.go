@@ -127,7 +127,10 @@ func TestShardResize(t *testing.T) {
 
 	b := runMain(t, args("b", 8)...)
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 8 shards", func() bool { return len(b.shards.leading()) == 8 })
-	time.Sleep(2 * time.Second)
+	// Two seconds of b's own slots, and an audited window of at least four
+	// seconds in all however long the starts and the resize took on a
+	// loaded machine (it once left three).
+	time.Sleep(max(2*time.Second, time.Until(from.Add(6*time.Second))))
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
