@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -426,23 +425,13 @@ func thousands(n int) string {
 	return b.String()
 }
 
-// recentRuns returns the newest runs of each named entry, oldest first
-// (the history keeps them newest first), or none without a history.
-func (s *Server) recentRuns(ctx context.Context, names []string) (map[string][]outcome.Run, error) {
+// recentRuns returns each named entry's run history, newest first as the
+// broker keeps it, or nothing without a history.
+func (s *Server) recentRuns(ctx context.Context, names []string) (map[string]outcome.EntryRuns, error) {
 	if s.runs == nil {
 		return nil, nil
 	}
-	h, err := s.runs.Histories(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]outcome.Run, len(h))
-	for n, x := range h {
-		runs := slices.Clone(x.Runs)
-		slices.Reverse(runs)
-		out[n] = runs
-	}
-	return out, nil
+	return s.runs.Histories(ctx, names)
 }
 
 // leaderClient is c with a second's timeout (a new plain client if nil):

@@ -340,12 +340,10 @@ func leaderFire(f EntryFires) status.Live {
 
 // entryStatus is e's status from the one builder, with its state as this
 // replica last read it and runs, its newest runs (oldest first).
-func (s *Server) entryStatus(e *config.Entry, runs []outcome.Run, now time.Time) status.Entry {
+func (s *Server) entryStatus(e *config.Entry, runs outcome.EntryRuns, now time.Time) status.Entry {
 	f := status.Facts{Name: e.Name, Entry: e, State: s.cluster.state(e.Name), Cluster: keys.Cluster(s.cfg.Prefix)}
-	if len(runs) > 0 {
-		newest := slices.Clone(runs)
-		slices.Reverse(newest)
-		f.History = &outcome.EntryRuns{Runs: newest}
+	if len(runs.Runs) > 0 {
+		f.History = &runs
 	}
 	return status.Of(f, now)
 }
@@ -655,8 +653,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 	case len(ev.Next) == 0:
 		ev.NextNote = "This entry has no future slot."
 	}
-	for i := len(rs) - 1; i >= 0; i-- {
-		r := rs[i]
+	for _, r := range rs.Runs { // newest first
 		rv := runView{TaskID: r.TaskID, Slot: fmtIn(r.Slot, loc), Published: fmtIn(r.PublishedAt, loc), At: r.PublishedAt,
 			Token: r.Token, Manual: r.Manual, Lag: fmtLag(r.PublishedAt.Sub(r.Slot))}
 		if r.Manual {
