@@ -78,7 +78,9 @@ func TestRaiseShardFences(t *testing.T) {
 	client := rs.Client()
 	ctx := context.Background()
 	const prefix = "beatd:{rsz}:"
-	shard := func(s string) *Publisher { return New(client, Options{Cluster: "beatd/rsz", KeyPrefix: prefix, Shard: s}) }
+	shard := func(s string) *Publisher {
+		return New(client, Options{Cluster: "beatd/rsz", KeyPrefix: prefix, Shard: s})
+	}
 	a := compileTest(t, "    {task: tasks.add, every: 1s, args: [3]}")
 	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	res := make([]broker.Result, 1)
