@@ -671,19 +671,24 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.redisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
 }
 
-// fenceRaiser is how `beatd shards resize` raises the shards' fences on
-// the broker (reshard.Options.RaiseFences): nil on RabbitMQ, whose terms
-// are checked in etcd; close releases the client.
+// fenceRaiser is how `beatd shards resize` fences the old count's shards
+// on the broker (reshard.Options.RaiseFences): on Redis it raises their
+// fences; on RabbitMQ it checks that no connection holds their locks (a
+// replica reconnecting checks its term in etcd). close releases the
+// client.
 func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64, int, int) error, func(), error) {
 	switch {
 	case b.url == "":
-		return nil, func() {}, errors.New("--broker is required: on Redis, a resize raises the shards' fences, so that a replica paused through it cannot publish")
-	case amqpbroker.IsAMQPURL(b.url):
-		return nil, func() {}, nil
+		return nil, func() {}, errors.New("--broker is required: a resize fences the old shards on the broker, so that a replica paused through it cannot publish")
 	}
 	pass, err := etcdflags.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
 	if err != nil {
 		return nil, func() {}, err
+	}
+	if amqpbroker.IsAMQPURL(b.url) {
+		return func(_ context.Context, _ int64, from, to int) error {
+			return amqpbroker.CheckShardLocksFree(b.url, pass, cluster, []int{from, to})
+		}, func() {}, nil
 	}
 	rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
 	if err != nil {
