@@ -40,9 +40,10 @@ type Report struct {
 
 // Feed is where the consumers' events meet the scheduler. It passes on
 // only reports about the task ids the leader watches (its unfinished
-// runs, at most a few per entry), so a worker's other tasks cost one map
-// lookup each and the feed's memory is bounded by the entries, never by
-// the fires. It is safe for concurrent use.
+// runs, at most a few per entry, with their chains' steps), so a
+// worker's other tasks cost one map lookup each and the feed's memory is
+// bounded by the entries, never by the fires. It is safe for concurrent
+// use.
 //
 // A sharded replica runs a scheduler loop per shard, all fed by the one
 // set of consumers: each loop reads a Sub of the feed, which shares the
