@@ -660,7 +660,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 			rv.Lag, rv.Slot = "manual", "manual ("+rv.Slot+")"
 		}
 		if o := es.OutcomeOf(r); o != nil {
-			rv.Outcome, rv.Worker = o.Outcome, o.Worker
+			rv.Outcome, rv.Worker = o.OutcomeText(), o.Worker
 			if rt := o.Runtime(); rt > 0 {
 				rv.Runtime = rt.Round(time.Millisecond).String()
 			}

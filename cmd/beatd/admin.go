@@ -326,7 +326,7 @@ func printEntry(w io.Writer, e status.Entry) {
 		if r.SkippedSlots > 1 {
 			exc = fmt.Sprintf("%d slots in a row, the newest shown", r.SkippedSlots)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, dash(r.Outcome), r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, dash(r.OutcomeText()), r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
 			dash(r.Worker), dash(oneLine(exc, 80)))
 	}
 	_ = tw.Flush()
