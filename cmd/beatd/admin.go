@@ -674,8 +674,9 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 // fenceRaiser is how `beatd shards resize` fences the old count's shards
 // on the broker (reshard.Options.RaiseFences): on Redis it raises their
 // fences; on RabbitMQ it checks that no connection holds their locks (a
-// replica reconnecting checks its term in etcd). close releases the
-// client.
+// replica reconnecting checks its term in etcd) and that every old
+// shard's journal ends in a clean term (amqp.CheckResizable). close
+// releases the client.
 func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64, int, int) error, func(), error) {
 	switch {
 	case b.url == "":
@@ -687,7 +688,7 @@ func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64,
 	}
 	if amqpbroker.IsAMQPURL(b.url) {
 		return func(_ context.Context, _ int64, from, to int) error {
-			return amqpbroker.CheckShardLocksFree(b.url, pass, cluster, []int{from, to})
+			return amqpbroker.CheckResizable(b.url, pass, cluster, from, to)
 		}, func() {}, nil
 	}
 	rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
