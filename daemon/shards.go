@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
@@ -158,6 +159,9 @@ type shardDeps struct {
 	// lead, when set, runs beside shard 0's scheduler for its term (the
 	// catalog, which is the cluster's, is published by shard 0's leader).
 	lead0 func(leader.Term) (stop func())
+	// observe, when set, is shard i's scheduler's Observer (the console's
+	// timeline of that shard's fires), in place of sched's.
+	observe func(i int) func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool)
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
@@ -182,6 +186,9 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
+		if d.observe != nil {
+			sc.Observer = d.observe(i)
+		}
 		sh.pub, _ = dispatcher.(*redisbroker.Publisher)
 		// Each shard's loop owns its scheduler's metrics (its gauges are
 		// the loop's: pending slots, the state backlog, the entries' next
@@ -409,6 +416,10 @@ func (s *shardSet) leading() []shardLead {
 	return out
 }
 
+// token is shard i's current term's token on this replica (0: it does
+// not lead it).
+func (s *shardSet) token(i int) int64 { return s.shards[i].loop.Token() }
+
 // termErr is why a shard this replica leads cannot do its work, each
 // named by its shard (nil: every one can), for /readyz.
 func (s *shardSet) termErr(now time.Time) error {
@@ -604,6 +615,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
+		observe: m.shardObserver,
 	}, m.registry, m.log)
 }
 
