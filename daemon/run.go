@@ -606,7 +606,10 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() {
 		defer m.wg.Done()
 		if m.shards != nil {
+			var watchdog sync.WaitGroup
+			watchdog.Go(func() { m.shardBrokerWatchdog(runCtx) })
 			m.shards.Run(runCtx)
+			watchdog.Wait()
 			return
 		}
 		m.leader.Run(runCtx)
