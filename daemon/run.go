@@ -165,6 +165,9 @@ type Main struct {
 	// shards runs the leadership of a cluster of more than one shard
 	// (shards.go); nil for one shard, whose leader and sched run it.
 	shards *shardSet
+	// shardTimelines are the console's timelines of each shard's fires
+	// on this replica, by shard (shardObserver).
+	shardTimelines []*console.Timeline
 }
 
 // Options is what a replica is told: run's flags and their environment
@@ -603,7 +606,10 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() {
 		defer m.wg.Done()
 		if m.shards != nil {
+			var watchdog sync.WaitGroup
+			watchdog.Go(func() { m.shardBrokerWatchdog(runCtx) })
 			m.shards.Run(runCtx)
+			watchdog.Wait()
 			return
 		}
 		m.leader.Run(runCtx)
