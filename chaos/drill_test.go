@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 )
 
 // TestDrillShort is the CI drill: every fault kind at least twice against
@@ -82,6 +83,25 @@ func TestAudit(t *testing.T) {
 	rep = AuditWithTerms(cfg, first, base, base.Add(19*time.Second), terms[:1])
 	if rep.OK {
 		t.Fatal("a gap with no takeover passed")
+	}
+
+	// Sharded: only a term of the entry's own shard is a takeover of it.
+	const n = 4
+	skipShard := keys.ShardOf("skip", n)
+	other := (skipShard + 1) % n
+	for _, tt := range []struct {
+		name  string
+		shard int
+		ok    bool
+	}{
+		{name: "a term of its shard", shard: skipShard, ok: true},
+		{name: "a term of another shard", shard: other, ok: false},
+	} {
+		sharded := []Term{{Start: base.Add(-time.Minute), Token: 5, Shard: skipShard, Count: n},
+			{Start: base.Add(13500 * time.Millisecond), Token: 9, Shard: tt.shard, Count: n}}
+		if rep := AuditWithTerms(cfg, first, base, base.Add(19*time.Second), sharded); rep.OK != tt.ok {
+			t.Errorf("%s began in the gap: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
+		}
 	}
 }
 
