@@ -109,7 +109,7 @@ func checkShardDrill(t *testing.T, rep *Report) {
 	if rep.ShardMoves.Count == 0 {
 		t.Error("no shard handover logged: the join moved nothing")
 	}
-	if rep.ExpectedSlots < 200 {
+	if rep.ExpectedSlots < 100 {
 		t.Errorf("only %d slots audited", rep.ExpectedSlots)
 	}
 }

@@ -88,19 +88,23 @@ func TestAudit(t *testing.T) {
 	// Sharded: only a term of the entry's own shard is a takeover of it.
 	const n = 4
 	skipShard := keys.ShardOf("skip", n)
-	other := (skipShard + 1) % n
 	for _, tt := range []struct {
-		name  string
-		shard int
-		ok    bool
+		name     string
+		takeover func(shard int) bool // the shards a new term began in
+		ok       bool
 	}{
-		{name: "a term of its shard", shard: skipShard, ok: true},
-		{name: "a term of another shard", shard: other, ok: false},
+		{name: "every shard", takeover: func(int) bool { return true }, ok: true},
+		{name: "every shard but skip's", takeover: func(i int) bool { return i != skipShard }, ok: false},
 	} {
-		sharded := []Term{{Start: base.Add(-time.Minute), Token: 5, Shard: skipShard, Count: n},
-			{Start: base.Add(13500 * time.Millisecond), Token: 9, Shard: tt.shard, Count: n}}
+		var sharded []Term
+		for i := range n {
+			sharded = append(sharded, Term{Start: base.Add(-time.Minute), Token: 5, Shard: i, Count: n})
+			if tt.takeover(i) {
+				sharded = append(sharded, Term{Start: base.Add(13500 * time.Millisecond), Token: 9, Shard: i, Count: n})
+			}
+		}
 		if rep := AuditWithTerms(cfg, first, base, base.Add(19*time.Second), sharded); rep.OK != tt.ok {
-			t.Errorf("%s began in the gap: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
+			t.Errorf("a term began in %s: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
 		}
 	}
 }
