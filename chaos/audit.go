@@ -91,6 +91,9 @@ type Report struct {
 	WokenPublishes []SlotRef `json:"woken_publishes,omitempty"`
 	StuckShards    []string  `json:"stuck_shards,omitempty"`
 	ShardMoves     Stats     `json:"shard_moves,omitzero"`
+	// Unbalanced are joins handed their share while the other replicas
+	// were not balanced among themselves within 20 s (not a failure).
+	Unbalanced []string `json:"unbalanced,omitempty"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -299,6 +302,9 @@ func (r *Report) WriteSummary(w io.Writer) {
 		}
 		for _, s := range r.StuckShards {
 			fmt.Fprintf(w, "    stuck: %s\n", s)
+		}
+		for _, s := range r.Unbalanced {
+			fmt.Fprintf(w, "    unbalanced (not a failure): %s\n", s)
 		}
 	}
 	if len(r.Faults) > 0 {
