@@ -670,6 +670,7 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		f.Held = 2*ttl + time.Duration(1000+d.rng.IntN(2000))*time.Millisecond
 		serr := d.sleep(ctx, f.Held)
 		lead.RedisProxy.Blackhole(false)
+		lead.RedisProxy.Reset()
 		if serr != nil {
 			return f, serr
 		}
@@ -707,7 +708,14 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		f.Held = ttl + time.Duration(500+d.rng.IntN(1500))*time.Millisecond
 		serr := d.sleep(ctx, f.Held)
 		for _, p := range proxies {
+			// The bytes the black hole dropped left the open streams
+			// with frames missing, which real TCP never does (it
+			// delivers them late or the connection dies): a replica's
+			// etcd client then failed every lease grant with
+			// RST_STREAM PROTOCOL_ERROR for 25 s after the cut ended.
+			// Reset ends those connections, as a dead one would.
 			p.Blackhole(false)
+			p.Reset()
 		}
 		if serr != nil {
 			return f, serr
