@@ -352,7 +352,7 @@ func (d *drill) resize(ctx context.Context, f *Fault) error {
 	var err error
 	for began := time.Now(); ; {
 		cmd := exec.CommandContext(ctx, d.cfg.Binary, "shards", "resize", strconv.Itoa(to), "--etcd-endpoints", strings.Join(d.etcd.Endpoints(), ","),
-			"--prefix", d.prefix, "--timeout", "30s")
+			"--prefix", d.prefix, "--broker", d.brokerURL(), "--timeout", "30s")
 		if out, err = cmd.CombinedOutput(); err == nil || time.Since(began) > d.cfg.LeaseTTL+30*time.Second {
 			break
 		}
@@ -389,6 +389,15 @@ func (d *drill) resize(ctx context.Context, f *Fault) error {
 	d.logf("resize %d->%d: stopped in %s, resized at %s, every shard led at %s (%s)", from, to, stopped.Round(time.Millisecond),
 		resized.Round(time.Millisecond), f.Held.Round(time.Millisecond), strings.TrimSpace(string(out)))
 	return nil
+}
+
+// brokerURL is the drill's broker, reached directly (not through a
+// replica's proxy): the resize raises the shards' fences there.
+func (d *drill) brokerURL() string {
+	if d.rabbit != nil {
+		return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d//", d.rabbit.Port)
+	}
+	return "redis://" + d.redis.Addr() + "/0"
 }
 
 // shardChecks adds what only a sharded drill checks to rep: publishes of
