@@ -162,6 +162,26 @@ func Audit(cfg *config.Config, msgs []Message, from, to time.Time) *Report {
 // began after its first slot, no later than the term that published the
 // next slot.
 func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, terms []Term) *Report {
+	return AuditWithTimeline(cfg, msgs, from, to, terms, nil)
+}
+
+// StepLateness mirrors the scheduler's stepLateness (scheduler/catchup.go):
+// a slot still pending this long after it was due, because its publishes
+// kept failing (a broker down that long), goes through its entry's
+// catch-up policy within the same term, as at a takeover.
+const StepLateness = 30 * time.Second
+
+// FiredKey is the key of fired: an entry and its slot.
+func FiredKey(entry string, slot time.Time) string {
+	return entry + "\x00" + slot.UTC().Format(time.RFC3339Nano)
+}
+
+// AuditWithTimeline is AuditWithTerms with when each published slot was
+// fired (FiredKey; from the replicas' "fired" lines): under once or skip,
+// a missing slot more than StepLateness older than the fire of the
+// entry's next published slot was dropped by its policy while pending,
+// as the scheduler does, with or without a takeover.
+func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, terms []Term, fired map[string]time.Time) *Report {
 	r := &Report{From: from, To: to, Messages: len(msgs), Duplicates: []SlotRef{}, Missed: []SlotRef{}, Dropped: []SlotRef{}}
 	type pub struct {
 		count int
@@ -206,7 +226,7 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 		published := func(s time.Time) *pub { return slots[s.UnixNano()] }
 		// nearest returns the token of the closest published slot before or
 		// after t: who published on each side of a run of missing slots.
-		nearest := func(t time.Time, before bool) int64 {
+		nearestSlot := func(t time.Time, before bool) (int64, int64) {
 			var best, tok int64
 			found := false
 			for k, p := range slots {
@@ -214,6 +234,10 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 					best, tok, found = k, p.token, true
 				}
 			}
+			return best, tok
+		}
+		nearest := func(t time.Time, before bool) int64 {
+			_, tok := nearestSlot(t, before)
 			return tok
 		}
 		for i := 0; i < len(expected); {
@@ -243,9 +267,21 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 					}
 				}
 			}
+			// When the entry's next published slot was fired: a slot of the
+			// run pending more than StepLateness by then was dropped by a
+			// once or skip policy while pending.
+			var nextFired time.Time
+			if next, tok := nearestSlot(run[len(run)-1], false); tok != 0 && fired != nil {
+				nextFired = fired[FiredKey(e.Name, time.Unix(0, next))]
+			}
 			for n, s := range run {
 				ref := SlotRef{Entry: e.Name, Slot: s.UTC()}
+				pendingLate := !nextFired.IsZero() && nextFired.Sub(s) > StepLateness
 				switch {
+				case pendingLate && e.Catchup == config.CatchupOnce:
+					ref.Reason = "catchup_once: pending past 30 s"
+				case pendingLate && e.Catchup == config.CatchupSkip:
+					ref.Reason = "catchup_skip: pending past 30 s"
 				case takeover && e.Catchup == config.CatchupOnce:
 					ref.Reason = "catchup_once: an older slot of an outage"
 				case takeover && e.Catchup == config.CatchupSkip:

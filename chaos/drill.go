@@ -322,7 +322,9 @@ func (d *drill) setup() error {
 			"--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
 			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, broker...)
 		if d.shards != nil {
-			r.Args = append(r.Args, "--shards", strconv.Itoa(d.cfg.Shards))
+			// Every fire logged: the audit reads when each was fired
+			// (a once or skip slot pending past StepLateness is dropped).
+			r.Args = append(r.Args, "--log-fires", "100000", "--shards", strconv.Itoa(d.cfg.Shards))
 			if i == d.cfg.Replicas {
 				d.shards.spare = r
 				d.replicas = append(d.replicas, r)
@@ -411,6 +413,18 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
+	if d.shards != nil {
+		// Every shard led and the first handovers done, so each entry has
+		// started (a new entry is owed slots from its first scheduling
+		// only): a shard handed over before its first term began
+		// scheduling left its entries' first seconds unowed.
+		if _, ok := d.allLed(ctx, 60*time.Second, true, nil); !ok {
+			return nil, errors.New("chaos: the shards were not led and balanced within 60s of the start")
+		}
+		if err := d.sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.sleep(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
@@ -492,7 +506,15 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 			logs.terms[i] = d.shards.shardTerm(t)
 		}
 	}
-	rep := AuditWithTerms(cfg, msgs, from, to, logs.terms)
+	fired := map[string]time.Time{}
+	for _, l := range logs.fires {
+		if slot, err := time.Parse(time.RFC3339Nano, l.Slot); err == nil {
+			if k := FiredKey(l.Entry, slot); fired[k].IsZero() || l.Time.Before(fired[k]) {
+				fired[k] = l.Time
+			}
+		}
+	}
+	rep := AuditWithTimeline(cfg, msgs, from, to, logs.terms, fired)
 	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
 	logs.report(rep, faults)
 	if d.cfg.Broker == BrokerAMQP {

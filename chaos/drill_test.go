@@ -85,6 +85,32 @@ func TestAudit(t *testing.T) {
 		t.Fatal("a gap with no takeover passed")
 	}
 
+	// One term throughout: once and skip slots missing over 10-12 were
+	// dropped while pending only if the next published slot (13) was
+	// fired more than StepLateness after them (a broker down that long).
+	var sameTerm []Message
+	for _, m := range msgs {
+		m.Token = 5
+		sameTerm = append(sameTerm, m)
+	}
+	for _, tt := range []struct {
+		name  string
+		fired time.Duration // when slot 13 was fired, from base
+		ok    bool
+	}{
+		{name: "fired 32 s after the outage's last slot", fired: 45 * time.Second, ok: true},
+		{name: "fired on time", fired: 13 * time.Second, ok: false},
+	} {
+		fired := map[string]time.Time{}
+		for _, e := range []string{"once", "skip"} {
+			fired[FiredKey(e, base.Add(13*time.Second))] = base.Add(tt.fired)
+		}
+		rep := AuditWithTimeline(cfg, sameTerm, base, base.Add(19*time.Second), []Term{{Start: base.Add(-time.Minute), Token: 5}}, fired)
+		if rep.OK != tt.ok {
+			t.Errorf("slot 13 %s: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
+		}
+	}
+
 	// Sharded: only a term of the entry's own shard is a takeover of it.
 	const n = 4
 	skipShard := keys.ShardOf("skip", n)
