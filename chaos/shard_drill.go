@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -337,24 +338,46 @@ func (d *drill) resize(ctx context.Context, f *Fault) error {
 	for _, r := range d.replicas {
 		if r.Running() {
 			restart = append(restart, r)
+		}
+	}
+	stopAll := func() {
+		for _, r := range restart {
 			r.Signal(syscall.SIGTERM)
 		}
-	}
-	for _, r := range restart {
-		if !r.Wait(15 * time.Second) {
-			r.Kill()
+		for _, r := range restart {
+			if !r.Wait(15 * time.Second) {
+				r.Kill()
+			}
 		}
 	}
+	stopAll()
 	stopped := time.Since(f.At)
 	// A replica that had to be killed keeps its registration for a TTL:
-	// the resize refuses until then.
+	// the resize refuses until then. On RabbitMQ it also refuses while a
+	// shard's last term ended without its state write (a lost lease): as
+	// docs/shards.md says, the cluster is then led once more at the old
+	// count and stopped again.
 	var out []byte
 	var err error
+	settles := 0
 	for began := time.Now(); ; {
 		cmd := exec.CommandContext(ctx, d.cfg.Binary, "shards", "resize", strconv.Itoa(to), "--etcd-endpoints", strings.Join(d.etcd.Endpoints(), ","),
 			"--prefix", d.prefix, "--broker", d.brokerURL(), "--timeout", "30s")
 		if out, err = cmd.CombinedOutput(); err == nil || time.Since(began) > d.cfg.LeaseTTL+30*time.Second {
 			break
+		}
+		if bytes.Contains(out, []byte("ended without writing its state")) && settles < 3 {
+			settles++
+			d.logf("resize %d->%d refused until a shard is led again at %d: %s", from, to, from, strings.TrimSpace(string(out)))
+			for _, r := range restart {
+				if err := r.Start(); err != nil {
+					return err
+				}
+			}
+			d.allLed(ctx, 30*time.Second, false, nil)
+			stopAll()
+			began = time.Now()
+			continue
 		}
 		if serr := d.sleep(ctx, 250*time.Millisecond); serr != nil {
 			return serr
