@@ -16,7 +16,8 @@ deps:
 
 # Every test, with the race detector, after installing what it needs.
 # Test binaries build two at a time; .ci/serial runs them one at a time
-# (a package's time as printed includes its wait for the one before).
+# (a package's time as printed includes its wait for the one before;
+# `BEATD_SERIAL_LOG=FILE make test` appends each package's own seconds to FILE).
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 2 -exec $(CURDIR)/.ci/serial -timeout 20m ./...
