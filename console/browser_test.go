@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,14 +66,27 @@ type env struct {
 	shotsDir string
 }
 
+// built is the package's one beatd binary, built by the first test that
+// needs it; TestMain removes its directory.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
 func buildBeatd(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "beatd")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/beatd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build beatd: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "beatd-console"); built.err == nil {
+			built.bin = filepath.Join(built.dir, "beatd")
+			built.err = harness.BuildBeatd(built.bin)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 func startEnv(t *testing.T) *env {
