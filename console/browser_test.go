@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,29 +65,6 @@ type env struct {
 	shotsDir string
 }
 
-// built is the package's one beatd binary, built by the first test that
-// needs it; TestMain removes its directory.
-var built struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
-func buildBeatd(t *testing.T) string {
-	t.Helper()
-	built.once.Do(func() {
-		if built.dir, built.err = os.MkdirTemp("", "beatd-console"); built.err == nil {
-			built.bin = filepath.Join(built.dir, "beatd")
-			built.err = harness.BuildBeatd(built.bin)
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
-	}
-	return built.bin
-}
-
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	return startEnvWith(t, 3, consoleConfig(), "BEATD_ADMIN_TOKEN="+adminToken)
@@ -104,7 +80,7 @@ func startEnvWith(t *testing.T, n int, schedule string, vars ...string) *env {
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Fatal("chromium not on PATH: apt-get install -y chromium")
 	}
-	bin := buildBeatd(t)
+	bin := testutil.BeatdBinary(t)
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	rs := testutil.MustStartRedis(t)
 	e := &env{t: t, etcd: testutil.NewEtcdClient(t, srv.Endpoints...), rdb: rs.Client()}

@@ -3,12 +3,12 @@ package console_test
 import (
 	"os"
 	"testing"
+
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
-	}
+	testutil.RemoveBeatdBinary()
 	os.Exit(code)
 }
