@@ -1,14 +1,9 @@
 package console_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testutil.RemoveBeatdBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.MainWithBeatd(m) }

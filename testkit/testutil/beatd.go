@@ -20,8 +20,7 @@ var beatd struct {
 // BeatdBinary returns the test process's beatd binary, built by
 // harness.BuildBeatd for the first test that asks: every later test of
 // the package runs the same one instead of linking its own (seconds each,
-// more on a loaded machine). The package's TestMain calls
-// RemoveBeatdBinary after m.Run.
+// more on a loaded machine). The package's TestMain is MainWithBeatd.
 func BeatdBinary(tb testing.TB) string {
 	tb.Helper()
 	beatd.once.Do(func() {
@@ -36,9 +35,12 @@ func BeatdBinary(tb testing.TB) string {
 	return beatd.bin
 }
 
-// RemoveBeatdBinary removes what BeatdBinary built, if it built anything.
-func RemoveBeatdBinary() {
+// MainWithBeatd is TestMain for a package whose tests call BeatdBinary:
+// it runs them, removes the binary and exits with their code.
+func MainWithBeatd(m *testing.M) {
+	code := m.Run()
 	if beatd.dir != "" {
 		os.RemoveAll(beatd.dir)
 	}
+	os.Exit(code)
 }
