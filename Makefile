@@ -20,7 +20,8 @@ deps:
 # `BEATD_SERIAL_LOG=FILE make test` appends each package's own seconds to FILE).
 # vet compiles every package beatd imports; CGO_ENABLED=0 makes that the
 # static build the tests run (testkit/harness.BuildBeatd), so their builds
-# of beatd, which hold the serial lock, only link.
+# of beatd, which hold the serial lock, compile only its main package and
+# link (after the default vet, the first compiled everything again).
 test: deps
 	CGO_ENABLED=0 $(GO) vet ./...
 	$(GO) test -race -count=1 -p 2 -exec $(CURDIR)/.ci/serial -timeout 20m ./...
