@@ -4,12 +4,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // runDrill runs a drill of cfg (its fault kinds, or the broker's default
@@ -22,12 +22,7 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 	if testing.Short() {
 		t.Skip("runs a failover drill")
 	}
-	bin := filepath.Join(t.TempDir(), "beatd")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/beatd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testutil.BeatdBinary(t)
 	// Any seed must pass: a fresh one each run, named in the log.
 	seed := rand.Int64N(1_000_000_000)
 	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
