@@ -83,7 +83,10 @@ const shardBalanceEvery = 250 * time.Millisecond
 
 // shardSet is a sharded replica's leadership: a leader.Loop per shard,
 // each with its own election, fencing token, state table, broker fence
-// and scheduler over only that shard's entries (keys.ShardOf).
+// and scheduler over only that shard's entries (keys.ShardOf). A shard's
+// runtime entries are loaded when a term of it starts and dropped when
+// it ends (shardDeps.defs), so a scheduler of a shard this replica does
+// not lead holds only its file and django-celery-beat entries.
 //
 // Balance is kept by each replica alone, from the number of live replicas
 // (the registry, keys.Replicas) and one range read of every shard's
@@ -158,6 +161,10 @@ type shardDeps struct {
 	// lead, when set, runs beside shard 0's scheduler for its term (the
 	// catalog, which is the cluster's, is published by shard 0's leader).
 	lead0 func(leader.Term) (stop func())
+	// defs, when set, loads shard i's runtime entries for a term of it,
+	// before its scheduler runs, and stop drops them when the term ends
+	// (shardDefs).
+	defs func(ctx context.Context, i int) (stop func(), err error)
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
@@ -224,6 +231,13 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 				sh.mu.Unlock()
 				s.led.Set(float64(s.held()))
 			}()
+			if d.defs != nil {
+				stop, err := d.defs(ctx, i)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if i == 0 && d.lead0 != nil {
 				defer d.lead0(t)()
 			}
@@ -407,6 +421,14 @@ func (s *shardSet) leading() []shardLead {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// leads says whether this replica holds a term of shard i.
+func (s *shardSet) leads(i int) bool {
+	sh := s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.handover != nil
 }
 
 // termErr is why a shard this replica leads cannot do its work, each
@@ -603,7 +625,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			st.SetAuditKeep(m.AuditKeep)
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
-		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
+		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit, defs: m.shardDefs,
 	}, m.registry, m.log)
 }
 
