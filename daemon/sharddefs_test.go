@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/sources"
+	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -239,6 +241,19 @@ func TestShardShare(t *testing.T) {
 		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
 	}
 	t.Logf("audited %d slots of entries written on the replica that does not lead their shards: 0 duplicate, 0 missed", r.ExpectedSlots)
+
+	// A trigger asked of a, for a runtime entry of b's shard (which a does
+	// not hold), is queued and sent by b.
+	if _, err := a.api.Request(ctx, api.Action{Op: string(store.OpTrigger), Entry: added[0]}); err != nil {
+		t.Fatalf("trigger %s on a: %v", added[0], err)
+	}
+	if _, err := a.api.Request(ctx, api.Action{Op: string(store.OpTrigger), Entry: "no-such-entry"}); !errors.Is(err, api.ErrUnknownEntry) {
+		t.Errorf("trigger of an unknown entry: %v, want %v", err, api.ErrUnknownEntry)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the trigger sent", func() bool {
+		msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
+		return err == nil && slices.ContainsFunc(msgs, func(m chaos.Message) bool { return m.Manual && m.Entry == added[0] })
+	})
 
 	// b stops: a takes its shards and loads their entries.
 	if err := b.Close(); err != nil {
