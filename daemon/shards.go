@@ -219,6 +219,17 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, err
 		}
 		lead := func(ctx context.Context, t leader.Term) error {
+			// The shard's runtime entries are loaded before the term
+			// shows as led (leading, /status, /readyz), so a led shard's
+			// scheduler is about to run, not still reading etcd; the
+			// term's context still ends the read.
+			if d.defs != nil {
+				stop, err := d.defs(ctx, i)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			ctx, handover := context.WithCancel(ctx)
 			defer handover()
 			sh.mu.Lock()
@@ -231,13 +242,6 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 				sh.mu.Unlock()
 				s.led.Set(float64(s.held()))
 			}()
-			if d.defs != nil {
-				stop, err := d.defs(ctx, i)
-				if err != nil {
-					return err
-				}
-				defer stop()
-			}
 			if i == 0 && d.lead0 != nil {
 				defer d.lead0(t)()
 			}
