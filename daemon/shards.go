@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,10 +276,16 @@ func (s *shardSet) split(cfg *config.Config) []*config.Config {
 	return parts
 }
 
-// Reload gives each shard's scheduler its part of cfg.
+// Reload gives each shard's scheduler its part of cfg. A shard whose
+// scheduler holds the very entries of its part already, under the same
+// settings, is left as it is: loading one shard's runtime entries merges
+// the whole config, and would otherwise rebuild every shard's schedule.
 func (s *shardSet) Reload(cfg *config.Config) error {
 	var errs []error
 	for i, part := range s.split(cfg) {
+		if cur := s.shards[i].sched.Config(); cur.SameSettings(part) && slices.Equal(cur.Entries, part.Entries) {
+			continue
+		}
 		if err := s.shards[i].sched.Reload(part); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
