@@ -571,12 +571,15 @@ func (m *Main) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.runCtx = cancel, runCtx
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
-		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
+		leader: m.leader, sched: m.sched, config: m.runningConfig, entry: m.entryOf, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started, shards: m.shards}
 	etcdTLS, err := m.Etcd.TLSConfig()
 	if err != nil {
 		cancel()
 		return err
+	}
+	if m.Shards > 1 {
+		m.api.remote = m.remoteEntries
 	}
 	m.api.clockOff = newClockOffset(m.clock, m.Etcd.EndpointURLs(), etcdTLS, m.ClockOffsetWarn, m.log.With("component", "clock"))
 	m.registry.MustRegister(m.api.clockOff.gauge)
@@ -805,7 +808,7 @@ func noneIfZero(n int) int {
 
 // amqpQueues is how the running schedule says queues are declared.
 func (m *Main) amqpQueues() amqpbroker.Queues {
-	if c := m.sched.Config(); c != nil {
+	if c := m.runningConfig(); c != nil {
 		return c.AMQP
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,10 @@ const shardBalanceEvery = 250 * time.Millisecond
 
 // shardSet is a sharded replica's leadership: a leader.Loop per shard,
 // each with its own election, fencing token, state table, broker fence
-// and scheduler over only that shard's entries (keys.ShardOf).
+// and scheduler over only that shard's entries (keys.ShardOf). A shard's
+// runtime entries are loaded when a term of it starts and dropped when
+// it ends (shardDeps.defs), so a scheduler of a shard this replica does
+// not lead holds only its file and django-celery-beat entries.
 //
 // Balance is kept by each replica alone, from the number of live replicas
 // (the registry, keys.Replicas) and one range read of every shard's
@@ -169,6 +173,10 @@ type shardDeps struct {
 	// observe, when set, is shard i's scheduler's Observer (the console's
 	// timeline of that shard's fires), in place of sched's.
 	observe func(i int) func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool)
+	// defs, when set, loads shard i's runtime entries for a term of it,
+	// before its scheduler runs, and stop drops them when the term ends
+	// (shardDefs).
+	defs func(ctx context.Context, i int) (stop func(), err error)
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
@@ -226,6 +234,17 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, err
 		}
 		lead := func(ctx context.Context, t leader.Term) error {
+			// The shard's runtime entries are loaded before the term
+			// shows as led (leading, /status, /readyz), so a led shard's
+			// scheduler is about to run, not still reading etcd; the
+			// term's context still ends the read.
+			if d.defs != nil {
+				stop, err := d.defs(ctx, i)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			ctx, handover := context.WithCancel(ctx)
 			defer handover()
 			sh.mu.Lock()
@@ -271,10 +290,16 @@ func (s *shardSet) split(cfg *config.Config) []*config.Config {
 	return parts
 }
 
-// Reload gives each shard's scheduler its part of cfg.
+// Reload gives each shard's scheduler its part of cfg. A shard whose
+// scheduler holds the very entries of its part already, under the same
+// settings, is left as it is: loading one shard's runtime entries merges
+// the whole config, and would otherwise rebuild every shard's schedule.
 func (s *shardSet) Reload(cfg *config.Config) error {
 	var errs []error
 	for i, part := range s.split(cfg) {
+		if cur := s.shards[i].sched.Config(); cur.SameSettings(part) && slices.Equal(cur.Entries, part.Entries) {
+			continue
+		}
 		if err := s.shards[i].sched.Reload(part); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
@@ -429,6 +454,14 @@ func (s *shardSet) leading() []shardLead {
 // token is shard i's current term's token on this replica (0: it does
 // not lead it).
 func (s *shardSet) token(i int) int64 { return s.shards[i].loop.Token() }
+
+// leads says whether this replica holds a term of shard i.
+func (s *shardSet) leads(i int) bool {
+	sh := s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.handover != nil
+}
 
 // termErr is why a shard this replica leads cannot do its work, each
 // named by its shard (nil: every one can), for /readyz.
@@ -698,7 +731,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
-		observe: m.shardObserver, hold: m.electionHold,
+		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs,
 	}, m.registry, m.log)
 }
 

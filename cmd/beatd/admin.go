@@ -17,6 +17,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/status"
 
@@ -127,7 +128,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, err.Error())
 		}
 	}
-	if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+	if cfg, err = runtimeEntries(ctx, cli, prefix, cfg); err != nil {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read runtime entries", o.timeout, err)))
 		return exitFail
 	}
@@ -595,6 +596,16 @@ func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, st
 	return 0
 }
 
+// runtimeEntries adds the entries API's entries of every shard of the
+// cluster to file's config.
+func runtimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
+	n, _, err := reshard.ReadCount(ctx, cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return sources.WithRuntimeEntries(ctx, cli, prefix, n, file)
+}
+
 // errUnknownEntry is an admin request for an entry the leader does not run.
 var errUnknownEntry = errors.New("no such entry")
 
@@ -606,7 +617,7 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 	if err == nil {
 		// The catalog is the file; entries of the entries API are the
 		// leader's too.
-		if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		if cfg, err = runtimeEntries(ctx, cli, prefix, cfg); err != nil {
 			return err
 		}
 	}
