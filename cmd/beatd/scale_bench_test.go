@@ -379,6 +379,22 @@ func logGap(t *testing.T, r *replica, from, to string) float64 {
 	return 0
 }
 
+// logTime is the time of the first line containing what in the
+// replica's JSON log.
+func logTime(t *testing.T, r *replica, what string) time.Time {
+	b, _ := os.ReadFile(r.LogPath)
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+		}
+		if strings.Contains(line, what) && json.Unmarshal([]byte(line), &l) == nil {
+			return l.Time
+		}
+	}
+	t.Errorf("no %s in %s", what, r.LogPath)
+	return time.Time{}
+}
+
 var lagBounds = []string{"0.001", "0.0025", "0.005", "0.01", "0.02", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"}
 
 func lagBuckets(t *testing.T, r *replica) []float64 {
