@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,6 +135,7 @@ func benchTopologyAt(t *testing.T, n int, topo string) topologyPoint {
 	waitFor(t, 10*time.Minute, "scheduling after the restart", func() bool { return logHas(r, `"msg":"scheduling"`) })
 	p.StartToScheduling = logTime(t, r, `"msg":"scheduling"`).Sub(started).Seconds()
 	p.ElectedToScheduling = logGap(t, r, `"msg":"elected leader"`, `"msg":"scheduling"`)
+	startTimeline(t, r, started)
 	time.Sleep(10 * time.Second) // the first state writes after the start
 	if st, err := soak.ReadProcStats(r.Proc().Pid()); err == nil {
 		p.PeakRSS, p.RSS = st.HWM, st.RSS
@@ -150,4 +152,28 @@ func benchTopologyAt(t *testing.T, n int, topo string) topologyPoint {
 		topo, n, p.StartToScheduling, p.ElectedToScheduling, mib(p.PeakRSS), mib(p.EtcdDB))
 	r.Kill()
 	return p
+}
+
+// startTimeline logs the replica's log lines up to its scheduling, each
+// at its offset from the process's start: where a start's time goes.
+func startTimeline(t *testing.T, r *replica, started time.Time) {
+	b, _ := os.ReadFile(r.LogPath)
+	var steps []string
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg == "" {
+			continue
+		}
+		// A message repeated (an entry added, per entry) is its first line.
+		if msg, _, _ := strings.Cut(l.Msg, ":"); len(steps) == 0 || !strings.HasSuffix(steps[len(steps)-1], " "+msg) {
+			steps = append(steps, fmt.Sprintf("%.2f s %s", l.Time.Sub(started).Seconds(), msg))
+		}
+		if l.Msg == "scheduling" {
+			break
+		}
+	}
+	t.Logf("%s's start: %s", r.ID, strings.Join(steps, "; "))
 }
