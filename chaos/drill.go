@@ -719,7 +719,7 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 			lags = append(lags, lag)
 		}
 	}
-	rep.FireLag = StatsOf(lags)
+	rep.FireLag = statsOf(lags)
 	gaps := map[string][]time.Duration{}
 	handovers := map[string][]time.Duration{}
 	for i := range faults {
@@ -753,10 +753,10 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 	rep.Faults = faults
 	rep.FailoverGaps = map[string]Stats{}
 	for k, g := range gaps {
-		rep.FailoverGaps[k] = StatsOf(g)
+		rep.FailoverGaps[k] = statsOf(g)
 	}
 	rep.Handovers = map[string]Stats{}
 	for k, g := range handovers {
-		rep.Handovers[k] = StatsOf(g)
+		rep.Handovers[k] = statsOf(g)
 	}
 }
