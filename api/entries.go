@@ -47,10 +47,13 @@ type Entry struct {
 	Source string `json:"source"`
 	// Active is false for a runtime entry that is not running: another
 	// source owns the name (see Problem) or it no longer validates.
-	Active   bool          `json:"active"`
-	Problem  string        `json:"problem,omitempty"`
-	Task     string        `json:"task,omitempty"`
-	Schedule string        `json:"schedule,omitempty"`
+	Active   bool   `json:"active"`
+	Problem  string `json:"problem,omitempty"`
+	Task     string `json:"task,omitempty"`
+	Schedule string `json:"schedule,omitempty"`
+	// Workflow names the tasks of an entry with a chain or callbacks,
+	// as status says it (status.Entry.Workflow).
+	Workflow string        `json:"workflow,omitempty"`
 	Enabled  bool          `json:"enabled"`
 	Paused   bool          `json:"paused"`
 	NextRuns []time.Time   `json:"next_runs"`

@@ -178,16 +178,14 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			out = append(out, v)
 			continue
 		}
-		v := api.Entry{Name: name, Source: e.Source, Active: true, Task: e.Task, Schedule: fmt.Sprint(e.Schedule),
-			Enabled: e.Enabled, NextRuns: []time.Time{}, LastRuns: []outcome.Run{}}
 		st := states[name]
-		if st != nil {
-			es := status.Of(status.Facts{Name: name, Entry: e, State: st, Cluster: keys.Cluster(a.prefix)}, now)
-			v.Paused, v.Outcomes = es.Paused, es.Outcomes
-		}
+		f := status.Facts{Name: name, Entry: e, State: st, Cluster: keys.Cluster(a.prefix)}
 		if h, ok := runs[name]; ok {
-			v.LastRuns = append(v.LastRuns, h.Runs...)
+			f.History = &h
 		}
+		es := status.Of(f, now)
+		v := api.Entry{Name: name, Source: es.Source, Active: true, Task: es.Task, Schedule: es.Schedule, Workflow: es.Workflow,
+			Enabled: es.Enabled, Paused: es.Paused, Outcomes: es.Outcomes, NextRuns: []time.Time{}, LastRuns: es.RecentRuns}
 		if e.Enabled && !v.Paused {
 			v.NextRuns = append(v.NextRuns, upcoming.Slots(e, st, now, nextRunsShown)...)
 		}

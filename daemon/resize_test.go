@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
@@ -56,9 +57,21 @@ func TestShardResize(t *testing.T) {
 	t.Cleanup(func() { _ = cli.Close() })
 	a := runMain(t, args("a", 4)...)
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == 4 })
+	var maxToken int64
+	for _, l := range a.shards.leading() {
+		maxToken = max(maxToken, l.Token)
+	}
 	from := time.Now().Truncate(time.Second).Add(time.Second)
+	// Each resize raises the shards' Redis fences (as `beatd shards
+	// resize --broker` does); floors are the floors it raised them to.
+	var floors []int64
+	redisPrefix := keys.RedisPrefix("", keys.Cluster(prefix))
 	resize := func(to int) (reshard.Result, error) {
-		return reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: to, By: "test"})
+		return reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: to, By: "test",
+			RaiseFences: func(ctx context.Context, floor int64, from, to int) error {
+				floors = append(floors, floor)
+				return redisbroker.RaiseShardFences(ctx, rs.Client(), redisPrefix, []int{from, to}, floor)
+			}})
 	}
 	// unchanged checks that a refused resize wrote nothing.
 	unchanged := func(what, count string) {
@@ -121,6 +134,16 @@ func TestShardResize(t *testing.T) {
 		t.Fatalf("resize 4 -> 8: %+v, %v", res, err)
 	}
 	t.Logf("resized 4 -> 8 in %s", res.Took)
+	// Every fence of both counts is above every token a held, so a
+	// replica of 4 shards that woke now could publish nothing.
+	if len(floors) != 1 || floors[0] <= maxToken {
+		t.Fatalf("fences raised to %v; a's tokens were up to %d", floors, maxToken)
+	}
+	for i := range 8 {
+		if got, err := rs.Client().Get(ctx, fmt.Sprintf("%sfence:%d", redisPrefix, i)).Int64(); err != nil || got != floors[0] {
+			t.Errorf("fence:%d = %d (%v) after the resize, want %d", i, got, err, floors[0])
+		}
+	}
 	if after := shardStates(t, cli, prefix, 8); !sameStates(before, after) {
 		t.Fatalf("states moved 4 -> 8 differ:\nbefore %v\nafter  %v", before, after)
 	}

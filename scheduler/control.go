@@ -195,7 +195,14 @@ func (l *loop) handleRequests(ctx context.Context, reqs []store.Request) {
 			b.state() // a trigger makes the entry's state, as any fire
 			req := r
 			now := l.s.cfg.Clock.Now()
-			l.pending = append(l.pending, pendingFire{e: e, slot: now, due: now, manual: true, req: &req})
+			// Its slot is when it was asked for, so whichever leader
+			// publishes it renders the same message ({{ slot }}); a
+			// request from before RequestedAt was kept has none.
+			slot := r.RequestedAt
+			if slot.IsZero() {
+				slot = now
+			}
+			l.pending = append(l.pending, pendingFire{e: e, slot: slot, due: now, manual: true, req: &req})
 			l.persist.markSeen(r.ID)
 		case store.OpPause:
 			b.Paused(r)

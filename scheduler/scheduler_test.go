@@ -32,6 +32,8 @@ type fakeDispatcher struct {
 	Err       error  // returned by Publish while set
 	failEntry string // its fires fail (ResultError) while set
 	forgotten []string
+	// manualSlots is each manual fire's slot, in publish order.
+	manualSlots []time.Time
 }
 
 func newFakeDispatcher() *fakeDispatcher {
@@ -69,6 +71,7 @@ func (d *fakeDispatcher) Publish(_ context.Context, token int64, fires []celery.
 		key := f.Task.Name + " " + f.Slot.UTC().Format(time.RFC3339)
 		if f.Manual {
 			key = f.Task.Name + " manual"
+			d.manualSlots = append(d.manualSlots, f.Slot)
 		}
 		if d.seen[key] && !f.Manual {
 			results[i] = broker.ResultDuplicate
@@ -203,10 +206,15 @@ func (s *memStore) WatchRequests(ctx context.Context, _ int64) <-chan struct{} {
 }
 
 func (s *memStore) request(op store.Op, entry string) {
+	s.requestAt(op, entry, time.Time{})
+}
+
+// requestAt queues a request as a replica whose clock read at queued it.
+func (s *memStore) requestAt(op store.Op, entry string, at time.Time) {
 	s.mu.Lock()
 	s.nextID++
 	id := fmt.Sprintf("r%d", s.nextID)
-	s.requests = append(s.requests, store.Request{ID: id, Key: id, Op: op, Entry: entry})
+	s.requests = append(s.requests, store.Request{ID: id, Key: id, Op: op, Entry: entry, RequestedAt: at})
 	s.mu.Unlock()
 	s.watch <- struct{}{}
 }
@@ -539,6 +547,25 @@ func TestJitterDeterministic(t *testing.T) {
 	}
 	if len(seen) < 50 {
 		t.Errorf("jitter barely varies: %d distinct values", len(seen))
+	}
+}
+
+// TestTriggerSlotIsItsRequestTime: a manual fire's slot (what `{{ slot }}`
+// renders) is when it was requested, not when a leader got to it, so a
+// new leader that publishes an unfinished trigger again sends the same
+// message.
+func TestTriggerSlotIsItsRequestTime(t *testing.T) {
+	h := newHarness(t, "entries:\n  e: {task: t, every: 1h}\n", t0.Add(time.Second))
+	h.start(7)
+	h.settle()
+	asked := t0.Add(-30 * time.Second) // queued before this leader's term, on another replica's clock
+	h.store.requestAt(store.OpTrigger, "e", asked)
+	h.waitPublished(1)
+	h.disp.mu.Lock()
+	slots := append([]time.Time(nil), h.disp.manualSlots...)
+	h.disp.mu.Unlock()
+	if len(slots) != 1 || !slots[0].Equal(asked) {
+		t.Fatalf("manual fire slots %v, want [%v]", slots, asked)
 	}
 }
 

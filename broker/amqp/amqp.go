@@ -152,7 +152,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		shard = "." + opts.Shard
 	}
 	a := &AMQP{urls: urls, opts: opts, log: opts.Logger.With("component", "amqp"),
-		lockName: "beatd.fence." + opts.Cluster + shard, journal: "beatd.journal." + opts.Cluster + shard,
+		lockName: lockName(opts.Cluster, opts.Shard), journal: "beatd.journal." + opts.Cluster + shard,
 		released: map[int64]bool{},
 		resends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_amqp_resends_total",
 			Help: "Slots published again that may already be in a queue: sent before without a confirm, by an older term stopped before its journal record or before a broker failure."},

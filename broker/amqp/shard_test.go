@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,42 @@ func TestAMQPShardFences(t *testing.T) {
 	tokens, _ := drainQueue(t, conn, queue)
 	if want := []int64{1, 2, 1, 3}; fmt.Sprint(tokens) != fmt.Sprint(want) {
 		t.Fatalf("tokens in the queue %v, want %v", tokens, want)
+	}
+}
+
+// TestCheckShardLocksFree: a resize refuses while a connection holds a
+// fence lock of either count (a replica of the old count paused with its
+// connection open), naming it; once it is closed the check passes, and
+// releases every lock it took.
+func TestCheckShardLocksFree(t *testing.T) {
+	rb := sharedRabbit(t)
+	cluster := uniq("rsz")
+	var term termCheck
+	term.current.Store(5)
+	old, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Shard: "1", Verify: term.verify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Close() })
+	if err := old.RaiseFence(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	err = CheckShardLocksFree(rb.URL(), "", cluster, []int{2, 4})
+	if err == nil || !strings.Contains(err.Error(), "beatd.fence."+cluster+".1 is held") {
+		t.Fatalf("check with shard 1's lock held: %v, want it named", err)
+	}
+	old.Close()
+	if err := CheckShardLocksFree(rb.URL(), "", cluster, []int{2, 4}); err != nil {
+		t.Fatalf("check with every lock free: %v", err)
+	}
+	// The check let go of the locks: a leader of the new count takes one.
+	term.current.Store(9)
+	next, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Shard: "3", Verify: term.verify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { next.Close() })
+	if err := next.RaiseFence(context.Background(), 9); err != nil {
+		t.Fatalf("a new shard's leader after the check: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/beatd/beatd/status"
 
 	"github.com/beatd/beatd/broker"
+	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/election"
@@ -668,6 +669,36 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.master, "broker-master-name", "", "Redis Sentinel master name")
 	fs.StringVar(&b.passFile, "broker-password-file", "", "file holding the Redis password (else BEATD_BROKER_PASSWORD)")
 	fs.StringVar(&b.redisPrefix, "redis-prefix", "", "prefix of beatd's own Redis keys (default beatd:{<prefix>}:)")
+}
+
+// fenceRaiser is how `beatd shards resize` fences the old count's shards
+// on the broker (reshard.Options.RaiseFences): on Redis it raises their
+// fences; on RabbitMQ it checks that no connection holds their locks (a
+// replica reconnecting checks its term in etcd). close releases the
+// client.
+func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64, int, int) error, func(), error) {
+	switch {
+	case b.url == "":
+		return nil, func() {}, errors.New("--broker is required: a resize fences the old shards on the broker, so that a replica paused through it cannot publish")
+	}
+	pass, err := etcdflags.Secret(b.passFile, "BEATD_BROKER_PASSWORD")
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if amqpbroker.IsAMQPURL(b.url) {
+		return func(_ context.Context, _ int64, from, to int) error {
+			return amqpbroker.CheckShardLocksFree(b.url, pass, cluster, []int{from, to})
+		}, func() {}, nil
+	}
+	rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})
+	if err != nil {
+		return nil, func() {}, err
+	}
+	prefix := keys.RedisPrefix(b.redisPrefix, cluster)
+	raise := func(ctx context.Context, floor int64, from, to int) error {
+		return redisbroker.RaiseShardFences(ctx, rdb, prefix, []int{from, to}, floor)
+	}
+	return raise, func() { rdb.Close() }, nil
 }
 
 // history opens the run history of cluster; close releases it.

@@ -50,6 +50,7 @@ func TestCLIConventions(t *testing.T) {
 		{name: "shards resize no arg", args: []string{"shards", "resize"}, code: 2, stderr: []string{"accepts 1 arg(s), received 0"}, maxErrLine: 2},
 		{name: "shards resize not a count", args: []string{"shards", "resize", "many"}, code: 2, stderr: []string{`M "many": want a shard count, 1 to 256`}, maxErrLine: 2},
 		{name: "shards resize out of bounds", args: []string{"shards", "resize", "257"}, code: 1, stderr: []string{"resize refused: 257 shards: a cluster has 1 to 256"}, maxErrLine: 1},
+		{name: "shards resize without broker", args: []string{"shards", "resize", "8", "--etcd-endpoints", "127.0.0.1:1"}, code: 1, stderr: []string{"--broker is required: a resize fences the old shards on the broker"}, maxErrLine: 1},
 		{name: "completion bash", args: []string{"completion", "bash"}, code: 0, stdout: []string{"bash completion", "__start_beatd"}},
 		{name: "completion zsh", args: []string{"completion", "zsh"}, code: 0, stdout: []string{"#compdef beatd"}},
 		{name: "completion fish", args: []string{"completion", "fish"}, code: 0, stdout: []string{"complete -c beatd"}},

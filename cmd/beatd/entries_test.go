@@ -98,7 +98,7 @@ func call(t *testing.T, method, url, token string, body []byte, hdr ...string) a
 // the CLI while two replicas run, and checks the broker: a new entry fires
 // promptly, a change applies, a lost update is refused, a delete stops it.
 func TestProcessEntriesAPI(t *testing.T) {
-	c := newCluster(t, "entries:\n  filed: {task: tasks.add, every: 1h}\n", 2, "--read-token-file", writeTemp(t, "read-token"))
+	c := newCluster(t, "entries:\n  filed: {task: tasks.add, every: 1h}\n  wf: {task: etl.fetch, every: 1h, chain: [{task: etl.transform}], link_error: [{task: etl.alert}]}\n", 2, "--read-token-file", writeTemp(t, "read-token"))
 	lead, _ := c.leader("", 20*time.Second)
 	standby := c.replicas[0]
 	if standby == lead {
@@ -212,6 +212,7 @@ func TestProcessEntriesAPI(t *testing.T) {
 	var list struct {
 		Entries []struct {
 			Name, Source string
+			Workflow     string
 			NextRuns     []time.Time     `json:"next_runs"`
 			ModRevision  int64           `json:"mod_revision"`
 			Spec         json.RawMessage `json:"spec"`
@@ -223,6 +224,10 @@ func TestProcessEntriesAPI(t *testing.T) {
 	got := map[string]string{}
 	for _, e := range list.Entries {
 		got[e.Name] = e.Source
+		// The list says what a chained entry runs, as status does.
+		if want := "etl.fetch → etl.transform; link_error: etl.alert"; e.Name == "wf" && e.Workflow != want {
+			t.Errorf("wf's workflow in the list: %q, want %q", e.Workflow, want)
+		}
 		if e.Name == "dyn" && (len(e.NextRuns) != 3 || strconv.FormatInt(e.ModRevision, 10) != strings.Trim(rev2, `"`) || !strings.Contains(compact(e.Spec), `"args":[2,2]`)) {
 			t.Errorf("dyn in list: %+v (rev2 %s)", e, rev2)
 		}

@@ -31,6 +31,7 @@ func shardsCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command
 	var (
 		asJSON  bool
 		timeout time.Duration
+		brk     statusBroker
 	)
 	show := &cobra.Command{
 		Use:   "show",
@@ -73,12 +74,21 @@ among M, and records M (M = 1 leaves an unsharded cluster, key for key). It is
 offline: stop every replica first; it refuses while any replica is registered
 or any election has a holder, and replicas refuse to start while it runs.
 A resize that dies is finished by running it again with the same M.
-Then start every replica with --shards M.`,
+Then start every replica with --shards M.
+
+--broker is the cluster's broker. On Redis, resize raises every shard's
+fence above the tokens of the old count before anything moves, so a replica
+paused through the resize (not stopped) cannot publish when it wakes; on
+RabbitMQ each term is checked in etcd, and nothing is raised.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(c *cobra.Command, args []string) error {
 			m, err := strconv.Atoi(args[0])
 			if err != nil {
 				return usageError{c, fmt.Errorf("M %q: want a shard count, 1 to %d", args[0], reshard.MaxShards)}
+			}
+			if err := reshard.CheckCount(m); err != nil {
+				fmt.Fprintln(stderr, "beatd shards resize:", termErr(err))
+				return codeErr(exitFail)
 			}
 			cli, err := etcd.Client()
 			if err != nil {
@@ -86,11 +96,17 @@ Then start every replica with --shards M.`,
 				return codeErr(exitFail)
 			}
 			defer cli.Close()
+			raise, closeBroker, err := brk.fenceRaiser(keys.Cluster(etcd.KeyPrefix()))
+			if err != nil {
+				fmt.Fprintln(stderr, "beatd shards resize:", termErr(err))
+				return codeErr(exitFail)
+			}
+			defer closeBroker()
 			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			host, _ := os.Hostname()
 			res, err := reshard.Resize(rctx, reshard.Options{Client: cli, Prefix: etcd.KeyPrefix(), To: m,
-				By:     fmt.Sprintf("%s pid %d", host, os.Getpid()),
+				By: fmt.Sprintf("%s pid %d", host, os.Getpid()), RaiseFences: raise,
 				Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 			if err != nil {
 				if !errors.Is(err, reshard.ErrRefused) {
@@ -117,6 +133,10 @@ Then start every replica with --shards M.`,
 		etcd.Register(fs)
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 		fs.DurationVar(&timeout, "timeout", time.Minute, "deadline for the whole command")
+		if sub == resize {
+			brk.register(fs)
+			fs.Lookup("broker").Usage = "the cluster's Celery broker URL (required: on Redis, resize raises the shards' fences)"
+		}
 		commandFlags(sub, fs)
 	}
 	root.AddCommand(show, resize)

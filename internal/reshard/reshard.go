@@ -42,6 +42,17 @@ type Options struct {
 	Clock  clockwork.Clock
 	MaxOps int // etcd's --max-txn-ops; store.MaxOpsPerTxn if 0
 	Logger *slog.Logger
+	// RaiseFences raises the broker's fences of both counts' shards to at
+	// least floor, before anything moves (nil: the broker needs none, as
+	// RabbitMQ, whose term is checked in etcd). floor is the lock's
+	// revision, above every token a replica of the old count held. It is
+	// needed because an entry changes fence: a replica paused through the
+	// resize (SIGSTOP past its TTL) wakes holding its old shard's fence,
+	// which nobody raises until that shard is led again (never, past the
+	// new count), with its entries' marks cached for its term; it could
+	// then publish a slot of an entry that moved, which the entry's new
+	// shard already published. Raised, its fence refuses it.
+	RaiseFences func(ctx context.Context, floor int64, from, to int) error
 	// StopAfter is for tests only: it ends the resize after a phase
 	// ("staged", "cleared") as a kill would, leaving the plan and the
 	// lock's lease, so a test can check that a rerun finishes it.
@@ -71,6 +82,14 @@ type resizeLock struct {
 	Since time.Time `json:"since"`
 	From  int       `json:"from"`
 	To    int       `json:"to"`
+}
+
+// CheckCount refuses a shard count a cluster cannot have.
+func CheckCount(n int) error {
+	if n < 1 || n > MaxShards {
+		return fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrRefused, n, MaxShards)
+	}
+	return nil
 }
 
 // Resize moves a stopped cluster from its shard count to o.To: every
@@ -104,8 +123,8 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	}
 	start := o.Clock.Now()
 	res := Result{To: o.To}
-	if o.To < 1 || o.To > MaxShards {
-		return res, fmt.Errorf("%w: %d shards: a cluster has 1 to %d", ErrRefused, o.To, MaxShards)
+	if err := CheckCount(o.To); err != nil {
+		return res, err
 	}
 	cli, prefix := o.Client, o.Prefix
 	from, _, err := ReadCount(ctx, cli, prefix)
@@ -172,6 +191,11 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	}
 	fence := election.Fence{Key: lockKey, Token: txn.Header.Revision}
 	o.Logger.Info("resize: lock taken", "from", from, "to", o.To, "resumed", res.Resumed)
+	if o.RaiseFences != nil {
+		if err := o.RaiseFences(ctx, fence.Token, from, o.To); err != nil {
+			return res, fmt.Errorf("shards: resize: raise the broker's fences to %d: %w", fence.Token, err)
+		}
+	}
 
 	staging := store.New(cli, keys.ResizeStaging(prefix)).WithMaxOps(o.MaxOps)
 	if !plan.Staged {
