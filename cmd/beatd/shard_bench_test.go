@@ -425,7 +425,8 @@ func shareStart(evs []chaos.ShardEvent, id string, mine []int, began, started ti
 // resize runs `beatd shards resize m` on the stopped cluster and times it.
 func (b *shardBench) resize(m int) float64 {
 	start := time.Now()
-	out, err := exec.Command(beatdBin, "shards", "resize", strconv.Itoa(m), "--etcd-endpoints", strings.Join(b.c.etcd, ","), "--prefix", b.c.prefix).CombinedOutput()
+	out, err := exec.Command(beatdBin, "shards", "resize", strconv.Itoa(m), "--etcd-endpoints", strings.Join(b.c.etcd, ","), "--prefix", b.c.prefix,
+		"--broker", b.c.redis.URL(0)).CombinedOutput()
 	if err != nil {
 		b.t.Fatalf("beatd shards resize %d: %v\n%s", m, err, out)
 	}
