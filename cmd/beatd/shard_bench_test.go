@@ -98,6 +98,7 @@ type shardBenchResult struct {
 	sharded                                     []replicaFigures
 	etcdDB, etcdRSS                             int64
 	kill                                        killFigures
+	rejoined                                    replicaFigures
 	moves                                       map[string][]chaos.ShardMove
 	audit                                       *chaos.Report
 }
@@ -489,8 +490,24 @@ func (b *shardBench) killOne() {
 func (b *shardBench) joinAndLeave() {
 	victim := b.res.kill.victim
 	mark := time.Now()
-	b.start(victim, b.shards)
-	b.waitBalanced(victim+" rejoined", b.ids...)
+	run := b.start(victim, b.shards)
+	leaders := b.waitBalanced(victim+" rejoined", b.ids...)
+	// A replica that joins a running cluster is handed its share alone:
+	// its memory and start are the share's, with no cold start's race
+	// for every shard in them.
+	steadyFrom := time.Now()
+	time.Sleep(*shardsSteady / 2)
+	var mine []int
+	for s, l := range leaders {
+		if l == victim {
+			mine = append(mine, s)
+		}
+	}
+	slices.Sort(mine)
+	f := b.figures(run, mine, steadyFrom, time.Now())
+	f.id += " (rejoined)"
+	f.electedToScheduling, f.startToScheduling, f.shardStarts = shareStart(b.events(), victim, mine, mark, run.started)
+	b.res.rejoined = f
 	rejoined := time.Now()
 	fourth := string(rune('a' + len(b.ids)))
 	b.start(fourth, b.shards)
@@ -574,10 +591,10 @@ func (b *shardBench) report() {
 			each, mib(f.peakRSS), mib(f.rss), ms(f.lag))
 	}
 	row(r.single, "all (1)", "—")
-	for _, f := range r.sharded {
+	for _, f := range append(slices.Clone(r.sharded), r.rejoined) {
 		row(f, fmt.Sprint(f.shards), fmt.Sprintf("%.2f / %.2f s", f.shardStarts.P50, f.shardStarts.Max))
 	}
-	for _, f := range r.sharded {
+	for _, f := range append(slices.Clone(r.sharded), r.rejoined) {
 		rss, start := float64(f.peakRSS)/float64(r.single.peakRSS), f.electedToScheduling/r.single.electedToScheduling
 		t.Logf("%s: peak RSS %.0f%% of the single leader's (target ≤ 45%%: %s), election → scheduling %.0f%% (target ≤ 40%%: %s)", f.id,
 			100*rss, verdict(rss <= 0.45), 100*start, verdict(start <= 0.40))
