@@ -149,17 +149,31 @@ func TestBenchScale(t *testing.T) {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 
-func benchScaleAt(t *testing.T, n int) scalePoint {
-	p := scalePoint{Entries: n}
-	dir := t.TempDir()
+// startBenchEtcd starts the etcd binary as the benches run it: a quota
+// past any size they reach, and history compacted after a minute.
+func startBenchEtcd(t *testing.T, dir string) *harness.EtcdCluster {
 	etcd, err := harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Stop)
-	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: "/beatd/scale/"}
+	return etcd
+}
+
+// benchCluster is a cluster at prefix on the etcd binary and a Redis,
+// with no replica yet.
+func benchCluster(t *testing.T, dir, prefix string) (*cluster, *harness.EtcdCluster) {
+	etcd := startBenchEtcd(t, dir)
+	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: prefix}
 	c.rdb = c.redis.Client()
 	c.observer = testutil.NewEtcdClient(t, c.etcd...)
+	return c, etcd
+}
+
+func benchScaleAt(t *testing.T, n int) scalePoint {
+	p := scalePoint{Entries: n}
+	dir := t.TempDir()
+	c, etcd := benchCluster(t, dir, "/beatd/scale/")
 	c.config = filepath.Join(dir, "schedules.yaml")
 	if err := os.WriteFile(c.config, []byte("entries:\n  seed: {task: tasks.add, every: 1h}\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -133,14 +133,7 @@ type killFigures struct {
 
 func newShardBench(t *testing.T, n int) *shardBench {
 	dir := t.TempDir()
-	etcd, err := harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Stop)
-	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: "/beatd/shards/"}
-	c.rdb = c.redis.Client()
-	c.observer = testutil.NewEtcdClient(t, c.etcd...)
+	c, etcd := benchCluster(t, dir, "/beatd/shards/")
 	b := &shardBench{t: t, c: c, etcd: etcd, n: n, shards: *shardsCount, live: map[string]*benchRun{}}
 	for i := range *shardsReplicas {
 		b.ids = append(b.ids, string(rune('a'+i)))

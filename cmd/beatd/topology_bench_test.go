@@ -85,12 +85,7 @@ func benchTopologyAt(t *testing.T, n int, topo string) topologyPoint {
 	var etcd *harness.EtcdCluster
 	var where []string
 	if topo == topologyExternal {
-		var err error
-		etcd, err = harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(etcd.Stop)
+		etcd = startBenchEtcd(t, dir)
 		c.etcd = []string{etcd.Members[0].ClientURL()}
 		where = []string{"--etcd-endpoints", c.etcd[0]}
 	} else {
