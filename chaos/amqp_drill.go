@@ -69,13 +69,21 @@ func ReadQueueAMQP(conn *amqp.Connection, queue string) ([]Message, error) {
 // term, msgs being in queue order. A term publishes only once it holds the
 // fence, so each of them is a publish of a term that was already fenced.
 func FencedPublishes(msgs []Message) []Message {
+	return FencedPublishesBy(msgs, func(Message) string { return "" })
+}
+
+// FencedPublishesBy is FencedPublishes within each group of fence: on a
+// sharded cluster, a shard (its count and index), whose terms alone are
+// ordered by token.
+func FencedPublishesBy(msgs []Message, fence func(Message) string) []Message {
 	var out []Message
-	var newest int64
+	newest := map[string]int64{}
 	for _, m := range msgs {
-		if m.Token < newest {
+		k := fence(m)
+		if m.Token < newest[k] {
 			out = append(out, m)
 		}
-		newest = max(newest, m.Token)
+		newest[k] = max(newest[k], m.Token)
 	}
 	return out
 }

@@ -28,6 +28,16 @@ func TestFencedPublishes(t *testing.T) {
 			t.Errorf("%v: %d fenced publishes, want %d", tt.tokens, got, tt.want)
 		}
 	}
+	// Per fence (a shard): shard b's older term publishing after shard
+	// a's newer one is fine; within b, 4 after 6 is not.
+	msgs := []Message{{Entry: "a", Token: 9}, {Entry: "b", Token: 4}, {Entry: "b", Token: 6}, {Entry: "b", Token: 4}, {Entry: "a", Token: 9}}
+	byEntry := func(m Message) string { return m.Entry }
+	if got := FencedPublishesBy(msgs, byEntry); len(got) != 1 || got[0] != msgs[3] {
+		t.Errorf("by shard: %v, want only the second token 4 of b", got)
+	}
+	if got := len(FencedPublishes(msgs)); got != 3 {
+		t.Errorf("one fence: %d fenced publishes, want 3", got)
+	}
 }
 
 func TestExplainResends(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -84,6 +85,19 @@ type Report struct {
 	// ResendsAllTerms is the final leader's beatd_amqp_resends_all_terms
 	// (summed over entries): it must cover every extra copy.
 	ResendsAllTerms float64 `json:"amqp_resends_all_terms,omitempty"`
+	// Sharded drills only: the final shard count, the counts each resize
+	// went to, publishes of a paused replica's terms once others led its
+	// shards (any fails), shards left without a running leader after a
+	// fault (any fails), and each shard handover's time from the old
+	// leader's handover to the new one's scheduling.
+	Shards         int       `json:"shards,omitempty"`
+	Resizes        []int     `json:"resizes,omitempty"`
+	WokenPublishes []SlotRef `json:"woken_publishes,omitempty"`
+	StuckShards    []string  `json:"stuck_shards,omitempty"`
+	ShardMoves     Stats     `json:"shard_moves,omitzero"`
+	// Unbalanced are joins handed their share while the other replicas
+	// were not balanced among themselves within 20 s (not a failure).
+	Unbalanced []string `json:"unbalanced,omitempty"`
 }
 
 // ReadQueue reads every message in a queue and its priority sub-queues
@@ -139,6 +153,14 @@ func ParseMessage(raw []byte) (m Message, ok bool) {
 type Term struct {
 	Start time.Time
 	Token int64
+	// Shard and Count name the shard the term led, among Count; Count 0
+	// is an unsharded cluster's term, which leads every entry.
+	Shard, Count int
+}
+
+// leads says whether the term led the entry named name.
+func (t Term) leads(name string) bool {
+	return t.Count == 0 || keys.ShardOf(name, t.Count) == t.Shard
 }
 
 // Audit judges takeovers by the tokens on either side of a run of missing
@@ -153,6 +175,26 @@ func Audit(cfg *config.Config, msgs []Message, from, to time.Time) *Report {
 // began after its first slot, no later than the term that published the
 // next slot.
 func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, terms []Term) *Report {
+	return AuditWithTimeline(cfg, msgs, from, to, terms, nil)
+}
+
+// StepLateness mirrors the scheduler's stepLateness (scheduler/catchup.go):
+// a slot still pending this long after it was due, because its publishes
+// kept failing (a broker down that long), goes through its entry's
+// catch-up policy within the same term, as at a takeover.
+const StepLateness = 30 * time.Second
+
+// FiredKey is the key of fired: an entry and its slot.
+func FiredKey(entry string, slot time.Time) string {
+	return entry + "\x00" + slot.UTC().Format(time.RFC3339Nano)
+}
+
+// AuditWithTimeline is AuditWithTerms with when each published slot was
+// fired (FiredKey; from the replicas' "fired" lines): under once or skip,
+// a missing slot more than StepLateness older than the fire of the
+// entry's next published slot was dropped by its policy while pending,
+// as the scheduler does, with or without a takeover.
+func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, terms []Term, fired map[string]time.Time) *Report {
 	r := &Report{From: from, To: to, Messages: len(msgs), Duplicates: []SlotRef{}, Missed: []SlotRef{}, Dropped: []SlotRef{}}
 	type pub struct {
 		count int
@@ -197,7 +239,7 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 		published := func(s time.Time) *pub { return slots[s.UnixNano()] }
 		// nearest returns the token of the closest published slot before or
 		// after t: who published on each side of a run of missing slots.
-		nearest := func(t time.Time, before bool) int64 {
+		nearestSlot := func(t time.Time, before bool) (int64, int64) {
 			var best, tok int64
 			found := false
 			for k, p := range slots {
@@ -205,6 +247,10 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 					best, tok, found = k, p.token, true
 				}
 			}
+			return best, tok
+		}
+		nearest := func(t time.Time, before bool) int64 {
+			_, tok := nearestSlot(t, before)
 			return tok
 		}
 		for i := 0; i < len(expected); {
@@ -225,7 +271,7 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 				// once, that slot is often the takeover's catch-up fire).
 				takeover = false
 				for _, t := range terms {
-					if t.Start.Before(run[0]) {
+					if t.Start.Before(run[0]) || !t.leads(e.Name) {
 						continue
 					}
 					if after != 0 && t.Token <= after || after == 0 && !t.Start.After(to) {
@@ -234,9 +280,21 @@ func AuditWithTerms(cfg *config.Config, msgs []Message, from, to time.Time, term
 					}
 				}
 			}
+			// When the entry's next published slot was fired: a slot of the
+			// run pending more than StepLateness by then was dropped by a
+			// once or skip policy while pending.
+			var nextFired time.Time
+			if next, tok := nearestSlot(run[len(run)-1], false); tok != 0 && fired != nil {
+				nextFired = fired[FiredKey(e.Name, time.Unix(0, next))]
+			}
 			for n, s := range run {
 				ref := SlotRef{Entry: e.Name, Slot: s.UTC()}
+				pendingLate := !nextFired.IsZero() && nextFired.Sub(s) > StepLateness
 				switch {
+				case pendingLate && e.Catchup == config.CatchupOnce:
+					ref.Reason = "catchup_once: pending past 30 s"
+				case pendingLate && e.Catchup == config.CatchupSkip:
+					ref.Reason = "catchup_skip: pending past 30 s"
 				case takeover && e.Catchup == config.CatchupOnce:
 					ref.Reason = "catchup_once: an older slot of an outage"
 				case takeover && e.Catchup == config.CatchupSkip:
@@ -279,8 +337,25 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "drill %s: %d messages audited, %d expected slots in %s .. %s\n", verdict, r.Messages, r.ExpectedSlots,
 		r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	if r.Seed != 0 {
+		fmt.Fprintf(w, "  seed: %d (rerun it with --seed %d)\n", r.Seed, r.Seed)
+	}
 	fmt.Fprintf(w, "  duplicates: %d\n  missed:     %d\n  dropped by catch-up policy: %d\n", len(r.Duplicates), len(r.Missed), len(r.Dropped))
 	fmt.Fprintf(w, "  stale publishes rejected by the fence: %d\n  leader changes: %d\n", r.StaleRejected, r.LeaderChanges)
+	if r.Shards > 0 {
+		fmt.Fprintf(w, "  shards: %d at the end, resized to %v; publishes of a woken replica's fenced terms: %d; stuck shards: %d\n",
+			r.Shards, r.Resizes, len(r.WokenPublishes), len(r.StuckShards))
+		if r.ShardMoves.Count > 0 {
+			fmt.Fprintf(w, "  shard moves: n=%d p50 %.3fs  p99 %.3fs  max %.3fs  (handover to the new leader's scheduling)\n",
+				r.ShardMoves.Count, r.ShardMoves.P50, r.ShardMoves.P99, r.ShardMoves.Max)
+		}
+		for _, s := range r.StuckShards {
+			fmt.Fprintf(w, "    stuck: %s\n", s)
+		}
+		for _, s := range r.Unbalanced {
+			fmt.Fprintf(w, "    unbalanced (not a failure): %s\n", s)
+		}
+	}
 	if len(r.Faults) > 0 {
 		counts := map[string]int{}
 		for _, f := range r.Faults {
@@ -308,6 +383,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 	show("duplicate", r.Duplicates)
 	show("missed", r.Missed)
+	show("woken publish", r.WokenPublishes)
 	if len(r.DuplicatesInWindow) > 0 || r.Resends > 0 || r.FencedPublishes > 0 {
 		fmt.Fprintf(w, "  amqp: duplicates in the documented window %d, re-sends logged %d (all terms, on the leader: %.0f), publishes from a fenced term %d\n",
 			len(r.DuplicatesInWindow), r.Resends, r.ResendsAllTerms, r.FencedPublishes)

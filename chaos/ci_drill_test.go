@@ -2,13 +2,14 @@ package chaos
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/testkit/testutil"
 )
 
 // runDrill runs a drill of cfg (its fault kinds, or the broker's default
@@ -21,18 +22,17 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 	if testing.Short() {
 		t.Skip("runs a failover drill")
 	}
-	bin := filepath.Join(t.TempDir(), "beatd")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/beatd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	seed := time.Now().UnixNano() % 1000
+	bin := testutil.BeatdBinary(t)
+	// Any seed must pass: a fresh one each run, named in the log.
+	seed := rand.Int64N(1_000_000_000)
 	if v, err := strconv.ParseInt(os.Getenv("BEATD_DRILL_SEED"), 10, 64); err == nil {
 		seed = v
 	}
 	var log strings.Builder
-	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.MinEach, cfg.Dir, cfg.Log = bin, 3, seed, 2, t.TempDir(), &log
+	if cfg.MinEach == 0 {
+		cfg.MinEach = 2
+	}
+	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.Dir, cfg.Log = bin, 3, seed, t.TempDir(), &log
 	rep, err := RunLocal(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
@@ -45,13 +45,13 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 		counts[f.Kind]++
 	}
 	for _, k := range want {
-		if counts[k] < 2 {
-			t.Errorf("fault %s injected %d times, want at least 2", k, counts[k])
+		if counts[k] < cfg.MinEach {
+			t.Errorf("fault %s injected %d times, want at least %d", k, counts[k], cfg.MinEach)
 		}
 	}
 	if !rep.OK {
-		t.Fatalf("drill failed (seed %d): %d unexplained duplicates, %d missed, %d publishes from a fenced term",
-			seed, len(rep.Duplicates), len(rep.Missed), rep.FencedPublishes)
+		t.Fatalf("drill failed (seed %d): %d unexplained duplicates, %d missed, %d publishes from a fenced term, %d of a woken replica's fenced terms, %d stuck shards",
+			seed, len(rep.Duplicates), len(rep.Missed), rep.FencedPublishes, len(rep.WokenPublishes), len(rep.StuckShards))
 	}
 	return rep
 }
@@ -71,4 +71,40 @@ func TestDrillSentinelCI(t *testing.T) {
 func TestDrillAMQPCI(t *testing.T) {
 	kinds := []string{FaultKill, FaultRabbitRestart, FaultBrokerPartition}
 	runDrill(t, LocalConfig{Duration: 15 * time.Second, Broker: BrokerAMQP, Faults: kinds}, kinds)
+}
+
+// shardKinds are the sharded fault kinds the short sharded drills run,
+// once each.
+var shardKinds = []string{FaultShardMove, FaultResize, FaultShardPause}
+
+// TestDrillShardsCI is the short sharded drill of make test: three
+// replicas at --shards 4 on Redis, a join and leave of a fourth, an
+// offline resize (to 2 or 8) under the schedule's load, and a shard
+// leader paused past its TTL. The audit reads the queue: 0 duplicates, 0
+// missed, no publish of the woken replica's terms, no shard left unled.
+func TestDrillShardsCI(t *testing.T) {
+	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Faults: shardKinds, MinEach: 1}, shardKinds)
+	checkShardDrill(t, rep)
+}
+
+// TestDrillShardsAMQPCI is TestDrillShardsCI on RabbitMQ, where fenced
+// publishes are judged per shard in queue order.
+func TestDrillShardsAMQPCI(t *testing.T) {
+	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Broker: BrokerAMQP, Faults: shardKinds, MinEach: 1}, shardKinds)
+	checkShardDrill(t, rep)
+}
+
+// checkShardDrill wants what the sharded kinds must have done: a resize,
+// moves of shards, and an audit over slots from before and after.
+func checkShardDrill(t *testing.T, rep *Report) {
+	t.Helper()
+	if len(rep.Resizes) == 0 || rep.Shards == 4 {
+		t.Errorf("no resize: shards %d, resizes %v", rep.Shards, rep.Resizes)
+	}
+	if rep.ShardMoves.Count == 0 {
+		t.Error("no shard handover logged: the join moved nothing")
+	}
+	if rep.ExpectedSlots < 100 {
+		t.Errorf("only %d slots audited", rep.ExpectedSlots)
+	}
 }

@@ -96,6 +96,9 @@ type LocalConfig struct {
 	Topology string
 	// EtcdDelay is etcd-slow's delay (0: 200–500 ms at random each time).
 	EtcdDelay time.Duration
+	// Shards runs the replicas with --shards Shards (0 or 1: unsharded),
+	// adds a spare replica for shard-move, and draws from ShardFaults.
+	Shards int
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -139,6 +142,8 @@ type drill struct {
 	prefix   string
 	fabric   *Fabric  // embedded topology: the etcd ports' network
 	members  []member // embedded topology: replica i's member
+	// shards is the sharded drill's state (nil: unsharded).
+	shards *shardDrill
 }
 
 // RunLocal builds a cluster on loopback (a 3-member etcd, redis-server with
@@ -161,6 +166,15 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("chaos: unknown broker %q (redis or amqp)", cfg.Broker)
 	}
+	if cfg.Shards < 0 || cfg.Shards > maxDrillShards {
+		return nil, fmt.Errorf("chaos: --shards %d: want 1 to %d (0: unsharded)", cfg.Shards, maxDrillShards)
+	}
+	if cfg.Shards > 1 && (cfg.Sentinel || cfg.Topology == TopologyEmbedded) {
+		return nil, errors.New("chaos: a sharded drill runs the external topology on one redis-server or RabbitMQ (no --sentinel, no embedded topology)")
+	}
+	if cfg.Shards > 1 {
+		known = shardFaults(cfg.Broker)
+	}
 	if len(cfg.Faults) == 0 {
 		cfg.Faults = known
 		if cfg.Sentinel {
@@ -171,12 +185,25 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 		known = SentinelFaults
 	}
 	known = append(slices.Clone(known), FaultEtcdSlow)
+	if cfg.Shards > 1 {
+		// By name only: a shard leader cut from the broker keeps its
+		// shards (no broker-path handover per shard, docs/shards.md).
+		known = append(known, FaultBrokerPartition)
+	}
 	for _, f := range cfg.Faults {
 		if !contains(known, f) {
 			return nil, fmt.Errorf("chaos: unknown fault %q for %s (known: %s)", f, cfg.Broker, strings.Join(known, ","))
 		}
 		if f == FaultRedisFailover && !cfg.Sentinel {
 			return nil, fmt.Errorf("chaos: fault %q needs a drill with Sentinel", f)
+		}
+		if isShardFault(f) && cfg.Shards < 2 {
+			return nil, fmt.Errorf("chaos: fault %q needs a sharded drill (--shards 2 or more)", f)
+		}
+		if f == FaultShardMove && cfg.Shards <= cfg.Replicas {
+			// With the spare, each replica's least share is 0: nothing
+			// is owed to it, so nothing moves.
+			return nil, fmt.Errorf("chaos: fault %q needs more shards than replicas (--shards %d, --replicas %d), so the joining one is owed a shard", f, cfg.Shards, cfg.Replicas)
 		}
 	}
 	if cfg.Log == nil {
@@ -192,6 +219,9 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 		return nil, fmt.Errorf("chaos: the embedded topology drills a single redis-server (no --broker amqp or --sentinel)")
 	}
 	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: "/beatd/drill/"}
+	if cfg.Shards > 1 {
+		d.shards = &shardDrill{epochs: []shardEpoch{{count: cfg.Shards}}}
+	}
 	d.logf = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "%s  "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05.000")}, args...)...)
 	}
@@ -252,7 +282,11 @@ func (d *drill) setup() error {
 	if err := os.WriteFile(config, []byte(DrillSchedule), 0o644); err != nil {
 		return err
 	}
-	for i := 0; i < d.cfg.Replicas; i++ {
+	n := d.cfg.Replicas
+	if d.shards != nil {
+		n++ // the spare that shard-move starts and stops
+	}
+	for i := 0; i < n; i++ {
 		r := &Replica{Replica: &harness.Replica{ID: fmt.Sprintf("drill-%d", i), Bin: d.cfg.Binary,
 			LogPath: filepath.Join(d.dir, fmt.Sprintf("replica-%d.log", i))}}
 		var eps []string
@@ -287,6 +321,16 @@ func (d *drill) setup() error {
 		r.Args = append([]string{"run", "--config", config, "--etcd-endpoints", strings.Join(eps, ","),
 			"--id", r.ID, "--lease-ttl", d.cfg.LeaseTTL.String(),
 			"--prefix", d.prefix, "--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, broker...)
+		if d.shards != nil {
+			// Every fire logged: the audit reads when each was fired
+			// (a once or skip slot pending past StepLateness is dropped).
+			r.Args = append(r.Args, "--log-fires", "100000", "--shards", strconv.Itoa(d.cfg.Shards))
+			if i == d.cfg.Replicas {
+				d.shards.spare = r
+				d.replicas = append(d.replicas, r)
+				continue
+			}
+		}
 		if err := r.Start(); err != nil {
 			return err
 		}
@@ -329,6 +373,9 @@ func (d *drill) shutdown() {
 
 // leader waits for a leader and returns its replica and token.
 func (d *drill) leader(ctx context.Context, timeout time.Duration) (*Replica, int64, error) {
+	if d.shards != nil {
+		return d.shardTarget(ctx, timeout)
+	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		// The leader is the oldest key under the election prefix (as
@@ -366,6 +413,18 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	if _, _, err := d.leader(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
+	if d.shards != nil {
+		// Every shard led and the first handovers done, so each entry has
+		// started (a new entry is owed slots from its first scheduling
+		// only): a shard handed over before its first term began
+		// scheduling left its entries' first seconds unowed.
+		if _, ok := d.allLed(ctx, 60*time.Second, true, nil); !ok {
+			return nil, errors.New("chaos: the shards were not led and balanced within 60s of the start")
+		}
+		if err := d.sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.sleep(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
@@ -398,6 +457,9 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		}
 		faults = append(faults, f)
 		counts[kind]++
+		if d.shards != nil {
+			d.settleShards(ctx, f)
+		}
 	}
 	// Settle: a leader, one that publishes again (a leader key can outlive
 	// its holder by a TTL, renewed in full whenever raft leadership moves,
@@ -414,7 +476,9 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 	}
 	to := time.Now().Add(-2 * time.Second)
 	allTerms := -1.0
-	if d.cfg.Broker == BrokerAMQP {
+	// A sharded replica's shards export no beatd_amqp_resends_all_terms
+	// (docs/shards.md): there only the logged re-sends explain a copy.
+	if d.cfg.Broker == BrokerAMQP && d.shards == nil {
 		if lead, _, err := d.leader(ctx, 30*time.Second); err == nil {
 			allTerms = scrapeSum(lead.HTTPPort, "beatd_amqp_resends_all_terms")
 		}
@@ -437,17 +501,33 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	logs := d.readLogs()
-	rep := AuditWithTerms(cfg, msgs, from, to, logs.terms)
+	if d.shards != nil {
+		for i, t := range logs.terms {
+			logs.terms[i] = d.shards.shardTerm(t)
+		}
+	}
+	fired := map[string]time.Time{}
+	for _, l := range logs.fires {
+		if slot, err := time.Parse(time.RFC3339Nano, l.Slot); err == nil {
+			if k := FiredKey(l.Entry, slot); fired[k].IsZero() || l.Time.Before(fired[k]) {
+				fired[k] = l.Time
+			}
+		}
+	}
+	rep := AuditWithTimeline(cfg, msgs, from, to, logs.terms, fired)
 	rep.Seed, rep.Duration, rep.Replicas = d.cfg.Seed, d.cfg.Duration.String(), d.cfg.Replicas
 	logs.report(rep, faults)
 	if d.cfg.Broker == BrokerAMQP {
-		rep.FencedPublishes = len(FencedPublishes(msgs))
+		rep.FencedPublishes = len(FencedPublishesBy(msgs, d.fence))
 		explainResends(rep, logs.resent)
 		rep.ResendsAllTerms = allTerms
 		if extra := extraCopies(rep.DuplicatesInWindow); allTerms >= 0 && float64(extra) > allTerms {
 			// A re-send that the leader's all-terms count misses.
 			rep.OK = false
 		}
+	}
+	if d.shards != nil {
+		d.shardChecks(rep, msgs, logs)
 	}
 	return rep, nil
 }
@@ -522,6 +602,11 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 			d.logf("fault %-13s target %-16s token %d held %s", kind, f.Target, token, f.Held.Round(time.Millisecond))
 			return f, err
 		}
+	}
+	if isShardFault(kind) {
+		err := d.injectShard(ctx, &f, lead)
+		d.logf("fault %-13s target %-16s token %d held %s", kind, f.Target, token, f.Held.Round(time.Millisecond))
+		return f, err
 	}
 	switch kind {
 	case FaultKill:
@@ -607,6 +692,7 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		f.Held = 2*ttl + time.Duration(1000+d.rng.IntN(2000))*time.Millisecond
 		serr := d.sleep(ctx, f.Held)
 		lead.RedisProxy.Blackhole(false)
+		lead.RedisProxy.Reset()
 		if serr != nil {
 			return f, serr
 		}
@@ -644,7 +730,14 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 		f.Held = ttl + time.Duration(500+d.rng.IntN(1500))*time.Millisecond
 		serr := d.sleep(ctx, f.Held)
 		for _, p := range proxies {
+			// The bytes the black hole dropped left the open streams
+			// with frames missing, which real TCP never does (it
+			// delivers them late or the connection dies): a replica's
+			// etcd client then failed every lease grant with
+			// RST_STREAM PROTOCOL_ERROR for 25 s after the cut ended.
+			// Reset ends those connections, as a dead one would.
 			p.Blackhole(false)
+			p.Reset()
 		}
 		if serr != nil {
 			return f, serr
@@ -654,8 +747,13 @@ func (d *drill) inject(ctx context.Context, kind string) (Fault, error) {
 	return f, err
 }
 
+// shardHandoverLog is the message with which a sharded replica hands a
+// shard over to one below its share (daemon/shards.go).
+const shardHandoverLog = "handing a shard over to a replica that leads less than its share"
+
 // logLine is the part of a replica's JSON log the report uses.
 type logLine struct {
+	Shard *int      `json:"shard"` // a sharded replica's shard
 	Time  time.Time `json:"time"`
 	Msg   string    `json:"msg"`
 	Token int64     `json:"token"`
@@ -671,11 +769,20 @@ type replicaLogs struct {
 	terms            []Term
 	stale            int
 	resent           map[string]int // entry + "\x00" + slot -> re-sends logged (AMQP)
+	// moves are the shard handovers: from a replica's "handing a shard
+	// over" to the next "scheduling" of that shard.
+	moves []time.Duration
 }
 
 // readLogs parses every replica's JSON log.
 func (d *drill) readLogs() *replicaLogs {
 	out := &replicaLogs{resent: map[string]int{}}
+	type shardEvent struct {
+		at       time.Time
+		handover bool
+		shard    int
+	}
+	var shardEvents []shardEvent
 	for _, r := range d.replicas {
 		f, err := os.Open(r.LogPath)
 		if err != nil {
@@ -697,10 +804,30 @@ func (d *drill) readLogs() *replicaLogs {
 				out.stale += l.Fires
 			case "elected leader":
 				out.elections = append(out.elections, l)
-				out.terms = append(out.terms, Term{Start: l.Time, Token: l.Token})
+				t := Term{Start: l.Time, Token: l.Token}
+				if l.Shard != nil {
+					t.Shard = *l.Shard
+				}
+				out.terms = append(out.terms, t)
+			case "scheduling", shardHandoverLog:
+				if l.Shard != nil {
+					shardEvents = append(shardEvents, shardEvent{at: l.Time, handover: l.Msg != "scheduling", shard: *l.Shard})
+				}
 			}
 		}
 		f.Close()
+	}
+	slices.SortFunc(shardEvents, func(a, b shardEvent) int { return a.at.Compare(b.at) })
+	for i, e := range shardEvents {
+		if !e.handover {
+			continue
+		}
+		for _, next := range shardEvents[i+1:] {
+			if !next.handover && next.shard == e.shard {
+				out.moves = append(out.moves, next.at.Sub(e.at))
+				break
+			}
+		}
 	}
 	return out
 }
@@ -725,7 +852,7 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 	for i := range faults {
 		f := &faults[i]
 		var first time.Time
-		moves := f.Kind == FaultKill || f.Kind == FaultStop || f.Kind == FaultTerm || f.Kind == FaultBrokerPartition ||
+		moves := f.Kind == FaultKill || f.Kind == FaultStop || f.Kind == FaultTerm || f.Kind == FaultBrokerPartition || isShardFault(f.Kind) ||
 			(f.Kind == FaultPartition && strings.HasSuffix(f.Target, "etcd"))
 		for _, l := range fires {
 			if !l.Time.After(f.At) || (moves && l.Token <= f.Token) {
@@ -745,7 +872,11 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 				elected = l.Time
 			}
 		}
-		if moves && !elected.IsZero() {
+		if f.Kind == FaultShardPause && f.Elected > 0 {
+			// Measured by the drill: every shard of the paused replica
+			// led by another (any other shard's election says nothing).
+			handovers[f.Kind] = append(handovers[f.Kind], f.Elected)
+		} else if moves && !elected.IsZero() {
 			f.Elected = elected.Sub(f.At)
 			handovers[f.Kind] = append(handovers[f.Kind], f.Elected)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 )
 
 // TestDrillShort is the CI drill: every fault kind at least twice against
@@ -82,6 +83,55 @@ func TestAudit(t *testing.T) {
 	rep = AuditWithTerms(cfg, first, base, base.Add(19*time.Second), terms[:1])
 	if rep.OK {
 		t.Fatal("a gap with no takeover passed")
+	}
+
+	// One term throughout: once and skip slots missing over 10-12 were
+	// dropped while pending only if the next published slot (13) was
+	// fired more than StepLateness after them (a broker down that long).
+	var sameTerm []Message
+	for _, m := range msgs {
+		m.Token = 5
+		sameTerm = append(sameTerm, m)
+	}
+	for _, tt := range []struct {
+		name  string
+		fired time.Duration // when slot 13 was fired, from base
+		ok    bool
+	}{
+		{name: "fired 32 s after the outage's last slot", fired: 45 * time.Second, ok: true},
+		{name: "fired on time", fired: 13 * time.Second, ok: false},
+	} {
+		fired := map[string]time.Time{}
+		for _, e := range []string{"once", "skip"} {
+			fired[FiredKey(e, base.Add(13*time.Second))] = base.Add(tt.fired)
+		}
+		rep := AuditWithTimeline(cfg, sameTerm, base, base.Add(19*time.Second), []Term{{Start: base.Add(-time.Minute), Token: 5}}, fired)
+		if rep.OK != tt.ok {
+			t.Errorf("slot 13 %s: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
+		}
+	}
+
+	// Sharded: only a term of the entry's own shard is a takeover of it.
+	const n = 4
+	skipShard := keys.ShardOf("skip", n)
+	for _, tt := range []struct {
+		name     string
+		takeover func(shard int) bool // the shards a new term began in
+		ok       bool
+	}{
+		{name: "every shard", takeover: func(int) bool { return true }, ok: true},
+		{name: "every shard but skip's", takeover: func(i int) bool { return i != skipShard }, ok: false},
+	} {
+		var sharded []Term
+		for i := range n {
+			sharded = append(sharded, Term{Start: base.Add(-time.Minute), Token: 5, Shard: i, Count: n})
+			if tt.takeover(i) {
+				sharded = append(sharded, Term{Start: base.Add(13500 * time.Millisecond), Token: 9, Shard: i, Count: n})
+			}
+		}
+		if rep := AuditWithTerms(cfg, first, base, base.Add(19*time.Second), sharded); rep.OK != tt.ok {
+			t.Errorf("a term began in %s: ok %v, want %v (missed %v)", tt.name, rep.OK, tt.ok, rep.Missed)
+		}
 	}
 }
 

@@ -305,3 +305,18 @@ func (e *Entry) Workflow() string {
 	}
 	return w
 }
+
+// StepWords names step n (0: its task) of a run of e whose message
+// chained chain steps, for people: "step 2/3 etl.transform", counting e's
+// task as step 1. The task's name is left out when e is nil or its chain
+// is no longer the run's.
+func StepWords(e *Entry, chain, n int) string {
+	w := fmt.Sprintf("step %d/%d", n+1, chain+1)
+	if e == nil || e.Canvas() == nil || len(e.Canvas().Chain) != chain || n < 0 || n > chain {
+		return w
+	}
+	if n == 0 {
+		return w + " " + e.Task
+	}
+	return w + " " + e.Canvas().Chain[n-1].Task
+}

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -1282,4 +1283,22 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 	}
 	d.errorf(n, "unsupported value")
 	return nil, false
+}
+
+// SameSettings says whether c and o have the same settings beyond their
+// entries: the same file, options and defaults, and the very same
+// timezone, AMQP and calendar objects. Every config a merger makes from
+// one load of the file has, so a holder of o whose entries are c's (the
+// same pointers) holds c already.
+func (c *Config) SameSettings(o *Config) bool {
+	if c == nil || o == nil {
+		return c == o
+	}
+	return c.File == o.File && c.opt == o.opt && c.defaults == o.defaults && c.Timezone == o.Timezone &&
+		c.AMQP.MaxPriority == o.AMQP.MaxPriority && sameMap(c.AMQP.Queues, o.AMQP.Queues) && sameMap(c.Calendars, o.Calendars)
+}
+
+// sameMap says whether a and b are the same map object (or both nil).
+func sameMap[K comparable, V any](a, b map[K]V) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

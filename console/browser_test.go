@@ -65,16 +65,6 @@ type env struct {
 	shotsDir string
 }
 
-func buildBeatd(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "beatd")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/beatd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build beatd: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	return startEnvWith(t, 3, consoleConfig(), "BEATD_ADMIN_TOKEN="+adminToken)
@@ -90,7 +80,7 @@ func startEnvWith(t *testing.T, n int, schedule string, vars ...string) *env {
 	if _, err := exec.LookPath("chromium"); err != nil {
 		t.Fatal("chromium not on PATH: apt-get install -y chromium")
 	}
-	bin := buildBeatd(t)
+	bin := testutil.BeatdBinary(t)
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	rs := testutil.MustStartRedis(t)
 	e := &env{t: t, etcd: testutil.NewEtcdClient(t, srv.Endpoints...), rdb: rs.Client()}

@@ -21,6 +21,7 @@ import (
 	"github.com/beatd/beatd/auth"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/outcome"
+	"github.com/beatd/beatd/status"
 
 	"github.com/beatd/beatd/election"
 	"github.com/jonboulle/clockwork"
@@ -52,6 +53,11 @@ type Config struct {
 	Term func() int64
 	// Timeline is this replica's fire timeline (filled while it leads).
 	Timeline *Timeline
+	// LedShards returns, on a sharded replica, the shards it leads now,
+	// each with its term and timeline; nil on an unsharded one. The
+	// console of any replica gathers every shard's numbers from the
+	// shards' leaders.
+	LedShards func() []LedShard
 	// Tokens decide who may read the console (auth.Tokens.Check, as for
 	// the entries API) and sign a browser in; nil leaves reads open.
 	Tokens *auth.Tokens
@@ -87,10 +93,10 @@ type Server struct {
 
 	leaderMu    sync.Mutex
 	leaderCache map[string]leaderCached
-	backlogAt   time.Time
-	backlogTerm int64
-	backlogN    int
-	backlogOK   bool
+	shardCache  map[string]shardCached
+	// backlogs are the persist backlogs counted lately, by term (a
+	// token is unique across the shards' elections too).
+	backlogs map[int64]backlogCount
 
 	brokerMu   sync.Mutex
 	brokerAt   time.Time
@@ -107,6 +113,13 @@ type leaderCached struct {
 }
 
 const leaderCacheFor = 500 * time.Millisecond
+
+// backlogCount is a term's persist backlog, counted at at.
+type backlogCount struct {
+	at time.Time
+	n  int
+	ok bool
+}
 
 type asset struct {
 	body  []byte
@@ -294,6 +307,19 @@ func (s *Server) serveEntry(w http.ResponseWriter, r *http.Request) {
 // replica's current term, so a standby never shows a deposed leader's
 // numbers as current.
 func (s *Server) serveLeaderData(w http.ResponseWriter, r *http.Request) {
+	if sh := r.URL.Query()["shard"]; len(sh) > 0 {
+		want, err := parseShardTerms(sh)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(shardsAnswer{Shards: s.localShardData(ctx, want, r.URL.Query()["name"])})
+		return
+	}
 	term := s.cfg.Term()
 	if want := r.URL.Query().Get("term"); term == 0 || want != fmt.Sprint(term) {
 		http.Error(w, "not the leader of that term", http.StatusConflict)
@@ -312,32 +338,48 @@ type leaderData struct {
 	Timeline  Snapshot `json:"timeline"`
 	Backlog   int      `json:"backlog"`
 	BacklogOK bool     `json:"backlog_ok"`
+	// Shards are, on a sharded cluster, the shards whose leaders' numbers
+	// are summed here (not sent between replicas).
+	Shards []int `json:"-"`
 }
 
 func (s *Server) localLeaderData(ctx context.Context, term int64, names []string) leaderData {
 	d := leaderData{Timeline: s.cfg.Timeline.Snapshot(names)}
 	if s.cluster.ready(ctx) == nil {
-		d.Backlog, d.BacklogOK = s.backlog(term)
+		d.Backlog, d.BacklogOK = s.backlog(s.cfg.Timeline, term)
 	}
 	return d
 }
 
-// backlog counts the entries published but not yet in etcd, at most twice
-// a second: it walks every entry that fired, under the lock the
-// scheduler's Observer takes.
-func (s *Server) backlog(term int64) (int, bool) {
+// backlog counts the entries of tl's term published but not yet in
+// etcd, at most twice a second a term: it walks every entry that fired,
+// under the lock the scheduler's Observer takes.
+func (s *Server) backlog(tl *Timeline, term int64) (int, bool) {
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
-	if s.backlogTerm != term || s.cfg.Clock.Since(s.backlogAt) >= leaderCacheFor {
-		s.backlogN, s.backlogOK = s.cfg.Timeline.Backlog(term, s.cluster.lastSlot)
-		s.backlogTerm, s.backlogAt = term, s.cfg.Clock.Now()
+	if c, ok := s.backlogs[term]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
+		return c.n, c.ok
 	}
-	return s.backlogN, s.backlogOK
+	if s.backlogs == nil || len(s.backlogs) > 512 {
+		s.backlogs = map[int64]backlogCount{}
+	}
+	n, ok := tl.Backlog(term, s.cluster.lastSlot)
+	s.backlogs[term] = backlogCount{at: s.cfg.Clock.Now(), n: n, ok: ok}
+	return n, ok
 }
 
 // fetchLeaderData gets the leader's data: locally when this replica leads,
-// else from the leader's console at its registered address.
-func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
+// else from the leader's console at its registered address. On a sharded
+// cluster (shards) it is every shard leader's, summed (fetchShardsData):
+// then both can be set, the error naming the shards left out.
+func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, shards []status.ShardStatus, replicas []election.Replica, names []string) (*leaderData, error) {
+	if len(shards) > 0 {
+		d, counted, err := s.fetchShardsData(ctx, shards, replicas, names)
+		if d != nil {
+			d.Shards = counted
+		}
+		return d, err
+	}
 	if leader.Token == 0 {
 		return nil, errors.New("no leader")
 	}
@@ -365,31 +407,40 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, re
 // askLeader gets the leader's data from its console, at the address it
 // registered.
 func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas []election.Replica, names []string) (*leaderData, error) {
-	addr, err := election.LeaderURL(leader, replicas)
-	if err != nil {
+	var d leaderData
+	q := url.Values{"term": {fmt.Sprint(leader.Token)}, "name": names}
+	if err := s.leaderJSON(ctx, leader.ID, q, replicas, &d); err != nil {
 		return nil, err
 	}
-	q := url.Values{"term": {fmt.Sprint(leader.Token)}, "name": names}
+	return &d, nil
+}
+
+// leaderJSON reads replica id's /console/leader.json?q into out, at the
+// address it registered, within 700 ms.
+func (s *Server) leaderJSON(ctx context.Context, id string, q url.Values, replicas []election.Replica, out any) error {
+	addr, err := election.LeaderURL(election.Leader{ID: id}, replicas)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/console/leader.json?"+q.Encode(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
+		return fmt.Errorf("leader %s at %s: %w", id, addr, err)
 	}
 	asViewer(ctx, req) // the leader guards its data as this replica does
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("leader %s at %s does not answer: %w", leader.ID, addr, err)
+		return fmt.Errorf("leader %s at %s does not answer: %w", id, addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("leader %s at %s answered %s", leader.ID, addr, resp.Status)
+		return fmt.Errorf("leader %s at %s answered %s", id, addr, resp.Status)
 	}
-	var d leaderData
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-		return nil, fmt.Errorf("leader %s at %s: %w", leader.ID, addr, err)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("leader %s at %s: %w", id, addr, err)
 	}
-	return &d, nil
+	return nil
 }
 
 // pingBroker checks the broker at most once a second for all viewers.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,7 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 	defer cancel()
 	states := map[string]*store.EntryState{}
 	byBucket := map[string][]store.EntryState{}
-	rev, err := etcdscan.Prefix(lctx, c.cli, keys.State(c.prefix), store.StatePage, func(kv *mvccpb.KeyValue) {
+	add := func(kv *mvccpb.KeyValue) {
 		b, recs := c.decodeBucket(kv.Key, kv.Value)
 		if b == "" {
 			return
@@ -146,9 +147,17 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 			states[recs[i].Name] = &recs[i]
 		}
 		byBucket[b] = recs
-	})
+	}
+	rev, err := etcdscan.Prefix(lctx, c.cli, keys.State(c.prefix), store.StatePage, add)
 	if err != nil {
 		return 0, fmt.Errorf("console: load entry state: %w", err)
+	}
+	// A sharded cluster's state is in each shard's table. The watch
+	// starts after the first read's revision, so a bucket rewritten
+	// between the two reads is applied again, whole, which changes
+	// nothing.
+	if _, err := etcdscan.Prefix(lctx, c.cli, keys.Shards(c.prefix), store.StatePage, add); err != nil {
+		return 0, fmt.Errorf("console: load the shards' entry state: %w", err)
 	}
 	c.mu.Lock()
 	c.states, c.byBucket = states, byBucket
@@ -195,10 +204,15 @@ func (c *cluster) setBucket(b string, recs []store.EntryState) {
 	}
 }
 
-// decodeBucket returns a state bucket's key suffix and entries; "" for a
-// key or value this version cannot read (the scheduler reports those).
+// decodeBucket returns a state bucket's name and entries; "" for a key
+// that is no state bucket, or a key or value this version cannot read
+// (the scheduler reports those). A bucket of the cluster's table is named
+// by its key suffix, one of shard i's table "i/" and its suffix.
 func (c *cluster) decodeBucket(key, value []byte) (string, []store.EntryState) {
 	b, ok := store.BucketAt(c.prefix, key)
+	if !ok {
+		b, ok = c.shardBucket(key)
+	}
 	if !ok {
 		return "", nil
 	}
@@ -207,6 +221,21 @@ func (c *cluster) decodeBucket(key, value []byte) (string, []store.EntryState) {
 		return "", nil
 	}
 	return b, recs
+}
+
+// shardBucket is a key's bucket name when it is in a shard's state table
+// (keys.Shard).
+func (c *cluster) shardBucket(key []byte) (string, bool) {
+	rest, ok := strings.CutPrefix(string(key), keys.Shards(c.prefix))
+	if !ok {
+		return "", false
+	}
+	i, _, ok := strings.Cut(rest, "/")
+	if _, err := strconv.Atoi(i); !ok || err != nil {
+		return "", false
+	}
+	b, ok := store.BucketAt(keys.Shards(c.prefix)+i+"/", key)
+	return i + "/" + b, ok
 }
 
 func (c *cluster) watch(ctx context.Context, rev int64) {
@@ -218,9 +247,6 @@ func (c *cluster) watch(ctx context.Context, rev int64) {
 		}
 		c.mu.Lock()
 		for _, ev := range resp.Events {
-			if !strings.HasPrefix(string(ev.Kv.Key), keys.State(c.prefix)) {
-				continue
-			}
 			var recs []store.EntryState
 			var b string
 			if ev.Type == clientv3.EventTypeDelete {

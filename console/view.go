@@ -119,6 +119,9 @@ type timelineView struct {
 	Total    int
 	Errors   int
 	Rows     []Minute
+	// Shards are, on a sharded cluster, the shards whose leaders' fires
+	// are summed here ("0, 1, 3").
+	Shards string
 }
 
 type point struct{ X, Y float64 }
@@ -312,7 +315,7 @@ func (s *Server) overview(ctx context.Context, q query, live bool) *page {
 	for i, r := range ev.Rows {
 		names[i] = r.Name
 	}
-	ld, err := s.fetchLeaderData(ctx, leader, replicas, names)
+	ld, err := s.fetchLeaderData(ctx, leader, p.Cluster.Shards, replicas, names)
 	s.applyLeaderData(p, ld, err)
 	if ld != nil {
 		ev.SinceLeader, ev.LeaderKnown = ld.Timeline.Since, true
@@ -349,10 +352,13 @@ func (s *Server) entryStatus(e *config.Entry, runs outcome.EntryRuns, now time.T
 }
 
 // applyLeaderData fills the timeline and backlog, or says why they are
-// missing.
+// missing. On a sharded cluster both can come: the numbers of the shards
+// whose leaders answered, and why the others' are missing.
 func (s *Server) applyLeaderData(p *page, ld *leaderData, err error) {
 	if err != nil {
 		p.Cluster.LeaderData = err.Error()
+	}
+	if ld == nil {
 		p.Cluster.Backlog = "unknown"
 		return
 	}
@@ -361,10 +367,16 @@ func (s *Server) applyLeaderData(p *page, ld *leaderData, err error) {
 		if ld.Backlog == 0 {
 			p.Cluster.Backlog = "none: etcd has every publish"
 		}
+		if ld.Shards != nil {
+			p.Cluster.Backlog += ", in shards " + ints(ld.Shards)
+		}
 	} else {
 		p.Cluster.Backlog = "unknown"
 	}
 	p.Timeline = buildTimeline(ld.Timeline)
+	if ld.Shards != nil {
+		p.Timeline.Shards = ints(ld.Shards)
+	}
 }
 
 func buildTimeline(s Snapshot) *timelineView {
@@ -660,7 +672,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 			rv.Lag, rv.Slot = "manual", "manual ("+rv.Slot+")"
 		}
 		if o := es.OutcomeOf(r); o != nil {
-			rv.Outcome, rv.Worker = o.Outcome, o.Worker
+			rv.Outcome, rv.Worker = o.OutcomeText(), o.Worker
 			if rt := o.Runtime(); rt > 0 {
 				rv.Runtime = rt.Round(time.Millisecond).String()
 			}
@@ -668,7 +680,7 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 		}
 		ev.RunRows = append(ev.RunRows, rv)
 	}
-	ld, err := s.fetchLeaderData(ctx, leader, replicas, []string{name})
+	ld, err := s.fetchLeaderData(ctx, leader, p.Cluster.Shards, replicas, []string{name})
 	s.applyLeaderData(p, ld, err)
 	p.Timeline = nil // the timeline is the overview's
 	if ld != nil {

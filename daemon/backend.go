@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/leader"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/sources"
@@ -36,15 +38,22 @@ type backend struct {
 	store     *store.Store
 	leader    *leader.Loop
 	sched     *scheduler.Scheduler
-	pub       *redisbroker.Publisher // nil on AMQP, which keeps no run history
-	ping      func(context.Context) error
-	merger    *sources.Merger
-	metrics   *scheduler.Metrics
-	feed      *outcome.Feed
-	outcomes  outcomeFlags
-	started   time.Time
-	status    statusCache
-	clockOff  *clockOffset
+	// config is the config the replica runs (Main.runningConfig).
+	config func() *config.Config
+	// entry is an entry's definition wherever it runs (Main.entryOf).
+	entry func(ctx context.Context, name string) (*config.Entry, error)
+	// remote, on a sharded replica, is a page's runtime entries of the
+	// shards it does not lead, and how many follow (Main.remoteEntries).
+	remote   func(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error)
+	pub      *redisbroker.Publisher // nil on AMQP, which keeps no run history
+	ping     func(context.Context) error
+	merger   *sources.Merger
+	metrics  *scheduler.Metrics
+	feed     *outcome.Feed
+	outcomes outcomeFlags
+	started  time.Time
+	status   statusCache
+	clockOff *clockOffset
 	// shards is a sharded replica's leadership (nil: one shard, whose
 	// leader and sched are the replica's).
 	shards *shardSet
@@ -131,7 +140,7 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 		st, err = b.cachedStatus(ctx)
 	} else {
 		// Another page: read for this request, not cached.
-		if st, err = status.FromEtcd(ctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), q); err != nil {
+		if st, err = b.fromEtcd(ctx, q); err != nil {
 			return st, err
 		}
 		st.Overlay(b.liveResults())
@@ -161,6 +170,38 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 	return st, err
 }
 
+// fromEtcd is the status page q from etcd (status.FromEtcd). On a
+// sharded replica the config it runs lacks the runtime entries of the
+// shards it does not lead: the page is built from a config of the first
+// q.Limit+1 entries of both that follow q.After, so it is the page the
+// whole cluster's config would give, and its total is counted apart.
+func (b *backend) fromEtcd(ctx context.Context, q api.StatusQuery) (api.Status, error) {
+	cfg := b.config()
+	if b.remote == nil {
+		return status.FromEtcd(ctx, b.etcd, b.prefix, cfg, b.history(), b.clock.Now(), q)
+	}
+	remote, total, err := b.remote(ctx, q.After, q.Prefix, q.Limit)
+	if err != nil {
+		return api.Status{}, err
+	}
+	var list []*config.Entry
+	for e := range cfg.Following(q.After, q.Prefix) {
+		if total++; len(list) <= q.Limit {
+			list = append(list, e)
+		}
+	}
+	list = append(list, remote...)
+	slices.SortFunc(list, func(a, b *config.Entry) int { return strings.Compare(a.Name, b.Name) })
+	page := cfg.WithEntries(list)
+	st, err := status.FromEtcd(ctx, b.etcd, b.prefix, page, b.history(), b.clock.Now(), q)
+	if err == nil && !(q.Prefix == "" && q.After == "" && len(list) <= q.Limit) {
+		// Not the whole cluster in one page: Build counted the page's
+		// config only.
+		st.EntriesTotal = total
+	}
+	return st, err
+}
+
 // statusBudget is how long GET /status waits for etcd before answering
 // from the last status it read, flagged stale.
 const statusBudget = 500 * time.Millisecond
@@ -179,7 +220,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 		go func() {
 			defer o.wg.Done()
 			rctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-			st, err := status.FromEtcd(rctx, b.etcd, b.prefix, b.sched.Config(), b.history(), b.clock.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit})
+			st, err := b.fromEtcd(rctx, api.StatusQuery{Limit: api.DefaultStatusLimit})
 			cancel()
 			o.mu.Lock()
 			o.lastErr = err
@@ -210,7 +251,7 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 		st.Entries = append([]api.EntryStatus(nil), st.Entries...)
 	} else {
 		// Nothing read yet: what the config says, with no state.
-		st = status.FromConfig(b.sched.Config(), b.clock.Now())
+		st = status.FromConfig(b.config(), b.clock.Now())
 	}
 	switch {
 	case !isClosed(wait):

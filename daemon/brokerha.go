@@ -128,6 +128,57 @@ func (m *Main) electionHold() time.Duration {
 // every replica sees down is an outage, not a path: the leader stays, and
 // its slots stay pending as before.
 func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) error, endTerm func(error)) {
+	m.watchBrokerPath(ctx, brokerPath{
+		leading:      func() bool { return true },
+		failingSince: m.sched.PublishFailingSince,
+		publishErr:   m.sched.PublishError,
+		handOver: func(ctx context.Context, standby string) bool {
+			if resign != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				if err := resign(rctx); err != nil {
+					m.log.Warn("resign for the handover failed; the term ends anyway", "err", err)
+				}
+				cancel()
+			}
+			endTerm(fmt.Errorf("%w (standby %s reaches it)", errBrokerHandover, standby))
+			return true
+		},
+	})
+}
+
+// brokerPath is what a broker watchdog watches, and how it hands over:
+// an unsharded leader's term, or a sharded replica's shards.
+type brokerPath struct {
+	// leading says whether there is anything to hand over now.
+	leading func() bool
+	// failingSince is since when the publishes have failed (zero: they
+	// do not), and publishErr their last error.
+	failingSince func() time.Time
+	publishErr   func() error
+	// handOver hands leadership to the replicas that reach the broker
+	// (standby is one); true ends the watchdog.
+	handOver func(ctx context.Context, standby string) (done bool)
+}
+
+// shardBrokerWatchdog is a sharded replica's brokerWatchdog, for its
+// lifetime: when its path to the broker has failed for failoverAfter and
+// another replica reaches the broker, it resigns every shard it leads and
+// stays out of every shard's election for holdAfterHandover (the shard
+// set's hold), so the replicas that reach the broker lead them.
+func (m *Main) shardBrokerWatchdog(ctx context.Context) {
+	m.watchBrokerPath(ctx, brokerPath{
+		leading:      func() bool { return m.shards.held() > 0 },
+		failingSince: m.shards.publishFailingSince,
+		publishErr:   m.shards.publishError,
+		handOver: func(ctx context.Context, _ string) bool {
+			m.shards.handOverAll(ctx)
+			return false
+		},
+	})
+}
+
+// watchBrokerPath is the watchdog of brokerWatchdog, over w.
+func (m *Main) watchBrokerPath(ctx context.Context, w brokerPath) {
 	t := m.clock.NewTicker(brokerProbeEvery)
 	defer t.Stop()
 	after := m.failoverAfter()
@@ -138,9 +189,12 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 			return
 		case <-t.Chan():
 		}
+		if !w.leading() {
+			continue
+		}
 		now := m.clock.Now()
 		since := m.brokerHA.since()
-		if p := m.sched.PublishFailingSince(); !p.IsZero() && (since.IsZero() || p.Before(since)) {
+		if p := w.failingSince(); !p.IsZero() && (since.IsZero() || p.Before(since)) {
 			since = p
 		}
 		if since.IsZero() || now.Sub(since) < after {
@@ -188,7 +242,7 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 		}
 		why := m.brokerHA.Err()
 		if why == nil {
-			why = m.sched.PublishError()
+			why = w.publishErr()
 		}
 		m.brokerHA.mu.Lock()
 		m.brokerHA.holdUntil = now.Add(m.holdAfterHandover())
@@ -196,15 +250,9 @@ func (m *Main) brokerWatchdog(ctx context.Context, resign func(context.Context) 
 		m.brokerHA.handovers.WithLabelValues("broker_unreachable").Inc()
 		m.log.Warn("handing leadership over: this replica has not reached the broker for "+now.Sub(since).Round(100*time.Millisecond).String()+
 			", and a standby does", "standby", healthy, "failover_after", after.String(), "hold", m.holdAfterHandover().String(), "err", why)
-		if resign != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := resign(rctx); err != nil {
-				m.log.Warn("resign for the handover failed; the term ends anyway", "err", err)
-			}
-			cancel()
+		if w.handOver(ctx, healthy) {
+			return
 		}
-		endTerm(fmt.Errorf("%w (standby %s reaches it)", errBrokerHandover, healthy))
-		return
 	}
 }
 

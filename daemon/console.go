@@ -28,12 +28,43 @@ func (m *Main) newConsole() (*console.Server, error) {
 		return nil, err
 	}
 	return console.New(console.Config{HTTPClient: hc,
-		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.sched.Config, Runs: m.runHistory(),
+		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.runningConfig, Runs: m.runHistory(),
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: m.brokerCheck,
-		Term:       m.leader.Token, Timeline: m.timeline, Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
+		Term:       m.leader.Token, Timeline: m.timeline, LedShards: m.ledShards(), Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,
 		Clock: m.clock,
 	})
+}
+
+// shardObserver is shard i's Observer: its fires go to its own timeline,
+// under its own term's token, as an unsharded leader's go to m.timeline.
+func (m *Main) shardObserver(i int) func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool) {
+	tl := console.NewTimeline(m.clock.Now)
+	for len(m.shardTimelines) <= i {
+		m.shardTimelines = append(m.shardTimelines, nil)
+	}
+	m.shardTimelines[i] = tl
+	return func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool) {
+		tl.Observe(m.shards.token(i), entry, slot, r, lag, manual)
+		if m.console != nil {
+			m.console.Changed()
+		}
+	}
+}
+
+// ledShards is the console's view of the shards this replica leads, with
+// their timelines; nil on an unsharded replica.
+func (m *Main) ledShards() func() []console.LedShard {
+	if m.shards == nil {
+		return nil
+	}
+	return func() []console.LedShard {
+		var out []console.LedShard
+		for _, l := range m.shards.leading() {
+			out = append(out, console.LedShard{Shard: l.Shard, Term: l.Token, Timeline: m.shardTimelines[l.Shard]})
+		}
+		return out
+	}
 }
 
 // runHistory is the publisher's run history in Redis, or nil with a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -29,6 +30,11 @@ type entriesAPI struct {
 	entries *sources.Entries
 	hist    outcome.History // may be nil
 	now     func() time.Time
+	// shards is the cluster's shard count (0 or 1: unsharded), and
+	// remote, on a sharded replica, says whether an entry runs on a shard
+	// another replica leads, whose runtime entries this one does not hold.
+	shards int
+	remote func(name string) bool
 }
 
 // nextRunsShown is how many coming fire times the entries API lists.
@@ -145,7 +151,23 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			runningNames = append(runningNames, n)
 		}
 	}
-	states, err := store.New(a.cli, a.prefix).StatesOf(ctx, runningNames)
+	file := a.merger.File()
+	remote := map[string]*config.Entry{}
+	for _, n := range names {
+		if cfg != nil && cfg.Entry(n) != nil || a.remote == nil || !a.remote(n) {
+			continue
+		}
+		// A runtime entry of a shard another replica leads runs there:
+		// parsed from its document as that replica's merger parses it.
+		if d, ok := docs[n]; ok {
+			if e, err := file.ParseEntry(n, d.Data); err == nil {
+				e.Source = sources.API
+				remote[n] = e
+				runningNames = append(runningNames, n)
+			}
+		}
+	}
+	states, err := a.statesOf(ctx, runningNames)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +187,9 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 		var e *config.Entry
 		if cfg != nil {
 			e = cfg.Entry(name)
+		}
+		if e == nil {
+			e = remote[name]
 		}
 		if e == nil {
 			d := docs[name]
@@ -201,6 +226,29 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 				NextRuns: []time.Time{}, LastRuns: []outcome.Run{},
 				Problem: "shadowed: source " + e.Source + " owns this name (see --sources-priority)"})
 		}
+	}
+	return out, nil
+}
+
+// statesOf reads the state of the entries named from their shards'
+// state tables (the cluster's one when unsharded).
+func (a *entriesAPI) statesOf(ctx context.Context, names []string) (map[string]*store.EntryState, error) {
+	n := max(a.shards, 1)
+	byShard := make([][]string, n)
+	for _, name := range names {
+		i := keys.ShardOf(name, n)
+		byShard[i] = append(byShard[i], name)
+	}
+	out := map[string]*store.EntryState{}
+	for i, part := range byShard {
+		if len(part) == 0 && n > 1 {
+			continue
+		}
+		states, err := store.New(a.cli, keys.Shard(a.prefix, i, n)).StatesOf(ctx, part)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, states)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -15,8 +16,8 @@ import (
 // Request implements api.Backend: the request and its audit record go to
 // etcd in one transaction.
 func (b *backend) Request(ctx context.Context, a api.Action) (string, error) {
-	if b.sched.Config().Entry(a.Entry) == nil {
-		return "", api.ErrUnknownEntry
+	if e, err := b.entry(ctx, a.Entry); err != nil || e == nil {
+		return "", cmp.Or(err, api.ErrUnknownEntry)
 	}
 	r := store.Request{Op: store.Op(a.Op), Entry: a.Entry, RespectOverlap: a.RespectOverlap, Actor: a.Who.Name, Note: a.Note}
 	r, err := b.store.PutRequest(ctx, r, a.Audit(), b.clock.Now())
@@ -43,9 +44,9 @@ func (b *backend) Backfills(ctx context.Context) ([]store.Backfill, error) {
 // history, the backfills on record), as the leader does when it starts
 // the job, and queues the job unless it is a dry run.
 func (b *backend) Backfill(ctx context.Context, spec api.BackfillSpec, a api.Action) (api.BackfillAnswer, error) {
-	e := b.sched.Config().Entry(a.Entry)
-	if e == nil {
-		return api.BackfillAnswer{}, api.ErrUnknownEntry
+	e, err := b.entry(ctx, a.Entry)
+	if err != nil || e == nil {
+		return api.BackfillAnswer{}, cmp.Or(err, api.ErrUnknownEntry)
 	}
 	now := b.clock.Now()
 	if err := scheduler.CheckBackfillRange(spec.From, spec.To, now); err != nil {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/reshard"
+	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,6 +64,26 @@ func TestShardResize(t *testing.T) {
 	for _, l := range a.shards.leading() {
 		maxToken = max(maxToken, l.Token)
 	}
+	// Runtime entries, each kept in its shard's defs, move with the
+	// states and fire exactly once across the resize too.
+	var runtime []sources.Doc
+	for i := range 8 {
+		runtime = append(runtime, sources.Doc{Name: fmt.Sprintf("r%d", i), Data: []byte(`{"task": "tasks.t", "every": "1s", "catchup": "all"}`)})
+	}
+	if _, err := a.entries.Put(ctx, runtime, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantDefs := map[string]string{}
+	for _, d := range runtime {
+		wantDefs[d.Name] = string(d.Data)
+	}
+	if got := shardDefsIn(t, cli, prefix, 4); !maps.Equal(got, wantDefs) {
+		t.Fatalf("runtime entries at 4 shards %v, want %v", got, wantDefs)
+	}
+	const entries = 16 + 8
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "every runtime entry has a state", func() bool {
+		return len(shardStates(t, cli, prefix, 4)) == entries
+	})
 	from := time.Now().Truncate(time.Second).Add(time.Second)
 	// Each resize raises the shards' Redis fences (as `beatd shards
 	// resize --broker` does); floors are the floors it raised them to.
@@ -93,8 +116,8 @@ func TestShardResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := shardStates(t, cli, prefix, 4)
-	if len(before) != 16 {
-		t.Fatalf("%d states after the first run, want 16", len(before))
+	if len(before) != entries {
+		t.Fatalf("%d states after the first run, want %d", len(before), entries)
 	}
 
 	// Refusals of a stopped cluster, and of a lock held by another resize.
@@ -130,7 +153,7 @@ func TestShardResize(t *testing.T) {
 	unchanged("concurrent", "4")
 
 	res, err := resize(8)
-	if err != nil || res.From != 4 || res.To != 8 || res.Entries != 16 || res.Resumed {
+	if err != nil || res.From != 4 || res.To != 8 || res.Entries != entries || res.Defs != len(runtime) || res.Resumed {
 		t.Fatalf("resize 4 -> 8: %+v, %v", res, err)
 	}
 	t.Logf("resized 4 -> 8 in %s", res.Took)
@@ -147,6 +170,9 @@ func TestShardResize(t *testing.T) {
 	if after := shardStates(t, cli, prefix, 8); !sameStates(before, after) {
 		t.Fatalf("states moved 4 -> 8 differ:\nbefore %v\nafter  %v", before, after)
 	}
+	if got := shardDefsIn(t, cli, prefix, 8); !maps.Equal(got, wantDefs) {
+		t.Fatalf("runtime entries moved 4 -> 8: %v, want %v", got, wantDefs)
+	}
 
 	b := runMain(t, args("b", 8)...)
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 8 shards", func() bool { return len(b.shards.leading()) == 8 })
@@ -154,10 +180,25 @@ func TestShardResize(t *testing.T) {
 	// seconds in all however long the starts and the resize took on a
 	// loaded machine (it once left three).
 	time.Sleep(max(2*time.Second, time.Until(from.Add(6*time.Second))))
+	// The audit ends at a slot every entry's state has passed, so a
+	// loop that runs late on a loaded machine is not taken for one that
+	// missed a slot (a loop that does miss it stays behind, and fails).
+	to := time.Now().Truncate(time.Second).Add(-time.Second)
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "every entry's state past the audit's end", func() bool {
+		states := shardStates(t, cli, prefix, 8)
+		if len(states) != entries {
+			return false
+		}
+		for _, st := range states {
+			if st.LastSlot.Before(to) {
+				return false
+			}
+		}
+		return true
+	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	to := time.Now().Truncate(time.Second).Add(-time.Second)
 	msgs, err := chaos.ReadQueue(ctx, rs.Client(), "celery")
 	if err != nil {
 		t.Fatal(err)
@@ -166,8 +207,17 @@ func TestShardResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	list := slices.Clone(cfg.Entries)
+	for _, d := range runtime {
+		e, err := cfg.ParseEntry(d.Name, d.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, e)
+	}
+	cfg = cfg.WithEntries(list)
 	r := chaos.Audit(cfg, msgs, from, to)
-	if !r.OK || r.ExpectedSlots < 16*4 {
+	if !r.OK || r.ExpectedSlots < entries*4 {
 		t.Fatalf("audit of %d slots: %d duplicate (%v), %d missed (%v)", r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed)
 	}
 	t.Logf("audited %d slots across the resize: 0 duplicate, 0 missed", r.ExpectedSlots)
@@ -205,11 +255,14 @@ func TestShardResize(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := resize(k.to)
-		if err != nil || !res.Resumed || res.To != k.to || res.Entries != 16 {
+		if err != nil || !res.Resumed || res.To != k.to || res.Entries != entries || res.Defs != len(runtime) {
 			t.Fatalf("rerun after %s: %+v, %v", k.stopAfter, res, err)
 		}
 		if after := shardStates(t, cli, prefix, k.to); !sameStates(before, after) {
 			t.Fatalf("states after the rerun to %d differ:\nbefore %v\nafter  %v", k.to, before, after)
+		}
+		if got := shardDefsIn(t, cli, prefix, k.to); !maps.Equal(got, wantDefs) {
+			t.Fatalf("runtime entries after the rerun to %d: %v, want %v", k.to, got, wantDefs)
 		}
 	}
 	// One shard is an unsharded cluster: no count, nothing under shards/
@@ -223,7 +276,7 @@ func TestShardResize(t *testing.T) {
 			t.Errorf("one shard after resize has %s", k)
 		}
 	}
-	if st, err := store.New(cli, prefix).Load(ctx); err != nil || st.Len() != 16 {
+	if st, err := store.New(cli, prefix).Load(ctx); err != nil || st.Len() != entries {
 		t.Errorf("the unsharded state table: %v entries, %v", st.Len(), err)
 	}
 }
@@ -246,6 +299,37 @@ func shardStates(t *testing.T, cli *clientv3.Client, prefix string, n int) map[s
 			out[st.Name] = st
 			return true
 		})
+	}
+	return out
+}
+
+// shardDefsIn is every runtime entry's definition in the n shards of a
+// cluster (the cluster's defs/ for one), each read from its shard's
+// prefix (one in another shard's is an error), and none elsewhere.
+func shardDefsIn(t *testing.T, cli *clientv3.Client, prefix string, n int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	docs, _, err := sources.NewShardedEntries(cli, prefix, n).List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		out[d.Name] = string(d.Data)
+	}
+	// Every key named defs/ lies in its shard's prefix.
+	all, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range all.Kvs {
+		k := string(kv.Key)
+		if !strings.Contains(k, "/defs/") {
+			continue
+		}
+		name := k[strings.LastIndex(k, "/defs/")+len("/defs/"):]
+		if want := keys.Defs(keys.Shard(prefix, keys.ShardOf(name, n), n)) + name; k != want {
+			t.Errorf("runtime entry at %s, want %s", k, want)
+		}
 	}
 	return out
 }

@@ -165,6 +165,9 @@ type Main struct {
 	// shards runs the leadership of a cluster of more than one shard
 	// (shards.go); nil for one shard, whose leader and sched run it.
 	shards *shardSet
+	// shardTimelines are the console's timelines of each shard's fires
+	// on this replica, by shard (shardObserver).
+	shardTimelines []*console.Timeline
 }
 
 // Options is what a replica is told: run's flags and their environment
@@ -568,12 +571,15 @@ func (m *Main) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel, m.runCtx = cancel, runCtx
 	m.api = &backend{id: m.ID, clock: m.clock, ctx: runCtx, etcd: m.etcd, prefix: prefix, endpoints: m.Etcd.Endpoints, store: m.store,
-		leader: m.leader, sched: m.sched, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
+		leader: m.leader, sched: m.sched, config: m.runningConfig, entry: m.entryOf, pub: m.pub, ping: m.brokerCheck, merger: m.merger, metrics: m.metrics,
 		feed: m.feed, outcomes: m.Outcomes, started: m.started, shards: m.shards}
 	etcdTLS, err := m.Etcd.TLSConfig()
 	if err != nil {
 		cancel()
 		return err
+	}
+	if m.Shards > 1 {
+		m.api.remote = m.remoteEntries
 	}
 	m.api.clockOff = newClockOffset(m.clock, m.Etcd.EndpointURLs(), etcdTLS, m.ClockOffsetWarn, m.log.With("component", "clock"))
 	m.registry.MustRegister(m.api.clockOff.gauge)
@@ -603,7 +609,10 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() {
 		defer m.wg.Done()
 		if m.shards != nil {
+			var watchdog sync.WaitGroup
+			watchdog.Go(func() { m.shardBrokerWatchdog(runCtx) })
 			m.shards.Run(runCtx)
+			watchdog.Wait()
 			return
 		}
 		m.leader.Run(runCtx)
@@ -799,7 +808,7 @@ func noneIfZero(n int) int {
 
 // amqpQueues is how the running schedule says queues are declared.
 func (m *Main) amqpQueues() amqpbroker.Queues {
-	if c := m.sched.Config(); c != nil {
+	if c := m.runningConfig(); c != nil {
 		return c.AMQP
 	}
 	return nil

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/beatd/beatd/broker"
 	amqpbroker "github.com/beatd/beatd/broker/amqp"
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
@@ -83,7 +85,10 @@ const shardBalanceEvery = 250 * time.Millisecond
 
 // shardSet is a sharded replica's leadership: a leader.Loop per shard,
 // each with its own election, fencing token, state table, broker fence
-// and scheduler over only that shard's entries (keys.ShardOf).
+// and scheduler over only that shard's entries (keys.ShardOf). A shard's
+// runtime entries are loaded when a term of it starts and dropped when
+// it ends (shardDeps.defs), so a scheduler of a shard this replica does
+// not lead holds only its file and django-celery-beat entries.
 //
 // Balance is kept by each replica alone, from the number of live replicas
 // (the registry, keys.Replicas) and one range read of every shard's
@@ -114,6 +119,7 @@ type shardSet struct {
 	view atomic.Pointer[shardView]
 	led  prometheus.Gauge
 	wg   sync.WaitGroup
+	hold func() time.Duration // shardDeps.hold
 }
 
 // shard is one shard's leadership on this replica.
@@ -130,7 +136,9 @@ type shard struct {
 	mu sync.Mutex
 	// handover ends the current term gracefully (nil when not leading).
 	handover context.CancelFunc
-	token    int64
+	// resign ends the current term's lease at once (the term's Resign).
+	resign func(context.Context) error
+	token  int64
 	// handedAt is when this replica last handed the shard over: it does
 	// not campaign for it again for shardHandoverQuiet, so the shard goes
 	// to the replica that waited, not back to this one.
@@ -158,10 +166,21 @@ type shardDeps struct {
 	// lead, when set, runs beside shard 0's scheduler for its term (the
 	// catalog, which is the cluster's, is published by shard 0's leader).
 	lead0 func(leader.Term) (stop func())
+	// hold, when set, is how long this replica stays out of every shard's
+	// election (a replica that handed its shards over for a cut path to
+	// the broker: Main.electionHold).
+	hold func() time.Duration
+	// observe, when set, is shard i's scheduler's Observer (the console's
+	// timeline of that shard's fires), in place of sched's.
+	observe func(i int) func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool)
+	// defs, when set, loads shard i's runtime entries for a term of it,
+	// before its scheduler runs, and stop drops them when the term ends
+	// (shardDefs).
+	defs func(ctx context.Context, i int) (stop func(), err error)
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
-	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"),
+	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold,
 		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
@@ -182,6 +201,9 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
+		if d.observe != nil {
+			sc.Observer = d.observe(i)
+		}
 		sh.pub, _ = dispatcher.(*redisbroker.Publisher)
 		// Each shard's loop owns its scheduler's metrics (its gauges are
 		// the loop's: pending slots, the state backlog, the entries' next
@@ -212,15 +234,26 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, err
 		}
 		lead := func(ctx context.Context, t leader.Term) error {
+			// The shard's runtime entries are loaded before the term
+			// shows as led (leading, /status, /readyz), so a led shard's
+			// scheduler is about to run, not still reading etcd; the
+			// term's context still ends the read.
+			if d.defs != nil {
+				stop, err := d.defs(ctx, i)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			ctx, handover := context.WithCancel(ctx)
 			defer handover()
 			sh.mu.Lock()
-			sh.handover, sh.token = handover, t.Token
+			sh.handover, sh.token, sh.resign = handover, t.Token, t.Resign
 			sh.mu.Unlock()
 			s.led.Set(float64(s.held()))
 			defer func() {
 				sh.mu.Lock()
-				sh.handover, sh.token = nil, 0
+				sh.handover, sh.token, sh.resign = nil, 0, nil
 				sh.mu.Unlock()
 				s.led.Set(float64(s.held()))
 			}()
@@ -257,10 +290,16 @@ func (s *shardSet) split(cfg *config.Config) []*config.Config {
 	return parts
 }
 
-// Reload gives each shard's scheduler its part of cfg.
+// Reload gives each shard's scheduler its part of cfg. A shard whose
+// scheduler holds the very entries of its part already, under the same
+// settings, is left as it is: loading one shard's runtime entries merges
+// the whole config, and would otherwise rebuild every shard's schedule.
 func (s *shardSet) Reload(cfg *config.Config) error {
 	var errs []error
 	for i, part := range s.split(cfg) {
+		if cur := s.shards[i].sched.Config(); cur.SameSettings(part) && slices.Equal(cur.Entries, part.Entries) {
+			continue
+		}
 		if err := s.shards[i].sched.Reload(part); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
@@ -327,6 +366,9 @@ func (s *shardSet) share() (lo, hi int) {
 // (which hands one over to it). Otherwise it stays out, so it never queues
 // for a shard it is not owed.
 func (s *shardSet) wants(sh *shard) bool {
+	if s.hold != nil && s.hold() > 0 {
+		return false // handed over for a cut path to the broker
+	}
 	held := s.held()
 	lo, hi := s.share()
 	if held < lo {
@@ -409,6 +451,18 @@ func (s *shardSet) leading() []shardLead {
 	return out
 }
 
+// token is shard i's current term's token on this replica (0: it does
+// not lead it).
+func (s *shardSet) token(i int) int64 { return s.shards[i].loop.Token() }
+
+// leads says whether this replica holds a term of shard i.
+func (s *shardSet) leads(i int) bool {
+	sh := s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.handover != nil
+}
+
 // termErr is why a shard this replica leads cannot do its work, each
 // named by its shard (nil: every one can), for /readyz.
 func (s *shardSet) termErr(now time.Time) error {
@@ -473,14 +527,87 @@ func (s *shardSet) balance(ctx context.Context) {
 	}
 }
 
+// readLive counts the replicas that share the shards: the registered
+// ones, less those whose own path to the broker fails while another's
+// works (they hand their shards over, brokerha.go, so the others' share
+// is all of them). When no replica reaches the broker (an outage, not a
+// path) every registered one counts.
 func (s *shardSet) readLive(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, keys.Replicas(s.prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	reps, err := election.Replicas(rctx, s.cli, s.prefix)
 	if err != nil {
 		return // keep the last count: an etcd outage moves nothing
 	}
-	s.live.Store(resp.Count)
+	reaching := 0
+	for _, r := range reps {
+		if r.Broker == "ok" || r.Broker == "" {
+			reaching++
+		}
+	}
+	if reaching == 0 {
+		reaching = len(reps)
+	}
+	s.live.Store(int64(reaching))
+}
+
+// handOverAll resigns every shard this replica leads at once, so the
+// replicas waiting in their elections lead them, and ends each term (a
+// publish stuck on a cut path may take its timeout to give up; the next
+// leader's fence refuses whatever it still sends).
+func (s *shardSet) handOverAll(ctx context.Context) {
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		handover, resign := sh.handover, sh.resign
+		if handover != nil {
+			sh.handedAt = s.clock.Now()
+		}
+		sh.mu.Unlock()
+		if handover == nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := resign(rctx); err != nil {
+			s.log.Warn("resign for the handover failed; the term ends anyway", "shard", sh.i, "err", err)
+		}
+		cancel()
+		handover()
+	}
+}
+
+// publishFailingSince is since when the publishes of a shard this replica
+// leads have failed, the earliest (zero: none fails).
+func (s *shardSet) publishFailingSince() time.Time {
+	var since time.Time
+	for _, sh := range s.leadingShards() {
+		if p := sh.sched.PublishFailingSince(); !p.IsZero() && (since.IsZero() || p.Before(since)) {
+			since = p
+		}
+	}
+	return since
+}
+
+// publishError is the last publish error of a shard this replica leads.
+func (s *shardSet) publishError() error {
+	for _, sh := range s.leadingShards() {
+		if err := sh.sched.PublishError(); err != nil {
+			return fmt.Errorf("shard %d: %w", sh.i, err)
+		}
+	}
+	return nil
+}
+
+// leadingShards are the shards this replica leads now.
+func (s *shardSet) leadingShards() []*shard {
+	var out []*shard
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.handover != nil {
+			out = append(out, sh)
+		}
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // handOverOne ends the term of one led shard whose election has another
@@ -604,6 +731,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
+		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs,
 	}, m.registry, m.log)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/etcdflags"
+	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/spf13/pflag"
 
@@ -81,9 +82,9 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 			}
 			m.tune(len(c.Entries))
 			if m.shards != nil {
-				if err := m.shards.Reload(c); err != nil {
-					return err
-				}
+				// The shards' schedulers hold the config in parts; the
+				// replica's, which never runs, keeps its first one.
+				return m.shards.Reload(c)
 			}
 			return m.sched.Reload(c)
 		},
@@ -93,9 +94,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 			}
 			m.tune(len(c.Entries))
 			if m.shards != nil {
-				if err := m.shards.ReloadDelta(c, changed); err != nil {
-					return err
-				}
+				return m.shards.ReloadDelta(c, changed)
 			}
 			return m.sched.ReloadDelta(c, changed)
 		},
@@ -104,8 +103,16 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
 	}
-	m.entries = sources.NewEntries(m.etcd, m.Etcd.KeyPrefix())
+	m.entries = sources.NewShardedEntries(m.etcd, m.Etcd.KeyPrefix(), m.Shards)
 	m.entries.Clock = m.clock
+	if m.Shards > 1 {
+		// Each shard's runtime entries are read when this replica's term
+		// of the shard starts (shardDefs), not here.
+		if err := m.startDCB(ctx); err != nil {
+			return nil, err
+		}
+		return m.merger.Current(), nil
+	}
 	// Runtime entries are in the first config, so a fresh leader does not
 	// start without them; the watch takes over from there.
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -122,7 +129,9 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 // syncSources starts the goroutines that follow each source; m.wg owns
 // them and ctx stops them.
 func (m *Main) syncSources(ctx context.Context) {
-	m.wg.Go(func() { m.entries.Sync(ctx, m.merger, m.entriesRev) })
+	if m.Shards <= 1 {
+		m.wg.Go(func() { m.entries.Sync(ctx, m.merger, m.entriesRev) })
+	}
 	if src := m.Sources.dcb; src != nil {
 		m.wg.Go(func() {
 			var wb sync.WaitGroup
@@ -172,5 +181,9 @@ func (m *Main) startDCB(ctx context.Context) error {
 
 // entriesAPI is the backend of /api/v1/entries.
 func (m *Main) entriesAPI() *entriesAPI {
-	return &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now}
+	a := &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now, shards: m.Shards}
+	if m.Shards > 1 {
+		a.remote = func(name string) bool { return m.shards == nil || !m.shards.leads(keys.ShardOf(name, m.Shards)) }
+	}
+	return a
 }

@@ -3,9 +3,10 @@ package deploy
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 var binPath string
@@ -19,10 +20,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binPath = filepath.Join(dir, "beatd")
-	cmd := exec.Command("go", "build", "-o", binPath, "../cmd/beatd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build beatd: %v\n%s", err, out)
+	if err := harness.BuildBeatd(binPath); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

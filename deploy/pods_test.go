@@ -209,6 +209,17 @@ func buildPod(t *testing.T, r *rendered, pn *podNet, i int, opt podOptions) *pod
 		case e.ValueFrom == nil:
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			val = p.name
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			cm := r.configMaps[ref.Name]
+			v, ok := "", false
+			if cm != nil {
+				v, ok = cm.Data[ref.Key]
+			}
+			if !ok {
+				t.Fatalf("env %s: ConfigMap %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+			val = v
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			s := r.secrets[ref.Name]

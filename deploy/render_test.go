@@ -40,7 +40,14 @@ var renderings = map[string]string{
 	"embedded+etcd-tls":   "resources: [../embedded]\ncomponents: [../components/etcd-tls]\n",
 	"embedded+https":      "resources: [../embedded]\ncomponents: [../components/etcd-tls, ../components/http-tls]\n",
 	"external+https":      "resources: [../external]\ncomponents: [../components/monitoring, ../components/http-tls]\n",
+	// The operator's one setting for a sharded cluster, as the base's
+	// kustomization.yaml says to write it.
+	"embedded+shards": "resources: [../embedded]\n" + shardsOverlay,
+	"external+shards": "resources: [../external]\n" + shardsOverlay,
 }
+
+// shardsOverlay sets the shard count to 4.
+const shardsOverlay = "configMapGenerator:\n  - {name: beatd-cluster, behavior: merge, literals: [shards=4]}\n"
 
 // rendered is one kustomize build, decoded strictly.
 type rendered struct {
@@ -282,6 +289,32 @@ func envValue(c *corev1.Container, name string) (string, bool) {
 	return "", false
 }
 
+// shardsOf is the shard count the rendering's replicas run with: the
+// value of the ConfigMap key BEATD_SHARDS is read from.
+func shardsOf(t *testing.T, r *rendered, c *corev1.Container) string {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.Name != "BEATD_SHARDS" {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
+			t.Fatalf("BEATD_SHARDS: want it from a ConfigMap, one value for every replica")
+		}
+		ref := e.ValueFrom.ConfigMapKeyRef
+		cm, ok := r.configMaps[ref.Name]
+		if !ok {
+			t.Fatalf("BEATD_SHARDS: no ConfigMap %s", ref.Name)
+		}
+		v, ok := cm.Data[ref.Key]
+		if !ok {
+			t.Fatalf("BEATD_SHARDS: ConfigMap %s has no key %s", ref.Name, ref.Key)
+		}
+		return v
+	}
+	t.Fatal("no BEATD_SHARDS")
+	return ""
+}
+
 func selects(sel, labels map[string]string) bool {
 	if len(sel) == 0 {
 		return false
@@ -314,7 +347,7 @@ func TestManifestInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https"} {
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https", "embedded+shards", "external+shards"} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, name)
 			c := container(t, r)
@@ -355,6 +388,15 @@ func TestManifestInvariants(t *testing.T) {
 				} else if !flags[f] {
 					t.Errorf("env %s: beatd run has no flag --%s", e.Name, f)
 				}
+			}
+			// The shard count is one value that every replica reads: the
+			// beatd-cluster ConfigMap's, 1 unless the operator sets it.
+			wantShards := "1"
+			if strings.HasSuffix(name, "+shards") {
+				wantShards = "4"
+			}
+			if got := shardsOf(t, r, c); got != wantShards {
+				t.Errorf("BEATD_SHARDS is %q, want %q", got, wantShards)
 			}
 			// Probes hit real paths on the port beatd serves HTTP on.
 			httpAddr, _ := envValue(c, "BEATD_HTTP")
@@ -671,7 +713,7 @@ func checkRules(t *testing.T, pr *prometheusRule) {
 // the way to turn HTTPS on.
 func TestHTTPSOrLoudComment(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https"} {
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https", "embedded+shards", "external+shards"} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, name)
 			c := container(t, r)

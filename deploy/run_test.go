@@ -18,6 +18,7 @@ import (
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -295,19 +296,7 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 	// Every slot exactly once, across all of it: audit up to a slot that
 	// every entry has published (on a loaded machine a publish can lag).
 	end := time.Now().Truncate(time.Second)
-	waitFor(t, 30*time.Second, "every entry to publish the slot "+end.Format(time.TimeOnly), func() bool {
-		msgs, err := chaos.ReadQueue(context.Background(), rdb, "deploytest")
-		if err != nil {
-			return false
-		}
-		seen := map[string]bool{}
-		for _, m := range msgs {
-			if !m.Slot.Before(end) {
-				seen[m.Entry] = true
-			}
-		}
-		return len(seen) == 2
-	})
+	waitPublished(t, rdb, "deploytest", end, 2)
 	// All at once, as `kubectl delete` does: each member's stop waits up
 	// to etcd's request timeout for the other replicas' watch streams.
 	var wg sync.WaitGroup
@@ -334,4 +323,23 @@ func TestEmbeddedStatefulSetAsProcesses(t *testing.T) {
 		t.Errorf("audit: %d duplicates %v, %d missed %v, %d slots", len(rep.Duplicates), rep.Duplicates, len(rep.Missed), rep.Missed, rep.ExpectedSlots)
 	}
 	t.Logf("%d messages, %d slots audited: 0 duplicates, 0 missed", len(msgs), rep.ExpectedSlots)
+}
+
+// waitPublished waits until each of the schedule's n entries has
+// published a slot at or after end into queue.
+func waitPublished(t *testing.T, rdb *redis.Client, queue string, end time.Time, n int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "every entry to publish the slot "+end.Format(time.TimeOnly), func() bool {
+		msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, m := range msgs {
+			if !m.Slot.Before(end) {
+				seen[m.Entry] = true
+			}
+		}
+		return len(seen) == n
+	})
 }

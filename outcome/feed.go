@@ -1,7 +1,9 @@
 package outcome
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,18 +29,21 @@ func (s Source) String() string {
 	return "task_events"
 }
 
-// Report is an event about one of beatd's runs, with its entry.
+// Report is an event about one of beatd's runs, with its entry and the
+// step of the run's chain its task id is (0: the run's own task).
 type Report struct {
 	Entry string
 	Event
 	Source Source
+	Step   int
 }
 
 // Feed is where the consumers' events meet the scheduler. It passes on
 // only reports about the task ids the leader watches (its unfinished
-// runs, at most a few per entry), so a worker's other tasks cost one map
-// lookup each and the feed's memory is bounded by the entries, never by
-// the fires. It is safe for concurrent use.
+// runs, at most a few per entry, with their chains' steps), so a
+// worker's other tasks cost one map lookup each and the feed's memory is
+// bounded by the entries, never by the fires. It is safe for concurrent
+// use.
 //
 // A sharded replica runs a scheduler loop per shard, all fed by the one
 // set of consumers: each loop reads a Sub of the feed, which shares the
@@ -71,10 +76,13 @@ type hub struct {
 	matched [numSources]atomic.Uint64
 }
 
+// watch is one watched task id. since is Unix ns, not a time.Time: a
+// million entries with a run out each hold a million watches.
 type watch struct {
 	entry string
-	since time.Time
+	since int64
 	to    *Feed
+	step  uint8
 }
 
 // NewFeed returns a feed whose reports wait in a buffer of size buffer
@@ -95,12 +103,16 @@ func (f *Feed) Reports() <-chan Report { return f.c }
 
 // Watch passes on reports about task id, as entry's, from now on and
 // the newest one that came before, if the feed still holds it (Early).
-func (f *Feed) Watch(id, entry string) {
+func (f *Feed) Watch(id, entry string) { f.WatchStep(id, entry, 0) }
+
+// WatchStep is Watch for the task id of step n of a run's chain (n ≤
+// celery.MaxChainSteps): its reports say so (Report.Step).
+func (f *Feed) WatchStep(id, entry string, n int) {
 	h := f.h
 	h.mu.Lock()
-	h.watched[id] = watch{entry: entry, since: h.clock.Now(), to: f}
+	h.watched[id] = watch{entry: entry, since: h.clock.Now().UnixNano(), to: f, step: uint8(n)}
 	if ev, ok := h.unwatched.take(id); ok {
-		f.early = append(f.early, Report{Entry: entry, Event: ev.Event, Source: ev.src})
+		f.early = append(f.early, Report{Entry: entry, Event: ev.Event, Source: ev.src, Step: n})
 		f.nEarly.Add(1)
 	}
 	h.mu.Unlock()
@@ -157,15 +169,22 @@ func (f *Feed) Clear() {
 }
 
 // WatchedSince returns the ids watched since before t, for a result
-// backend to look up what its notifications may have missed.
+// backend to look up what its notifications may have missed: runs' own
+// tasks first, then chain steps in their order. The backend marks the
+// steps after a failed one failed too, with its exception; read in this
+// order, the step that failed is reported before them.
 func (f *Feed) WatchedSince(t time.Time, dst []string) []string {
 	f.h.mu.Lock()
 	defer f.h.mu.Unlock()
+	start, before := len(dst), t.UnixNano()
 	for id, w := range f.h.watched {
-		if !w.since.After(t) {
+		if w.since <= before {
 			dst = append(dst, id)
 		}
 	}
+	slices.SortFunc(dst[start:], func(a, b string) int {
+		return cmp.Compare(f.h.watched[a].step, f.h.watched[b].step)
+	})
 	return dst
 }
 
@@ -188,7 +207,7 @@ func (f *Feed) Deliver(ctx context.Context, src Source, evs []Event) {
 	h.mu.Lock()
 	for _, e := range evs {
 		if w, ok := h.watched[e.TaskID]; ok {
-			out = append(out, routed{to: w.to, r: Report{Entry: w.entry, Event: e, Source: src}})
+			out = append(out, routed{to: w.to, r: Report{Entry: w.entry, Event: e, Source: src, Step: int(w.step)}})
 		} else {
 			h.unwatched.keep(e, src, now)
 		}

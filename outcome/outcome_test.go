@@ -247,3 +247,33 @@ func TestFeedSubs(t *testing.T) {
 		t.Errorf("matched %d reports across the subs, want 6", n)
 	}
 }
+
+// TestFeedChainSteps: a chain step's task id is watched with its step,
+// which its reports carry, held ones too; the result backend's poll reads
+// the watched ids in step order, so a failed step's result is delivered
+// before the later steps' the backend marks failed with it.
+func TestFeedChainSteps(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	f := NewFeed(clock, 8)
+	ctx := context.Background()
+	f.Deliver(ctx, FromEvents, []Event{{TaskID: "s2", Kind: Failed}})
+	for _, w := range []struct {
+		id   string
+		step int
+	}{{"s3", 3}, {"head", 0}, {"s2", 2}, {"s1", 1}} {
+		f.WatchStep(w.id, "etl", w.step)
+	}
+	if got := f.Early(nil); len(got) != 1 || got[0].Step != 2 || got[0].Entry != "etl" {
+		t.Fatalf("Early = %+v, want s2's failure as step 2", got)
+	}
+	f.Deliver(ctx, FromResults, []Event{{TaskID: "s1", Kind: Succeeded}, {TaskID: "other", Kind: Succeeded}})
+	if r := <-f.Reports(); r.TaskID != "s1" || r.Step != 1 || r.Source != FromResults {
+		t.Fatalf("report %+v, want s1 as step 1", r)
+	}
+	clock.Advance(time.Second)
+	for range 20 { // map order varies: the sort must not
+		if got := f.WatchedSince(clock.Now(), nil); fmt.Sprint(got) != "[head s1 s2 s3]" {
+			t.Fatalf("WatchedSince = %v, want the steps in order", got)
+		}
+	}
+}

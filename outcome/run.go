@@ -34,6 +34,61 @@ type Run struct {
 	// for (Slot is the newest): a long run skipping every second keeps
 	// the runs before it in sight.
 	Skips int `json:"-"`
+	// Chain is how many chained steps follow the task in the run's
+	// message (at most celery.MaxChainSteps), as published: the entry's
+	// definition may change while the run is out. Step is the one the
+	// run is at: 0 its task, n the chain's step n.
+	Chain, Step uint8 `json:"-"`
+}
+
+// Apply moves r by ev, a report about its step n (0: its own task, n > 0:
+// the chain's step n), made at at. moved says r changed; ended that the
+// report finished it.
+//
+// A run with a chain is the whole chain, as Celery runs it: it is at the
+// step its newest report is about, and a report about a later step
+// supersedes any about an earlier one (the two sources, and events from
+// different workers, race). A step that succeeds moves the run to the
+// next step, published: the worker sends the next step before it reports
+// the success. Only the last step's success ends the run succeeded. A
+// step that fails, is revoked or expires ends it there with that step's
+// outcome and exception: Celery then sends no later step (it runs the
+// link_error callbacks instead). Callbacks are not followed: the worker
+// draws their task ids.
+//
+// A chained run's Started is its task's start and its Runtime the span
+// from there to the last step's end, as the workers' clocks tell it
+// (queueing between steps included); a plain run's Runtime is its task's.
+func (r *Run) Apply(n int, ev Event, at time.Time) (moved, ended bool) {
+	if r.Kind.Finished() || n < 0 || n > int(r.Chain) {
+		return false, false
+	}
+	step, kind := n, ev.Kind
+	if kind == Succeeded && n < int(r.Chain) {
+		step, kind = n+1, Published
+	}
+	if step < int(r.Step) || step == int(r.Step) && !kind.Supersedes(r.Kind) {
+		return false, false
+	}
+	r.Kind, r.Step, r.Updated = kind, uint8(step), at
+	if ev.Worker != "" {
+		r.Worker = ev.Worker
+	}
+	if ev.Kind == Started && (n == 0 || r.Started.IsZero()) {
+		r.Started = at
+	}
+	switch {
+	case r.Chain == 0:
+		if ev.Runtime > 0 {
+			r.Runtime = ev.Runtime
+		}
+	case kind == Succeeded && !r.Started.IsZero() && at.After(r.Started):
+		r.Runtime = at.Sub(r.Started)
+	}
+	if ev.ExcType != "" || ev.ExcMessage != "" {
+		r.ExcType, r.ExcMsg = ev.ExcType, ev.ExcMessage
+	}
+	return true, kind.Finished()
 }
 
 // EntryRuns is what the broker's run history remembers of one entry.

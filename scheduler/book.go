@@ -146,6 +146,45 @@ func (bk *ledger) runID(name string, r *outcome.Run) string {
 	return string(id[:])
 }
 
+// stepID is the task id of step n of run r's chain (0: the run's own
+// task), as the message carried it (celery.StepID).
+func (bk *ledger) stepID(name string, r *outcome.Run, n int) string {
+	id := bk.runID(name, r)
+	if n == 0 {
+		return id
+	}
+	var head [36]byte
+	copy(head[:], id)
+	sid := celery.StepID(head, n)
+	return string(sid[:])
+}
+
+// watchRun watches run r's task ids: its own and, when it has a chain,
+// each chained step's, so a run costs the feed at most its chain's
+// length (celery.MaxChainSteps + 1) and nothing once it ends.
+func (bk *ledger) watchRun(name string, r *outcome.Run) {
+	f := bk.cfg.Outcomes
+	f.Watch(bk.runID(name, r), name)
+	for n := 1; n <= int(r.Chain); n++ {
+		f.WatchStep(bk.stepID(name, r, n), name, n)
+	}
+}
+
+// unwatchRun stops watching what watchRun watched.
+func (bk *ledger) unwatchRun(name string, r *outcome.Run) {
+	for n := 0; n <= int(r.Chain); n++ {
+		bk.cfg.Outcomes.Unwatch(bk.stepID(name, r, n))
+	}
+}
+
+// chainOf is how many chained steps follow e's task in its messages.
+func chainOf(e *entry) uint8 {
+	if c := e.Canvas(); c != nil {
+		return uint8(len(c.Chain)) // at most celery.MaxChainSteps
+	}
+	return 0
+}
+
 // Published records a fire the broker took: pushed, or found pushed by an
 // earlier term (r is broker.ResultDuplicate: the slot was published, once,
 // and that is its result). finished says the entry has made its max_runs:
@@ -274,12 +313,12 @@ func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
 	if n := st.Out.Newest(); n != nil && !p.manual && !n.Manual && n.Slot.Equal(p.slot) {
 		return
 	}
-	r := outcome.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, PublishedAt: at}
+	r := outcome.Run{Slot: p.slot, Manual: p.manual, Kind: outcome.Published, PublishedAt: at, Chain: chainOf(p.e)}
 	if p.manual {
 		r.TaskID = string(id[:])
 	}
 	b.pushRun(st, r)
-	bk.cfg.Outcomes.Watch(string(id[:]), b.name)
+	bk.watchRun(b.name, &r)
 	bk.unfinished[b.name] = true
 	b.countRun(outcome.Published)
 }
@@ -287,7 +326,7 @@ func (b entryBook) recordRun(p pendingFire, id [36]byte, at time.Time) {
 // pushRun adds r to st's runs and stops watching the run that fell off.
 func (b entryBook) pushRun(st *store.EntryState, r outcome.Run) {
 	if d := st.Out.Push(r); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		b.bk.cfg.Outcomes.Unwatch(b.bk.runID(b.name, d))
+		b.bk.unwatchRun(b.name, d)
 	}
 	b.changed()
 }
@@ -365,7 +404,7 @@ func (b entryBook) Skipped(p pendingFire, st *store.EntryState, now time.Time) {
 		return
 	}
 	if d := st.Out.Skip(p.slot, now); d != nil && d.Kind != outcome.Skipped && !d.Kind.Finished() {
-		bk.cfg.Outcomes.Unwatch(bk.runID(b.name, d))
+		bk.unwatchRun(b.name, d)
 	}
 	b.changed()
 	// A skipped slot is handled: a later leader must not catch it up.
@@ -376,8 +415,9 @@ func (b entryBook) Skipped(p pendingFire, st *store.EntryState, now time.Time) {
 		"overlap", string(p.e.Overlap))
 }
 
-// Reported moves one of the entry's runs to what a worker's report says
-// it reached.
+// Reported moves one of the entry's runs by what a worker's report about
+// its task, or one of its chain's steps, says (outcome.Run.Apply: a run
+// with a chain is the whole chain).
 func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 	st := b.stored()
 	if st == nil || st.Out == nil {
@@ -386,37 +426,31 @@ func (b entryBook) Reported(rep outcome.Report, now time.Time) {
 	var run *outcome.Run
 	for i := range st.Out.Runs {
 		r := &st.Out.Runs[i]
-		if r.Kind != outcome.Skipped && b.bk.runID(b.name, r) == rep.TaskID {
+		if r.Kind != outcome.Skipped && rep.Step <= int(r.Chain) && b.bk.stepID(b.name, r, rep.Step) == rep.TaskID {
 			run = r
 			break
 		}
 	}
-	if run == nil || !rep.Kind.Supersedes(run.Kind) {
+	if run == nil {
 		return
 	}
 	at := rep.At
 	if at.IsZero() {
 		at = now
 	}
-	run.Kind, run.Updated = rep.Kind, at
-	if rep.Worker != "" {
-		run.Worker = rep.Worker
-	}
-	if rep.Kind == outcome.Started {
-		run.Started = at
-	}
-	if rep.Runtime > 0 {
-		run.Runtime = rep.Runtime
-	}
-	if rep.ExcType != "" || rep.ExcMessage != "" {
-		run.ExcType, run.ExcMsg = rep.ExcType, rep.ExcMessage
+	moved, ended := run.Apply(rep.Step, rep.Event, at)
+	if !moved {
+		return
 	}
 	b.changed()
-	if !rep.Kind.Finished() {
-		b.countRun(rep.Kind)
-	} else {
-		b.bk.cfg.Outcomes.Unwatch(rep.TaskID)
+	switch {
+	case ended:
+		b.bk.unwatchRun(b.name, run)
 		b.ended(st, run)
+	case rep.Step == 0 && !rep.Kind.Finished():
+		// A chained run is received and started once, as its task is;
+		// its steps' own are its progress, not more runs.
+		b.countRun(rep.Kind)
 	}
 }
 
@@ -450,7 +484,7 @@ func (b entryBook) ended(st *store.EntryState, run *outcome.Run) {
 	b.decided()
 	if n := int(e.PauseAfterFailures); n > 0 && o.Failures >= n && !st.Paused && (run.Kind == outcome.Failed || run.Kind == outcome.Lost) {
 		st.Paused = true
-		o.PauseReason = pauseReason(o.Failures, run)
+		o.PauseReason = pauseReason(o.Failures, run, e.Entry)
 		bk.log.Warn("paused after consecutive failures", "entry", b.name, "failures", o.Failures, "reason", o.PauseReason)
 		m.AutoPaused.Inc()
 	}
@@ -463,7 +497,9 @@ func (b entryBook) ended(st *store.EntryState, run *outcome.Run) {
 	}
 }
 
-func pauseReason(failures int, run *outcome.Run) string {
+// pauseReason says why failures failed runs in a row paused e, the last
+// being run: its exception and, for a chain's, the step that failed.
+func pauseReason(failures int, run *outcome.Run, e *config.Entry) string {
 	what := run.Kind.String()
 	switch {
 	case run.ExcType != "" && run.ExcMsg != "":
@@ -471,7 +507,11 @@ func pauseReason(failures int, run *outcome.Run) string {
 	case run.ExcType != "":
 		what = run.ExcType
 	}
-	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, run.Slot.UTC().Format(time.RFC3339), what)
+	when := run.Slot.UTC().Format(time.RFC3339)
+	if run.Chain > 0 {
+		when += ", " + config.StepWords(e, int(run.Chain), int(run.Step))
+	}
+	return fmt.Sprintf("paused after %d consecutive failed runs; last (%s): %s", failures, when, what)
 }
 
 // decided marks the state write urgent when the end of the entry's
@@ -507,7 +547,7 @@ func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool)
 	if !f.LastAnyReport().After(r.PublishedAt) {
 		// Nothing reported anything since the run went out: beatd is
 		// blind, not the worker dead. Stop blocking; count no failure.
-		f.Unwatch(bk.runID(b.name, r))
+		bk.unwatchRun(b.name, r)
 		r.Kind, r.Updated = outcome.Unreported, now
 		b.changed()
 		b.decided()
@@ -517,7 +557,7 @@ func (b entryBook) expire(st *store.EntryState, now time.Time) (unfinished bool)
 	}
 	bk.log.Warn("run lost: no outcome within overlap_timeout", "entry", b.name, "slot", r.Slot.UTC().Format(time.RFC3339Nano),
 		"task_id", bk.runID(b.name, r), "last", r.Kind.String(), "worker", r.Worker, "overlap_timeout", deadline.String())
-	f.Unwatch(bk.runID(b.name, r))
+	bk.unwatchRun(b.name, r)
 	r.Kind, r.Updated = outcome.Lost, now
 	b.changed()
 	b.ended(st, r)

@@ -40,7 +40,7 @@ func (l *loop) loadOutcomes() {
 		for i := range st.Out.Runs {
 			r := &st.Out.Runs[i]
 			if r.Kind != outcome.Skipped && !r.Kind.Finished() {
-				f.Watch(l.books.runID(name, r), name)
+				l.books.watchRun(name, r)
 				l.books.unfinished[name] = true
 			}
 		}
@@ -111,7 +111,7 @@ func adoptRun(e *entry, st *store.EntryState, r outcome.Run, now time.Time) bool
 	if n := st.Out.Newest(); n != nil && !r.PublishedAt.After(n.PublishedAt) || now.Sub(r.PublishedAt) >= e.OverlapDeadline() {
 		return false
 	}
-	run := outcome.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, PublishedAt: r.PublishedAt}
+	run := outcome.Run{Slot: r.Slot, Manual: r.Manual, Kind: outcome.Published, PublishedAt: r.PublishedAt, Chain: chainOf(e)}
 	if r.Manual {
 		run.TaskID = r.TaskID
 	}

@@ -26,6 +26,14 @@ type Dispatcher interface {
 	Publish(ctx context.Context, token int64, fires []celery.Fire, results []broker.Result) error
 }
 
+// TermCloser is a Dispatcher that records a term's clean end, once every
+// slot the term published is in its state table (RabbitMQ: a journal
+// record that a resize checks for, since the journal is the shard's and
+// would not follow the entries that move).
+type TermCloser interface {
+	CloseTerm(ctx context.Context, token int64) error
+}
+
 // Forgetter is a Dispatcher that keeps something per entry in the broker
 // (Redis: the mark, the run count and history) and can drop it once an
 // entry is gone for good.

@@ -34,6 +34,15 @@ type fakeDispatcher struct {
 	forgotten []string
 	// manualSlots is each manual fire's slot, in publish order.
 	manualSlots []time.Time
+	// closed is each term CloseTerm recorded as ended cleanly.
+	closed []int64
+}
+
+func (d *fakeDispatcher) CloseTerm(_ context.Context, token int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = append(d.closed, token)
+	return nil
 }
 
 func newFakeDispatcher() *fakeDispatcher {
@@ -566,6 +575,38 @@ func TestTriggerSlotIsItsRequestTime(t *testing.T) {
 	h.disp.mu.Unlock()
 	if len(slots) != 1 || !slots[0].Equal(asked) {
 		t.Fatalf("manual fire slots %v, want [%v]", slots, asked)
+	}
+}
+
+// TestCleanEndIsRecorded: a term whose last state write succeeded tells
+// the dispatcher so (RabbitMQ journals it, for a resize); one whose write
+// failed does not, since its state may lack a batch it sent.
+func TestCleanEndIsRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail error
+		want []int64
+	}{
+		{"state written", nil, []int64{7}},
+		{"state write failed", errors.New("etcd: no leader"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "entries:\n  e: {task: t, every: 1s}\n", t0)
+			h.start(7)
+			h.settle()
+			h.store.setFailing(tc.fail, false)
+			setClock(h.clock, t0.Add(time.Second))
+			h.waitPublished(1)
+			h.cancel()
+			err := <-h.done
+			h.done <- err // for the harness's cleanup
+			h.disp.mu.Lock()
+			got := slices.Clone(h.disp.closed)
+			h.disp.mu.Unlock()
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("terms recorded as ended cleanly: %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

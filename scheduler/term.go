@@ -219,6 +219,12 @@ func (l *loop) finish() error {
 	defer cancel()
 	if err := l.persist.flush(ctx, false); err != nil {
 		l.s.log.Warn("state not fully persisted before stopping; the next leader re-publishes (deduplicated)", "err", err)
+		return nil
+	}
+	if c, ok := l.s.cfg.Dispatcher.(TermCloser); ok {
+		if err := c.CloseTerm(ctx, l.term.Token); err != nil {
+			l.s.log.Warn("the term's clean end not recorded on the broker; a resize will ask for the shard to be led once more first", "err", err)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,21 +33,55 @@ type Doc struct {
 }
 
 // Entries keeps the runtime entries of the entries API in etcd, one key
-// per entry, <prefix>defs/NAME, and feeds them to a Merger.
+// per entry, and feeds them to a Merger. An unsharded cluster keeps them
+// under <prefix>defs/NAME; shard i of a sharded one under its shard's
+// prefix, keys.Defs(keys.Shard(prefix, i, n)), so a shard's definitions
+// are one range read and one watch. A store over every shard routes each
+// name to its shard; Shard(i) is the store of one shard alone, which a
+// shard's leader loads and follows (Load, Sync).
 type Entries struct {
-	cli    *clientv3.Client
+	cli *clientv3.Client
+	// defs is each shard's definitions prefix, by shard (one for an
+	// unsharded cluster, and for a store of one shard).
+	defs []string
+	// prefix is defs[0], for the single-prefix reads (Load, Sync).
 	prefix string
 	// Clock paces the watch's retries and its coalescing (NewEntries sets
 	// the real clock; the daemon sets its own).
 	Clock clockwork.Clock
 }
 
-// NewEntries returns the store under the cluster's prefix.
+// NewEntries returns the store of an unsharded cluster's runtime entries.
 func NewEntries(cli *clientv3.Client, prefix string) *Entries {
-	return &Entries{cli: cli, prefix: keys.Defs(prefix), Clock: clockwork.NewRealClock()}
+	return NewShardedEntries(cli, prefix, 1)
 }
 
-func (s *Entries) key(name string) string { return s.prefix + name }
+// NewShardedEntries returns the store of the runtime entries of a
+// cluster of n shards (n <= 1: NewEntries). Sharding has not shipped in a
+// release with another layout of the definitions, so no sharded cluster
+// keeps them under <prefix>defs/ and none needs migrating.
+func NewShardedEntries(cli *clientv3.Client, prefix string, n int) *Entries {
+	n = max(n, 1)
+	defs := make([]string, n)
+	for i := range defs {
+		defs[i] = keys.Defs(keys.Shard(prefix, i, n))
+	}
+	return &Entries{cli: cli, defs: defs, prefix: defs[0], Clock: clockwork.NewRealClock()}
+}
+
+// Shard is the store of shard i's runtime entries alone (the same store
+// when there is one shard).
+func (s *Entries) Shard(i int) *Entries {
+	return &Entries{cli: s.cli, defs: []string{s.defs[i]}, prefix: s.defs[i], Clock: s.Clock}
+}
+
+// Shards is the number of shards the store spans.
+func (s *Entries) Shards() int { return len(s.defs) }
+
+// defsOf is the definitions prefix of name's shard.
+func (s *Entries) defsOf(name string) string { return s.defs[keys.ShardOf(name, len(s.defs))] }
+
+func (s *Entries) key(name string) string { return s.defsOf(name) + name }
 
 // listPage is how many entries one range read of List returns: a
 // million entries are read as 200 reads of ~1 MB, never as one response
@@ -57,23 +92,32 @@ const listPage = 5000
 func (s *Entries) List(ctx context.Context) ([]Doc, int64, error) {
 	var out []Doc
 	rev, err := s.scan(ctx, func(d Doc) { out = append(out, d) })
+	if len(s.defs) > 1 {
+		slices.SortFunc(out, func(a, b Doc) int { return strings.Compare(a.Name, b.Name) })
+	}
 	return out, rev, err
 }
 
-// scan calls fn with every runtime entry, in name order, reading pages of
-// listPage, every page at the first page's revision, so what it sees is
-// one consistent snapshot. It returns that revision.
+// scan calls fn with every runtime entry, reading pages of listPage,
+// every page of a shard at its first page's revision, so what it sees of
+// a shard is one consistent snapshot; in name order within a shard, shard
+// after shard. It returns the revision of the last shard read (of the one
+// shard for Sync).
 func (s *Entries) scan(ctx context.Context, fn func(Doc)) (int64, error) {
-	rev, err := etcdscan.Prefix(ctx, s.cli, s.prefix, listPage, func(kv *mvccpb.KeyValue) { fn(s.doc(kv)) })
-	if err != nil {
-		return 0, fmt.Errorf("entries: list: %w", err)
+	var rev int64
+	for _, p := range s.defs {
+		r, err := etcdscan.Prefix(ctx, s.cli, p, listPage, func(kv *mvccpb.KeyValue) { fn(docOf(p, kv)) })
+		if err != nil {
+			return 0, fmt.Errorf("entries: list: %w", err)
+		}
+		rev = r
 	}
 	return rev, nil
 }
 
-// doc is a stored key-value as a Doc.
-func (s *Entries) doc(kv *mvccpb.KeyValue) Doc {
-	return Doc{Name: strings.TrimPrefix(string(kv.Key), s.prefix), Data: kv.Value, ModRevision: kv.ModRevision}
+// docOf is a key-value stored under the definitions prefix p as a Doc.
+func docOf(p string, kv *mvccpb.KeyValue) Doc {
+	return Doc{Name: strings.TrimPrefix(string(kv.Key), p), Data: kv.Value, ModRevision: kv.ModRevision}
 }
 
 // Get returns one runtime entry.
@@ -89,7 +133,9 @@ func (s *Entries) Get(ctx context.Context, name string) (Doc, error) {
 	return Doc{Name: name, Data: kv.Value, ModRevision: kv.ModRevision}, nil
 }
 
-// Put stores docs in one transaction. ifMatch holds, per name, the mod
+// Put stores docs in one transaction, over every shard they belong to
+// (etcd's transactions span any keys), so an apply is all or nothing on
+// a sharded cluster too. ifMatch holds, per name, the mod
 // revision the entry must still have (0: must not exist); names not in it
 // are written unconditionally. A failed condition is ErrPrecondition and
 // writes nothing. It returns the revision written.
@@ -132,13 +178,14 @@ func (s *Entries) Delete(ctx context.Context, name string, ifMatch int64) error 
 	return nil
 }
 
-// Sync feeds the runtime entries to m until ctx ends: a full read, then a
+// Sync feeds the runtime entries of a store of one shard (or of an
+// unsharded cluster) to m until ctx ends: a full read, then a
 // watch from that revision; any watch failure (compaction, lost etcd)
 // starts over with a full read, and is reported as the source's error
 // meanwhile, the last good set staying in use. from > 0 is the revision
 // of a read already given to m (the start's): the first watch follows on
 // from it instead of reading everything again.
-func (s *Entries) Sync(ctx context.Context, m *Merger, from int64) {
+func (s *Entries) Sync(ctx context.Context, m Sink, from int64) {
 	b := retry.Backoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
 		err := s.syncOnce(ctx, m, from)
@@ -155,7 +202,7 @@ func (s *Entries) Sync(ctx context.Context, m *Merger, from int64) {
 
 // Load reads every runtime entry and gives them to m; it returns the
 // revision read, for Sync.
-func (s *Entries) Load(ctx context.Context, m *Merger) (int64, error) {
+func (s *Entries) Load(ctx context.Context, m Sink) (int64, error) {
 	set := map[string][]byte{}
 	rev, err := s.scan(ctx, func(d Doc) { set[d.Name] = d.Data })
 	if err != nil {
@@ -167,7 +214,7 @@ func (s *Entries) Load(ctx context.Context, m *Merger) (int64, error) {
 	return rev, nil
 }
 
-func (s *Entries) syncOnce(ctx context.Context, m *Merger, rev int64) error {
+func (s *Entries) syncOnce(ctx context.Context, m Sink, rev int64) error {
 	if rev == 0 {
 		var err error
 		if rev, err = s.Load(ctx, m); err != nil {
@@ -254,22 +301,53 @@ const coalesceFor = 500 * time.Millisecond
 
 // Window returns at most limit runtime entries, in name order, whose names
 // come after after ("": from the first) and start with prefix, and
-// whether more follow: one range read, for a page of the entries API.
+// whether more follow: one range read of at most limit keys per shard,
+// merged by name, for a page of the entries API.
 func (s *Entries) Window(ctx context.Context, after, prefix string, limit int) ([]Doc, bool, error) {
-	from, end := s.key(prefix), clientv3.GetPrefixRangeEnd(s.key(prefix))
-	if k := s.key(after) + "\x00"; after != "" && k > from {
-		from = k
+	var (
+		out  []Doc
+		more bool
+	)
+	for _, p := range s.defs {
+		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
+		if k := p + after + "\x00"; after != "" && k > from {
+			from = k
+		}
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return nil, false, fmt.Errorf("entries: list: %w", err)
+		}
+		more = more || resp.More
+		for _, kv := range resp.Kvs {
+			out = append(out, docOf(p, kv))
+		}
 	}
-	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, false, fmt.Errorf("entries: list: %w", err)
+	if len(s.defs) > 1 {
+		slices.SortFunc(out, func(a, b Doc) int { return strings.Compare(a.Name, b.Name) })
 	}
-	out := make([]Doc, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out = append(out, s.doc(kv))
+	if len(out) > limit {
+		out, more = out[:limit], true
 	}
-	return out, resp.More, nil
+	return out, more, nil
+}
+
+// Count is how many runtime entries' names come after after ("": from
+// the first) and start with prefix: a count-only read per shard.
+func (s *Entries) Count(ctx context.Context, after, prefix string) (int, error) {
+	n := 0
+	for _, p := range s.defs {
+		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
+		if k := p + after + "\x00"; after != "" && k > from {
+			from = k
+		}
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, fmt.Errorf("entries: count: %w", err)
+		}
+		n += int(resp.Count)
+	}
+	return n, nil
 }
 
 // GetMany returns the named runtime entries that exist, by name, read in

@@ -99,6 +99,9 @@ type Config struct {
 type Merger struct {
 	c Config
 
+	// upd serialises UpdateSource's read, change and apply: several
+	// shards' stores update the runtime entries' source at once.
+	upd     sync.Mutex
 	mu      sync.Mutex
 	file    *config.Config
 	rows    map[string]map[string]row    // source -> name -> its document, parsed
@@ -564,6 +567,13 @@ const deltaMost = 50000
 // ApplyDelta; the result is the one SetSource would give. It clears the
 // source's error, as SetSource does.
 func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	return m.updateSource(source, changes)
+}
+
+// updateSource is UpdateSource; m.upd is held.
+func (m *Merger) updateSource(source string, changes map[string][]byte) error {
 	m.mu.Lock()
 	rows := m.rows[source]
 	if rows == nil {
@@ -589,6 +599,67 @@ func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
 	m.mu.Unlock()
 	return m.SetSourceRows(source, next, bad)
 }
+
+// Sink is what a source's reader feeds: a whole Merger, or one Part of
+// it.
+type Sink interface {
+	SetSource(source string, docs map[string][]byte) error
+	UpdateSource(source string, changes map[string][]byte) error
+	SetError(source string, err error)
+}
+
+// Part is the share of a merger's sources whose names in says are its:
+// one shard's runtime entries, which that shard's leader loads and
+// follows beside the other shards' in the one merger, so conflicts
+// between sources are resolved per name as ever (a name is in one shard).
+type Part struct {
+	m  *Merger
+	in func(name string) bool
+}
+
+// Part returns the share of m's sources whose names in holds.
+func (m *Merger) Part(in func(name string) bool) *Part { return &Part{m: m, in: in} }
+
+// SetSource replaces the part's documents of source with docs (whose
+// names must be the part's), leaving the other parts' as they are.
+func (p *Part) SetSource(source string, docs map[string][]byte) error {
+	m := p.m
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	changes := make(map[string][]byte, len(docs))
+	m.mu.Lock()
+	for name := range m.rows[source] {
+		if _, kept := docs[name]; !kept && p.in(name) {
+			changes[name] = nil
+		}
+	}
+	for name := range m.rowErrs[source] {
+		if _, kept := docs[name]; !kept && p.in(name) {
+			changes[name] = nil
+		}
+	}
+	m.mu.Unlock()
+	for name, doc := range docs {
+		changes[name] = doc
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	return m.updateSource(source, changes)
+}
+
+// UpdateSource is the Merger's.
+func (p *Part) UpdateSource(source string, changes map[string][]byte) error {
+	return p.m.UpdateSource(source, changes)
+}
+
+// SetError is the Merger's: a source's health is the replica's.
+func (p *Part) SetError(source string, err error) { p.m.SetError(source, err) }
+
+var (
+	_ Sink = (*Merger)(nil)
+	_ Sink = (*Part)(nil)
+)
 
 // updateLocked is UpdateSource's entry-by-entry merge; m.mu is held.
 func (m *Merger) updateLocked(source string, cache map[string]row, changes map[string][]byte) error {

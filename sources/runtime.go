@@ -9,9 +9,10 @@ import (
 
 // WithRuntimeEntries adds the entries API's entries, read from etcd, to
 // file's config (which may be nil), for commands that read etcd directly
-// (`beatd status`, trigger, pause and resume).
-func WithRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
-	docs, _, err := NewEntries(cli, prefix).List(ctx)
+// (`beatd status`, trigger, pause and resume), from every one of the
+// cluster's shards (reshard.ReadCount).
+func WithRuntimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, shards int, file *config.Config) (*config.Config, error) {
+	docs, _, err := NewShardedEntries(cli, prefix, shards).List(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func Of(f Facts, now time.Time) Entry {
 	es.RecentRuns = []outcome.Run{}
 	if st != nil {
 		es.Paused, es.LastSlot = st.Paused, timePtr(st.LastSlot)
-		es.Outcomes = outcomesOf(f.Name, st.Out, f.Cluster)
+		es.Outcomes = outcomesOf(f.Name, e, st.Out, f.Cluster)
 	}
 	if e != nil && e.HoldsOverlap() {
 		es.Overlap = string(e.Overlap)
@@ -89,8 +89,9 @@ func fireOf(runs []outcome.Run) Fire {
 	return Fire{At: runs[0].PublishedAt, Result: ResultWords(outcome.Published.String(), runs[0].Manual)}
 }
 
-// outcomesOf is what the workers reported about the runs of entry name.
-func outcomesOf(name string, o *store.Outcomes, cluster string) Outcomes {
+// outcomesOf is what the workers reported about the runs of entry name,
+// defined as e (nil once it left the config).
+func outcomesOf(name string, e *config.Entry, o *store.Outcomes, cluster string) Outcomes {
 	var es Outcomes
 	if o == nil {
 		return es
@@ -111,6 +112,9 @@ func outcomesOf(name string, o *store.Outcomes, cluster string) Outcomes {
 			Exception: r.ExcType, Message: r.ExcMsg}
 		if r.Kind == outcome.Skipped {
 			ro.TaskID, ro.SkippedSlots = "", max(r.Skips, 1)
+		}
+		if r.Chain > 0 && r.Kind != outcome.Skipped && r.Kind != outcome.Succeeded {
+			ro.Step = config.StepWords(e, int(r.Chain), int(r.Step))
 		}
 		es.Runs = append(es.Runs, ro)
 	}

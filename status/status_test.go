@@ -21,6 +21,7 @@ func testConfig(t *testing.T) *config.Config {
 	cfg, err := config.Parse("s.yaml", []byte(`entries:
   tick: {task: tasks.tick, every: 1m}
   three: {task: tasks.three, cron: "0 * * * *", max_runs: 3, overlap: skip}
+  etl: {task: etl.fetch, every: 1m, chain: [{task: etl.transform}, {task: etl.load}]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +94,27 @@ func TestOf(t *testing.T) {
 		{"removed entry", Facts{Name: "gone", State: &store.EntryState{Name: "gone", LastSlot: slot}}, func(t *testing.T, e Entry) {
 			if e.Name != "gone" || e.Source != "" || e.NextRunAt != nil || e.LastSlot == nil {
 				t.Errorf("%+v", e)
+			}
+		}},
+		{"chained runs", Facts{Name: "etl", Entry: cfg.Entry("etl"), State: &store.EntryState{Name: "etl",
+			Out: &store.Outcomes{Runs: []outcome.Run{
+				{Slot: now, Kind: outcome.Started, Chain: 2, Step: 2},
+				{Slot: slot, Kind: outcome.Failed, Chain: 2, Step: 1, ExcType: "ValueError", ExcMsg: "no"},
+				{Slot: slot.Add(-time.Minute), Kind: outcome.Succeeded, Chain: 2, Step: 2},
+			}}}}, func(t *testing.T, e Entry) {
+			got := make([]string, len(e.Runs))
+			for i := range e.Runs {
+				got[i] = e.Runs[i].OutcomeText() + " | " + e.Runs[i].Step
+			}
+			want := []string{"started, step 3/3 etl.load | step 3/3 etl.load", "failed at step 2/3 etl.transform | step 2/3 etl.transform", "succeeded | "}
+			if !slices.Equal(got, want) || !e.Running {
+				t.Errorf("runs %q (running %v), want %q", got, e.Running, want)
+			}
+		}},
+		{"chained run of a changed chain", Facts{Name: "etl", Entry: cfg.Entry("etl"), State: &store.EntryState{Name: "etl",
+			Out: &store.Outcomes{Runs: []outcome.Run{{Slot: slot, Kind: outcome.Lost, Chain: 3, Step: 1}}}}}, func(t *testing.T, e Entry) {
+			if got := e.Runs[0].OutcomeText(); got != "lost at step 2/4" {
+				t.Errorf("outcome %q, want the step without a task it may no longer be", got)
 			}
 		}},
 		{"running", Facts{Name: "tick", Entry: cfg.Entry("tick"), State: &store.EntryState{Name: "tick",

@@ -158,6 +158,11 @@ type RunOutcome struct {
 	// SkippedSlots is, for a skipped record, how many slots in a row it
 	// stands for; Slot is the newest of them.
 	SkippedSlots int `json:"skipped_slots,omitempty"`
+	// Step is, for a run of an entry with a chain that has not succeeded,
+	// the step it is at, or failed, was revoked, expired or was lost at:
+	// "step 2/3 etl.transform" (the entry's task is step 1). Outcome is
+	// the whole chain's: succeeded only once the last step succeeded.
+	Step string `json:"step,omitempty"`
 }
 
 // Query selects the entries a view shows: ?prefix= and ?after= (a page's

@@ -66,6 +66,24 @@ func (r *RunOutcome) Runtime() time.Duration {
 	return time.Duration(r.RuntimeSeconds * float64(time.Second))
 }
 
+// OutcomeText is the run's outcome with, for a chain's, the step it is
+// at or ended at: "failed at step 2/3 etl.transform".
+func (r *RunOutcome) OutcomeText() string {
+	switch {
+	case r.Step == "":
+		return r.Outcome
+	case outcomeEnded(r.Outcome):
+		return r.Outcome + " at " + r.Step
+	}
+	return r.Outcome + ", " + r.Step
+}
+
+// outcomeEnded says whether outcome, a Kind's word, ends a run.
+func outcomeEnded(word string) bool {
+	k, err := outcome.ParseKind(word)
+	return err == nil && k.Finished()
+}
+
 // ExceptionText is the run's exception and its message, "Type: message".
 func (r *RunOutcome) ExceptionText() string {
 	if r.Message != "" {

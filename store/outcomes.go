@@ -84,6 +84,24 @@ func (o *Outcomes) Push(r outcome.Run) (dropped *outcome.Run) {
 	return dropped
 }
 
+// chained says whether a run of o is a chain's, which only format 4
+// encodes.
+func (o *Outcomes) chained() bool {
+	if o == nil {
+		return false
+	}
+	for i := range o.Runs {
+		if o.Runs[i].Chain > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// kindChain marks a run's kind byte (format 4): the run is a chain's, and
+// its chain's length and the step it is at follow, a byte each.
+const kindChain = 1 << 7
+
 const (
 	outSuccess  = 1 << 0
 	outFailure  = 1 << 1
@@ -121,7 +139,8 @@ func readUvarint(b []byte) (uint64, []byte, error) {
 	return v, b[n:], nil
 }
 
-// appendOutcomes encodes o after an entry's times (format 3). A run's
+// appendOutcomes encodes o after an entry's times (format 3; 4 with a
+// chain's run, kindChain). A run's
 // Token and Backfill are the broker's history's, not kept here, and its
 // TaskID only for a manual run (the loop sets no other).
 func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
@@ -175,7 +194,11 @@ func appendOutcomes(dst []byte, o *Outcomes, base int64) []byte {
 		if r.Skips > 1 {
 			rf |= runSkips
 		}
-		dst = append(dst, rf, byte(r.Kind))
+		if r.Chain > 0 {
+			dst = append(dst, rf, byte(r.Kind)|kindChain, r.Chain, r.Step)
+		} else {
+			dst = append(dst, rf, byte(r.Kind))
+		}
 		dst = appendTime(dst, r.Slot, base)
 		dst = appendTime(dst, r.PublishedAt, base)
 		if !r.Updated.IsZero() {
@@ -242,9 +265,16 @@ func readOutcomes(b []byte, base int64) (*Outcomes, []byte, error) {
 		if len(b) < 2 {
 			return nil, b, errCorrupt
 		}
-		rf := b[0]
-		r.Kind, r.Manual = outcome.Kind(b[1]), rf&runManual != 0
+		rf, k := b[0], b[1]
+		r.Kind, r.Manual = outcome.Kind(k&^kindChain), rf&runManual != 0
 		b = b[2:]
+		if k&kindChain != 0 {
+			if len(b) < 2 || b[0] == 0 || b[1] > b[0] {
+				return nil, b, errCorrupt
+			}
+			r.Chain, r.Step = b[0], b[1]
+			b = b[2:]
+		}
 		if r.Slot, b, err = readTime(b, base); err != nil {
 			return nil, b, err
 		}

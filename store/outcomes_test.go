@@ -2,6 +2,7 @@ package store
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 
 // TestOutcomesRoundTrip encodes states with and without outcomes: a bucket
 // without any is written as format 2 (what earlier releases read), one with
-// outcomes as format 3, and both decode to what was stored.
+// outcomes as format 3, one with a chain's run (its length and step) as
+// format 4, and each decodes to what was stored.
 func TestOutcomesRoundTrip(t *testing.T) {
 	slot := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	full := &Outcomes{
@@ -33,6 +35,11 @@ func TestOutcomesRoundTrip(t *testing.T) {
 		{"none", nil, 2},
 		{"empty", &Outcomes{}, 3},
 		{"full", full, 3},
+		{"chained", &Outcomes{Failures: 1, Runs: []outcome.Run{
+			{Slot: slot, Kind: outcome.Failed, PublishedAt: slot, Chain: 2, Step: 1, ExcType: "ValueError", ExcMsg: "asked to fail"},
+			{Slot: slot.Add(-time.Minute), Kind: outcome.Succeeded, PublishedAt: slot.Add(-time.Minute), Chain: 2, Step: 2},
+			{Slot: slot.Add(-2 * time.Minute), Kind: outcome.Succeeded, PublishedAt: slot.Add(-2 * time.Minute)},
+		}}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := EntryState{Name: "e", LastSlot: slot, Since: slot.Add(-time.Hour), Out: tc.out}
@@ -94,5 +101,33 @@ func TestOutcomesPush(t *testing.T) {
 	c.Runs[1].Kind = outcome.Failed
 	if o.Runs[1].Kind == outcome.Failed {
 		t.Error("Clone shares runs")
+	}
+}
+
+// TestChainedRunCorrupt: a chain's run whose step is past its chain's
+// length, or whose chain is empty, is refused rather than misread.
+func TestChainedRunCorrupt(t *testing.T) {
+	slot := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		chain, step byte
+	}{
+		{"step past the chain", 2, 3},
+		{"empty chain", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := EntryState{Name: "e", LastSlot: slot, Out: &Outcomes{Runs: []outcome.Run{{Slot: slot, Kind: outcome.Started, PublishedAt: slot, Chain: 2, Step: 1}}}}
+			tab := NewTable()
+			tab.Set(st)
+			enc := tab.appendBucket(nil, BucketOf("e"))
+			i := strings.Index(string(enc), string([]byte{byte(outcome.Started) | kindChain, 2, 1}))
+			if i < 0 {
+				t.Fatalf("no chained run in %x", enc)
+			}
+			enc[i+1], enc[i+2] = tc.chain, tc.step
+			if recs, err := DecodeBucket(enc); err == nil {
+				t.Fatalf("decoded %+v", recs[0].Out.Runs)
+			}
+		})
 	}
 }

@@ -417,11 +417,13 @@ func (t *Table) Prune(configured func(string) bool, now time.Time, grace time.Du
 // entries) and its outcomes (Outcomes, see appendOutcomes) follow the
 // times, in that order. A bucket with no outcomes is written
 // as format 2, which the releases before outcomes read; one with any is
-// format 3. A time is zigzag(seconds-base)<<1 |
+// format 3, or 4 when a run is a chain's (its step follows its kind),
+// which the releases before chained runs refuse. A time is zigzag(seconds-base)<<1 |
 // hasNanos as a uvarint, then the nanoseconds if any: slots are whole
 // seconds near each other, so most times take one or two bytes.
 const (
-	bucketFormat     = 3
+	bucketFormat     = 4
+	formatNoChains   = 3
 	formatNoOutcomes = 2
 
 	flagLast    = 1 << 0
@@ -459,6 +461,9 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 	format := byte(formatNoOutcomes)
 	for _, st := range m {
 		if st.Out != nil || st.Runs > 0 {
+			format = max(format, formatNoChains)
+		}
+		if st.Out.chained() {
 			format = bucketFormat
 			break
 		}

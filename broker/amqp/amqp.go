@@ -147,12 +147,8 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	shard := ""
-	if opts.Shard != "" {
-		shard = "." + opts.Shard
-	}
 	a := &AMQP{urls: urls, opts: opts, log: opts.Logger.With("component", "amqp"),
-		lockName: lockName(opts.Cluster, opts.Shard), journal: "beatd.journal." + opts.Cluster + shard,
+		lockName: lockName(opts.Cluster, opts.Shard), journal: journalName(opts.Cluster, opts.Shard),
 		released: map[int64]bool{},
 		resends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "beatd_amqp_resends_total",
 			Help: "Slots published again that may already be in a queue: sent before without a confirm, by an older term stopped before its journal record or before a broker failure."},
@@ -310,11 +306,19 @@ func (a *AMQP) openPublishChannel() error {
 	return nil
 }
 
+// The kinds of journal record: a batch about to be sent, the ids of it
+// confirmed, and a term's clean end (CloseTerm).
+const (
+	kindIntent = "intent"
+	kindDone   = "done"
+	kindClosed = "closed"
+)
+
 // journalRecord is one journal message.
 type journalRecord struct {
 	Token int64    `json:"token"`
 	Seq   uint64   `json:"seq"`
-	Kind  string   `json:"kind"` // "intent" or "done"
+	Kind  string   `json:"kind"` // kindIntent, kindDone or kindClosed
 	IDs   []string `json:"ids"`
 	// Resends is the re-send count of every term so far, by entry,
 	// including the re-sends of this batch (in its intent record, which
@@ -363,12 +367,15 @@ func (a *AMQP) readJournal(token int64) error {
 		if k.token > latest.token || k.token == latest.token && k.seq >= latest.seq {
 			latest, cum = k, r.Resends
 		}
-		if r.Kind == "done" {
+		switch r.Kind {
+		case kindClosed:
+			continue // a clean end: no ids
+		case kindDone:
 			dones[k] = true
 			for _, id := range r.IDs {
 				done[id] = true
 			}
-		} else {
+		default:
 			intents[k] = r.IDs
 		}
 	}
@@ -506,7 +513,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 		}
 	}
 	if len(ids) > 0 {
-		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "intent", IDs: ids, Resends: cum}); err != nil {
+		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: kindIntent, IDs: ids, Resends: cum}); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
@@ -592,7 +599,7 @@ func (a *AMQP) publishChunk(ctx context.Context, token int64, fires []celery.Fir
 		}
 	}
 	if len(published) > 0 && a.ch != nil && !a.ch.IsClosed() {
-		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: "done", IDs: published, Resends: a.cum}); err != nil {
+		if err := a.writeJournal(ctx, journalRecord{Token: token, Seq: seq, Kind: kindDone, IDs: published, Resends: a.cum}); err != nil {
 			// The messages are confirmed: they count. A later leader sees
 			// the intent without a done record and counts its re-sends.
 			a.log.Warn("journal done record not written", "err", err)

@@ -76,39 +76,66 @@ func TestAMQPShardFences(t *testing.T) {
 	}
 }
 
-// TestCheckShardLocksFree: a resize refuses while a connection holds a
-// fence lock of either count (a replica of the old count paused with its
-// connection open), naming it; once it is closed the check passes, and
-// releases every lock it took.
-func TestCheckShardLocksFree(t *testing.T) {
+// TestCheckResizable: a resize refuses while a connection holds a fence
+// lock of either count (a replica of the old count paused with its
+// connection open), and while an old shard's journal ends in a term that
+// did not record its clean end (its state may lack a batch the journal
+// records), naming each; a term that closed cleanly, or a shard that never
+// published, passes, and the check lets go of every lock it took.
+func TestCheckResizable(t *testing.T) {
 	rb := sharedRabbit(t)
-	cluster := uniq("rsz")
+	ctx := context.Background()
+	queue, cluster := uniq("rszq"), uniq("rsz")
+	tasks := fenceEntries(t, queue, 1)
 	var term termCheck
 	term.current.Store(5)
-	old, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Shard: "1", Verify: term.verify})
-	if err != nil {
+	open := func(shard string) *AMQP {
+		a, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Shard: shard, Verify: term.verify})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	old := open("1")
+	termCtx, endTerm := context.WithCancel(ctx)
+	if err := old.RaiseFence(termCtx, 5); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { old.Close() })
-	if err := old.RaiseFence(context.Background(), 5); err != nil {
-		t.Fatal(err)
+	res := make([]broker.Result, 1)
+	if err := old.Publish(ctx, 5, firesOf(tasks, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), res); err != nil || res[0] != broker.ResultOK {
+		t.Fatalf("publish: %v %v", res[0], err)
 	}
-	err = CheckShardLocksFree(rb.URL(), "", cluster, []int{2, 4})
+	err := CheckResizable(rb.URL(), "", cluster, 2, 4)
 	if err == nil || !strings.Contains(err.Error(), "beatd.fence."+cluster+".1 is held") {
 		t.Fatalf("check with shard 1's lock held: %v, want it named", err)
 	}
-	old.Close()
-	if err := CheckShardLocksFree(rb.URL(), "", cluster, []int{2, 4}); err != nil {
-		t.Fatalf("check with every lock free: %v", err)
+	endTerm() // the term ends, its connection (and lock) with it
+	testutil.EventuallyErr(t, 10*time.Second, 20*time.Millisecond, "the lock to be free", func() error {
+		err := CheckResizable(rb.URL(), "", cluster, 2, 4)
+		if err != nil && strings.Contains(err.Error(), "is held") {
+			return err
+		}
+		return nil
+	})
+	err = CheckResizable(rb.URL(), "", cluster, 2, 4)
+	if err == nil || !strings.Contains(err.Error(), "shard 1's last term (token 5) ended without writing its state") {
+		t.Fatalf("check after a term that did not close: %v, want shard 1 named", err)
 	}
-	// The check let go of the locks: a leader of the new count takes one.
-	term.current.Store(9)
-	next, err := NewAMQP(AMQPOptions{URL: rb.URL(), Cluster: cluster, Shard: "3", Verify: term.verify})
-	if err != nil {
+	if err := old.CloseTerm(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { next.Close() })
-	if err := next.RaiseFence(context.Background(), 9); err != nil {
-		t.Fatalf("a new shard's leader after the check: %v", err)
+	if err := CheckResizable(rb.URL(), "", cluster, 2, 4); err != nil {
+		t.Fatalf("check after the term closed: %v", err)
+	}
+	// The closed record is no batch: the shard's next term reads the
+	// journal as before and publishes.
+	term.current.Store(9)
+	next := open("1")
+	if err := next.RaiseFence(ctx, 9); err != nil {
+		t.Fatalf("the shard's next leader after the check: %v", err)
+	}
+	if err := next.Publish(ctx, 9, firesOf(tasks, time.Date(2026, 1, 1, 0, 1, 0, 0, time.UTC)), res); err != nil || res[0] != broker.ResultOK {
+		t.Fatalf("next term's publish: %v %v", res[0], err)
 	}
 }

@@ -39,6 +39,9 @@ func TestUsage(t *testing.T) {
 		{name: "audit without config", args: []string{"audit", "--from", "2026-01-01T00:00:00Z"}, code: exitUsage},
 		{name: "audit bad flag", args: []string{"audit", "--nope"}, code: exitUsage},
 		{name: "local sentinel on amqp", args: []string{"local", "--beatd", "/bin/true", "--sentinel", "--broker", "amqp"}, code: exitUsage},
+		{name: "local too many shards", args: []string{"local", "--beatd", "/bin/true", "--shards", "17"}, code: exitFail},
+		{name: "local shard-move without enough shards", args: []string{"local", "--beatd", "/bin/true", "--shards", "3", "--faults", "shard-move"}, code: exitFail},
+		{name: "local sharded kind unsharded", args: []string{"local", "--beatd", "/bin/true", "--faults", "resize"}, code: exitFail},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,5 +50,24 @@ func TestUsage(t *testing.T) {
 				t.Errorf("exit %d, want %d (stderr %q)", code, tt.code, errb.String())
 			}
 		})
+	}
+}
+
+// TestHiddenSeed: without --seed the drill names no seed before its end,
+// and the end (here a refused configuration) names the one it drew; a
+// given seed is shown at once.
+func TestHiddenSeed(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"local", "--beatd", "/bin/true", "--shards", "17"}, &out, &errb); code != exitFail {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "seed hidden until the report") || !strings.Contains(errb.String(), "(seed ") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	run(context.Background(), []string{"local", "--beatd", "/bin/true", "--shards", "17", "--seed", "42"}, &out, &errb)
+	if !strings.Contains(out.String(), "drill: seed 42,") || !strings.Contains(errb.String(), "(seed 42)") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errb.String())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/sources"
 	"github.com/beatd/beatd/status"
 
@@ -127,7 +128,7 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 			notes = append(notes, err.Error())
 		}
 	}
-	if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+	if cfg, err = runtimeEntries(ctx, cli, prefix, cfg); err != nil {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read runtime entries", o.timeout, err)))
 		return exitFail
 	}
@@ -326,7 +327,7 @@ func printEntry(w io.Writer, e status.Entry) {
 		if r.SkippedSlots > 1 {
 			exc = fmt.Sprintf("%d slots in a row, the newest shown", r.SkippedSlots)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, dash(r.Outcome), r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", slot, dash(r.OutcomeText()), r.PublishedAt.Format(time.RFC3339), fmtTime(r.StartedAt), rt,
 			dash(r.Worker), dash(oneLine(exc, 80)))
 	}
 	_ = tw.Flush()
@@ -595,6 +596,16 @@ func (o *adminOptions) runHTTP(ctx context.Context, op store.Op, name string, st
 	return 0
 }
 
+// runtimeEntries adds the entries API's entries of every shard of the
+// cluster to file's config.
+func runtimeEntries(ctx context.Context, cli *clientv3.Client, prefix string, file *config.Config) (*config.Config, error) {
+	n, _, err := reshard.ReadCount(ctx, cli, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return sources.WithRuntimeEntries(ctx, cli, prefix, n, file)
+}
+
 // errUnknownEntry is an admin request for an entry the leader does not run.
 var errUnknownEntry = errors.New("no such entry")
 
@@ -606,7 +617,7 @@ func checkEntry(ctx context.Context, cli *clientv3.Client, prefix, name string) 
 	if err == nil {
 		// The catalog is the file; entries of the entries API are the
 		// leader's too.
-		if cfg, err = sources.WithRuntimeEntries(ctx, cli, prefix, cfg); err != nil {
+		if cfg, err = runtimeEntries(ctx, cli, prefix, cfg); err != nil {
 			return err
 		}
 	}
@@ -674,8 +685,9 @@ func (b *statusBroker) register(fs *pflag.FlagSet) {
 // fenceRaiser is how `beatd shards resize` fences the old count's shards
 // on the broker (reshard.Options.RaiseFences): on Redis it raises their
 // fences; on RabbitMQ it checks that no connection holds their locks (a
-// replica reconnecting checks its term in etcd). close releases the
-// client.
+// replica reconnecting checks its term in etcd) and that every old
+// shard's journal ends in a clean term (amqp.CheckResizable). close
+// releases the client.
 func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64, int, int) error, func(), error) {
 	switch {
 	case b.url == "":
@@ -687,7 +699,7 @@ func (b *statusBroker) fenceRaiser(cluster string) (func(context.Context, int64,
 	}
 	if amqpbroker.IsAMQPURL(b.url) {
 		return func(_ context.Context, _ int64, from, to int) error {
-			return amqpbroker.CheckShardLocksFree(b.url, pass, cluster, []int{from, to})
+			return amqpbroker.CheckResizable(b.url, pass, cluster, from, to)
 		}, func() {}, nil
 	}
 	rdb, err := redisbroker.NewClient(redisbroker.BrokerConfig{URL: b.url, MasterName: b.master, Password: pass})

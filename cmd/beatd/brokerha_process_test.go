@@ -19,20 +19,7 @@ import (
 func TestProcessBrokerPathHandover(t *testing.T) {
 	const failoverAfter = 3 * time.Second
 	c := newCluster(t, failoverConfig, 0)
-	proxies := map[string]*harness.Proxy{}
-	for i := range 3 {
-		p, err := harness.NewProxy(c.redis.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		id := fmt.Sprintf("r%d", i)
-		proxies[id] = p
-		c.startReplica(id, "--broker", "redis://"+p.Addr()+"/0", "--broker-failover-after", failoverAfter.String())
-	}
-	for _, r := range c.replicas {
-		r.waitHealthy()
-	}
+	proxies := c.startProxied(3, "--broker-failover-after", failoverAfter.String())
 	start := time.Now()
 	lead, l1 := c.leader("", 20*time.Second)
 	waitFor(t, 10*time.Second, "publishing", func() bool { return len(c.audit("celery")) >= 3 })
@@ -126,4 +113,26 @@ func grepLines(s, sub string) []string {
 		}
 	}
 	return out
+}
+
+// startProxied starts n replicas r0…, each reaching Redis through a proxy
+// of its own (which the test can cut), and waits until they serve; it
+// returns the proxies by replica.
+func (c *cluster) startProxied(n int, extra ...string) map[string]*harness.Proxy {
+	c.t.Helper()
+	proxies := map[string]*harness.Proxy{}
+	for i := range n {
+		p, err := harness.NewProxy(c.redis.Addr())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(p.Close)
+		id := fmt.Sprintf("r%d", i)
+		proxies[id] = p
+		c.startReplica(id, append([]string{"--broker", "redis://" + p.Addr() + "/0"}, extra...)...)
+	}
+	for _, r := range c.replicas {
+		r.waitHealthy()
+	}
+	return proxies
 }

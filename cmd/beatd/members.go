@@ -13,6 +13,7 @@ import (
 
 	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/flagenv"
+	"github.com/beatd/beatd/internal/keys"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,6 +35,7 @@ type memberInfo struct {
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	usage := func() int {
 		fmt.Fprintln(stderr, `usage: beatd members list [--json]
+       beatd members replicas [--json]          the beatd replicas, and what each leads (its shards and tokens)
        beatd members add NAME --peer-url URL   add a member before starting its replica
        beatd members remove NAME|ID             remove a member whose replica is gone for good
 The etcd flags (--etcd-endpoints, TLS, auth) select the cluster; the default is http://127.0.0.1:2379,
@@ -45,7 +47,7 @@ the embedded member's client port inside a beatd pod.`)
 	}
 	sub := args[0]
 	fs := flagenv.New("members "+sub, stderr)
-	var ef etcdflags.Flags
+	ef := etcdflags.Flags{Prefix: keys.DefaultPrefix}
 	ef.Register(fs)
 	jsonOut := fs.Bool("json", false, "print JSON")
 	peerURL := fs.String("peer-url", "", "the new member's advertise peer URL (add)")
@@ -95,6 +97,18 @@ the embedded member's client port inside a beatd pod.`)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", m.ID, dash(m.Name), status, m.Leader, dash(strings.Join(m.PeerURLs, ",")), dash(strings.Join(m.ClientURLs, ",")))
 		}
 		tw.Flush()
+		return 0
+	case sub == "replicas" && len(pos) == 0:
+		rl, err := listReplicas(ctx, cli, ef.KeyPrefix())
+		if err != nil {
+			fmt.Fprintln(stderr, "beatd members:", termErr(err))
+			return 1
+		}
+		if *jsonOut {
+			_ = printJSON(stdout, rl)
+			return 0
+		}
+		printReplicas(stdout, rl)
 		return 0
 	case sub == "add" && len(pos) == 1:
 		if *peerURL == "" {

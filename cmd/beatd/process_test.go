@@ -41,12 +41,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	beatdBin = filepath.Join(dir, "beatd")
-	// Static, as the image ships it; the same build as the other packages'
-	// process tests, so the build cache serves them all.
-	build := exec.Command("go", "build", "-o", beatdBin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build beatd: %v\n%s", err, out)
+	if err := harness.BuildBeatd(beatdBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -40,7 +40,8 @@ func State(prefix string) string { return prefix + "state/" }
 func LegacyEntries(prefix string) string { return prefix + "entries/" }
 
 // Defs is the prefix of the runtime entries' definitions (the entries
-// API's documents).
+// API's documents): of the cluster's prefix when it has one shard, of each
+// shard's (Defs(Shard(prefix, i, n))) when it has more.
 func Defs(prefix string) string { return prefix + "defs/" }
 
 // CatalogHeader is the key of the published config's header.
@@ -81,7 +82,9 @@ func Cluster(prefix string) string { return strings.Trim(prefix, "/") }
 func ShardCount(prefix string) string { return prefix + "shard-count" }
 
 // Shard is the prefix of shard i of n: its election (Election), its state
-// table (State) and nothing else live under it. The one shard of an
+// table (State) and its runtime entries' definitions (Defs) live under
+// it. Sharding shipped in no release with another place for a sharded
+// cluster's definitions, so none is migrated. The one shard of an
 // unsharded cluster is the cluster's prefix itself, so a cluster of one
 // shard keeps every key it had before sharding.
 func Shard(prefix string, i, n int) string {

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,11 +54,8 @@ func TestMain(m *testing.M) {
 	}
 	shared.dir = dir
 	beatdBin = filepath.Join(dir, "beatd")
-	_, file, _, _ := runtime.Caller(0)
-	build := exec.Command("go", "build", "-o", beatdBin, "./cmd/beatd")
-	build.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build beatd: %v\n%s", err, out)
+	if err := harness.BuildBeatd(beatdBin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

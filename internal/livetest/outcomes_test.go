@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"sort"
 	"strings"
@@ -321,9 +322,15 @@ func TestOutcomesFromResultBackendOnly(t *testing.T) {
 }
 
 // TestNoOutcomeSourceWarns: neither task events nor a result backend:
-// status and the log say so, instead of staying silent.
+// status and the log say so, instead of staying silent. The cases share
+// one Redis, etcd and worker (one without -E sends no events in either
+// case; a Celery worker takes seconds to start); each runs its own beatd
+// under its own prefix, stopped before the next case starts.
 func TestNoOutcomeSourceWarns(t *testing.T) {
-	for _, tc := range []struct {
+	rs := testutil.MustStartRedis(t)
+	etcd := testutil.MustStartEmbeddedEtcd(t)
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery"})
+	for i, tc := range []struct {
 		name string
 		args []string
 		want string
@@ -332,15 +339,13 @@ func TestNoOutcomeSourceWarns(t *testing.T) {
 		{"workers without -E", nil, "no task events in 3s: start the workers with -E or set --result-backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := testutil.MustStartRedis(t)
-			etcd := testutil.MustStartEmbeddedEtcd(t)
-			testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery"})
+			prefix := fmt.Sprintf("/beatd/silent%d/", i)
 			cfg := writeFile(t, t.TempDir(), "schedules.yaml", "entries:\n  ok: {task: tasks.add, every: 1s, args: [1, 2]}\n")
 			p := startBeatd(t, nil, append([]string{"--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","),
-				"--prefix", "/beatd/silent/", "--broker", rs.URL(0), "--lease-ttl", "2s", "--id", "s1", "--outcome-silence", "3s"}, tc.args...)...)
+				"--prefix", prefix, "--broker", rs.URL(0), "--lease-ttl", "2s", "--id", "s1", "--outcome-silence", "3s"}, tc.args...)...)
 			waitFor(t, 30*time.Second, "the warning in status", func() bool { return strings.Contains(p.status(t).OutcomeWarning, tc.want) })
 			waitFor(t, 30*time.Second, "the warning in the log", func() bool { return strings.Contains(p.output(), tc.want) })
-			code, out := runCLI(t, "status", "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/silent/")
+			code, out := runCLI(t, "status", "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", prefix)
 			if code != 0 || !strings.Contains(out, tc.want) {
 				t.Errorf("beatd status: exit %d, no warning:\n%s", code, out)
 			}

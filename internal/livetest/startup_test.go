@@ -120,6 +120,9 @@ func TestUnreachableEtcdIsNamedAndWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
+	// Cleanups run last first: stop beatd while this etcd still runs, or
+	// its graceful stop waits out its etcd timeouts (10 s) for nothing.
+	t.Cleanup(p.stop)
 	up := time.Now()
 	testutil.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "ready once etcd is up", func() bool {
 		code, _ := p.get("/readyz")

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -62,7 +64,8 @@ type Options struct {
 // Result is what a resize did.
 type Result struct {
 	From, To int
-	Entries  int
+	Entries  int  // states moved
+	Defs     int  // runtime entries' definitions moved
 	Resumed  bool // an unfinished resize's plan was found and finished
 	Took     time.Duration
 }
@@ -93,7 +96,9 @@ func CheckCount(n int) error {
 }
 
 // Resize moves a stopped cluster from its shard count to o.To: every
-// entry's state goes from its old shard's table to its new one, and the
+// entry's state goes from its old shard's table to its new one, every
+// runtime entry's definition from its old shard's defs to its new one's
+// (staged, cleared and rewritten with the states), and the
 // count is written (deleted for one shard, which leaves the cluster as an
 // unsharded one, key for key). It is offline: it refuses while any
 // replica is registered or any election has a holder, and replicas
@@ -216,6 +221,21 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 		if err := staging.Save(ctx, fence, t, nil); err != nil {
 			return res, fmt.Errorf("shards: resize: stage %d states: %w", t.Len(), err)
 		}
+		// The runtime entries' definitions are staged beside the states:
+		// each shard's keys.Defs, which the old tables' shards keep until
+		// the plan says staged.
+		var puts []clientv3.Op
+		for i := range from {
+			p := keys.Defs(keys.Shard(prefix, i, from))
+			if _, err := etcdscan.Prefix(ctx, cli, p, defsPage, func(kv *mvccpb.KeyValue) {
+				puts = append(puts, clientv3.OpPut(stagingDefs(prefix)+strings.TrimPrefix(string(kv.Key), p), string(kv.Value)))
+			}); err != nil {
+				return res, fmt.Errorf("shards: resize: read shard %d of %d's runtime entries: %w", i, from, err)
+			}
+		}
+		if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, puts); err != nil {
+			return res, fmt.Errorf("shards: resize: stage %d runtime entries: %w", len(puts), err)
+		}
 		plan.Staged = true
 		planVal, _ = json.Marshal(plan)
 		if err := fenced(ctx, cli, prefix, fence, clientv3.OpPut(planKey, string(planVal))); err != nil {
@@ -242,14 +262,11 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	}
 	var clears []clientv3.Op
 	for p := range tables {
-		clears = append(clears, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()))
+		clears = append(clears, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()),
+			clientv3.OpDelete(keys.Defs(p), clientv3.WithPrefix()))
 	}
-	for len(clears) > 0 {
-		n := min(len(clears), o.MaxOps)
-		if err := fenced(ctx, cli, prefix, fence, clears[:n]...); err != nil {
-			return res, err
-		}
-		clears = clears[n:]
+	if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, clears); err != nil {
+		return res, err
 	}
 	if o.StopAfter == "cleared" {
 		return res, errors.New("shards: resize: stopped after clearing the tables (test)")
@@ -265,6 +282,19 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 			return res, fmt.Errorf("shards: resize: write shard %d of %d: %w", i, o.To, err)
 		}
 	}
+	// Each definition goes to its shard among o.To, from the staging
+	// copy, which a rerun after the mark writes again.
+	var puts []clientv3.Op
+	if _, err := etcdscan.Prefix(ctx, cli, stagingDefs(prefix), defsPage, func(kv *mvccpb.KeyValue) {
+		name := strings.TrimPrefix(string(kv.Key), stagingDefs(prefix))
+		puts = append(puts, clientv3.OpPut(keys.Defs(keys.Shard(prefix, keys.ShardOf(name, o.To), o.To))+name, string(kv.Value)))
+	}); err != nil {
+		return res, fmt.Errorf("shards: resize: read the staged runtime entries: %w", err)
+	}
+	if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, puts); err != nil {
+		return res, fmt.Errorf("shards: resize: write %d runtime entries: %w", len(puts), err)
+	}
+	res.Defs = len(puts)
 
 	// The end, in one transaction: the count, and the plan, staging table
 	// and lock gone; only while still no replica is registered.
@@ -285,8 +315,27 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	defer cancel()
 	_, _ = cli.Revoke(rctx, lease.ID) // its key is deleted: this only frees the lease early
 	res.Took = o.Clock.Since(start)
-	o.Logger.Info("resize: done", "from", from, "to", o.To, "entries", res.Entries, "took", res.Took)
+	o.Logger.Info("resize: done", "from", from, "to", o.To, "entries", res.Entries, "defs", res.Defs, "took", res.Took)
 	return res, nil
+}
+
+// defsPage is how many definitions one read of a resize takes.
+const defsPage = 5000
+
+// stagingDefs is where a resize stages the runtime entries' definitions.
+func stagingDefs(prefix string) string { return keys.Defs(keys.ResizeStaging(prefix)) }
+
+// fencedBatches commits ops in transactions of at most maxOps, each
+// fenced.
+func fencedBatches(ctx context.Context, cli *clientv3.Client, prefix string, fence election.Fence, maxOps int, ops []clientv3.Op) error {
+	for len(ops) > 0 {
+		n := min(len(ops), maxOps)
+		if err := fenced(ctx, cli, prefix, fence, ops[:n]...); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
 }
 
 // fenced commits ops while the resize holds its lock and no replica has

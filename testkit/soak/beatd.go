@@ -3,7 +3,6 @@ package soak
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,36 +12,6 @@ import (
 
 	"github.com/beatd/beatd/testkit/harness"
 )
-
-// ModuleRoot finds the directory of go.mod from the working directory up.
-func ModuleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if exists(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("soak: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// BuildBeatd builds ./cmd/beatd of the module at root into out, with the
-// caller's environment (make soak sets CGO_ENABLED=0 itself; tests share
-// the build cache of the other packages' builds).
-func BuildBeatd(ctx context.Context, root, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/beatd")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("soak: go build ./cmd/beatd: %w\n%s", err, b)
-	}
-	return nil
-}
 
 // SupportsRelative reports whether the binary's validate accepts the
 // entry key relative (added by a later change): with it, entries spread

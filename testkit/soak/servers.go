@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -227,12 +226,6 @@ func (now KeyVersions) PutsSince(before KeyVersions) (puts, bytes int64) {
 		bytes += d * v.Size
 	}
 	return puts, bytes
-}
-
-// exists reports whether path exists.
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // RedisInfo is what a sample keeps of the broker's INFO besides its

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/testkit/harness"
 )
 
 // The long runs are opt-in flags (make soak, make bench-celery pass them
@@ -55,12 +57,8 @@ func beatdBinary(t *testing.T, ctx context.Context) string {
 		}
 		return abs
 	}
-	root, err := ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "beatd")
-	if err := BuildBeatd(ctx, root, bin); err != nil {
+	if err := harness.BuildBeatd(bin); err != nil {
 		t.Fatal(err)
 	}
 	return bin

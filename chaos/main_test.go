@@ -1,0 +1,9 @@
+package chaos
+
+import (
+	"testing"
+
+	"github.com/beatd/beatd/testkit/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.MainWithBeatd(m) }
