@@ -258,7 +258,7 @@ func (b *shardBench) waitBalanced(what string, live ...string) map[int]string {
 	return ids(leaders)
 }
 
-// events is every shard event in every process's log.
+// events is every shard event in every process's log, oldest first.
 func (b *shardBench) events() []chaos.ShardEvent {
 	var out []chaos.ShardEvent
 	for _, r := range b.runs {
@@ -273,6 +273,7 @@ func (b *shardBench) events() []chaos.ShardEvent {
 		}
 		out = append(out, evs...)
 	}
+	slices.SortStableFunc(out, func(a, b chaos.ShardEvent) int { return a.At.Compare(b.At) })
 	return out
 }
 
