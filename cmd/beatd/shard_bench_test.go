@@ -417,10 +417,11 @@ func shareStart(evs []chaos.ShardEvent, id string, mine []int, began, started ti
 	return last.Sub(first).Seconds(), last.Sub(started).Seconds(), chaos.StatsOf(gaps)
 }
 
-// resize runs `beatd shards resize m` on the stopped cluster and times it.
+// resize runs `beatd shards resize m` on the stopped cluster and times it;
+// at 900,000 entries it takes more than the command's default minute.
 func (b *shardBench) resize(m int) float64 {
 	start := time.Now()
-	out, err := exec.Command(beatdBin, "shards", "resize", strconv.Itoa(m), "--etcd-endpoints", strings.Join(b.c.etcd, ","), "--prefix", b.c.prefix,
+	out, err := exec.Command(beatdBin, "shards", "resize", strconv.Itoa(m), "--etcd-endpoints", strings.Join(b.c.etcd, ","), "--prefix", b.c.prefix, "--timeout", "30m",
 		"--broker", b.c.redis.URL(0)).CombinedOutput()
 	if err != nil {
 		b.t.Fatalf("beatd shards resize %d: %v\n%s", m, err, out)
