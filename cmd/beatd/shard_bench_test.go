@@ -433,6 +433,14 @@ func (b *shardBench) resize(m int) float64 {
 			return took
 		}
 		b.t.Logf("beatd shards resize %d, attempt %d, failed after %.1f s: %v\n%s", m, attempt, time.Since(start).Seconds(), err, out)
+		// etcd can answer "request timed out" to the last transaction
+		// (the count written, the staging table deleted) and still apply
+		// it: then the rerun finds the count done.
+		if attempt > 1 && strings.Contains(string(out), fmt.Sprintf("has a shard count of %d already", m)) {
+			took := time.Since(start).Seconds()
+			b.t.Logf("beatd shards resize %d: done by the first attempt's last transaction, %.2f s", m, took)
+			return took
+		}
 		if attempt == 4 {
 			b.t.Fatalf("beatd shards resize %d failed %d times", m, attempt)
 		}
