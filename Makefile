@@ -2,7 +2,7 @@ GO ?= go
 BIN ?= bin/beatd
 IMAGE ?= beatd:latest
 
-.PHONY: build deps test bench fuzz fuzz-ci vectors demo soak bench-celery bench-events bench-apply bench-scale drill-amqp drill-shards image
+.PHONY: build deps test bench fuzz fuzz-ci vectors demo soak bench-celery bench-events bench-apply bench-scale bench-topology bench-shards drill-amqp drill-shards image
 
 # beatd, and beside it beatd-drill (the failover drills: chaos/README.md).
 build:
@@ -136,7 +136,29 @@ image:
 # failover to a standby audited slot by slot. Prints a markdown table. Five
 # minutes of steady state hold five of the crontab bursts at each minute's
 # start: over one minute, the lag p99 is that one burst's.
+# It then restarts one loaded replica at each size on both topologies, etcd
+# embedded in beatd (the default) and the etcd binary: the time from the
+# process's start to scheduling, peak RSS, etcd's DB (TestBenchTopology;
+# bench-topology runs that part alone).
 SCALE_SIZES ?= 10000,100000,300000,1000000
 SCALE_STEADY ?= 300s
 bench-scale:
-	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchScale$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES) -scale-steady $(SCALE_STEADY) $(if $(SCALE_HEAP),-scale-heap $(SCALE_HEAP))
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBench(Scale|Topology)$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES) -scale-steady $(SCALE_STEADY) $(if $(SCALE_HEAP),-scale-heap $(SCALE_HEAP))
+
+bench-topology:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchTopology$$' ./cmd/beatd -args -bench-scale -scale-sizes $(SCALE_SIZES)
+
+# The sharded benchmark (issue 48), in one run on the etcd binary and a
+# Redis: SHARDS_ENTRIES tenant-style entries (as bench-scale's) on a single
+# leader, then on SHARDS_REPLICAS replicas at --shards SHARDS_COUNT after an
+# offline resize from SHARDS_FROM under load; each one's start and peak RSS,
+# a kill -9 of one replica, a replica that rejoins, a fourth that joins and
+# leaves (every shard move timed), and an exactly-once audit of the run.
+SHARDS_ENTRIES ?= 900000
+SHARDS_COUNT ?= 16
+SHARDS_FROM ?= 8
+SHARDS_REPLICAS ?= 3
+SHARDS_STEADY ?= 30s
+bench-shards:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestBenchShards$$' ./cmd/beatd -args -bench-shards -shards-entries $(SHARDS_ENTRIES) \
+		-shards-count $(SHARDS_COUNT) -shards-from $(SHARDS_FROM) -shards-replicas $(SHARDS_REPLICAS) -shards-steady $(SHARDS_STEADY)

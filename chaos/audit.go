@@ -41,6 +41,10 @@ type Stats struct {
 	Max   float64 `json:"max_s"`
 }
 
+// StatsOf is the count, median, 99th percentile and maximum of ds, for
+// the benches that time what a drill times.
+func StatsOf(ds []time.Duration) Stats { return statsOf(ds) }
+
 func statsOf(ds []time.Duration) Stats {
 	if len(ds) == 0 {
 		return Stats{}
@@ -106,26 +110,35 @@ func ReadQueue(ctx context.Context, rdb redis.UniversalClient, queue string) ([]
 			return nil, fmt.Errorf("chaos: read %q: %w", key, err)
 		}
 		for _, raw := range raws {
-			var m struct {
-				Headers struct {
-					ID     string `json:"id"`
-					Entry  string `json:"beat_entry"`
-					Slot   string `json:"beat_slot"`
-					Token  int64  `json:"beat_fencing_token"`
-					Manual bool   `json:"beat_manual"`
-				} `json:"headers"`
+			if m, ok := ParseMessage([]byte(raw)); ok {
+				out = append(out, m)
 			}
-			if err := json.Unmarshal([]byte(raw), &m); err != nil || m.Headers.Entry == "" {
-				continue // not a beatd message
-			}
-			slot, err := time.Parse(time.RFC3339Nano, m.Headers.Slot)
-			if err != nil {
-				continue
-			}
-			out = append(out, Message{Entry: m.Headers.Entry, Slot: slot, Token: m.Headers.Token, TaskID: m.Headers.ID, Manual: m.Headers.Manual})
 		}
 	}
 	return out, nil
+}
+
+// ParseMessage reads the beatd headers of one message as Kombu's Redis
+// transport stores it; ok is false for a message beatd did not send.
+func ParseMessage(raw []byte) (m Message, ok bool) {
+	var msg struct {
+		Headers struct {
+			ID     string `json:"id"`
+			Entry  string `json:"beat_entry"`
+			Slot   string `json:"beat_slot"`
+			Token  int64  `json:"beat_fencing_token"`
+			Manual bool   `json:"beat_manual"`
+		} `json:"headers"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil || msg.Headers.Entry == "" {
+		return Message{}, false
+	}
+	slot, err := time.Parse(time.RFC3339Nano, msg.Headers.Slot)
+	if err != nil {
+		return Message{}, false
+	}
+	h := msg.Headers
+	return Message{Entry: h.Entry, Slot: slot, Token: h.Token, TaskID: h.ID, Manual: h.Manual}, true
 }
 
 // Audit checks messages against cfg for slots in [from, to]:

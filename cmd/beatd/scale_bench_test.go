@@ -149,17 +149,31 @@ func TestBenchScale(t *testing.T) {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 
-func benchScaleAt(t *testing.T, n int) scalePoint {
-	p := scalePoint{Entries: n}
-	dir := t.TempDir()
+// startBenchEtcd starts the etcd binary as the benches run it: a quota
+// past any size they reach, and history compacted after a minute.
+func startBenchEtcd(t *testing.T, dir string) *harness.EtcdCluster {
 	etcd, err := harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Stop)
-	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: "/beatd/scale/"}
+	return etcd
+}
+
+// benchCluster is a cluster at prefix on the etcd binary and a Redis,
+// with no replica yet.
+func benchCluster(t *testing.T, dir, prefix string) (*cluster, *harness.EtcdCluster) {
+	etcd := startBenchEtcd(t, dir)
+	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: prefix}
 	c.rdb = c.redis.Client()
 	c.observer = testutil.NewEtcdClient(t, c.etcd...)
+	return c, etcd
+}
+
+func benchScaleAt(t *testing.T, n int) scalePoint {
+	p := scalePoint{Entries: n}
+	dir := t.TempDir()
+	c, etcd := benchCluster(t, dir, "/beatd/scale/")
 	c.config = filepath.Join(dir, "schedules.yaml")
 	if err := os.WriteFile(c.config, []byte("entries:\n  seed: {task: tasks.add, every: 1h}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -377,6 +391,22 @@ func logGap(t *testing.T, r *replica, from, to string) float64 {
 	}
 	t.Errorf("no %s after %s in %s", to, from, r.LogPath)
 	return 0
+}
+
+// logTime is the time of the first line containing what in the
+// replica's JSON log.
+func logTime(t *testing.T, r *replica, what string) time.Time {
+	b, _ := os.ReadFile(r.LogPath)
+	for _, line := range strings.Split(string(b), "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+		}
+		if strings.Contains(line, what) && json.Unmarshal([]byte(line), &l) == nil {
+			return l.Time
+		}
+	}
+	t.Errorf("no %s in %s", what, r.LogPath)
+	return time.Time{}
 }
 
 var lagBounds = []string{"0.001", "0.0025", "0.005", "0.01", "0.02", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "+Inf"}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/testkit/testutil"
 )
@@ -49,7 +50,7 @@ func TestShardOutcomesAMQP(t *testing.T) {
 	}
 	a, b := start("a"), start("b")
 	waitFor(t, 30*time.Second, "a and b leading 2 shards each", func() bool {
-		return balanced(shardLeaders(t, []*proc{a, b}, shards), shards, []string{"a", "b"})
+		return chaos.ShardsBalanced(shardLeaders(t, []*proc{a, b}, shards), shards, []string{"a", "b"})
 	})
 	waitFor(t, 60*time.Second, "every shard's outcomes: succeeded, paused, skipped", func() bool {
 		st := a.status(t)

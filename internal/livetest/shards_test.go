@@ -2,7 +2,6 @@ package livetest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,27 +48,6 @@ func shardLeaders(t *testing.T, via []*proc, shards int) map[int]string {
 		return out
 	}
 	return nil
-}
-
-// balanced says whether every shard has a leader among live, and each of
-// them leads between floor and ceil of shards/len(live).
-func balanced(leaders map[int]string, shards int, live []string) bool {
-	if len(leaders) != shards {
-		return false
-	}
-	count := map[string]int{}
-	for _, id := range leaders {
-		if !slices.Contains(live, id) {
-			return false
-		}
-		count[id]++
-	}
-	for _, id := range live {
-		if c := count[id]; c < shards/len(live) || c > (shards+len(live)-1)/len(live) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestShardedReplicas runs `beatd run --shards 8` as processes on real
@@ -148,7 +126,7 @@ func runShardScenario(t *testing.T, shards int, brokerURL string, kill bool, rea
 	waitBalanced := func(what string, live ...string) time.Duration {
 		t.Helper()
 		began := time.Now()
-		waitFor(t, 20*time.Second, what, func() bool { return balanced(shardLeaders(t, all(), shards), shards, live) })
+		waitFor(t, 20*time.Second, what, func() bool { return chaos.ShardsBalanced(shardLeaders(t, all(), shards), shards, live) })
 		took := time.Since(began)
 		t.Logf("%s: %v after %s", what, shardLeaders(t, all(), shards), took.Round(10*time.Millisecond))
 		return took
@@ -216,8 +194,8 @@ func runShardScenario(t *testing.T, shards int, brokerURL string, kill bool, rea
 	// leader's scheduling.
 	moves := handovers(t, all())
 	for _, m := range moves {
-		if m.gap > time.Second {
-			t.Errorf("shard %d moved from %s to %s in %s, want at most 1 s", m.shard, m.from, m.to, m.gap)
+		if m.Gap() > time.Second {
+			t.Errorf("shard %d moved from %s to %s in %s, want at most 1 s", m.Shard, m.From, m.To, m.Gap())
 		}
 	}
 	if len(moves) == 0 {
@@ -257,56 +235,23 @@ func etcdValues(t *testing.T, cli *clientv3.Client, prefix string) map[string]st
 	return out
 }
 
-// move is one handover: shard from one replica to another, and how long
-// the shard had no scheduling leader.
-type move struct {
-	shard    int
-	from, to string
-	gap      time.Duration
-}
-
-func (m move) String() string {
-	return fmt.Sprintf("%d:%s→%s %s", m.shard, m.from, m.to, m.gap.Round(time.Millisecond))
-}
-
-// handovers finds each "handing a shard over" in the replicas' logs and
-// the next "scheduling" of that shard by another replica.
-func handovers(t *testing.T, ps []*proc) []move {
-	type event struct {
-		at    time.Time
-		id    string
-		msg   string
-		shard int
-	}
-	var evs []event
+// handovers is each shard handed over (a replica above its share ending
+// a term for one waiting) in the replicas' logs, to its next scheduling.
+func handovers(t *testing.T, ps []*proc) []chaos.ShardMove {
+	var evs []chaos.ShardEvent
 	for _, p := range ps {
-		for _, line := range strings.Split(p.output(), "\n") {
-			var e struct {
-				Time  time.Time `json:"time"`
-				Msg   string    `json:"msg"`
-				Shard *int      `json:"shard"`
-			}
-			if json.Unmarshal([]byte(line), &e) != nil || e.Shard == nil {
-				continue
-			}
-			if e.Msg == "scheduling" || strings.HasPrefix(e.Msg, "handing a shard over") {
-				evs = append(evs, event{at: e.Time, id: p.ID, msg: e.Msg, shard: *e.Shard})
-			}
+		e, err := chaos.ReadShardEvents(p.ID, strings.NewReader(p.output()))
+		if err != nil {
+			t.Fatal(err)
 		}
+		evs = append(evs, e...)
 	}
-	slices.SortFunc(evs, func(a, b event) int { return a.at.Compare(b.at) })
-	var out []move
-	for i, e := range evs {
-		if e.msg == "scheduling" {
-			continue
-		}
-		for _, f := range evs[i+1:] {
-			if f.msg == "scheduling" && f.shard == e.shard {
-				// The same replica again: its waiter withdrew first, and
-				// the shard came back; a move of 0 replicas, timed too.
-				out = append(out, move{shard: e.shard, from: e.id, to: f.id, gap: f.at.Sub(e.at)})
-				break
-			}
+	var out []chaos.ShardMove
+	for _, m := range chaos.ShardMoves(evs) {
+		// The same replica again is its waiter having withdrawn first, so
+		// the shard came back: a move of 0 replicas, timed too.
+		if m.Cause == chaos.ShardHandover {
+			out = append(out, m)
 		}
 	}
 	return out
