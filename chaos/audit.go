@@ -41,11 +41,9 @@ type Stats struct {
 	Max   float64 `json:"max_s"`
 }
 
-// StatsOf is the count, median, 99th percentile and maximum of ds, for
-// the benches that time what a drill times.
-func StatsOf(ds []time.Duration) Stats { return statsOf(ds) }
-
-func statsOf(ds []time.Duration) Stats {
+// StatsOf is the count, median, 99th percentile and maximum of ds: a
+// drill's report, and the benches that time what a drill times.
+func StatsOf(ds []time.Duration) Stats {
 	if len(ds) == 0 {
 		return Stats{}
 	}

@@ -846,7 +846,7 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 			lags = append(lags, lag)
 		}
 	}
-	rep.FireLag = statsOf(lags)
+	rep.FireLag = StatsOf(lags)
 	gaps := map[string][]time.Duration{}
 	handovers := map[string][]time.Duration{}
 	for i := range faults {
@@ -884,10 +884,10 @@ func (lg *replicaLogs) report(rep *Report, faults []Fault) {
 	rep.Faults = faults
 	rep.FailoverGaps = map[string]Stats{}
 	for k, g := range gaps {
-		rep.FailoverGaps[k] = statsOf(g)
+		rep.FailoverGaps[k] = StatsOf(g)
 	}
 	rep.Handovers = map[string]Stats{}
 	for k, g := range handovers {
-		rep.Handovers[k] = statsOf(g)
+		rep.Handovers[k] = StatsOf(g)
 	}
 }

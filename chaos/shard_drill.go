@@ -445,7 +445,7 @@ func (d *drill) shardChecks(rep *Report, msgs []Message, lg *replicaLogs) {
 	for _, e := range s.epochs[1:] {
 		rep.Resizes = append(rep.Resizes, e.count)
 	}
-	rep.ShardMoves = statsOf(lg.moves)
+	rep.ShardMoves = StatsOf(lg.moves)
 	if len(rep.WokenPublishes) > 0 || len(rep.StuckShards) > 0 || rep.FencedPublishes > 0 {
 		rep.OK = false
 	}
