@@ -122,6 +122,14 @@ func TestCheckResizable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "shard 1's last term (token 5) ended without writing its state") {
 		t.Fatalf("check after a term that did not close: %v, want shard 1 named", err)
 	}
+	// A later term that never fenced (so never read the journal) settled
+	// nothing: its end changes nothing.
+	if err := open("1").CloseTerm(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckResizable(rb.URL(), "", cluster, 2, 4); err == nil || !strings.Contains(err.Error(), "token 5") {
+		t.Fatalf("check after a term that never fenced ended: %v, want shard 1's term 5 still named", err)
+	}
 	if err := old.CloseTerm(ctx, 5); err != nil {
 		t.Fatal(err)
 	}

@@ -148,8 +148,16 @@ func newestRecord(conn *amqp.Connection, name string) (journalRecord, bool, erro
 // and is written on a connection of its own, since the term's was closed
 // as the term ended: a clean end is true whenever it is written, and a
 // newer term's records rank above it.
+//
+// A term that never read the journal (it could not fence) settled nothing
+// of its predecessors', so it records nothing: the journal keeps ending in
+// their records.
 func (a *AMQP) CloseTerm(ctx context.Context, token int64) error {
 	a.mu.Lock()
+	if a.journalFor != token {
+		a.mu.Unlock()
+		return nil
+	}
 	a.seq++
 	rec := journalRecord{Token: token, Seq: a.seq, Kind: kindClosed, Resends: a.cum}
 	a.mu.Unlock()
