@@ -260,19 +260,27 @@ func (a *AMQP) fence(ctx context.Context, token int64) error {
 }
 
 func (a *AMQP) connect() error {
-	var errs []error
-	for _, u := range a.urls {
-		conn, err := u.Dial("beatd "+a.opts.Cluster, 0)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", u, err))
-			continue
-		}
-		a.conn = conn
-		a.declared = map[string]string{}
-		a.exchOK = map[string]bool{}
-		return nil
+	conn, err := dialAny(a.urls, "beatd "+a.opts.Cluster)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("amqp: connect to RabbitMQ: %w", errors.Join(errs...))
+	a.conn = conn
+	a.declared = map[string]string{}
+	a.exchOK = map[string]bool{}
+	return nil
+}
+
+// dialAny connects to the first of urls that answers.
+func dialAny(urls []AMQPURL, name string) (*amqp.Connection, error) {
+	var errs []error
+	for _, u := range urls {
+		conn, err := u.Dial(name, 0)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", u, err))
+	}
+	return nil, fmt.Errorf("amqp: connect to RabbitMQ: %w", errors.Join(errs...))
 }
 
 // lock declares the exclusive lock queue on conn.
@@ -405,11 +413,17 @@ func (a *AMQP) readJournal(token int64) error {
 }
 
 func (a *AMQP) writeJournal(ctx context.Context, r journalRecord) error {
+	return publishRecord(ctx, a.ch, a.journal, r)
+}
+
+// publishRecord appends r to the journal queue on ch (in confirm mode)
+// and waits for the broker's confirm.
+func publishRecord(ctx context.Context, ch *amqp.Channel, journal string, r journalRecord) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	dc, err := a.ch.PublishWithDeferredConfirmWithContext(ctx, "", a.journal, true, false,
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", journal, true, false,
 		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
 	if err != nil {
 		return fmt.Errorf("amqp: journal: %w", err)

@@ -50,16 +50,9 @@ func CheckResizable(url, password, cluster string, from, to int) error {
 	if err != nil {
 		return err
 	}
-	var conn *amqp.Connection
-	var errs []error
-	for _, u := range urls {
-		if conn, err = u.Dial("beatd resize "+cluster, 0); err == nil {
-			break
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", u, err))
-	}
-	if conn == nil {
-		return fmt.Errorf("amqp: connect to RabbitMQ: %w", errors.Join(errs...))
+	conn, err := dialAny(urls, "beatd resize "+cluster)
+	if err != nil {
+		return err
 	}
 	defer conn.Close() // releases every lock taken here
 	seen := map[string]bool{}
@@ -161,20 +154,9 @@ func (a *AMQP) CloseTerm(ctx context.Context, token int64) error {
 	a.seq++
 	rec := journalRecord{Token: token, Seq: a.seq, Kind: kindClosed, Resends: a.cum}
 	a.mu.Unlock()
-	body, err := json.Marshal(rec)
+	conn, err := dialAny(a.urls, "beatd "+a.opts.Cluster)
 	if err != nil {
-		return err
-	}
-	var conn *amqp.Connection
-	var errs []error
-	for _, u := range a.urls {
-		if conn, err = u.Dial("beatd "+a.opts.Cluster, 0); err == nil {
-			break
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", u, err))
-	}
-	if conn == nil {
-		return fmt.Errorf("amqp: close term: connect: %w", errors.Join(errs...))
+		return fmt.Errorf("amqp: close term: %w", err)
 	}
 	// A socket deadline is the OS's wall time, whatever the daemon's clock.
 	defer conn.CloseDeadline(time.Now().Add(2 * time.Second))
@@ -188,13 +170,8 @@ func (a *AMQP) CloseTerm(ctx context.Context, token int64) error {
 	if _, err := ch.QueueDeclare(a.journal, true, false, false, false, a.journalArgs()); err != nil {
 		return fmt.Errorf("amqp: close term: declare journal %s: %w", a.journal, err)
 	}
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", a.journal, true, false,
-		amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
-	if err != nil {
+	if err := publishRecord(ctx, ch, a.journal, rec); err != nil {
 		return fmt.Errorf("amqp: close term: %w", err)
-	}
-	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-		return fmt.Errorf("amqp: close term: record not confirmed: %v", err)
 	}
 	return nil
 }
