@@ -46,6 +46,8 @@ var renderings = map[string]string{
 	"external+shards": "resources: [../external]\n" + shardsOverlay,
 	// The same, parked for a resize (deploy/README.md#shards).
 	"embedded+shards+park": "resources: [../embedded]\n" + parkOverlay,
+	// The same resized to 8 and unparked.
+	"embedded+shards8": "resources: [../embedded]\nconfigMapGenerator:\n  - {name: beatd-cluster, behavior: merge, literals: [shards=8, park=false]}\n",
 }
 
 // parkOverlay is shardsOverlay with every replica parked.
