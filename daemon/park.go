@@ -83,6 +83,9 @@ func (m *Main) runParked(ctx context.Context, prefix string) error {
 		m.setMetricsHandler(api.ProbeHandler(cfg))
 	}
 	close(m.apiUp)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel, m.runCtx = cancel, runCtx
+	m.watchUnauthenticated(runCtx)
 	count, resize := "unknown", ""
 	if info, err := b.show(ctx); err == nil {
 		count, resize = strconv.Itoa(info.ShardCount), info.Resize

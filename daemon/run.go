@@ -559,10 +559,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.setMetricsHandler(console.Secure(api.ProbeHandler(apiCfg)))
 	}
 	close(m.apiUp)
-	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
-		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
-	m.registry.MustRegister(unauth)
-	m.wg.Go(func() { m.warnUnauthenticated(runCtx, unauth) })
+	m.watchUnauthenticated(runCtx)
 	m.wg.Go(func() { m.watchBroker(runCtx) })
 	m.wg.Go(func() { m.api.clockOff.run(runCtx) })
 	m.startOps(runCtx)

@@ -200,8 +200,9 @@ func TestParkedResizeEmbedded(t *testing.T) {
 		if o := p.output(); strings.Contains(o, `"msg":"scheduling"`) || strings.Contains(o, `"msg":"fired"`) {
 			t.Errorf("parked %s scheduled or fired:\n%s", p.ID, tail(o, 10))
 		}
-		if code, body := p.get("/metrics"); code != http.StatusOK || !strings.Contains(body, "beatd_parked 1") {
-			t.Errorf("parked %s /metrics: %d, beatd_parked 1 missing", p.ID, code)
+		if code, body := p.get("/metrics"); code != http.StatusOK || !strings.Contains(body, "\nbeatd_parked 1\n") ||
+			!strings.Contains(body, "\nbeatd_etcd_client_unauthenticated 0\n") || strings.Contains(body, "beatd_fires_total") {
+			t.Errorf("parked %s /metrics: %d, want beatd_parked 1 and its member's beatd_etcd_client_unauthenticated 0, no scheduler series:\n%s", p.ID, code, tail(body, 20))
 		}
 		req, _ := http.NewRequest(http.MethodPost, p.URL("/api/v1/entries/tenant-00/trigger"), nil)
 		resp, err := http.DefaultClient.Do(req)
