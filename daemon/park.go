@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -76,7 +77,7 @@ func (m *Main) runParked(ctx context.Context, prefix string) error {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "{\"error\": %q}\n", ErrParked.Error())
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": ErrParked.Error()})
 	})
 	m.setHandler(mux)
 	if m.metricsSrv != nil {
@@ -87,7 +88,9 @@ func (m *Main) runParked(ctx context.Context, prefix string) error {
 	m.cancel, m.runCtx = cancel, runCtx
 	m.watchUnauthenticated(runCtx)
 	count, resize := "unknown", ""
-	if info, err := b.show(ctx); err == nil {
+	sctx, cancelShow := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShow()
+	if info, err := b.show(sctx); err == nil {
 		count, resize = strconv.Itoa(info.ShardCount), info.Resize
 	}
 	m.log.Info("beatd parked: running the embedded etcd member only; not registering, campaigning or publishing (restart without --park to run the schedule)",
