@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/beatd/beatd/chaos"
-	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
@@ -58,34 +55,8 @@ func TestParkedStatefulSetResize(t *testing.T) {
 	}
 	cli := etcdClient(t, pods, nil)
 	prefix := pods[0].envValue("BEATD_PREFIX")
-	led := func(count int) map[string]int {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		shards, err := status.Shards(ctx, cli, prefix)
-		if err != nil || len(shards) != count {
-			return nil
-		}
-		out := map[string]int{}
-		for _, sh := range shards {
-			if sh.LeaderID == "" {
-				return nil
-			}
-			out[sh.LeaderID]++
-		}
-		return out
-	}
-	waitFor(t, 60*time.Second, "3 pods sharing the 4 shards", func() bool { return len(led(4)) == 3 })
-	waitFor(t, 30*time.Second, "every entry to fire", func() bool {
-		msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
-		if err != nil {
-			return false
-		}
-		fired := map[string]bool{}
-		for _, m := range msgs {
-			fired[m.Entry] = true
-		}
-		return len(fired) == 8
-	})
+	waitFor(t, 60*time.Second, "3 pods sharing the 4 shards", func() bool { return len(shardsLed(cli, prefix, 4)) == 3 })
+	waitEveryEntryFired(t, rdb, queue)
 	start := time.Now()
 
 	// 1. park=true, then `kubectl rollout restart`: one pod at a time,
@@ -147,7 +118,7 @@ func TestParkedStatefulSetResize(t *testing.T) {
 		pods[i] = next
 		next.start(t)
 	}
-	waitFor(t, 60*time.Second, "3 pods sharing the 8 shards", func() bool { return len(led(8)) == 3 })
+	waitFor(t, 60*time.Second, "3 pods sharing the 8 shards", func() bool { return len(shardsLed(cli, prefix, 8)) == 3 })
 	end := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	waitPublished(t, rdb, queue, end, 8)
 	for _, p := range pods {
@@ -155,18 +126,6 @@ func TestParkedStatefulSetResize(t *testing.T) {
 			t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
 		}
 	}
-	msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse("schedules.yaml", []byte(shardSchedule))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := chaos.Audit(cfg, msgs, start.Truncate(time.Second).Add(time.Second), end)
-	if len(rep.Duplicates) > 0 || len(rep.Missed) > 0 || rep.ExpectedSlots == 0 {
-		t.Errorf("audit: %d duplicates %v, %d missed %v, %d slots", len(rep.Duplicates), rep.Duplicates, len(rep.Missed), rep.Missed, rep.ExpectedSlots)
-	}
-	t.Logf("%d messages, %d slots audited across the park, the resize and the unpark: %d duplicates, %d missed",
-		len(msgs), rep.ExpectedSlots, len(rep.Duplicates), len(rep.Missed))
+	// Across the park, the resize and the unpark.
+	auditShardSchedule(t, rdb, queue, start.Truncate(time.Second).Add(time.Second), end)
 }
