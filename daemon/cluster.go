@@ -210,6 +210,16 @@ func clientUnauthenticated(addrs []net.Addr, certAuth bool) (why string, beyondL
 		"--etcd-insecure-ok states that this is intended", false
 }
 
+// watchUnauthenticated exports beatd_etcd_client_unauthenticated and
+// runs warnUnauthenticated until ctx ends (a replica's, or a parked one's:
+// its member serves clients all the same).
+func (m *Main) watchUnauthenticated(ctx context.Context) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
+		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
+	m.registry.MustRegister(g)
+	m.wg.Go(func() { m.warnUnauthenticated(ctx, g) })
+}
+
 // warnUnauthenticated says who can use the embedded member's client port
 // without authenticating: beyond loopback, once a minute until ctx ends,
 // with the gauge at 1; on loopback only, once at start (any local user

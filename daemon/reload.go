@@ -14,6 +14,10 @@ import (
 
 // Reload re-reads the config. A bad file keeps the running config.
 func (m *Main) Reload() {
+	if m.Park {
+		m.log.Info("parked: no config to reload (restart without --park to run the schedule)")
+		return
+	}
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	// Remember what was tried, good or bad, so the watcher reloads when the

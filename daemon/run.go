@@ -229,6 +229,9 @@ type Options struct {
 	// Shards is the cluster's shard count (1: unsharded), fixed when the
 	// cluster is made (shards.go).
 	Shards int
+	// Park starts the replica parked: its embedded etcd member only
+	// (park.go), for an offline resize of the embedded topology.
+	Park bool
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
@@ -316,6 +319,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, config.MinIntervalUsage)
 	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/shards.md)")
+	fs.BoolVar(&m.Park, "park", false, "run this replica's embedded etcd member only: no election, registration, publish or control request, and no shard count check (it starts while a resize runs); for `beatd shards resize` on the embedded topology (docs/shards.md)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
 	fs.StringVar(&m.Outcomes.ResultBackend, "result-backend", "", "Celery's result backend (redis:// and the other --broker forms), read for run outcomes the task events miss")
@@ -352,6 +356,9 @@ func (m *Main) CheckFlags() error {
 		return err
 	}
 	if err := checkShardsFlag(m.Shards); err != nil {
+		return err
+	}
+	if err := m.checkParkFlags(); err != nil {
 		return err
 	}
 	if err := config.CheckMinInterval(m.MinInterval); err != nil {
@@ -398,6 +405,9 @@ func (m *Main) Run(ctx context.Context) error {
 	m.feed = outcome.NewFeed(m.clock, feedBuffer)
 	prefix := m.Etcd.KeyPrefix()
 	cluster := keys.Cluster(prefix)
+	if m.Park {
+		return m.runParked(ctx, prefix)
+	}
 	// The config file is checked before anything starts: a file that
 	// cannot run fails at once, as `beatd validate` says, with no etcd
 	// member, listener or goroutine to stop.
@@ -405,50 +415,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	type started struct {
-		srv *embedetcd.Server
-		err error
-	}
-	var etcdc chan started
-	if len(m.Etcd.EndpointURLs()) == 0 {
-		m.logEmbedded()
-		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
-			m.dataDirFailed(err)
-			return fmt.Errorf("data dir: %w", err)
-		}
-		etcdc = make(chan started, 1)
-		go func() {
-			ec := m.embedConfig(ctx)
-			ec.Logger, ec.QuotaBackendBytes, ec.CompactionRetention = m.log, m.EtcdQuota, m.EtcdRetention
-			ec.MaxTxnOps = m.EtcdMaxTxnOps
-			srv, err := embedetcd.Start(ec)
-			etcdc <- started{srv, err}
-		}()
-	}
-	if etcdc != nil {
-		s := <-etcdc
-		if s.err != nil {
-			m.dataDirFailed(s.err)
-			return s.err
-		}
-		m.embedded = s.srv
-		m.Etcd.Endpoints = strings.Join(s.srv.Endpoints, ",")
-	}
 	m.configSum = fileSum(m.ConfigPath)
-	if m.adminToken, err = etcdflags.Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
-		return err
-	}
-	if m.etcd, err = m.Etcd.Client(); err != nil {
-		return err
-	}
-	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps).WithClock(m.clock)
-	m.store.SetAuditKeep(m.AuditKeep)
-	// HTTP is up while beatd waits for etcd: /healthz says the process
-	// lives, /readyz says what it waits for.
-	if err := m.listenHTTP(); err != nil {
-		return err
-	}
-	if err := m.waitEtcd(ctx); err != nil {
+	if err := m.connectEtcd(ctx); err != nil {
 		return err
 	}
 	if err := checkShardCount(ctx, m.etcd, prefix, m.Shards); err != nil {
@@ -591,10 +559,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.setMetricsHandler(console.Secure(api.ProbeHandler(apiCfg)))
 	}
 	close(m.apiUp)
-	unauth := prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_etcd_client_unauthenticated",
-		Help: "1 while this replica's embedded etcd member serves clients beyond loopback without client certificate auth."})
-	m.registry.MustRegister(unauth)
-	m.wg.Go(func() { m.warnUnauthenticated(runCtx, unauth) })
+	m.watchUnauthenticated(runCtx)
 	m.wg.Go(func() { m.watchBroker(runCtx) })
 	m.wg.Go(func() { m.api.clockOff.run(runCtx) })
 	m.startOps(runCtx)
@@ -628,6 +593,58 @@ func (m *Main) Run(ctx context.Context) error {
 	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", version.String())
 	return nil
+}
+
+// connectEtcd starts the embedded etcd member (without --etcd-endpoints),
+// connects to etcd, opens the HTTP listeners (probes answer while it
+// waits) and waits until etcd answers: what a replica and a parked one
+// both do before anything else.
+func (m *Main) connectEtcd(ctx context.Context) error {
+	var err error
+	prefix := m.Etcd.KeyPrefix()
+	type started struct {
+		srv *embedetcd.Server
+		err error
+	}
+	var etcdc chan started
+	if len(m.Etcd.EndpointURLs()) == 0 {
+		m.logEmbedded()
+		if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+			m.dataDirFailed(err)
+			return fmt.Errorf("data dir: %w", err)
+		}
+		etcdc = make(chan started, 1)
+		go func() {
+			ec := m.embedConfig(ctx)
+			ec.Logger, ec.QuotaBackendBytes, ec.CompactionRetention = m.log, m.EtcdQuota, m.EtcdRetention
+			ec.MaxTxnOps = m.EtcdMaxTxnOps
+			srv, err := embedetcd.Start(ec)
+			etcdc <- started{srv, err}
+		}()
+	}
+	if etcdc != nil {
+		s := <-etcdc
+		if s.err != nil {
+			m.dataDirFailed(s.err)
+			return s.err
+		}
+		m.embedded = s.srv
+		m.Etcd.Endpoints = strings.Join(s.srv.Endpoints, ",")
+	}
+	if m.adminToken, err = etcdflags.Secret(m.AdminTokenFile, "BEATD_ADMIN_TOKEN"); err != nil {
+		return err
+	}
+	if m.etcd, err = m.Etcd.Client(); err != nil {
+		return err
+	}
+	m.store = store.New(m.etcd, prefix).WithMaxOps(m.EtcdMaxTxnOps).WithClock(m.clock)
+	m.store.SetAuditKeep(m.AuditKeep)
+	// HTTP is up while beatd waits for etcd: /healthz says the process
+	// lives, /readyz says what it waits for.
+	if err := m.listenHTTP(); err != nil {
+		return err
+	}
+	return m.waitEtcd(ctx)
 }
 
 // newMetrics registers the replica's scheduler metrics. On a sharded

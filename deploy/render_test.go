@@ -44,7 +44,14 @@ var renderings = map[string]string{
 	// kustomization.yaml says to write it.
 	"embedded+shards": "resources: [../embedded]\n" + shardsOverlay,
 	"external+shards": "resources: [../external]\n" + shardsOverlay,
+	// The same, parked for a resize (deploy/README.md#shards).
+	"embedded+shards+park": "resources: [../embedded]\n" + parkOverlay,
+	// The same resized to 8 and unparked.
+	"embedded+shards8": "resources: [../embedded]\nconfigMapGenerator:\n  - {name: beatd-cluster, behavior: merge, literals: [shards=8, park=false]}\n",
 }
+
+// parkOverlay is shardsOverlay with every replica parked.
+const parkOverlay = "configMapGenerator:\n  - {name: beatd-cluster, behavior: merge, literals: [shards=4, park=true]}\n"
 
 // shardsOverlay sets the shard count to 4.
 const shardsOverlay = "configMapGenerator:\n  - {name: beatd-cluster, behavior: merge, literals: [shards=4]}\n"
@@ -293,26 +300,36 @@ func envValue(c *corev1.Container, name string) (string, bool) {
 // value of the ConfigMap key BEATD_SHARDS is read from.
 func shardsOf(t *testing.T, r *rendered, c *corev1.Container) string {
 	t.Helper()
+	v, ok := clusterSetting(t, r, c, "BEATD_SHARDS")
+	if !ok {
+		t.Fatal("no BEATD_SHARDS")
+	}
+	return v
+}
+
+// clusterSetting is the value of env, which must come from a ConfigMap
+// (one value for every replica); false when the container has no env.
+func clusterSetting(t *testing.T, r *rendered, c *corev1.Container, env string) (string, bool) {
+	t.Helper()
 	for _, e := range c.Env {
-		if e.Name != "BEATD_SHARDS" {
+		if e.Name != env {
 			continue
 		}
 		if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
-			t.Fatalf("BEATD_SHARDS: want it from a ConfigMap, one value for every replica")
+			t.Fatalf("%s: want it from a ConfigMap, one value for every replica", env)
 		}
 		ref := e.ValueFrom.ConfigMapKeyRef
 		cm, ok := r.configMaps[ref.Name]
 		if !ok {
-			t.Fatalf("BEATD_SHARDS: no ConfigMap %s", ref.Name)
+			t.Fatalf("%s: no ConfigMap %s", env, ref.Name)
 		}
 		v, ok := cm.Data[ref.Key]
 		if !ok {
-			t.Fatalf("BEATD_SHARDS: ConfigMap %s has no key %s", ref.Name, ref.Key)
+			t.Fatalf("%s: ConfigMap %s has no key %s", env, ref.Name, ref.Key)
 		}
-		return v
+		return v, true
 	}
-	t.Fatal("no BEATD_SHARDS")
-	return ""
+	return "", false
 }
 
 func selects(sel, labels map[string]string) bool {
@@ -347,7 +364,7 @@ func TestManifestInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https", "embedded+shards", "external+shards"} {
+	for _, name := range []string{"embedded", "external", "embedded+components", "external+monitoring", "embedded+etcd-tls", "embedded+https", "external+https", "embedded+shards", "external+shards", "embedded+shards+park"} {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, name)
 			c := container(t, r)
@@ -392,11 +409,27 @@ func TestManifestInvariants(t *testing.T) {
 			// The shard count is one value that every replica reads: the
 			// beatd-cluster ConfigMap's, 1 unless the operator sets it.
 			wantShards := "1"
-			if strings.HasSuffix(name, "+shards") {
+			if strings.Contains(name, "+shards") {
 				wantShards = "4"
 			}
 			if got := shardsOf(t, r, c); got != wantShards {
 				t.Errorf("BEATD_SHARDS is %q, want %q", got, wantShards)
+			}
+			// Parking (docs/shards.md) keeps an embedded member for a
+			// resize: every embedded replica reads it from the same
+			// ConfigMap, "false" unless the operator parks them; the
+			// external topology has no member to keep (beatd refuses
+			// --park with --etcd-endpoints).
+			park, hasPark := clusterSetting(t, r, c, "BEATD_PARK")
+			wantPark := "false"
+			if strings.HasSuffix(name, "+park") {
+				wantPark = "true"
+			}
+			switch {
+			case strings.HasPrefix(name, "external") && hasPark:
+				t.Errorf("BEATD_PARK is set on the external topology, whose replicas refuse --park")
+			case strings.HasPrefix(name, "embedded") && park != wantPark:
+				t.Errorf("BEATD_PARK is %q (set: %v), want %q from the beatd-cluster ConfigMap", park, hasPark, wantPark)
 			}
 			// Probes hit real paths on the port beatd serves HTTP on.
 			httpAddr, _ := envValue(c, "BEATD_HTTP")

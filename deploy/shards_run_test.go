@@ -12,6 +12,7 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -77,43 +78,12 @@ func TestShardedStatefulSetsAsProcesses(t *testing.T) {
 				cli = etcdClient(t, pods, nil)
 			}
 			prefix := pods[0].envValue("BEATD_PREFIX")
-			// led is how many shards each pod leads, with every shard led
-			// (nil while one is not).
-			led := func() map[string]int {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				shards, err := status.Shards(ctx, cli, prefix)
-				if err != nil || len(shards) != 4 {
-					return nil
-				}
-				out := map[string]int{}
-				for _, sh := range shards {
-					if sh.LeaderID == "" {
-						return nil
-					}
-					out[sh.LeaderID]++
-				}
-				return out
-			}
+			led := func() map[string]int { return shardsLed(cli, prefix, 4) }
 			waitFor(t, 60*time.Second, "3 pods sharing the 4 shards", func() bool {
 				l := led()
 				return len(l) == 3
 			})
-			// Audited from once every entry has fired: a shard's first
-			// leader begins scheduling a moment after it is elected (its
-			// fence, its state), longer on a loaded machine, and an entry
-			// that never fired starts at its first slot after that.
-			waitFor(t, 30*time.Second, "every entry to fire", func() bool {
-				msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
-				if err != nil {
-					return false
-				}
-				fired := map[string]bool{}
-				for _, m := range msgs {
-					fired[m.Entry] = true
-				}
-				return len(fired) == 8
-			})
+			waitEveryEntryFired(t, rdb, queue)
 			start := time.Now()
 			resp, err := cli.Get(context.Background(), keys.ShardCount(prefix))
 			if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "4" {
@@ -134,20 +104,67 @@ func TestShardedStatefulSetsAsProcesses(t *testing.T) {
 					t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
 				}
 			}
-			msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Parse("schedules.yaml", []byte(shardSchedule))
-			if err != nil {
-				t.Fatal(err)
-			}
 			// From the second after every entry had fired.
-			rep := chaos.Audit(cfg, msgs, start.Truncate(time.Second).Add(time.Second), end)
-			if len(rep.Duplicates) > 0 || len(rep.Missed) > 0 || rep.ExpectedSlots == 0 {
-				t.Errorf("audit: %d duplicates %v, %d missed %v, %d slots", len(rep.Duplicates), rep.Duplicates, len(rep.Missed), rep.Missed, rep.ExpectedSlots)
-			}
-			t.Logf("%d messages, %d slots audited: 0 duplicates, 0 missed", len(msgs), rep.ExpectedSlots)
+			auditShardSchedule(t, rdb, queue, start.Truncate(time.Second).Add(time.Second), end)
 		})
 	}
+}
+
+// shardsLed is how many shards each pod leads, with every one of count
+// shards led (nil while one is not, or the cluster has another count).
+func shardsLed(cli *clientv3.Client, prefix string, count int) map[string]int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	shards, err := status.Shards(ctx, cli, prefix)
+	if err != nil || len(shards) != count {
+		return nil
+	}
+	out := map[string]int{}
+	for _, sh := range shards {
+		if sh.LeaderID == "" {
+			return nil
+		}
+		out[sh.LeaderID]++
+	}
+	return out
+}
+
+// waitEveryEntryFired waits until each of shardSchedule's 8 entries is in
+// queue. A shard's first leader begins scheduling a moment after it is
+// elected (its fence, its state), longer on a loaded machine, and an entry
+// that never fired starts at its first slot after that: audits start
+// from here.
+func waitEveryEntryFired(t *testing.T, rdb *redis.Client, queue string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "every entry to fire", func() bool {
+		msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
+		if err != nil {
+			return false
+		}
+		fired := map[string]bool{}
+		for _, m := range msgs {
+			fired[m.Entry] = true
+		}
+		return len(fired) == 8
+	})
+}
+
+// auditShardSchedule checks that every slot of shardSchedule from from to
+// end is in queue exactly once.
+func auditShardSchedule(t *testing.T, rdb *redis.Client, queue string, from, end time.Time) {
+	t.Helper()
+	msgs, err := chaos.ReadQueue(context.Background(), rdb, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("schedules.yaml", []byte(shardSchedule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := chaos.Audit(cfg, msgs, from, end)
+	if len(rep.Duplicates) > 0 || len(rep.Missed) > 0 || rep.ExpectedSlots == 0 {
+		t.Errorf("audit: %d duplicates %v, %d missed %v, %d slots", len(rep.Duplicates), rep.Duplicates, len(rep.Missed), rep.Missed, rep.ExpectedSlots)
+	}
+	t.Logf("%d messages, %d slots audited from %s to %s: %d duplicates, %d missed",
+		len(msgs), rep.ExpectedSlots, from.Format(time.TimeOnly), end.Format(time.TimeOnly), len(rep.Duplicates), len(rep.Missed))
 }

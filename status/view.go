@@ -58,6 +58,24 @@ type View struct {
 	ClockWarning                  string   `json:"clock_warning,omitempty"`
 	// Backfills are the backfills not yet finished, with their progress.
 	Backfills []store.Backfill `json:"backfills,omitempty"`
+	// Parked is set on a replica started with --park: it runs its
+	// embedded etcd member and nothing of the schedule (no election, no
+	// registration, no publish), so the cluster can be resized while the
+	// members keep etcd's quorum.
+	Parked *Parked `json:"parked,omitempty"`
+}
+
+// Parked is a parked replica's status: since when, and the cluster's
+// shard count and resize as etcd holds them now.
+type Parked struct {
+	Since time.Time `json:"since"`
+	// Why says what a parked replica is, for a reader of /status.
+	Why string `json:"why"`
+	// ShardCount is the cluster's recorded count (1 when none is).
+	ShardCount int `json:"shard_count"`
+	// Resize is a resize in progress or unfinished, as `beatd shards
+	// show` prints it ("" when none).
+	Resize string `json:"resize,omitempty"`
 }
 
 // ShardStatus is one shard's leadership: the replica that leads it (empty

@@ -57,11 +57,7 @@ func shardsCommand(ctx context.Context, stdout, stderr io.Writer) *cobra.Command
 			}
 			fmt.Fprintf(stdout, "shards: %d\n", info.Count)
 			if r := info.Resizing; r != nil {
-				state := "unfinished (its process is gone): rerun `beatd shards resize " + strconv.Itoa(r.To) + "`"
-				if r.Running {
-					state = "running"
-				}
-				fmt.Fprintf(stdout, "resize: %d -> %d since %s by %s, %s\n", r.From, r.To, r.Since.Format(time.RFC3339), r.By, state)
+				fmt.Fprintf(stdout, "resize: %s\n", r)
 			}
 			return nil
 		},

@@ -454,6 +454,15 @@ type Run struct {
 	Running bool      `json:"running"` // its lock is held
 }
 
+// String is the resize as `beatd shards show` prints it after "resize: ".
+func (r Run) String() string {
+	state := "unfinished (its process is gone): rerun `beatd shards resize " + strconv.Itoa(r.To) + "`"
+	if r.Running {
+		state = "running"
+	}
+	return fmt.Sprintf("%d -> %d since %s by %s, %s", r.From, r.To, r.Since.Format(time.RFC3339), r.By, state)
+}
+
 // Show reads the cluster's count and any resize begun.
 func Show(ctx context.Context, cli *clientv3.Client, prefix string) (Info, error) {
 	var info Info
