@@ -10,9 +10,9 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 )
 
-// TestDrillShort is the CI drill: every fault kind at least twice against
-// a real 3-member etcd, redis-server and three beatd processes. Any
-// duplicate or missed slot fails the build.
+// TestDrillShort is the CI drill: every fault kind at least once, over at
+// least 45 s of faults, against a real 3-member etcd, redis-server and
+// three beatd processes. Any duplicate or missed slot fails the build.
 func TestDrillShort(t *testing.T) {
 	rep := runDrill(t, LocalConfig{Duration: 45 * time.Second}, AllFaults)
 	if rep.ExpectedSlots < 500 {
