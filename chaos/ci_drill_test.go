@@ -42,6 +42,11 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 		cfg.MinEach = 1
 	}
 	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.Dir, cfg.Log = bin, 3, seed, t.TempDir(), &log
+	if cfg.Broker == BrokerAMQP {
+		// One node for the package; the test's own prefix names its
+		// fence and journal queues there.
+		cfg.Rabbit, cfg.Prefix = sharedRabbit(t), "/beatd/"+t.Name()+"/"
+	}
 	rep, err := RunLocal(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
