@@ -144,5 +144,5 @@ func TestDrillSentinel(t *testing.T) {
 	if os.Getenv("BEATD_DRILL_SENTINEL") == "" {
 		t.Skip("set BEATD_DRILL_SENTINEL=1 to run the Sentinel drill")
 	}
-	runDrill(t, LocalConfig{Duration: 60 * time.Second, Sentinel: true}, []string{FaultRedisFailover})
+	runDrill(t, LocalConfig{Duration: 60 * time.Second, Sentinel: true, MinEach: 2}, []string{FaultRedisFailover})
 }
