@@ -77,5 +77,5 @@ func TestDrillAMQP(t *testing.T) {
 	if v, err := time.ParseDuration(os.Getenv("BEATD_DRILL_DURATION")); err == nil {
 		dur = v
 	}
-	runDrill(t, LocalConfig{Duration: dur, Broker: BrokerAMQP}, AMQPFaults)
+	runDrill(t, LocalConfig{Duration: dur, Broker: BrokerAMQP, MinEach: 2}, AMQPFaults)
 }

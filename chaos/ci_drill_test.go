@@ -13,10 +13,19 @@ import (
 )
 
 // runDrill runs a drill of cfg (its fault kinds, or the broker's default
-// set), wants each kind of want injected at least twice, and fails the
-// test on any unexplained duplicate, missed slot or publish from a fenced
-// term. A failing seed reproduces with BEATD_DRILL_SEED=N. The short
-// drills run in make test; the long ones stay make targets.
+// set), wants each kind of want injected at least cfg.MinEach times (once
+// when 0), and fails the test on any unexplained duplicate, missed slot or
+// publish from a fenced term. A failing seed reproduces with
+// BEATD_DRILL_SEED=N. The short drills run in make test; the long ones
+// stay make targets.
+//
+// Once each is enough here: the audit judges every slot of the run, not
+// each fault, so a second strike of a kind adds no check, only more of the
+// same recovery path (about 6 s a strike). What a second strike could
+// add, a fault landing on a replica that a first one restarted or while
+// another failover settles, comes from the seeded order across CI runs
+// (a fresh seed each) and at length from make drill-amqp, make
+// drill-shards and beatd-drill local --min-each N.
 func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 	t.Helper()
 	if testing.Short() {
@@ -30,9 +39,14 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 	}
 	var log strings.Builder
 	if cfg.MinEach == 0 {
-		cfg.MinEach = 2
+		cfg.MinEach = 1
 	}
 	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.Dir, cfg.Log = bin, 3, seed, t.TempDir(), &log
+	if cfg.Broker == BrokerAMQP {
+		// One node for the package; the test's own prefix names its
+		// fence and journal queues there.
+		cfg.Rabbit, cfg.Prefix = sharedRabbit(t), "/beatd/"+t.Name()+"/"
+	}
 	rep, err := RunLocal(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("drill (seed %d): %v\n%s", seed, err, log.String())
@@ -83,14 +97,14 @@ var shardKinds = []string{FaultShardMove, FaultResize, FaultShardPause}
 // leader paused past its TTL. The audit reads the queue: 0 duplicates, 0
 // missed, no publish of the woken replica's terms, no shard left unled.
 func TestDrillShardsCI(t *testing.T) {
-	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Faults: shardKinds, MinEach: 1}, shardKinds)
+	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Faults: shardKinds}, shardKinds)
 	checkShardDrill(t, rep)
 }
 
 // TestDrillShardsAMQPCI is TestDrillShardsCI on RabbitMQ, where fenced
 // publishes are judged per shard in queue order.
 func TestDrillShardsAMQPCI(t *testing.T) {
-	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Broker: BrokerAMQP, Faults: shardKinds, MinEach: 1}, shardKinds)
+	rep := runDrill(t, LocalConfig{Duration: 5 * time.Second, Shards: 4, Broker: BrokerAMQP, Faults: shardKinds}, shardKinds)
 	checkShardDrill(t, rep)
 }
 

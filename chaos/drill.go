@@ -99,6 +99,15 @@ type LocalConfig struct {
 	// Shards runs the replicas with --shards Shards (0 or 1: unsharded),
 	// adds a spare replica for shard-move, and draws from ShardFaults.
 	Shards int
+	// Rabbit, with Broker BrokerAMQP, is a running rabbitmq-server to
+	// drill on instead of starting one: a node takes tens of seconds to
+	// start on a loaded machine, so a test package starts one for all its
+	// drills. The drill restarts it on rabbit-restart and leaves it
+	// running. Drills on one node run one at a time, each with its own
+	// Prefix: the prefix names the fence and journal queues.
+	Rabbit *harness.Rabbit
+	// Prefix is the cluster's etcd prefix (default /beatd/drill/).
+	Prefix string
 }
 
 // DrillSchedule is the schedule drills run: many 1-second entries with
@@ -218,7 +227,13 @@ func RunLocal(ctx context.Context, cfg LocalConfig) (*Report, error) {
 	if cfg.Topology == TopologyEmbedded && (cfg.Broker == BrokerAMQP || cfg.Sentinel) {
 		return nil, fmt.Errorf("chaos: the embedded topology drills a single redis-server (no --broker amqp or --sentinel)")
 	}
-	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: "/beatd/drill/"}
+	if cfg.Rabbit != nil && cfg.Broker != BrokerAMQP {
+		return nil, errors.New("chaos: a RabbitMQ node given to a drill on another broker")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/beatd/drill/"
+	}
+	d := &drill{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)), prefix: cfg.Prefix}
 	if cfg.Shards > 1 {
 		d.shards = &shardDrill{epochs: []shardEpoch{{count: cfg.Shards}}}
 	}
@@ -259,6 +274,18 @@ func (d *drill) setup() error {
 	}
 	brokerAddr := ""
 	switch {
+	case d.cfg.Broker == BrokerAMQP && d.cfg.Rabbit != nil:
+		// A shared node: up (an earlier drill may have failed while it
+		// was down for rabbit-restart), and without an earlier drill's
+		// messages in the drill queue the audit reads.
+		d.rabbit = d.cfg.Rabbit
+		if err := d.rabbit.Start(); err != nil {
+			return err
+		}
+		if err := d.deleteDrillQueue(); err != nil {
+			return err
+		}
+		brokerAddr = fmt.Sprintf("127.0.0.1:%d", d.rabbit.Port)
 	case d.cfg.Broker == BrokerAMQP:
 		if d.rabbit, err = harness.StartRabbit(filepath.Join(d.dir, "rabbit")); err != nil {
 			return err
@@ -357,7 +384,7 @@ func (d *drill) shutdown() {
 	if d.redis != nil {
 		d.redis.Kill()
 	}
-	if d.rabbit != nil {
+	if d.rabbit != nil && d.cfg.Rabbit == nil {
 		d.rabbit.Close()
 	}
 	if d.sentinel != nil {
@@ -530,6 +557,24 @@ func (d *drill) run(ctx context.Context) (*Report, error) {
 		d.shardChecks(rep, msgs, logs)
 	}
 	return rep, nil
+}
+
+// deleteDrillQueue deletes the drill queue of a shared RabbitMQ node.
+func (d *drill) deleteDrillQueue() error {
+	conn, err := d.rabbit.Dial()
+	if err != nil {
+		return fmt.Errorf("chaos: dial the shared RabbitMQ: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("chaos: open channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDelete("drill", false, false, false); err != nil {
+		return fmt.Errorf("chaos: delete the drill queue: %w", err)
+	}
+	return nil
 }
 
 // readQueue drains the drill queue of whichever broker runs.

@@ -10,9 +10,9 @@ import (
 	"github.com/beatd/beatd/internal/keys"
 )
 
-// TestDrillShort is the CI drill: every fault kind at least twice against
-// a real 3-member etcd, redis-server and three beatd processes. Any
-// duplicate or missed slot fails the build.
+// TestDrillShort is the CI drill: every fault kind at least once, over at
+// least 45 s of faults, against a real 3-member etcd, redis-server and
+// three beatd processes. Any duplicate or missed slot fails the build.
 func TestDrillShort(t *testing.T) {
 	rep := runDrill(t, LocalConfig{Duration: 45 * time.Second}, AllFaults)
 	if rep.ExpectedSlots < 500 {
@@ -144,5 +144,5 @@ func TestDrillSentinel(t *testing.T) {
 	if os.Getenv("BEATD_DRILL_SENTINEL") == "" {
 		t.Skip("set BEATD_DRILL_SENTINEL=1 to run the Sentinel drill")
 	}
-	runDrill(t, LocalConfig{Duration: 60 * time.Second, Sentinel: true}, []string{FaultRedisFailover})
+	runDrill(t, LocalConfig{Duration: 60 * time.Second, Sentinel: true, MinEach: 2}, []string{FaultRedisFailover})
 }

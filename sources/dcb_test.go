@@ -3,7 +3,6 @@ package sources
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -59,17 +58,16 @@ PeriodicTask.objects.create(name='once', task='app.tasks.add', interval=iv, one_
 func TestDCBRead(t *testing.T) {
 	backends := []struct {
 		name string
-		db   func(t *testing.T) (django, url string)
+		db   func(t *testing.T) (dj *testutil.Django, url string)
 	}{
-		{"postgres", func(t *testing.T) (string, string) {
+		{"postgres", func(t *testing.T) (*testutil.Django, string) {
 			pg := postgres(t)
-			db := strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name()))
-			db = testutil.MustCreateDB(t, pg, db)
-			return fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": %q, "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, db, pg.Port), pg.URL(db)
+			dj, db := testutil.MustDjangoPostgres(t, pg, strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name())))
+			return dj, pg.URL(db)
 		}},
-		{"sqlite", func(t *testing.T) (string, string) {
-			path := filepath.Join(t.TempDir(), "dcb.sqlite3")
-			return fmt.Sprintf(`{"ENGINE": "django.db.backends.sqlite3", "NAME": %q}`, path), "sqlite:///" + path // dj-database-url's absolute form, sqlite:////abs
+		{"sqlite", func(t *testing.T) (*testutil.Django, string) {
+			dj, path := testutil.MustDjangoSQLite(t)
+			return dj, "sqlite:///" + path // dj-database-url's absolute form, sqlite:////abs
 		}},
 	}
 	for _, b := range backends {
@@ -77,8 +75,7 @@ func TestDCBRead(t *testing.T) {
 			if testing.Short() {
 				t.Skip("runs Django")
 			}
-			djangoDB, url := b.db(t)
-			dj := testutil.MustMigrateDjango(t, djangoDB)
+			dj, url := b.db(t)
 			dj.ORM(t, dcbRows)
 			src, err := OpenDCB(url, time.Second, false)
 			if err != nil {
@@ -167,7 +164,7 @@ func TestDCBKeepsLastGoodSet(t *testing.T) {
 		t.Skip("runs PostgreSQL and Django")
 	}
 	pg := testutil.MustStartPostgres(t) // its own: this test stops it
-	dj := testutil.MustMigrateDjango(t, fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": "postgres", "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, pg.Port))
+	dj := testutil.MustMigrateDjango(t, testutil.PostgresDB(pg, "postgres"))
 	dj.ORM(t, "iv, _ = IntervalSchedule.objects.get_or_create(every=10, period='seconds')\nPeriodicTask.objects.create(name='a', task='t.a', interval=iv)\n")
 	src, err := OpenDCB(pg.URL("postgres"), 100*time.Millisecond, false)
 	if err != nil {

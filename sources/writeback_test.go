@@ -2,8 +2,6 @@ package sources
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +38,18 @@ func TestDCBWriteBack(t *testing.T) {
 	}
 	for _, backend := range []string{"postgres", "sqlite"} {
 		t.Run(backend, func(t *testing.T) {
-			var djangoDB, url string
+			var dj *testutil.Django
+			var url string
 			if backend == "postgres" {
 				pg := postgres(t)
-				db := testutil.MustCreateDB(t, pg, "writeback")
-				djangoDB = fmt.Sprintf(`{"ENGINE": "django.db.backends.postgresql", "NAME": %q, "USER": "postgres", "HOST": "127.0.0.1", "PORT": "%d"}`, db, pg.Port)
+				var db string
+				dj, db = testutil.MustDjangoPostgres(t, pg, "writeback")
 				url = pg.URL(db)
 			} else {
-				path := filepath.Join(t.TempDir(), "dcb.sqlite3")
-				djangoDB, url = fmt.Sprintf(`{"ENGINE": "django.db.backends.sqlite3", "NAME": %q}`, path), "sqlite://"+path
+				var path string
+				dj, path = testutil.MustDjangoSQLite(t)
+				url = "sqlite://" + path
 			}
-			dj := testutil.MustMigrateDjango(t, djangoDB)
 			dj.ORM(t, `
 from datetime import datetime, timezone as tz
 iv, _ = IntervalSchedule.objects.get_or_create(every=10, period='seconds')

@@ -36,9 +36,13 @@ func BeatdBinary(tb testing.TB) string {
 }
 
 // MainWithBeatd is TestMain for a package whose tests call BeatdBinary:
-// it runs them, removes the binary and exits with their code.
-func MainWithBeatd(m *testing.M) {
+// it runs them, calls each of after (to stop the servers the package
+// shares), removes the binary and exits with their code.
+func MainWithBeatd(m *testing.M, after ...func()) {
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if beatd.dir != "" {
 		os.RemoveAll(beatd.dir)
 	}

@@ -147,8 +147,19 @@ func (p *Postgres) Close() {
 // in this process, so -count=N reruns get fresh ones) and returns its name.
 func MustCreateDB(tb testing.TB, p *Postgres, prefix string) string {
 	tb.Helper()
+	return mustCreateDBFrom(tb, p, prefix, "")
+}
+
+// mustCreateDBFrom is MustCreateDB copying database template ("": the
+// server's default, template1).
+func mustCreateDBFrom(tb testing.TB, p *Postgres, prefix, template string) string {
+	tb.Helper()
 	name := fmt.Sprintf("%s_%d", prefix, dbSeq.Add(1))
-	out, err := exec.Command(filepath.Join(PostgresBin, "createdb"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres", name).CombinedOutput()
+	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres"}
+	if template != "" {
+		args = append(args, "-T", template)
+	}
+	out, err := exec.Command(filepath.Join(PostgresBin, "createdb"), append(args, name)...).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("createdb %s: %v\n%s", name, err, out)
 	}
