@@ -158,6 +158,11 @@ type Main struct {
 	wg        sync.WaitGroup
 	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
 	reloadMu  sync.Mutex
+	// fileData is, on a sharded replica, the bytes of the file the merger
+	// runs (guarded by reloadMu): a shard's term parses its own entries
+	// from them (config.CheckPart), so each is of the same file as the
+	// others, whatever is on disk meanwhile.
+	fileData  []byte
 	closeOnce sync.Once
 	ops       opsState
 	runCtx    context.Context
@@ -405,6 +410,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The whole file: a sharded replica's merged config holds the
+	// entries of the shards it leads alone.
+	fileCfg := cfg
 	type started struct {
 		srv *embedetcd.Server
 		err error
@@ -480,7 +488,7 @@ func (m *Main) Run(ctx context.Context) error {
 			// sends with another's term.
 			return fmt.Errorf("--shards %d: the SQS broker runs unsharded clusters only (--shards 1)", m.Shards)
 		}
-		s, err := m.newSQS(ctx, prefix, probeTasks(cfg, cluster, m.KombuPrefix))
+		s, err := m.newSQS(ctx, prefix, probeTasks(fileCfg, cluster, m.KombuPrefix))
 		if err != nil {
 			return err
 		}
@@ -500,10 +508,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	dedup := m.DedupTTL
 	if dedup <= 0 {
-		dedup = redisbroker.DefaultDedupTTL
-		for _, e := range cfg.Entries {
-			dedup = max(dedup, e.CatchupWindow)
+		var whole *config.Config
+		if m.Shards > 1 {
+			whole = fileCfg
 		}
+		dedup = dedupFor(cfg, whole, m.Sources.dcb != nil)
 	}
 	shortfalls := newShortfallCounter()
 	var redisOpts redisbroker.Options
@@ -512,7 +521,11 @@ func (m *Main) Run(ctx context.Context) error {
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
 			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)}
 		m.pub = redisbroker.New(m.rdb, redisOpts)
-		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
+		probed := cfg
+		if m.Shards > 1 {
+			probed = fileCfg
+		}
+		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(probed, cluster, m.KombuPrefix)); err != nil {
 			return err
 		}
 		pub = m.pub
@@ -548,7 +561,7 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	m.configAccepted(cfg)
+	m.configAccepted(m.configuredEntries(cfg))
 	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log, Clock: m.clock})
 	if err != nil {
 		return err
