@@ -1,7 +1,9 @@
 // Package sources merges the places entries come from — schedules.yaml,
 // the entries API (kept in etcd) and django-celery-beat's tables — into
 // the one config the scheduler runs, with each entry's source, reported
-// name conflicts and per-source health.
+// name conflicts and per-source health. On a sharded replica it holds
+// every source's entries of the shards the replica leads, and of the
+// others an index of names.
 package sources
 
 import (
@@ -720,10 +722,14 @@ func (p *Part) SetFile(file *config.Config) error {
 			entries = append(entries, e)
 		}
 	}
+	kept := len(entries)
 	for _, e := range file.Entries {
 		if p.Has(e.Name) {
 			entries = append(entries, e)
 		}
+	}
+	if kept == len(m.file.Entries) && len(entries) == kept {
+		return nil // the file has none of the part's entries: no merge
 	}
 	prev := m.file
 	m.file = m.file.WithEntries(entries)
@@ -743,8 +749,10 @@ func (p *Part) Drop() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.held, p.shard)
-	if m.file != nil {
+	dropped := false
+	if m.file != nil && slices.ContainsFunc(m.file.Entries, func(e *config.Entry) bool { return p.Has(e.Name) }) {
 		m.file = m.file.WithEntries(slices.DeleteFunc(slices.Clone(m.file.Entries), func(e *config.Entry) bool { return p.Has(e.Name) }))
+		dropped = true
 	}
 	for src, rows := range m.rows {
 		kept := make(map[string]row, len(rows))
@@ -753,11 +761,17 @@ func (p *Part) Drop() error {
 				kept[name] = r
 			}
 		}
+		dropped = dropped || len(kept) < len(rows)
 		m.rows[src] = kept
 		if bad := m.rowErrs[src]; src == API && len(bad) > 0 {
 			m.rowErrs[src] = maps.Clone(bad)
 			maps.DeleteFunc(m.rowErrs[src], func(name, _ string) bool { return p.Has(name) })
+			dropped = true
 		}
+	}
+	if !dropped {
+		m.indexConflicts() // the shard's names are unheld now
+		return nil
 	}
 	return m.applyLocked("", nil)
 }
