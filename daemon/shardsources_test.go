@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/api"
+	"github.com/beatd/beatd/catalog"
 	"github.com/beatd/beatd/chaos"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
@@ -121,6 +122,21 @@ func TestShardShareSources(t *testing.T) {
 	})
 	from := time.Now().Truncate(time.Second).Add(time.Second)
 	everyName := slices.Sorted(slices.Values(slices.Concat(fileNames, dcbNames, bothNames)))
+
+	// The catalog (what beatd next reads), which shard 0's leader
+	// publishes, is the whole file, and counts every entry of the
+	// cluster once, though that leader holds its shards' alone.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "the catalog published", func() bool {
+		_, h, err := catalog.Load(ctx, a.etcd, prefix)
+		return err == nil && h.Token != 0
+	})
+	published, h, err := catalog.Load(ctx, a.etcd, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := entryNamesOf(published); !slices.Equal(got, slices.Sorted(slices.Values(fromFile))) || h.Entries != len(everyName) {
+		t.Errorf("the catalog has %v and counts %d entries, want the file's %v and %d", got, h.Entries, fromFile, len(everyName))
+	}
 
 	for _, m := range []*Main{a, b} {
 		// Every name in both sources is a conflict, on either replica.
@@ -302,4 +318,13 @@ else:
 			"PeriodicTask.objects.filter(name__startswith='both-', total_run_count__gt=0).count())")
 		return strings.TrimSpace(out) == fmt.Sprintf("%d 0", len(fromDCB))
 	})
+}
+
+// entryNamesOf is cfg's entries' names, in order.
+func entryNamesOf(cfg *config.Config) []string {
+	var out []string
+	for _, e := range cfg.Entries {
+		out = append(out, e.Name)
+	}
+	return out
 }

@@ -168,7 +168,8 @@ func (m *Main) shardOf() func(string) int {
 // configuredEntries is how many entries the sources define, for the
 // catalog's header: on a sharded replica, whose merged config holds the
 // entries of the shards it leads alone, the count of every source's
-// (the runtime entries it holds, the file's and dcb's whole).
+// (the runtime entries it holds, the file's and dcb's whole), each name
+// once.
 func (m *Main) configuredEntries(cfg *config.Config) int {
 	if m.Shards <= 1 {
 		return len(cfg.Entries)
@@ -176,6 +177,9 @@ func (m *Main) configuredEntries(cfg *config.Config) int {
 	n := 0
 	for _, h := range m.merger.Health() {
 		n += h.Entries
+	}
+	for _, c := range m.merger.Conflicts() {
+		n -= len(c.Sources) - 1 // a name several sources claim runs once
 	}
 	return n
 }
