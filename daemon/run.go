@@ -488,7 +488,7 @@ func (m *Main) Run(ctx context.Context) error {
 			// sends with another's term.
 			return fmt.Errorf("--shards %d: the SQS broker runs unsharded clusters only (--shards 1)", m.Shards)
 		}
-		s, err := m.newSQS(ctx, prefix, probeTasks(fileCfg, cluster, m.KombuPrefix))
+		s, err := m.newSQS(ctx, prefix, probeTasks(cfg, cluster, m.KombuPrefix))
 		if err != nil {
 			return err
 		}
@@ -638,7 +638,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.log.Warn("a password was given in "+f+" on the command line, where every local user (ps, /proc) and the pod spec can read it: "+
 			"put the URL in "+flagenv.EnvName(strings.TrimPrefix(f, "--"))+" instead, or the password in its password file", "flag", f)
 	}
-	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
+	m.log.Info("beatd started", "config", m.ConfigPath, "entries", m.configuredEntries(cfg), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", version.String())
 	return nil
 }
