@@ -219,10 +219,17 @@ func Parse(file string, data []byte) (*Config, error) {
 // ParseWith is Parse with opt; the Config keeps opt for the entries
 // ParseEntry reads under it.
 func ParseWith(file string, data []byte, opt Options) (*Config, error) {
+	return parseKeeping(file, data, opt, nil)
+}
+
+// parseKeeping is ParseWith building only the entries whose names keep
+// holds (nil: every one); the others are checked for a name, and left
+// unparsed.
+func parseKeeping(file string, data []byte, opt Options, keep func(name string) bool) (*Config, error) {
 	if err := CheckMinInterval(opt.MinInterval); err != nil {
 		return nil, err
 	}
-	d := &decoder{file: file, opt: opt}
+	d := &decoder{file: file, opt: opt, keep: keep}
 	cfg := d.parse(data)
 	if cfg != nil {
 		cfg.opt = opt
@@ -250,6 +257,9 @@ type decoder struct {
 	// shared, when set, are the defaults whose options cache outlives
 	// the decoder (ParseEntry's).
 	shared *defaults
+	// keep, when set, names the entries to build; the others are skipped
+	// once their names are checked (CheckPart).
+	keep func(name string) bool
 }
 
 func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
@@ -445,6 +455,9 @@ func (d *decoder) entries(en *yaml.Node, cfg *Config, def *defaults) {
 			continue
 		}
 		d.seen[name] = k.Line
+		if d.keep != nil && !d.keep(name) {
+			continue
+		}
 		if e := d.entry(name, k, v, cfg.Timezone, def); e != nil {
 			cfg.Entries = append(cfg.Entries, e)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -35,6 +36,10 @@ type entriesAPI struct {
 	// another replica leads, whose runtime entries this one does not hold.
 	shards int
 	remote func(name string) bool
+	// remoteDefs, on a sharded replica, is the definitions of entries of
+	// shards it does not lead, each by --sources-priority, given their
+	// stored runtime documents (Main.remoteDefs).
+	remoteDefs func(ctx context.Context, names []string, docs map[string]sources.Doc) (map[string]*config.Entry, error)
 }
 
 // nextRunsShown is how many coming fire times the entries API lists.
@@ -61,6 +66,19 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 				break
 			}
 			running = append(running, e.Name)
+		}
+	}
+	if !filtered && a.remote != nil {
+		// The file's and django-celery-beat's entries of the shards
+		// another replica leads, which this one indexes by name.
+		unheld, _ := a.merger.Unheld(q.After, q.Prefix, q.Limit+1)
+		for _, u := range unheld {
+			running = append(running, u.Name)
+		}
+		slices.Sort(running)
+		running = slices.Compact(running)
+		if len(running) > q.Limit {
+			running, more = running[:q.Limit], true
 		}
 	}
 	var (
@@ -131,7 +149,8 @@ func (a *entriesAPI) GetEntry(ctx context.Context, name string) (api.Entry, erro
 		docs[d.Name] = d
 	}
 	cfg := a.merger.Current()
-	if len(docs) == 0 && (cfg == nil || cfg.Entry(name) == nil) {
+	unheld := a.remote != nil && a.remote(name) && len(a.merger.Indexed(name)) > 0
+	if len(docs) == 0 && (cfg == nil || cfg.Entry(name) == nil) && !unheld {
 		return api.Entry{}, sources.ErrNotFound
 	}
 	list, err := a.views(ctx, cfg, []string{name}, docs)
@@ -151,18 +170,23 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			runningNames = append(runningNames, n)
 		}
 	}
-	file := a.merger.File()
-	remote := map[string]*config.Entry{}
+	var others []string
 	for _, n := range names {
 		if cfg != nil && cfg.Entry(n) != nil || a.remote == nil || !a.remote(n) {
 			continue
 		}
-		// A runtime entry of a shard another replica leads runs there:
-		// parsed from its document as that replica's merger parses it.
-		if d, ok := docs[n]; ok {
-			if e, err := file.ParseEntry(n, d.Data); err == nil {
-				e.Source = sources.API
-				remote[n] = e
+		others = append(others, n)
+	}
+	// An entry of a shard another replica leads runs there: its
+	// definition as that replica's merger has it.
+	remote := map[string]*config.Entry{}
+	if len(others) > 0 && a.remoteDefs != nil {
+		var err error
+		if remote, err = a.remoteDefs(ctx, others, docs); err != nil {
+			return nil, err
+		}
+		for _, n := range others {
+			if remote[n] != nil {
 				runningNames = append(runningNames, n)
 			}
 		}
@@ -261,7 +285,7 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 	bad := api.DocErrors{}
 	out := make([]sources.Doc, 0, len(docs))
 	for _, d := range docs {
-		if file != nil && file.Entry(d.Name) != nil {
+		if a.merger.FileHas(d.Name) {
 			if len(docs) == 1 {
 				return 0, api.ErrFileOwned
 			}
@@ -292,7 +316,7 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 
 // DeleteEntry implements api.EntriesBackend.
 func (a *entriesAPI) DeleteEntry(ctx context.Context, name string, ifMatch int64) error {
-	if file := a.merger.File(); file != nil && file.Entry(name) != nil {
+	if a.merger.FileHas(name) {
 		return api.ErrFileOwned
 	}
 	return a.entries.Delete(ctx, name, ifMatch)

@@ -75,12 +75,16 @@ func (m *Main) configOptions() config.Options {
 	return config.Options{MinInterval: m.MinInterval}
 }
 
-// configAccepted records that cfg, last loaded, now runs: the leader
-// publishes it to the catalog once.
-func (m *Main) configAccepted(cfg *config.Config) {
-	m.ops.running.Store(&loadedConfig{data: m.ops.candidate, entries: len(cfg.Entries)})
+// configAccepted records that the file last loaded, of entries entries,
+// now runs: the leader publishes it to the catalog once. A sharded
+// replica keeps its bytes for its shards' terms (Main.fileData).
+func (m *Main) configAccepted(entries int) {
+	m.ops.running.Store(&loadedConfig{data: m.ops.candidate, entries: entries})
+	if m.Shards > 1 {
+		m.fileData = m.ops.candidate
+	}
 	m.ops.candidate = nil
-	if len(cfg.Entries) == 0 {
+	if entries == 0 {
 		m.log.Warn("the config has no entries: nothing will be published", "config", m.ConfigPath)
 	}
 	select {

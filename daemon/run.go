@@ -158,6 +158,11 @@ type Main struct {
 	wg        sync.WaitGroup
 	configSum [32]byte // of the config last loaded or tried; guarded by reloadMu
 	reloadMu  sync.Mutex
+	// fileData is, on a sharded replica, the bytes of the file the merger
+	// runs (guarded by reloadMu): a shard's term parses its own entries
+	// from them (config.CheckPart), so each is of the same file as the
+	// others, whatever is on disk meanwhile.
+	fileData  []byte
 	closeOnce sync.Once
 	ops       opsState
 	runCtx    context.Context
@@ -415,6 +420,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The whole file: a sharded replica's merged config holds the
+	// entries of the shards it leads alone.
+	fileCfg := cfg
 	m.configSum = fileSum(m.ConfigPath)
 	if err := m.connectEtcd(ctx); err != nil {
 		return err
@@ -468,10 +476,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	dedup := m.DedupTTL
 	if dedup <= 0 {
-		dedup = redisbroker.DefaultDedupTTL
-		for _, e := range cfg.Entries {
-			dedup = max(dedup, e.CatchupWindow)
+		var whole *config.Config
+		if m.Shards > 1 {
+			whole = fileCfg
 		}
+		dedup = dedupFor(cfg, whole, m.Sources.dcb != nil)
 	}
 	shortfalls := newShortfallCounter()
 	var redisOpts redisbroker.Options
@@ -480,7 +489,11 @@ func (m *Main) Run(ctx context.Context) error {
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
 			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)}
 		m.pub = redisbroker.New(m.rdb, redisOpts)
-		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(cfg, cluster, m.KombuPrefix)); err != nil {
+		probed := cfg
+		if m.Shards > 1 {
+			probed = fileCfg
+		}
+		if err := probeBroker(ctx, m.log, m.pub, m.Broker, probeTasks(probed, cluster, m.KombuPrefix)); err != nil {
 			return err
 		}
 		pub = m.pub
@@ -516,7 +529,7 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	m.configAccepted(cfg)
+	m.configAccepted(m.configuredEntries(cfg))
 	elector, err := election.New(election.Config{Client: m.etcd, Prefix: prefix, ID: m.ID, TTL: m.LeaseTTL, Logger: m.log, Clock: m.clock})
 	if err != nil {
 		return err
@@ -590,7 +603,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.log.Warn("a password was given in "+f+" on the command line, where every local user (ps, /proc) and the pod spec can read it: "+
 			"put the URL in "+flagenv.EnvName(strings.TrimPrefix(f, "--"))+" instead, or the password in its password file", "flag", f)
 	}
-	m.log.Info("beatd started", "config", m.ConfigPath, "entries", len(cfg.Entries), "broker", broker.Redacted(m.Broker),
+	m.log.Info("beatd started", "config", m.ConfigPath, "entries", m.configuredEntries(cfg), "broker", broker.Redacted(m.Broker),
 		"etcd", m.Etcd.Endpoints, "prefix", prefix, "http", m.httpLn.Addr().String(), "lease_ttl", m.LeaseTTL.String(), "version", version.String())
 	return nil
 }

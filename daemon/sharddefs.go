@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/beatd/beatd/config"
-	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 )
 
@@ -18,43 +18,74 @@ import (
 // entries at the start of its term.
 const shardDefsLoadTimeout = time.Minute
 
-// shardDefs loads shard i's runtime entries for a term of the shard: one
-// range read of its definitions (keys.Defs of its shard prefix), given to
-// the merger as that shard's part of the entries API's source, which
-// reaches the shard's scheduler before its term begins (so the state of
-// none of them is taken for a removed entry's), then one watch from that
-// revision. The returned stop ends the watch and drops the shard's
-// entries, so a replica holds the runtime entries of the shards it leads
-// and no others.
+// shardDefs loads shard i's entries for a term of the shard, before its
+// scheduler runs (so the state of none of them is taken for a removed
+// entry's): its entries of the file, parsed from the bytes of the file
+// the merger runs (config.CheckPart, under reloadMu so a reload cannot
+// come between); its django-celery-beat rows, in one read of the table;
+// and its runtime entries, in one range read of its definitions
+// (keys.Defs of its shard prefix), followed by one watch from that
+// revision. Until the returned stop, which ends the watch and drops them
+// all, the merger holds the shard's entries of every source (its reloads
+// and dcb polls keep them), so a replica holds the entries of the shards
+// it leads and, of the others, only their names.
 func (m *Main) shardDefs(ctx context.Context, i int) (stop func(), err error) {
-	n := m.Shards
-	part := m.merger.Part(func(name string) bool { return keys.ShardOf(name, n) == i })
-	st := m.entries.Shard(i)
+	part := m.merger.ShardPart(i)
 	start := m.clock.Now()
+	drop := func() {
+		if err := part.Drop(); err != nil {
+			m.log.Error("dropping a shard's entries failed", "shard", i, "err", err)
+		}
+	}
+	m.reloadMu.Lock()
+	part.Hold()
+	file, err := config.CheckPart(m.ConfigPath, m.fileData, m.configOptions(), part.Has)
+	if err == nil {
+		err = part.SetFile(file)
+	}
+	m.reloadMu.Unlock()
+	if err != nil {
+		drop()
+		return nil, fmt.Errorf("shard %d: load the file's entries: %w", i, err)
+	}
+	if src := m.Sources.dcb; src != nil {
+		// A database that does not answer does not stop the shard, as
+		// it does not stop a replica's start: the shard runs without
+		// them, readiness says so, and the next poll reads them.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		docs, _, err := src.ReadPart(rctx, part.Has)
+		cancel()
+		if err == nil {
+			err = part.SetSource(sources.DCB, docs)
+		}
+		if err != nil {
+			src.Stale()
+			m.merger.SetError(sources.DCB, fmt.Errorf("%s: shard %d: %w", src, i, err))
+		}
+	}
+	st := m.entries.Shard(i)
 	lctx, cancel := context.WithTimeout(ctx, shardDefsLoadTimeout)
 	rev, err := st.Load(lctx, part)
 	cancel()
 	if err != nil {
+		drop()
 		return nil, fmt.Errorf("shard %d: read runtime entries: %w", i, err)
 	}
-	m.log.Info("shard's runtime entries loaded", "shard", i, "took", m.clock.Since(start).String())
+	m.log.Info("shard's entries loaded", "shard", i, "took", m.clock.Since(start).String())
 	wctx, cancelWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { st.Sync(wctx, part, rev) })
 	return func() {
 		cancelWatch()
 		wg.Wait()
-		if err := part.SetSource(sources.API, nil); err != nil {
-			m.log.Error("dropping a shard's runtime entries failed", "shard", i, "err", err)
-		}
+		drop()
 	}, nil
 }
 
 // runningConfig is the config this replica runs: the scheduler's on an
-// unsharded replica; on a sharded one the merger's (the file's and
-// django-celery-beat's entries of every shard, the runtime entries of the
-// shards it leads), which its shards' schedulers hold in parts and no
-// scheduler holds whole.
+// unsharded replica; on a sharded one the merger's (the entries of every
+// source of the shards it leads), which its shards' schedulers hold in
+// parts and no scheduler holds whole.
 func (m *Main) runningConfig() *config.Config {
 	if m.Shards > 1 {
 		return m.merger.Current()
@@ -64,37 +95,112 @@ func (m *Main) runningConfig() *config.Config {
 
 // entryOf is the definition of the entry named, wherever it runs: from
 // the config this replica runs, else, on a sharded replica, from the
-// runtime entries of a shard it does not lead, read from etcd and parsed
-// as the merger parses them (nil: no such entry).
+// sources of a shard it does not lead, by --sources-priority: the file's
+// and django-celery-beat's by the merger's index, the runtime entries
+// read from etcd, each parsed as the merger parses them (nil: no such
+// entry).
 func (m *Main) entryOf(ctx context.Context, name string) (*config.Entry, error) {
 	if e := m.runningConfig().Entry(name); e != nil || m.Shards <= 1 {
 		return e, nil
 	}
-	d, err := m.entries.Get(ctx, name)
-	if errors.Is(err, sources.ErrNotFound) {
-		return nil, nil
+	indexed := m.merger.Indexed(name)
+	for _, src := range m.Sources.priority {
+		if src != sources.API {
+			if !slices.Contains(indexed, src) {
+				continue
+			}
+			defs, err := m.unheldEntries(ctx, []sources.Named{{Name: name, Source: src}})
+			if e := defs[name]; e != nil || err != nil {
+				return e, err
+			}
+			continue
+		}
+		d, err := m.entries.Get(ctx, name)
+		if errors.Is(err, sources.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if e := m.parseRemote(name, d.Data, sources.API); e != nil {
+			return e, nil
+		}
+	}
+	return nil, nil
+}
+
+// parseRemote parses a document of source as the merger parses it (nil:
+// invalid, so it runs nowhere).
+func (m *Main) parseRemote(name string, doc []byte, source string) *config.Entry {
+	e, err := m.merger.File().ParseEntry(name, doc)
+	if err == nil {
+		err = scheduler.ValidateEntry(e)
 	}
 	if err != nil {
-		return nil, err
+		return nil
 	}
-	e, err := m.merger.File().ParseEntry(name, d.Data)
-	if err != nil {
-		return nil, nil // an invalid runtime entry runs nowhere
+	e.Source = source
+	return e
+}
+
+// unheldEntries parses the entries named, of the file or
+// django-celery-beat and of shards this replica does not lead, which its
+// merger indexes but does not hold: the file's from the bytes of the file
+// it runs (config.CheckPart of those names), dcb's in one query by name.
+// A dcb that does not answer leaves its entries out (its health says
+// so).
+func (m *Main) unheldEntries(ctx context.Context, named []sources.Named) (map[string]*config.Entry, error) {
+	out := map[string]*config.Entry{}
+	want := map[string]string{}
+	var dcbNames []string
+	for _, n := range named {
+		want[n.Name] = n.Source
+		if n.Source == sources.DCB {
+			dcbNames = append(dcbNames, n.Name)
+		}
 	}
-	e.Source = sources.API
-	return e, nil
+	if len(dcbNames) < len(named) {
+		m.reloadMu.Lock()
+		data := m.fileData
+		m.reloadMu.Unlock()
+		file, err := config.CheckPart(m.ConfigPath, data, m.configOptions(),
+			func(name string) bool { return want[name] == sources.File })
+		if err != nil {
+			return nil, fmt.Errorf("parse the file's entries of other shards: %w", err)
+		}
+		for _, e := range file.Entries {
+			if scheduler.ValidateEntry(e) == nil {
+				e.Source = sources.File
+				out[e.Name] = e
+			}
+		}
+	}
+	if src := m.Sources.dcb; src != nil && len(dcbNames) > 0 {
+		docs, _, err := src.ReadNames(ctx, dcbNames)
+		if err != nil {
+			m.log.Warn("reading django-celery-beat entries of other shards failed; left out", "err", err)
+		}
+		for name, doc := range docs {
+			if e := m.parseRemote(name, doc, sources.DCB); e != nil {
+				out[name] = e
+			}
+		}
+	}
+	return out, nil
 }
 
 // remoteEntries is, for a page of /status on a sharded replica, the
-// runtime entries of the shards it does not lead that the page may show:
-// the first limit+1 whose names follow after and start with prefix (one
-// range read of at most that many per shard), parsed as the merger parses
-// them, less the names of the config it runs; and how many runtime
-// entries of those shards follow in all (a count-only read per shard).
-// So a page costs reads bounded by its size, whatever the cluster's.
+// entries of the shards it does not lead that the page may show: the
+// first limit+1 whose names follow after and start with prefix, less the
+// names of the config it runs, of the runtime entries (one range read of
+// at most that many per shard) and of the file's and django-celery-beat's
+// names the merger indexes, each name by --sources-priority, parsed as
+// the merger parses them (unheldEntries); and how many entries of those
+// shards follow in all (a count-only read per shard, and the index's). So
+// a page costs reads bounded by its size, whatever the cluster's (but for
+// the file's, whose YAML is read whole to parse the page's few).
 func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error) {
 	held := m.runningConfig()
-	file := m.merger.File()
 	var (
 		docs  []sources.Doc
 		total int
@@ -115,21 +221,77 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		}
 		total += n
 	}
-	slices.SortFunc(docs, func(a, b sources.Doc) int { return strings.Compare(a.Name, b.Name) })
-	out := make([]*config.Entry, 0, min(len(docs), limit+1))
+	unheld, n := m.merger.Unheld(after, prefix, limit+1)
+	total += n
+	// Each name once, from the source that wins it.
+	rank := func(src string) int { return slices.Index(m.Sources.priority, src) }
+	won := map[string]string{}
+	runtime := map[string][]byte{}
 	for _, d := range docs {
-		if len(out) > limit {
-			break
+		won[d.Name], runtime[d.Name] = sources.API, d.Data
+	}
+	for _, u := range unheld {
+		if src, ok := won[u.Name]; !ok || rank(u.Source) < rank(src) {
+			won[u.Name] = u.Source
 		}
-		if held.Entry(d.Name) != nil {
-			continue // another source's entry runs under that name
+	}
+	names := slices.Sorted(maps.Keys(won))
+	names = slices.DeleteFunc(names, func(name string) bool { return held.Entry(name) != nil })
+	names = names[:min(len(names), limit+1)]
+	var indexed []sources.Named
+	for _, name := range names {
+		if won[name] != sources.API {
+			indexed = append(indexed, sources.Named{Name: name, Source: won[name]})
 		}
-		e, err := file.ParseEntry(d.Name, d.Data)
-		if err != nil {
-			continue // an invalid runtime entry runs nowhere
+	}
+	defs, err := m.unheldEntries(ctx, indexed)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*config.Entry, 0, len(names))
+	for _, name := range names {
+		e := defs[name]
+		if won[name] == sources.API {
+			e = m.parseRemote(name, runtime[name], sources.API)
 		}
-		e.Source = sources.API
-		out = append(out, e)
+		if e != nil { // an invalid entry runs nowhere
+			out = append(out, e)
+		}
 	}
 	return out, total, nil
+}
+
+// remoteDefs is, for the entries API on a sharded replica, the
+// definitions of the entries named, of shards it does not lead, each by
+// --sources-priority: the file's and django-celery-beat's by the
+// merger's index (unheldEntries), the runtime entries' from their stored
+// documents in docs. A name none defines validly is left out.
+func (m *Main) remoteDefs(ctx context.Context, names []string, docs map[string]sources.Doc) (map[string]*config.Entry, error) {
+	var indexed []sources.Named
+	winners := map[string]string{}
+	for _, name := range names {
+		has := m.merger.Indexed(name)
+		for _, src := range m.Sources.priority {
+			_, stored := docs[name]
+			if src == sources.API && stored || slices.Contains(has, src) {
+				winners[name] = src
+				break
+			}
+		}
+		if src := winners[name]; src != "" && src != sources.API {
+			indexed = append(indexed, sources.Named{Name: name, Source: src})
+		}
+	}
+	out, err := m.unheldEntries(ctx, indexed)
+	if err != nil {
+		return nil, err
+	}
+	for name, src := range winners {
+		if src == sources.API {
+			if e := m.parseRemote(name, docs[name].Data, sources.API); e != nil {
+				out[name] = e
+			}
+		}
+	}
+	return out, nil
 }

@@ -86,9 +86,9 @@ const shardBalanceEvery = 250 * time.Millisecond
 // shardSet is a sharded replica's leadership: a leader.Loop per shard,
 // each with its own election, fencing token, state table, broker fence
 // and scheduler over only that shard's entries (keys.ShardOf). A shard's
-// runtime entries are loaded when a term of it starts and dropped when
-// it ends (shardDeps.defs), so a scheduler of a shard this replica does
-// not lead holds only its file and django-celery-beat entries.
+// entries, of every source, are loaded when a term of it starts and
+// dropped when it ends (shardDeps.defs), so a scheduler of a shard this
+// replica does not lead holds none.
 //
 // Balance is kept by each replica alone, from the number of live replicas
 // (the registry, keys.Replicas) and one range read of every shard's
@@ -173,7 +173,7 @@ type shardDeps struct {
 	// observe, when set, is shard i's scheduler's Observer (the console's
 	// timeline of that shard's fires), in place of sched's.
 	observe func(i int) func(entry string, slot time.Time, r broker.Result, lag time.Duration, manual bool)
-	// defs, when set, loads shard i's runtime entries for a term of it,
+	// defs, when set, loads shard i's entries for a term of it,
 	// before its scheduler runs, and stop drops them when the term ends
 	// (shardDefs).
 	defs func(ctx context.Context, i int) (stop func(), err error)
@@ -234,7 +234,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, err
 		}
 		lead := func(ctx context.Context, t leader.Term) error {
-			// The shard's runtime entries are loaded before the term
+			// The shard's entries are loaded before the term
 			// shows as led (leading, /status, /readyz), so a led shard's
 			// scheduler is about to run, not still reading etcd; the
 			// term's context still ends the read.

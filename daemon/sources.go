@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/etcdflags"
 	"github.com/beatd/beatd/internal/keys"
@@ -99,6 +100,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 			return m.sched.ReloadDelta(c, changed)
 		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
+		ShardOf: m.shardOf(),
 	})
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
@@ -138,6 +140,12 @@ func (m *Main) syncSources(ctx context.Context) {
 			if m.Sources.WriteBack {
 				w := &sources.WriteBack{Source: src, History: m.pub, Merger: m.merger, Logger: m.log,
 					Leading: func() bool { return m.leader.Token() != 0 }}
+				if m.shards != nil {
+					// Each shard's leader writes back its own entries:
+					// the merger holds those of the shards it leads.
+					w.Leading = func() bool { return m.shards.held() > 0 }
+					w.Owns = func(name string) bool { return m.shards.leads(keys.ShardOf(name, m.Shards)) }
+				}
 				wb.Go(func() { w.Run(ctx) })
 			}
 			src.Sync(ctx, m.merger, m.Sources.dcbSynced, m.Sources.dcbMarker)
@@ -145,6 +153,58 @@ func (m *Main) syncSources(ctx context.Context) {
 			_ = src.Close()
 		})
 	}
+}
+
+// shardOf is the merger's Config.ShardOf: a name's shard on a sharded
+// replica, nil on an unsharded one, whose merger holds every entry.
+func (m *Main) shardOf() func(string) int {
+	if m.Shards <= 1 {
+		return nil
+	}
+	n := m.Shards
+	return func(name string) int { return keys.ShardOf(name, n) }
+}
+
+// configuredEntries is how many entries the sources define, for the
+// catalog's header: on a sharded replica, whose merged config holds the
+// entries of the shards it leads alone, the count of every source's
+// (the runtime entries it holds, the file's and dcb's whole), each name
+// once.
+func (m *Main) configuredEntries(cfg *config.Config) int {
+	if m.Shards <= 1 {
+		return len(cfg.Entries)
+	}
+	n := 0
+	for _, h := range m.merger.Health() {
+		n += h.Entries
+	}
+	for _, c := range m.merger.Conflicts() {
+		n -= len(c.Sources) - 1 // a name several sources claim runs once
+	}
+	return n
+}
+
+// dedupFor is the broker's dedup horizon: at least the longest catch-up
+// window of an entry. A sharded replica holds its led shards' entries
+// alone, so it reads the windows of the whole file too (file; nil when
+// unsharded), and for dcb's entries, which set none, the file's default
+// (withDCB).
+func dedupFor(cfg, file *config.Config, withDCB bool) time.Duration {
+	dedup := redisbroker.DefaultDedupTTL
+	for _, c := range []*config.Config{cfg, file} {
+		if c == nil {
+			continue
+		}
+		for _, e := range c.Entries {
+			dedup = max(dedup, e.CatchupWindow)
+		}
+	}
+	if withDCB && file != nil {
+		if e, err := file.ParseEntry("dcb-default", []byte(`{"task": "t", "every": "1h"}`)); err == nil {
+			dedup = max(dedup, e.CatchupWindow)
+		}
+	}
+	return dedup
 }
 
 // startDCB opens the django-celery-beat source and reads it once, so its
@@ -184,6 +244,7 @@ func (m *Main) entriesAPI() *entriesAPI {
 	a := &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now, shards: m.Shards}
 	if m.Shards > 1 {
 		a.remote = func(name string) bool { return m.shards == nil || !m.shards.leads(keys.ShardOf(name, m.Shards)) }
+		a.remoteDefs = m.remoteDefs
 	}
 	return a
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -31,7 +32,15 @@ type DCBSource struct {
 	// Clock paces the polls and the write-back (OpenDCB sets the real
 	// clock; the daemon sets its own).
 	Clock clockwork.Clock
+	// stale makes the next Poll read whatever the marker says: a shard's
+	// read at the start of its term failed, so the set the merger holds
+	// lacks that shard's entries (Stale).
+	stale atomic.Bool
 }
+
+// Stale makes the next poll read the tables even if dcb's change marker
+// has not moved.
+func (d *DCBSource) Stale() { d.stale.Store(true) }
 
 // sqlitePath is the database file of a sqlite:// URL: sqlite:///abs/path,
 // and dj-database-url's and SQLAlchemy's sqlite:////abs/path, both name
@@ -120,7 +129,37 @@ ORDER BY t.name`
 // Read returns every PeriodicTask as an entry document, and the rows that
 // cannot become one with why; one bad row never hides the others.
 func (d *DCBSource) Read(ctx context.Context) (map[string][]byte, map[string]string, error) {
-	rows, err := d.db.QueryContext(ctx, dcbQuery)
+	return d.read(ctx, dcbQuery, nil, nil)
+}
+
+// ReadPart is Read of the tasks whose names keep holds: the table is still
+// read whole (a name's shard is not SQL), but only those rows become
+// documents (a sharded replica's shard, at the start of its term).
+func (d *DCBSource) ReadPart(ctx context.Context, keep func(name string) bool) (map[string][]byte, map[string]string, error) {
+	return d.read(ctx, dcbQuery, nil, keep)
+}
+
+// ReadNames is Read of the tasks named, in one query by name (the
+// definitions a sharded replica shows of a shard it does not lead).
+func (d *DCBSource) ReadNames(ctx context.Context, names []string) (map[string][]byte, map[string]string, error) {
+	if len(names) == 0 {
+		return map[string][]byte{}, map[string]string{}, nil
+	}
+	q := strings.Replace(dcbQuery, "ORDER BY t.name", "WHERE t.name IN (?"+strings.Repeat(",?", len(names)-1)+")\nORDER BY t.name", 1)
+	if !d.sqlite {
+		q = pgPlaceholders(q)
+	}
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
+	return d.read(ctx, q, args, nil)
+}
+
+// read runs query, a dcbQuery, with args, turning the rows whose names
+// keep holds (nil: all) into documents.
+func (d *DCBSource) read(ctx context.Context, query string, args []any, keep func(name string) bool) (map[string][]byte, map[string]string, error) {
+	rows, err := d.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read periodic tasks: %w", err)
 	}
@@ -134,6 +173,9 @@ func (d *DCBSource) Read(ctx context.Context) (map[string][]byte, map[string]str
 			&r.minute, &r.hour, &r.dayOfWeek, &r.dayOfMonth, &r.monthOfYear, &r.timezone,
 			&r.clocked, &r.solarEvent, &r.latitude, &r.longitude); err != nil {
 			return nil, nil, fmt.Errorf("read periodic tasks: %w", err)
+		}
+		if keep != nil && !keep(r.name) {
+			continue
 		}
 		doc, err := r.entry()
 		if err != nil {
@@ -408,11 +450,12 @@ func (d *DCBSource) Poll(ctx context.Context, m *Merger, last *string) (string, 
 	if err != nil {
 		return "", err
 	}
-	if last != nil && marker == *last {
+	if last != nil && marker == *last && !d.stale.Swap(false) {
 		return marker, nil
 	}
 	docs, bad, err := d.Read(ctx)
 	if err != nil {
+		d.stale.Store(true)
 		return "", err
 	}
 	if err := m.SetSourceRows(DCB, docs, bad); err != nil {

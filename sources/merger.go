@@ -1,12 +1,15 @@
 // Package sources merges the places entries come from — schedules.yaml,
 // the entries API (kept in etcd) and django-celery-beat's tables — into
 // the one config the scheduler runs, with each entry's source, reported
-// name conflicts and per-source health.
+// name conflicts and per-source health. On a sharded replica it holds
+// every source's entries of the shards the replica leads, and of the
+// others an index of names.
 package sources
 
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"runtime"
@@ -92,6 +95,12 @@ type Config struct {
 	Logger   *slog.Logger
 	// Registry, when set, gets the merger's metrics (else see Collectors).
 	Registry prometheus.Registerer
+	// ShardOf, when set, makes the merger hold the entries of the
+	// sources set whole, the file and django-celery-beat, only for the
+	// shards a ShardPart holds (a sharded replica's led shards), and of
+	// the others only their names (the index: FileHas, Indexed,
+	// Unheld, Conflicts). Nil: every entry is held, and no index kept.
+	ShardOf func(name string) int
 }
 
 // Merger holds the latest documents of each source and the file's config,
@@ -125,6 +134,15 @@ type Merger struct {
 	// is harmless; primeMost bounds them.
 	primed map[string]row
 
+	// held is the shards a ShardPart holds (Config.ShardOf set).
+	held map[int]bool
+	// index is, for each indexed source (File, DCB with Config.ShardOf
+	// set), every name it has, sorted, held or not.
+	index map[string][]string
+	// idxConflict is the conflicts among the indexed sources' names of
+	// the shards not held, whose entries the merge does not see.
+	idxConflict map[string]Conflict
+
 	entriesG  *prometheus.GaugeVec
 	upG       *prometheus.GaugeVec
 	invalidG  *prometheus.GaugeVec
@@ -153,6 +171,7 @@ func New(c Config) *Merger {
 		c.Priority = DefaultPriority
 	}
 	m := &Merger{c: c, rows: map[string]map[string]row{}, rowErrs: map[string]map[string]string{},
+		held: map[int]bool{}, index: map[string][]string{},
 		errs: map[string]error{}, invalid: map[string]map[string]string{}, conflict: map[string]Conflict{},
 		entriesG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_entries",
 			Help: "Entries each source provides to the running config (after conflicts and invalid ones)."}, []string{"source"}),
@@ -236,13 +255,29 @@ func (m *Merger) Current() *config.Config {
 
 // SetFile installs a new schedules.yaml config and applies the merge. On
 // error the previous merge stays in force.
+//
+// With Config.ShardOf set, only the entries of held shards are kept, and
+// the names of all of them indexed.
 func (m *Merger) SetFile(cfg *config.Config) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.file
+	prev, prevIdx := m.file, m.index[File]
+	if m.c.ShardOf != nil && cfg != nil {
+		names := make([]string, len(cfg.Entries))
+		kept := make([]*config.Entry, 0, len(cfg.Entries)/max(1, len(m.c.Priority)))
+		for i, e := range cfg.Entries {
+			names[i] = e.Name
+			if m.holds(e.Name) {
+				kept = append(kept, e)
+			}
+		}
+		m.index[File] = names
+		cfg = cfg.WithEntries(slices.Clip(kept))
+	}
 	m.file = cfg
 	if err := m.applyLocked("", nil); err != nil {
-		m.file = prev
+		m.file, m.index[File] = prev, prevIdx
+		m.indexConflicts()
 		return err
 	}
 	return nil
@@ -258,9 +293,36 @@ func (m *Merger) SetSource(source string, docs map[string][]byte) error {
 // SetSourceRows is SetSource for a source that also has records that
 // could not become documents (name -> why); they are reported as invalid
 // entries.
+//
+// With Config.ShardOf set, a django-celery-beat set is held for the held
+// shards only, and its names indexed.
 func (m *Merger) SetSourceRows(source string, docs map[string][]byte, bad map[string]string) error {
+	if !m.indexed(source) {
+		return m.setRows(source, docs, bad, false)
+	}
+	// Serialised with the shards' parts, which load and drop a shard's
+	// documents of the source.
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	return m.setRows(source, docs, bad, true)
+}
+
+// setRows is SetSourceRows; whole says docs is the source's every
+// document, to index and keep the held ones of.
+func (m *Merger) setRows(source string, docs map[string][]byte, bad map[string]string, whole bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	prevIdx, hadIdx := m.index[source]
+	if whole {
+		m.index[source] = slices.Sorted(maps.Keys(docs))
+		held := make(map[string][]byte)
+		for name, doc := range docs {
+			if m.holds(name) {
+				held[name] = doc
+			}
+		}
+		docs = held
+	}
 	prev, prevBad, hadErr := m.rows[source], m.rowErrs[source], m.errs[source]
 	m.rowErrs[source] = bad
 	delete(m.errs, source)
@@ -270,6 +332,10 @@ func (m *Merger) SetSourceRows(source string, docs map[string][]byte, bad map[st
 	m.upG.WithLabelValues(source).Set(1)
 	if err := m.applyLocked(source, docs); err != nil {
 		m.rows[source], m.rowErrs[source] = prev, prevBad
+		if hadIdx {
+			m.index[source] = prevIdx
+		}
+		m.indexConflicts()
 		return err
 	}
 	return nil
@@ -282,7 +348,7 @@ func (m *Merger) SetError(source string, err error) {
 	defer m.mu.Unlock()
 	if prev := m.errs[source]; prev == nil || prev.Error() != err.Error() {
 		m.c.Logger.Error("source failed; keeping its last good entries", "source", source,
-			"entries", len(m.rows[source]), "err", err)
+			"entries", m.count(source), "err", err)
 	}
 	m.errs[source] = err
 	m.upG.WithLabelValues(source).Set(0)
@@ -296,17 +362,14 @@ func (m *Merger) Health() []Health {
 	for _, src := range m.c.Priority {
 		h := Health{Source: src}
 		switch {
-		case src == File && m.file != nil:
-			h.Entries = len(m.file.Entries)
-		case src == File:
+		case src == File && m.file == nil:
 			continue
-		default:
-			rows, ok := m.rows[src]
-			if !ok && m.errs[src] == nil {
+		case src != File:
+			if _, ok := m.rows[src]; !ok && m.errs[src] == nil {
 				continue
 			}
-			h.Entries = len(rows)
 		}
+		h.Entries = m.count(src)
 		if err := m.errs[src]; err != nil {
 			h.Error = err.Error()
 		}
@@ -326,17 +389,21 @@ func (m *Merger) Err() error {
 	var errs []error
 	for _, src := range m.c.Priority {
 		if err := m.errs[src]; err != nil {
-			errs = append(errs, fmt.Errorf("source %s (keeping its last good set of %d entries): %w", src, len(m.rows[src]), err))
+			errs = append(errs, fmt.Errorf("source %s (keeping its last good set of %d entries): %w", src, m.count(src), err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Conflicts returns the names claimed by more than one source, by name.
+// Conflicts returns the names claimed by more than one source, by name:
+// with Config.ShardOf set, those among the held entries and, of the
+// shards not held, those between the file and django-celery-beat (the
+// runtime entries of a shard not held are not read).
 func (m *Merger) Conflicts() []Conflict {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := slices.Collect(maps.Values(m.conflict))
+	out = slices.AppendSeq(out, maps.Values(m.idxConflict))
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
@@ -486,7 +553,7 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 		}
 	}
 	m.conflict = conflicts
-	m.conflictG.Set(float64(len(conflicts)))
+	m.indexConflicts()
 	m.perSource = perSource
 	for _, src := range m.c.Priority {
 		m.entriesG.WithLabelValues(src).Set(float64(perSource[src]))
@@ -597,7 +664,7 @@ func (m *Merger) updateSource(source string, changes map[string][]byte) error {
 	}
 	bad := m.rowErrs[source]
 	m.mu.Unlock()
-	return m.SetSourceRows(source, next, bad)
+	return m.setRows(source, next, bad, false)
 }
 
 // Sink is what a source's reader feeds: a whole Merger, or one Part of
@@ -608,20 +675,110 @@ type Sink interface {
 	SetError(source string, err error)
 }
 
-// Part is the share of a merger's sources whose names in says are its:
-// one shard's runtime entries, which that shard's leader loads and
-// follows beside the other shards' in the one merger, so conflicts
-// between sources are resolved per name as ever (a name is in one shard).
+// Part is one shard's share of a merger's sources (Config.ShardOf): its
+// runtime entries, which that shard's leader loads and follows beside the
+// other shards' in the one merger, and its entries of the file and
+// django-celery-beat, held from Hold to Drop. Conflicts between sources
+// are resolved per name as ever (a name is in one shard).
 type Part struct {
-	m  *Merger
-	in func(name string) bool
+	m     *Merger
+	shard int
 }
 
-// Part returns the share of m's sources whose names in holds.
-func (m *Merger) Part(in func(name string) bool) *Part { return &Part{m: m, in: in} }
+// ShardPart returns shard i's part of m, whose Config.ShardOf is set.
+func (m *Merger) ShardPart(i int) *Part { return &Part{m: m, shard: i} }
+
+// Has says whether name is in the part's shard.
+func (p *Part) Has(name string) bool { return p.m.c.ShardOf(name) == p.shard }
+
+// Hold makes the merger keep the shard's entries of every source set
+// whole from now on: a django-celery-beat read applied after it keeps
+// them, and SetFile and SetSource load them. It applies nothing.
+func (p *Part) Hold() {
+	m := p.m
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held[p.shard] = true
+	m.indexConflicts()
+}
+
+// SetFile puts the part's entries of file, a parse of the file the
+// merger has (config.CheckPart of its bytes, keeping Has), in place of
+// the part's file entries, and applies the merge.
+func (p *Part) SetFile(file *config.Config) error {
+	m := p.m
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.file == nil || file == nil || file.DefaultsHash() != m.file.DefaultsHash() {
+		return errors.New("sources: shard's file entries: not a part of the file in use")
+	}
+	entries := make([]*config.Entry, 0, len(m.file.Entries)+len(file.Entries))
+	for _, e := range m.file.Entries {
+		if !p.Has(e.Name) {
+			entries = append(entries, e)
+		}
+	}
+	kept := len(entries)
+	for _, e := range file.Entries {
+		if p.Has(e.Name) {
+			entries = append(entries, e)
+		}
+	}
+	if kept == len(m.file.Entries) && len(entries) == kept {
+		return nil // the file has none of the part's entries: no merge
+	}
+	prev := m.file
+	m.file = m.file.WithEntries(entries)
+	if err := m.applyLocked("", nil); err != nil {
+		m.file = prev
+		return err
+	}
+	return nil
+}
+
+// Drop stops holding the shard's entries: every source's of the part are
+// dropped, and the merge applied.
+func (p *Part) Drop() error {
+	m := p.m
+	m.upd.Lock()
+	defer m.upd.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.held, p.shard)
+	dropped := false
+	if m.file != nil && slices.ContainsFunc(m.file.Entries, func(e *config.Entry) bool { return p.Has(e.Name) }) {
+		m.file = m.file.WithEntries(slices.DeleteFunc(slices.Clone(m.file.Entries), func(e *config.Entry) bool { return p.Has(e.Name) }))
+		dropped = true
+	}
+	for src, rows := range m.rows {
+		kept := make(map[string]row, len(rows))
+		for name, r := range rows {
+			if !p.Has(name) {
+				kept[name] = r
+			}
+		}
+		dropped = dropped || len(kept) < len(rows)
+		m.rows[src] = kept
+		if bad := m.rowErrs[src]; src == API && len(bad) > 0 {
+			m.rowErrs[src] = maps.Clone(bad)
+			maps.DeleteFunc(m.rowErrs[src], func(name, _ string) bool { return p.Has(name) })
+			dropped = true
+		}
+	}
+	if !dropped {
+		m.indexConflicts() // the shard's names are unheld now
+		return nil
+	}
+	return m.applyLocked("", nil)
+}
 
 // SetSource replaces the part's documents of source with docs (whose
-// names must be the part's), leaving the other parts' as they are.
+// names must be the part's), leaving the other parts' as they are; an
+// indexed source's index of the part's names becomes docs'.
 func (p *Part) SetSource(source string, docs map[string][]byte) error {
 	m := p.m
 	m.upd.Lock()
@@ -629,14 +786,21 @@ func (p *Part) SetSource(source string, docs map[string][]byte) error {
 	changes := make(map[string][]byte, len(docs))
 	m.mu.Lock()
 	for name := range m.rows[source] {
-		if _, kept := docs[name]; !kept && p.in(name) {
+		if _, kept := docs[name]; !kept && p.Has(name) {
 			changes[name] = nil
 		}
 	}
 	for name := range m.rowErrs[source] {
-		if _, kept := docs[name]; !kept && p.in(name) {
+		if _, kept := docs[name]; !kept && p.Has(name) && source == API {
 			changes[name] = nil
 		}
+	}
+	if m.indexed(source) {
+		idx := slices.DeleteFunc(slices.Clone(m.index[source]), p.Has)
+		idx = slices.AppendSeq(idx, maps.Keys(docs))
+		slices.Sort(idx)
+		m.index[source] = slices.Compact(idx)
+		m.indexConflicts()
 	}
 	m.mu.Unlock()
 	for name, doc := range docs {
@@ -660,6 +824,160 @@ var (
 	_ Sink = (*Merger)(nil)
 	_ Sink = (*Part)(nil)
 )
+
+// holds says whether the merger keeps name's entries of the sources set
+// whole (always, unless Config.ShardOf is set); m.mu is held.
+func (m *Merger) holds(name string) bool {
+	return m.c.ShardOf == nil || m.held[m.c.ShardOf(name)]
+}
+
+// indexed says whether source's entries are held for the held shards
+// only, beside an index of all its names: the sources set whole (the
+// file, django-celery-beat) when Config.ShardOf is set. The runtime
+// entries are per shard already (a shard's leader loads its own).
+func (m *Merger) indexed(source string) bool {
+	return m.c.ShardOf != nil && (source == File || source == DCB)
+}
+
+// count is how many entries source has: the index's for an indexed
+// source, else those held; m.mu is held.
+func (m *Merger) count(source string) int {
+	switch {
+	case m.indexed(source):
+		return len(m.index[source])
+	case source == File:
+		return len(m.file.Entries)
+	}
+	return len(m.rows[source])
+}
+
+// indexConflicts finds the conflicts among the indexed sources' names of
+// the shards not held, by walking their sorted indexes together, and
+// sets the conflicts gauge; m.mu is held.
+func (m *Merger) indexConflicts() {
+	m.idxConflict = nil
+	if m.c.ShardOf != nil {
+		var srcs []string
+		var lists [][]string
+		for _, src := range m.c.Priority {
+			if m.indexed(src) {
+				srcs, lists = append(srcs, src), append(lists, m.index[src])
+			}
+		}
+		m.idxConflict = map[string]Conflict{}
+		for name, has := range mergeNames(lists) {
+			if len(has) < 2 || m.holds(name) {
+				continue
+			}
+			c := Conflict{Name: name}
+			for _, i := range has {
+				c.Sources = append(c.Sources, srcs[i])
+			}
+			c.Winner = c.Sources[0]
+			m.idxConflict[name] = c
+		}
+	}
+	m.conflictG.Set(float64(len(m.conflict) + len(m.idxConflict)))
+}
+
+// mergeNames walks sorted lists of names together, yielding each name
+// once, in order, with the lists (by index, ascending) that have it.
+func mergeNames(lists [][]string) iter.Seq2[string, []int] {
+	return func(yield func(string, []int) bool) {
+		heads := make([]int, len(lists))
+		var has []int
+		for {
+			name, found := "", false
+			for i, l := range lists {
+				if heads[i] < len(l) && (!found || l[heads[i]] < name) {
+					name, found = l[heads[i]], true
+				}
+			}
+			if !found {
+				return
+			}
+			has = has[:0]
+			for i, l := range lists {
+				if heads[i] < len(l) && l[heads[i]] == name {
+					has = append(has, i)
+					heads[i]++
+				}
+			}
+			if !yield(name, has) {
+				return
+			}
+		}
+	}
+}
+
+// FileHas says whether the file defines name, held or not: a runtime
+// entry may not take a file's name.
+func (m *Merger) FileHas(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.indexed(File) {
+		_, ok := slices.BinarySearch(m.index[File], name)
+		return ok
+	}
+	return m.file != nil && m.file.Entry(name) != nil
+}
+
+// Indexed returns the indexed sources (Config.ShardOf set: the file,
+// django-celery-beat) that have name, held or not, in priority order.
+func (m *Merger) Indexed(name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, src := range m.c.Priority {
+		if _, ok := slices.BinarySearch(m.index[src], name); ok && m.indexed(src) {
+			out = append(out, src)
+		}
+	}
+	return out
+}
+
+// Named is an entry's name and the source that defines it.
+type Named struct{ Name, Source string }
+
+// Unheld is, of the indexed sources' names of the shards not held, the
+// first limit that follow after and start with prefix, in name order,
+// each with the source that wins it among them; and how many follow in
+// all. A sharded replica's pages show them beside the entries it holds.
+func (m *Merger) Unheld(after, prefix string, limit int) ([]Named, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.c.ShardOf == nil {
+		return nil, 0
+	}
+	from := max(prefix, after)
+	var srcs []string
+	var lists [][]string
+	for _, src := range m.c.Priority {
+		if !m.indexed(src) {
+			continue
+		}
+		l := m.index[src]
+		i, _ := slices.BinarySearch(l, from)
+		for i < len(l) && l[i] == after {
+			i++
+		}
+		srcs, lists = append(srcs, src), append(lists, l[i:])
+	}
+	var out []Named
+	total := 0
+	for name, has := range mergeNames(lists) {
+		if !strings.HasPrefix(name, prefix) {
+			break
+		}
+		if m.holds(name) {
+			continue
+		}
+		if total++; len(out) < limit {
+			out = append(out, Named{Name: name, Source: srcs[has[0]]})
+		}
+	}
+	return out, total
+}
 
 // updateLocked is UpdateSource's entry-by-entry merge; m.mu is held.
 func (m *Merger) updateLocked(source string, cache map[string]row, changes map[string][]byte) error {
@@ -796,7 +1114,7 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 	}
 	cl.done()
 	m.current = merged
-	m.conflictG.Set(float64(len(m.conflict)))
+	m.conflictG.Set(float64(len(m.conflict) + len(m.idxConflict)))
 	for _, src := range m.c.Priority {
 		m.entriesG.WithLabelValues(src).Set(float64(m.perSource[src]))
 	}

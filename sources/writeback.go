@@ -22,7 +22,10 @@ type WriteBack struct {
 	History outcome.History
 	Merger  *Merger
 	Leading func() bool
-	Logger  *slog.Logger
+	// Owns, when set, says which of the running entries to write back
+	// (a sharded replica's: those of the shards it leads now).
+	Owns   func(name string) bool
+	Logger *slog.Logger
 
 	written map[string]time.Time // newest run written, per entry
 }
@@ -73,7 +76,7 @@ func (w *WriteBack) Once(ctx context.Context) (int, error) {
 	}
 	var names []string
 	for _, e := range cfg.Entries {
-		if e.Source == DCB {
+		if e.Source == DCB && (w.Owns == nil || w.Owns(e.Name)) {
 			names = append(names, e.Name)
 		}
 	}
