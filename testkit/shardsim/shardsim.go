@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/beatd/beatd/broker/redis"
@@ -22,7 +23,6 @@ import (
 	"github.com/beatd/beatd/store"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // ShardOf is the shard of an entry: FNV-1a of its name, as the state
@@ -50,13 +50,15 @@ type Replica struct {
 	rdb    *goredis.Client
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// live is the registered replicas as balance last read them (0: not
+	// read yet, which counts as this replica alone).
+	live atomic.Int64
 
 	mu   sync.Mutex
 	held map[int]func(context.Context) error // shard -> resign its term
 }
 
 func (c *Cluster) shardPrefix(i int) string { return fmt.Sprintf("%sshards/%d/", c.Prefix, i) }
-func (c *Cluster) membersPrefix() string    { return c.Prefix + "members/" }
 
 // Start starts replica id.
 func (c *Cluster) Start(id string) (*Replica, error) {
@@ -73,18 +75,14 @@ func (c *Cluster) Start(id string) (*Replica, error) {
 	r := &Replica{ID: id, c: c, cli: cli, rdb: goredis.NewClient(&goredis.Options{Addr: c.Redis}), held: map[int]func(context.Context) error{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	// Membership: a key on the replica's own lease, gone a TTL after it
-	// dies; the share is the shards over the members.
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(c.TTL.Seconds())))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	if _, err := cli.Put(ctx, c.membersPrefix()+id, id, clientv3.WithLease(sess.Lease())); err != nil {
-		cancel()
-		return nil, err
-	}
 	log := c.Logger.With("replica", id)
+	// Membership is beatd's registry: a registration on its own lease,
+	// gone a TTL after the replica dies, and made again when a loaded
+	// etcd let it lapse (a one-off key on a session would stay gone, and
+	// the others' share would stay too high for good).
+	r.wg.Go(func() {
+		election.Register(ctx, election.RegistryConfig{Client: cli, Prefix: c.Prefix, TTL: c.TTL, Logger: log}, election.Replica{ID: id})
+	})
 	for i := range c.Shards {
 		var mine []*config.Entry
 		for _, e := range c.Config.Entries {
@@ -127,20 +125,28 @@ func (c *Cluster) Start(id string) (*Replica, error) {
 }
 
 // share is how many shards this replica may lead: the shards over the
-// live members, rounded up.
-func (r *Replica) share(ctx context.Context) int {
+// live members as last read, rounded up.
+func (r *Replica) share() int {
+	live := max(int(r.live.Load()), 1)
+	return (r.c.Shards + live - 1) / live
+}
+
+// readLive counts the registered replicas. A failed read keeps the last
+// count, as beatd's shardSet does: taking a slow etcd (a read past its
+// timeout on loaded cores) for "I am alone" made every replica's share
+// all the shards at once, so none handed one over and all campaigned.
+func (r *Replica) readLive(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := r.cli.Get(ctx, r.c.membersPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil || resp.Count == 0 {
-		return r.c.Shards
+	resp, err := r.cli.Get(ctx, keys.Replicas(r.c.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err == nil && resp.Count > 0 {
+		r.live.Store(resp.Count)
 	}
-	return (r.c.Shards + int(resp.Count) - 1) / int(resp.Count)
 }
 
 // hold keeps a replica at its share out of the other shards' elections.
 func (r *Replica) hold() time.Duration {
-	if r.Held() >= r.share(context.Background()) {
+	if r.Held() >= r.share() {
 		return r.c.Interval
 	}
 	return 0
@@ -157,7 +163,8 @@ func (r *Replica) balance(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		share := r.share(ctx)
+		r.readLive(ctx)
+		share := r.share()
 		r.mu.Lock()
 		var resign func(context.Context) error
 		if len(r.held) > share {
