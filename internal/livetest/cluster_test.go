@@ -25,6 +25,7 @@ import (
 // Redis Cluster: Celery's Redis transport (Kombu) cannot consume from one,
 // so nothing beatd pushed would ever run.
 func TestRedisCluster(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	rc, err := testutil.StartRedisCluster(t.TempDir(), 3)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 // by password and by certificate CN. A user without permission on the
 // prefix, or a wrong password, fails at start-up naming etcd.
 func TestEtcdMTLSAndRBAC(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	etcd := secureEtcd(t)
 	c := etcd.Certs
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

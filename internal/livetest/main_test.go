@@ -17,6 +17,16 @@ import (
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
+// Parallel tests: a test calls t.Parallel() only if it judges what
+// happened (counts, contents, errors), never how fast (no budget but a
+// generous wait for liveness), and shares no broker queue with another
+// test (its own Redis, or a shared server under names of its own; not
+// the shared RabbitMQ, SQS or Sentinel topology). go test runs those
+// after every other test of the package, two at a time (GOMAXPROCS), so
+// the tests that time failovers and shutdowns never run beside them; most
+// of theirs is waiting (an outage of 20 s, observation windows), which
+// the other one's work fills.
+
 // beatdBin is the binary under test, built once.
 var beatdBin string
 

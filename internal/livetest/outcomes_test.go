@@ -274,6 +274,7 @@ func TestLostRunAfterWorkerKill(t *testing.T) {
 // result backend and still knows each run's outcome, and overlap: skip
 // still holds.
 func TestOutcomesFromResultBackendOnly(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Pool: "threads", Concurrency: 3})
@@ -327,6 +328,7 @@ func TestOutcomesFromResultBackendOnly(t *testing.T) {
 // case; a Celery worker takes seconds to start); each runs its own beatd
 // under its own prefix, stopped before the next case starts.
 func TestNoOutcomeSourceWarns(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery"})

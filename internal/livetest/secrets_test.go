@@ -18,6 +18,7 @@ import (
 // broker going away and coming back without its password. No secret may
 // appear in any log line, error message, /status, /readyz or /metrics.
 func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	const (
 		brokerPW   = "brokerSecret-9fQ2"
 		wrongPW    = "wrongBrokerSecret-Lm4"

@@ -87,6 +87,7 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 // TestOutageCountsSlotsNotRetries: Redis down 20 s under a 1-s entry
 // counts about 20 failed slots, not every retry; retries count apart.
 func TestOutageCountsSlotsNotRetries(t *testing.T) {
+	t.Parallel() // judges what happened, not how fast: see main_test.go
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", "entries:\n  tick: {task: tasks.add, every: 1s, args: [1, 2]}\n")
