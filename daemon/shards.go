@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/leader"
@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -399,30 +400,34 @@ type shardView struct {
 	held    map[string]int // shards each replica leads
 }
 
-// readView reads every shard's election in one range read.
+// readView reads every shard's election: each shard's candidates alone
+// (etcdscan.Prefixes, one snapshot), never the shards' state tables and
+// runtime entries beside them, which a read of all of keys.Shards would
+// return every shardBalanceEvery (at 900,000 entries, the definitions'
+// ~170 MB per read, which etcd builds whole and cannot serve).
 func (s *shardSet) readView(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, keys.Shards(s.prefix), clientv3.WithPrefix())
-	if err != nil {
-		return // keep the last view: an etcd outage moves nothing
+	prefixes := make([]string, len(s.shards))
+	for i, sh := range s.shards {
+		prefixes[i] = keys.Leaders(sh.prefix)
 	}
 	v := &shardView{leaders: make([]string, s.n), waiting: make([]int, s.n), held: map[string]int{}}
-	oldest := make([]int64, s.n)
-	for _, kv := range resp.Kvs {
-		for i, sh := range s.shards {
-			if !strings.HasPrefix(string(kv.Key), keys.Leaders(sh.prefix)) {
-				continue
-			}
-			if oldest[i] == 0 || kv.CreateRevision < oldest[i] {
-				if oldest[i] != 0 {
+	_, err := etcdscan.Prefixes(rctx, s.cli, prefixes, func(i int, kvs []*mvccpb.KeyValue) {
+		var oldest int64
+		for _, kv := range kvs {
+			if oldest == 0 || kv.CreateRevision < oldest {
+				if oldest != 0 {
 					v.waiting[i]++
 				}
-				oldest[i], v.leaders[i] = kv.CreateRevision, string(kv.Value)
+				oldest, v.leaders[i] = kv.CreateRevision, string(kv.Value)
 			} else {
 				v.waiting[i]++
 			}
 		}
+	})
+	if err != nil {
+		return // keep the last view: an etcd outage moves nothing
 	}
 	for _, id := range v.leaders {
 		if id != "" {
