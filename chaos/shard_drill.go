@@ -11,8 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Sharded fault kinds (LocalConfig.Shards > 1).
@@ -106,24 +107,27 @@ type holder struct {
 	token int64
 }
 
-// shardLeaders reads every shard's election in one range read: the
-// oldest candidate key of each shard leads (as the replicas' own view).
+// shardLeaders reads every shard's election (each shard's candidates,
+// one snapshot): the oldest candidate key of each shard leads (as the
+// replicas' own view).
 func (d *drill) shardLeaders(ctx context.Context) ([]holder, error) {
 	n := d.shards.count()
 	octx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := d.cli.Get(octx, keys.Shards(d.prefix), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
+	prefixes := make([]string, n)
+	for i := range n {
+		prefixes[i] = keys.Leaders(keys.Shard(d.prefix, i, n))
 	}
 	out := make([]holder, n)
-	for i := range n {
-		pre := keys.Leaders(keys.Shard(d.prefix, i, n))
-		for _, kv := range resp.Kvs {
-			if strings.HasPrefix(string(kv.Key), pre) && (out[i].token == 0 || kv.CreateRevision < out[i].token) {
+	_, err := etcdscan.Prefixes(octx, d.cli, prefixes, func(i int, kvs []*mvccpb.KeyValue) {
+		for _, kv := range kvs {
+			if out[i].token == 0 || kv.CreateRevision < out[i].token {
 				out[i] = holder{id: string(kv.Value), token: kv.CreateRevision}
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/internal/retry"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/store"
@@ -152,12 +153,22 @@ func (c *cluster) load(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("console: load entry state: %w", err)
 	}
-	// A sharded cluster's state is in each shard's table. The watch
-	// starts after the first read's revision, so a bucket rewritten
-	// between the two reads is applied again, whole, which changes
-	// nothing.
-	if _, err := etcdscan.Prefix(lctx, c.cli, keys.Shards(c.prefix), store.StatePage, add); err != nil {
-		return 0, fmt.Errorf("console: load the shards' entry state: %w", err)
+	// A sharded cluster's state is in each shard's table: each is read
+	// alone, not all of keys.Shards, which also holds every runtime
+	// entry's definition. The watch starts after the first read's
+	// revision, so a bucket rewritten between the reads is applied again,
+	// whole, which changes nothing.
+	n, _, err := reshard.ReadCount(lctx, c.cli, c.prefix)
+	if err != nil {
+		return 0, fmt.Errorf("console: %w", err)
+	}
+	for i := range n {
+		if n == 1 {
+			break // one shard's table is the cluster's, read above
+		}
+		if _, err := etcdscan.Prefix(lctx, c.cli, keys.State(keys.Shard(c.prefix, i, n)), store.StatePage, add); err != nil {
+			return 0, fmt.Errorf("console: load shard %d's entry state: %w", i, err)
+		}
 	}
 	c.mu.Lock()
 	c.states, c.byBucket = states, byBucket

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/outcome"
 	"github.com/beatd/beatd/scheduler"
@@ -93,7 +94,7 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 				apiNames = append(apiNames, n)
 			}
 		}
-		if docs, err = a.entries.GetMany(ctx, apiNames, store.ReadBatch); err != nil {
+		if docs, err = a.entries.GetMany(ctx, apiNames, etcdscan.ReadBatch); err != nil {
 			return api.Page{}, err
 		}
 	} else {

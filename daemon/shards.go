@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	redisbroker "github.com/beatd/beatd/broker/redis"
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/election"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/internal/reshard"
 	"github.com/beatd/beatd/leader"
@@ -26,6 +26,7 @@ import (
 	"github.com/beatd/beatd/store"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -115,6 +116,10 @@ type shardSet struct {
 	// live is the number of registered replicas, as last read (0: not
 	// read yet, which counts as this replica alone).
 	live atomic.Int64
+	// ids are the live replicas' ids, sorted, as last read (coldWants).
+	ids atomic.Pointer[[]string]
+	// began is when Run started (coldWants).
+	began time.Time
 	// view is every shard's election as last read (nil: not read yet).
 	view atomic.Pointer[shardView]
 	led  prometheus.Gauge
@@ -152,6 +157,24 @@ const minShardFeedBuffer = 1024
 // shardHandoverQuiet is how long a replica stays out of a shard's
 // election after handing it over, unless it falls below its least share.
 const shardHandoverQuiet = 2 * time.Second
+
+// A cold start is a replica's first shardColdStart while no other
+// replica leads a shard: the whole cluster starting together (at its
+// creation, after a resize, after a full stop). Each replica's first
+// reads then see only the replicas registered so far, so the first one up
+// would count itself alone and win every shard, loading every shard's
+// runtime entries, and hand most of them over a moment later: its peak
+// memory would be the whole cluster's. So for shardColdSettle it
+// campaigns for nothing (the replicas started with it register), and
+// until shardColdStart it campaigns only for the shards whose number
+// modulo the live replicas is its rank among their sorted ids; each
+// replica then wins its own share, at once. Past shardColdStart, or as
+// soon as another replica leads a shard, the usual rules hold (a replica
+// started late is handed its share).
+const (
+	shardColdSettle = 3 * shardBalanceEvery
+	shardColdStart  = 2 * time.Second
+)
 
 // shardDeps is what each shard's scheduler is built with: the replica's
 // scheduler config, less what one shard must have of its own.
@@ -332,6 +355,7 @@ func (s *shardSet) ReloadDelta(cfg *config.Config, changed []string) error {
 // Run runs every shard's loop and the balance until ctx ends; then each
 // term in progress finishes, persists and resigns, and Run returns.
 func (s *shardSet) Run(ctx context.Context) {
+	s.began = s.clock.Now()
 	for _, sh := range s.shards {
 		s.wg.Go(func() { sh.loop.Run(ctx) })
 	}
@@ -369,6 +393,9 @@ func (s *shardSet) wants(sh *shard) bool {
 	if s.hold != nil && s.hold() > 0 {
 		return false // handed over for a cut path to the broker
 	}
+	if cold, want := s.coldWants(sh); cold {
+		return want
+	}
 	held := s.held()
 	lo, hi := s.share()
 	if held < lo {
@@ -391,6 +418,30 @@ func (s *shardSet) wants(sh *shard) bool {
 	return leader == "" || leader == s.id || v.held[leader] > hi
 }
 
+// coldWants says whether the replica is in a cold start, and then
+// whether it campaigns for sh (shardColdStart).
+func (s *shardSet) coldWants(sh *shard) (cold, want bool) {
+	since := s.clock.Since(s.began)
+	if s.began.IsZero() || since >= shardColdStart {
+		return false, false
+	}
+	v, ids := s.view.Load(), s.ids.Load()
+	if v == nil || ids == nil {
+		return true, false // nothing read yet
+	}
+	for id, n := range v.held {
+		if id != s.id && n > 0 {
+			return false, false // a running cluster: not cold
+		}
+	}
+	if since < shardColdSettle {
+		return true, false
+	}
+	// Its own registration not read yet: it waits for it.
+	rank := slices.Index(*ids, s.id)
+	return true, rank >= 0 && sh.i%len(*ids) == rank
+}
+
 // shardView is who leads each shard and who waits, as one range read of
 // every shard's election saw it.
 type shardView struct {
@@ -399,30 +450,34 @@ type shardView struct {
 	held    map[string]int // shards each replica leads
 }
 
-// readView reads every shard's election in one range read.
+// readView reads every shard's election: each shard's candidates alone
+// (etcdscan.Prefixes, one snapshot), never the shards' state tables and
+// runtime entries beside them, which a read of all of keys.Shards would
+// return every shardBalanceEvery (at 900,000 entries, the definitions'
+// ~170 MB per read, which etcd builds whole and cannot serve).
 func (s *shardSet) readView(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, keys.Shards(s.prefix), clientv3.WithPrefix())
-	if err != nil {
-		return // keep the last view: an etcd outage moves nothing
+	prefixes := make([]string, len(s.shards))
+	for i, sh := range s.shards {
+		prefixes[i] = keys.Leaders(sh.prefix)
 	}
 	v := &shardView{leaders: make([]string, s.n), waiting: make([]int, s.n), held: map[string]int{}}
-	oldest := make([]int64, s.n)
-	for _, kv := range resp.Kvs {
-		for i, sh := range s.shards {
-			if !strings.HasPrefix(string(kv.Key), keys.Leaders(sh.prefix)) {
-				continue
-			}
-			if oldest[i] == 0 || kv.CreateRevision < oldest[i] {
-				if oldest[i] != 0 {
+	_, err := etcdscan.Prefixes(rctx, s.cli, prefixes, func(i int, kvs []*mvccpb.KeyValue) {
+		var oldest int64
+		for _, kv := range kvs {
+			if oldest == 0 || kv.CreateRevision < oldest {
+				if oldest != 0 {
 					v.waiting[i]++
 				}
-				oldest[i], v.leaders[i] = kv.CreateRevision, string(kv.Value)
+				oldest, v.leaders[i] = kv.CreateRevision, string(kv.Value)
 			} else {
 				v.waiting[i]++
 			}
 		}
+	})
+	if err != nil {
+		return // keep the last view: an etcd outage moves nothing
 	}
 	for _, id := range v.leaders {
 		if id != "" {
@@ -539,16 +594,19 @@ func (s *shardSet) readLive(ctx context.Context) {
 	if err != nil {
 		return // keep the last count: an etcd outage moves nothing
 	}
-	reaching := 0
+	var ids, all []string
 	for _, r := range reps {
+		all = append(all, r.ID)
 		if r.Broker == "ok" || r.Broker == "" {
-			reaching++
+			ids = append(ids, r.ID)
 		}
 	}
-	if reaching == 0 {
-		reaching = len(reps)
+	if len(ids) == 0 {
+		ids = all
 	}
-	s.live.Store(int64(reaching))
+	slices.Sort(ids)
+	s.ids.Store(&ids)
+	s.live.Store(int64(len(ids)))
 }
 
 // handOverAll resigns every shard this replica leads at once, so the

@@ -24,6 +24,7 @@ import (
 	"github.com/beatd/beatd/status"
 	"github.com/beatd/beatd/store"
 	"github.com/beatd/beatd/testkit/testutil"
+	"github.com/jonboulle/clockwork"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -492,4 +493,46 @@ func TestShardReadiness(t *testing.T) {
 		code, _ := readyz()
 		return code == http.StatusOK
 	})
+}
+
+// TestShardColdStart: replicas started together win their own shares at
+// once, not every shard for the first one up; a running cluster, or the
+// end of the cold start, brings back the usual rules.
+func TestShardColdStart(t *testing.T) {
+	began := time.Date(2026, 12, 5, 18, 0, 0, 0, time.UTC)
+	ids := []string{"a", "b", "c"}
+	unled := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{}}
+	ownOnly := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{"b": 2}}
+	running := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{"a": 1}}
+	for _, tc := range []struct {
+		name       string
+		after      time.Duration
+		view       *shardView
+		ids        []string
+		shard      int
+		cold, want bool
+	}{
+		{name: "nothing read yet", after: time.Second, ids: nil, shard: 1, cold: true},
+		{name: "settling: the others may not have registered", after: 500 * time.Millisecond, view: unled, ids: ids, shard: 1, cold: true},
+		{name: "its own shard (1 mod 3 = rank of b)", after: time.Second, view: unled, ids: ids, shard: 1, cold: true, want: true},
+		{name: "its own shard (13 mod 3)", after: time.Second, view: ownOnly, ids: ids, shard: 13, cold: true, want: true},
+		{name: "another's shard", after: time.Second, view: unled, ids: ids, shard: 2, cold: true},
+		{name: "its registration not read yet", after: time.Second, view: unled, ids: []string{"a", "c"}, shard: 1, cold: true},
+		{name: "another replica leads: a running cluster", after: time.Second, view: running, ids: ids, shard: 2},
+		{name: "past the cold start", after: shardColdStart, view: unled, ids: ids, shard: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &shardSet{id: "b", clock: clockwork.NewFakeClockAt(began.Add(tc.after)), began: began}
+			if tc.view != nil {
+				s.view.Store(tc.view)
+			}
+			if tc.ids != nil {
+				s.ids.Store(&tc.ids)
+			}
+			cold, want := s.coldWants(&shard{i: tc.shard})
+			if cold != tc.cold || want != tc.want {
+				t.Errorf("coldWants = cold %v, want %v; expected cold %v, want %v", cold, want, tc.cold, tc.want)
+			}
+		})
+	}
 }

@@ -340,11 +340,6 @@ func (s *Store) commit(ctx context.Context, g election.Fence, ops []clientv3.Op)
 	return nil
 }
 
-// ReadBatch is how many gets a read-only transaction holds: reads need no
-// atomicity, so a batch small enough for any etcd's --max-txn-ops serves
-// every cluster without knowing its limit.
-const ReadBatch = 16
-
 // StatesOf reads the state of the entries named, from their buckets
 // only: a page of the entries API reads a few hundred buckets, not a
 // table of a million entries. Entries without state are left out.
@@ -365,7 +360,7 @@ func (s *Store) StatesOf(ctx context.Context, names []string) (map[string]*Entry
 	}
 	out := make(map[string]*EntryState, len(names))
 	for len(bucketKeys) > 0 {
-		n := min(len(bucketKeys), ReadBatch)
+		n := min(len(bucketKeys), etcdscan.ReadBatch)
 		ops := make([]clientv3.Op, n)
 		for i, k := range bucketKeys[:n] {
 			ops[i] = clientv3.OpGet(k)

@@ -98,11 +98,11 @@ RabbitMQ each term is checked in etcd, and nothing is raised.`,
 				return codeErr(exitFail)
 			}
 			defer closeBroker()
-			rctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
+			// --timeout bounds each step, not the whole resize: a million
+			// entries are thousands of steps.
 			host, _ := os.Hostname()
-			res, err := reshard.Resize(rctx, reshard.Options{Client: cli, Prefix: etcd.KeyPrefix(), To: m,
-				By: fmt.Sprintf("%s pid %d", host, os.Getpid()), RaiseFences: raise,
+			res, err := reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: etcd.KeyPrefix(), To: m,
+				By: fmt.Sprintf("%s pid %d", host, os.Getpid()), RaiseFences: raise, StepTimeout: timeout,
 				Logger: slog.New(slog.NewTextHandler(stderr, nil))})
 			if err != nil {
 				if !errors.Is(err, reshard.ErrRefused) {
@@ -131,6 +131,7 @@ RabbitMQ each term is checked in etcd, and nothing is raised.`,
 		fs.DurationVar(&timeout, "timeout", time.Minute, "deadline for the whole command")
 		if sub == resize {
 			brk.register(fs)
+			fs.Lookup("timeout").Usage = "deadline for each step of the resize: each etcd transaction, each chunk deleted, each table read or written (per 100,000 entries); the whole resize takes as many steps as the cluster needs"
 			fs.Lookup("broker").Usage = "the cluster's Celery broker URL (required: on Redis, resize raises the shards' fences)"
 		}
 		commandFlags(sub, fs)

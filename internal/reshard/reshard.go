@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +45,13 @@ type Options struct {
 	By     string // who resizes: host and pid, shown to a concurrent resize
 	Clock  clockwork.Clock
 	MaxOps int // etcd's --max-txn-ops; store.MaxOpsPerTxn if 0
-	Logger *slog.Logger
+	// StepTimeout bounds each step of the resize, not the whole of it:
+	// each etcd transaction, each delete of a chunk, each read of a
+	// table (DefaultStepTimeout if 0). A resize of a million entries is
+	// thousands of steps, and takes minutes; a stuck etcd still fails it
+	// within one step's time.
+	StepTimeout time.Duration
+	Logger      *slog.Logger
 	// RaiseFences raises the broker's fences of both counts' shards to at
 	// least floor, before anything moves (nil: the broker needs none, as
 	// RabbitMQ, whose term is checked in etcd). floor is the lock's
@@ -72,12 +80,27 @@ type Result struct {
 
 // resizePlan is keys.ResizePlan's value.
 type resizePlan struct {
-	From   int       `json:"from"`
-	To     int       `json:"to"`
-	Staged bool      `json:"staged"` // every state is in the staging table
-	Since  time.Time `json:"since"`
-	By     string    `json:"by"`
+	From   int  `json:"from"`
+	To     int  `json:"to"`
+	Staged bool `json:"staged"` // every state is in the staging table
+	// Written: every new table and definition is written from the
+	// staging copies, which only then are deleted (in chunks, before the
+	// last transaction): a rerun after the mark only finishes deleting
+	// them, and never rewrites the tables from a staging table half gone.
+	Written bool      `json:"written,omitempty"`
+	Since   time.Time `json:"since"`
+	By      string    `json:"by"`
 }
+
+// DefaultStepTimeout is Options.StepTimeout's default.
+const DefaultStepTimeout = time.Minute
+
+// deletePage is the most keys one delete of a resize removes: etcd
+// applies a delete of a prefix in one request however many keys it holds,
+// and at 900,000 entries such deletes (the staging table, a shard's
+// runtime entries) outlasted etcd's request timeout. A chunk is a range
+// [first, last] read with this limit.
+const deletePage = 5000
 
 // resizeLock is keys.ResizeLock's value.
 type resizeLock struct {
@@ -112,7 +135,13 @@ func CheckCount(n int) error {
 //     plan marked staged; the old tables are not touched yet, so a rerun
 //     before the mark copies them again;
 //  2. every old and new table is cleared and the new tables written from
-//     the staging table, which a rerun after the mark does again.
+//     the staging table, which a rerun after the mark does again, and the
+//     plan marked written;
+//  3. the staging copies are deleted, which a rerun after that mark
+//     finishes; then the last transaction, which stays small.
+//
+// Every delete is of at most deletePage keys, and every step has its own
+// deadline (Options.StepTimeout), so no request grows with the cluster.
 //
 // Every write is guarded by the lock key's create revision (a fence), so
 // a resize whose lease expired cannot write over the one that took over.
@@ -126,17 +155,23 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = DefaultStepTimeout
+	}
 	start := o.Clock.Now()
 	res := Result{To: o.To}
 	if err := CheckCount(o.To); err != nil {
 		return res, err
 	}
 	cli, prefix := o.Client, o.Prefix
-	from, _, err := ReadCount(ctx, cli, prefix)
+	r := &resize{cli: cli, prefix: prefix, o: o, page: deletePage}
+	sctx, cancel := r.step(ctx, 1)
+	defer cancel()
+	from, _, err := ReadCount(sctx, cli, prefix)
 	if err != nil {
 		return res, err
 	}
-	plan, havePlan, err := readPlan(ctx, cli, prefix)
+	plan, havePlan, err := readPlan(sctx, cli, prefix)
 	if err != nil {
 		return res, err
 	}
@@ -152,7 +187,7 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 		plan = resizePlan{From: from, To: o.To, Since: start.UTC(), By: o.By}
 	}
 	res.From = from
-	if err := checkStopped(ctx, cli, prefix); err != nil {
+	if err := checkStopped(sctx, cli, prefix); err != nil {
 		return res, err
 	}
 
@@ -161,7 +196,7 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	// registered and the unsharded election is empty.
 	lctx, stopLease := context.WithCancel(ctx)
 	defer stopLease()
-	lease, err := cli.Grant(lctx, int64(resizeLockTTL/time.Second))
+	lease, err := cli.Grant(sctx, int64(resizeLockTTL/time.Second))
 	if err != nil {
 		return res, fmt.Errorf("shards: resize: grant the lock's lease: %w", err)
 	}
@@ -180,7 +215,7 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 	if !havePlan {
 		ops = append(ops, clientv3.OpPut(planKey, string(planVal)))
 	}
-	txn, err := cli.Txn(ctx).If(append(stoppedCmps(prefix), clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0))...).
+	txn, err := cli.Txn(sctx).If(append(stoppedCmps(prefix), clientv3.Compare(clientv3.CreateRevision(lockKey), "=", 0))...).
 		Then(ops...).Else(clientv3.OpGet(lockKey)).Commit()
 	if err != nil {
 		return res, fmt.Errorf("shards: resize: take the lock %s: %w", lockKey, err)
@@ -194,115 +229,61 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 		}
 		return res, fmt.Errorf("%w: a replica started while the resize began; stop every replica first", ErrRefused)
 	}
-	fence := election.Fence{Key: lockKey, Token: txn.Header.Revision}
+	cancel()
+	r.fence = election.Fence{Key: lockKey, Token: txn.Header.Revision}
 	o.Logger.Info("resize: lock taken", "from", from, "to", o.To, "resumed", res.Resumed)
 	if o.RaiseFences != nil {
-		if err := o.RaiseFences(ctx, fence.Token, from, o.To); err != nil {
-			return res, fmt.Errorf("shards: resize: raise the broker's fences to %d: %w", fence.Token, err)
+		sctx, cancel := r.step(ctx, 1)
+		err := o.RaiseFences(sctx, r.fence.Token, from, o.To)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("shards: resize: raise the broker's fences to %d: %w", r.fence.Token, err)
 		}
 	}
+	setPlan := func() error {
+		planVal, _ := json.Marshal(plan)
+		return r.fenced(ctx, clientv3.OpPut(planKey, string(planVal)))
+	}
 
-	staging := store.New(cli, keys.ResizeStaging(prefix)).WithMaxOps(o.MaxOps)
 	if !plan.Staged {
-		t := store.NewTable()
-		for i := range from {
-			old, err := store.New(cli, keys.Shard(prefix, i, from)).Load(ctx)
-			if err != nil {
-				return res, fmt.Errorf("shards: resize: read shard %d of %d: %w", i, from, err)
-			}
-			old.Range(func(st store.EntryState) bool { t.Set(st); return true })
-		}
-		t.Fit()
-		// A run killed in this phase left part of a staging table: it
-		// is written again whole.
-		if err := fenced(ctx, cli, prefix, fence, clientv3.OpDelete(keys.ResizeStaging(prefix), clientv3.WithPrefix())); err != nil {
+		if err := r.stage(ctx, from); err != nil {
 			return res, err
-		}
-		if err := staging.Save(ctx, fence, t, nil); err != nil {
-			return res, fmt.Errorf("shards: resize: stage %d states: %w", t.Len(), err)
-		}
-		// The runtime entries' definitions are staged beside the states:
-		// each shard's keys.Defs, which the old tables' shards keep until
-		// the plan says staged.
-		var puts []clientv3.Op
-		for i := range from {
-			p := keys.Defs(keys.Shard(prefix, i, from))
-			if _, err := etcdscan.Prefix(ctx, cli, p, defsPage, func(kv *mvccpb.KeyValue) {
-				puts = append(puts, clientv3.OpPut(stagingDefs(prefix)+strings.TrimPrefix(string(kv.Key), p), string(kv.Value)))
-			}); err != nil {
-				return res, fmt.Errorf("shards: resize: read shard %d of %d's runtime entries: %w", i, from, err)
-			}
-		}
-		if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, puts); err != nil {
-			return res, fmt.Errorf("shards: resize: stage %d runtime entries: %w", len(puts), err)
 		}
 		plan.Staged = true
-		planVal, _ = json.Marshal(plan)
-		if err := fenced(ctx, cli, prefix, fence, clientv3.OpPut(planKey, string(planVal))); err != nil {
+		if err := setPlan(); err != nil {
 			return res, err
 		}
-		o.Logger.Info("resize: staged", "entries", t.Len())
 	}
 	if o.StopAfter == "staged" {
 		return res, errors.New("shards: resize: stopped after staging (test)")
 	}
-
-	all, err := staging.Load(ctx)
-	if err != nil {
-		return res, fmt.Errorf("shards: resize: read the staging table: %w", err)
-	}
-	res.Entries = all.Len()
-	// Clear every table of both counts (a shard's prefix does not name its
-	// count: shard 3 of 4 and of 8 share one), then write the new ones.
-	tables := map[string]bool{}
-	for _, n := range []int{from, o.To} {
-		for i := range n {
-			tables[keys.Shard(prefix, i, n)] = true
+	if !plan.Written {
+		if res.Entries, res.Defs, err = r.write(ctx, from); err != nil {
+			return res, err
+		}
+		plan.Written = true
+		if err := setPlan(); err != nil {
+			return res, err
 		}
 	}
-	var clears []clientv3.Op
-	for p := range tables {
-		clears = append(clears, clientv3.OpDelete(keys.State(p), clientv3.WithPrefix()), clientv3.OpDelete(keys.LegacyEntries(p), clientv3.WithPrefix()),
-			clientv3.OpDelete(keys.Defs(p), clientv3.WithPrefix()))
+	if o.StopAfter == "written" {
+		return res, errors.New("shards: resize: stopped after writing the new tables (test)")
 	}
-	if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, clears); err != nil {
+	// The staging copies go in chunks, so the last transaction is small.
+	if _, err := r.clear(ctx, keys.ResizeStaging(prefix)); err != nil {
 		return res, err
 	}
-	if o.StopAfter == "cleared" {
-		return res, errors.New("shards: resize: stopped after clearing the tables (test)")
-	}
-	parts := make([]*store.Table, o.To)
-	for i := range parts {
-		parts[i] = store.NewTable()
-	}
-	all.Range(func(st store.EntryState) bool { parts[keys.ShardOf(st.Name, o.To)].Set(st); return true })
-	for i, t := range parts {
-		t.Fit()
-		if err := store.New(cli, keys.Shard(prefix, i, o.To)).WithMaxOps(o.MaxOps).Save(ctx, fence, t, nil); err != nil {
-			return res, fmt.Errorf("shards: resize: write shard %d of %d: %w", i, o.To, err)
-		}
-	}
-	// Each definition goes to its shard among o.To, from the staging
-	// copy, which a rerun after the mark writes again.
-	var puts []clientv3.Op
-	if _, err := etcdscan.Prefix(ctx, cli, stagingDefs(prefix), defsPage, func(kv *mvccpb.KeyValue) {
-		name := strings.TrimPrefix(string(kv.Key), stagingDefs(prefix))
-		puts = append(puts, clientv3.OpPut(keys.Defs(keys.Shard(prefix, keys.ShardOf(name, o.To), o.To))+name, string(kv.Value)))
-	}); err != nil {
-		return res, fmt.Errorf("shards: resize: read the staged runtime entries: %w", err)
-	}
-	if err := fencedBatches(ctx, cli, prefix, fence, o.MaxOps, puts); err != nil {
-		return res, fmt.Errorf("shards: resize: write %d runtime entries: %w", len(puts), err)
-	}
-	res.Defs = len(puts)
 
-	// The end, in one transaction: the count, and the plan, staging table
-	// and lock gone; only while still no replica is registered.
+	// The end, in one transaction: the count, and the plan and lock
+	// gone (and what else is left under keys.Resize: nothing but them);
+	// only while still no replica is registered.
 	countOp := clientv3.OpDelete(keys.ShardCount(prefix))
 	if o.To > 1 {
 		countOp = clientv3.OpPut(keys.ShardCount(prefix), strconv.Itoa(o.To))
 	}
-	txn, err = cli.Txn(ctx).If(append(stoppedCmps(prefix), fence.Held())...).
+	sctx, cancel = r.step(ctx, 1)
+	defer cancel()
+	txn, err = cli.Txn(sctx).If(append(stoppedCmps(prefix), r.fence.Held())...).
 		Then(countOp, clientv3.OpDelete(keys.Resize(prefix), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return res, fmt.Errorf("shards: resize: write the count: %w", err)
@@ -311,12 +292,175 @@ func Resize(ctx context.Context, o Options) (Result, error) {
 		return res, fmt.Errorf("shards: resize: a replica registered, or the lock was lost, before the count was written; stop every replica and rerun `beatd shards resize %d` to finish", o.To)
 	}
 	stopLease()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
+	rctx, cancelRevoke := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancelRevoke()
 	_, _ = cli.Revoke(rctx, lease.ID) // its key is deleted: this only frees the lease early
 	res.Took = o.Clock.Since(start)
 	o.Logger.Info("resize: done", "from", from, "to", o.To, "entries", res.Entries, "defs", res.Defs, "took", res.Took)
 	return res, nil
+}
+
+// resize is one run of Resize once it holds the lock.
+type resize struct {
+	cli    *clientv3.Client
+	prefix string
+	o      Options
+	fence  election.Fence // the lock key's create revision
+	page   int            // deletePage; a test's is smaller
+}
+
+// stepEntries is how many entries' states a table read or write of a
+// resize moves per StepTimeout: store.Load and store.Save read and write
+// a whole table, in pages and transactions of their own, under one
+// context, so their deadline grows with the table.
+const stepEntries = 100_000
+
+// step is the context of one step of the resize: steps StepTimeouts (a
+// table of n entries: 1 + n/stepEntries).
+func (r *resize) step(ctx context.Context, steps int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, time.Duration(max(steps, 1))*r.o.StepTimeout)
+}
+
+// stage copies every old shard's table into the staging table, and its
+// runtime entries' definitions into the staging definitions, replacing
+// any copy a killed run left. The old tables are not touched.
+func (r *resize) stage(ctx context.Context, from int) error {
+	cli, prefix, o := r.cli, r.prefix, r.o
+	t := store.NewTable()
+	for i := range from {
+		sctx, cancel := r.step(ctx, 1)
+		old, err := store.New(cli, keys.Shard(prefix, i, from)).Load(sctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("shards: resize: read shard %d of %d: %w", i, from, err)
+		}
+		old.Range(func(st store.EntryState) bool { t.Set(st); return true })
+	}
+	t.Fit()
+	// A run killed in this phase left part of a staging table: it is
+	// written again whole.
+	if _, err := r.clear(ctx, keys.ResizeStaging(prefix)); err != nil {
+		return err
+	}
+	sctx, cancel := r.step(ctx, 1+t.Len()/stepEntries)
+	err := store.New(cli, keys.ResizeStaging(prefix)).WithMaxOps(o.MaxOps).Save(sctx, r.fence, t, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("shards: resize: stage %d states: %w", t.Len(), err)
+	}
+	// The runtime entries' definitions are staged beside the states: each
+	// shard's keys.Defs, which the old tables' shards keep until the plan
+	// says staged. Each shard's is read whole before any is written, at
+	// one revision, in pages.
+	var puts []clientv3.Op
+	for i := range from {
+		p := keys.Defs(keys.Shard(prefix, i, from))
+		sctx, cancel := r.step(ctx, 1)
+		_, err := etcdscan.Prefix(sctx, cli, p, defsPage, func(kv *mvccpb.KeyValue) {
+			puts = append(puts, clientv3.OpPut(stagingDefs(prefix)+strings.TrimPrefix(string(kv.Key), p), string(kv.Value)))
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("shards: resize: read shard %d of %d's runtime entries: %w", i, from, err)
+		}
+	}
+	if err := r.fencedBatches(ctx, puts); err != nil {
+		return fmt.Errorf("shards: resize: stage %d runtime entries: %w", len(puts), err)
+	}
+	o.Logger.Info("resize: staged", "entries", t.Len(), "defs", len(puts))
+	return nil
+}
+
+// write clears every table and definitions of both counts (a shard's
+// prefix does not name its count: shard 3 of 4 and of 8 share one), and
+// writes the new ones from the staging copies; a rerun does it again. It
+// returns the states and definitions written.
+func (r *resize) write(ctx context.Context, from int) (states, defs int, err error) {
+	cli, prefix, o := r.cli, r.prefix, r.o
+	sctx, cancel := r.step(ctx, 1)
+	all, err := store.New(cli, keys.ResizeStaging(prefix)).Load(sctx)
+	cancel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("shards: resize: read the staging table: %w", err)
+	}
+	tables := map[string]bool{}
+	for _, n := range []int{from, o.To} {
+		for i := range n {
+			tables[keys.Shard(prefix, i, n)] = true
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(tables)) {
+		for _, sub := range []string{keys.State(p), keys.LegacyEntries(p), keys.Defs(p)} {
+			if _, err := r.clear(ctx, sub); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	if o.StopAfter == "cleared" {
+		return 0, 0, errors.New("shards: resize: stopped after clearing the tables (test)")
+	}
+	parts := make([]*store.Table, o.To)
+	for i := range parts {
+		parts[i] = store.NewTable()
+	}
+	all.Range(func(st store.EntryState) bool { parts[keys.ShardOf(st.Name, o.To)].Set(st); return true })
+	for i, t := range parts {
+		t.Fit()
+		sctx, cancel := r.step(ctx, 1+t.Len()/stepEntries)
+		err := store.New(cli, keys.Shard(prefix, i, o.To)).WithMaxOps(o.MaxOps).Save(sctx, r.fence, t, nil)
+		cancel()
+		if err != nil {
+			return 0, 0, fmt.Errorf("shards: resize: write shard %d of %d: %w", i, o.To, err)
+		}
+	}
+	// Each definition goes to its shard among o.To, from the staging
+	// copy, which a rerun before the plan says written writes again.
+	var puts []clientv3.Op
+	sctx, cancel = r.step(ctx, 1)
+	_, err = etcdscan.Prefix(sctx, cli, stagingDefs(prefix), defsPage, func(kv *mvccpb.KeyValue) {
+		name := strings.TrimPrefix(string(kv.Key), stagingDefs(prefix))
+		puts = append(puts, clientv3.OpPut(keys.Defs(keys.Shard(prefix, keys.ShardOf(name, o.To), o.To))+name, string(kv.Value)))
+	})
+	cancel()
+	if err != nil {
+		return 0, 0, fmt.Errorf("shards: resize: read the staged runtime entries: %w", err)
+	}
+	if err := r.fencedBatches(ctx, puts); err != nil {
+		return 0, 0, fmt.Errorf("shards: resize: write %d runtime entries: %w", len(puts), err)
+	}
+	o.Logger.Info("resize: written", "entries", all.Len(), "defs", len(puts))
+	return all.Len(), len(puts), nil
+}
+
+// clear deletes every key under p in chunks of at most r.page keys:
+// a keys-only read of that many, then a fenced delete of the range from
+// the first key read to the last. Nothing else writes under the cluster
+// while the resize holds its lock (every write of a replica needs a
+// registration or an election key, which the fence's comparisons refuse),
+// so a range holds the keys read and no others. It returns the
+// deletes it made.
+func (r *resize) clear(ctx context.Context, p string) (chunks int, err error) {
+	from, end := p, clientv3.GetPrefixRangeEnd(p)
+	for {
+		sctx, cancel := r.step(ctx, 1)
+		resp, err := r.cli.Get(sctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(r.page)))
+		cancel()
+		if err != nil {
+			return chunks, fmt.Errorf("shards: resize: read the keys of %s to delete: %w", p, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return chunks, nil
+		}
+		last := string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		if err := r.fenced(ctx, clientv3.OpDelete(string(resp.Kvs[0].Key), clientv3.WithRange(last))); err != nil {
+			return chunks, err
+		}
+		chunks++
+		if !resp.More {
+			return chunks, nil
+		}
+		from = last
+	}
 }
 
 // defsPage is how many definitions one read of a resize takes.
@@ -325,12 +469,12 @@ const defsPage = 5000
 // stagingDefs is where a resize stages the runtime entries' definitions.
 func stagingDefs(prefix string) string { return keys.Defs(keys.ResizeStaging(prefix)) }
 
-// fencedBatches commits ops in transactions of at most maxOps, each
-// fenced.
-func fencedBatches(ctx context.Context, cli *clientv3.Client, prefix string, fence election.Fence, maxOps int, ops []clientv3.Op) error {
+// fencedBatches commits ops in transactions of at most MaxOps, each
+// fenced and each its own step.
+func (r *resize) fencedBatches(ctx context.Context, ops []clientv3.Op) error {
 	for len(ops) > 0 {
-		n := min(len(ops), maxOps)
-		if err := fenced(ctx, cli, prefix, fence, ops[:n]...); err != nil {
+		n := min(len(ops), r.o.MaxOps)
+		if err := r.fenced(ctx, ops[:n]...); err != nil {
 			return err
 		}
 		ops = ops[n:]
@@ -338,17 +482,20 @@ func fencedBatches(ctx context.Context, cli *clientv3.Client, prefix string, fen
 	return nil
 }
 
-// fenced commits ops while the resize holds its lock and no replica has
-// registered since it began (a replica that read no resize an instant
-// before the lock was taken): then the resize stops where it is, and the
-// plan makes replicas refuse to start until it is finished.
-func fenced(ctx context.Context, cli *clientv3.Client, prefix string, fence election.Fence, ops ...clientv3.Op) error {
-	txn, err := cli.Txn(ctx).If(append(stoppedCmps(prefix), fence.Held())...).Then(ops...).Commit()
+// fenced commits ops, as one step, while the resize holds its lock and
+// no replica has registered since it began (a replica that read no
+// resize an instant before the lock was taken): then the resize stops
+// where it is, and the plan makes replicas refuse to start until it is
+// finished.
+func (r *resize) fenced(ctx context.Context, ops ...clientv3.Op) error {
+	sctx, cancel := r.step(ctx, 1)
+	defer cancel()
+	txn, err := r.cli.Txn(sctx).If(append(stoppedCmps(r.prefix), r.fence.Held())...).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("shards: resize: %d ops: %w", len(ops), err)
 	}
 	if !txn.Succeeded {
-		return fmt.Errorf("shards: resize: the lock %s was lost (its lease expired) or a replica registered; stop every replica and rerun to finish", fence.Key)
+		return fmt.Errorf("shards: resize: the lock %s was lost (its lease expired) or a replica registered; stop every replica and rerun to finish", r.fence.Key)
 	}
 	return nil
 }
@@ -382,23 +529,19 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 	for i := range MaxShards {
 		elections = append(elections, keys.Leaders(keys.Shard(prefix, i, MaxShards)))
 	}
-	for len(elections) > 0 {
-		n := min(len(elections), store.ReadBatch)
-		ops := make([]clientv3.Op, n)
-		for i, p := range elections[:n] {
-			ops[i] = clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	var held *mvccpb.KeyValue
+	var at string
+	_, err = etcdscan.Prefixes(ctx, cli, elections, func(i int, kvs []*mvccpb.KeyValue) {
+		if len(kvs) > 0 && held == nil {
+			held, at = kvs[0], elections[i]
 		}
-		resp, err := cli.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return fmt.Errorf("shards: resize: read the elections: %w", err)
-		}
-		for i, r := range resp.Responses {
-			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
-				return fmt.Errorf("%w: the election %s has a candidate (%s): a replica runs, or died less than its lease TTL ago; stop every replica first",
-					ErrRefused, elections[i], kvs[0].Key)
-			}
-		}
-		elections = elections[n:]
+	}, clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		return fmt.Errorf("shards: resize: read the elections: %w", err)
+	}
+	if held != nil {
+		return fmt.Errorf("%w: the election %s has a candidate (%s): a replica runs, or died less than its lease TTL ago; stop every replica first",
+			ErrRefused, at, held.Key)
 	}
 	return nil
 }
