@@ -308,7 +308,7 @@ func (s *Server) serveEntry(w http.ResponseWriter, r *http.Request) {
 // numbers as current.
 func (s *Server) serveLeaderData(w http.ResponseWriter, r *http.Request) {
 	if sh := r.URL.Query()["shard"]; len(sh) > 0 {
-		want, err := parseShardTerms(sh)
+		want, err := status.ParseShardTerms(sh)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -428,7 +428,7 @@ func (s *Server) leaderJSON(ctx context.Context, id string, q url.Values, replic
 	if err != nil {
 		return fmt.Errorf("leader %s at %s: %w", id, addr, err)
 	}
-	asViewer(ctx, req) // the leader guards its data as this replica does
+	auth.Forward(ctx, req) // the leader guards its data as this replica does
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("leader %s at %s does not answer: %w", id, addr, err)
