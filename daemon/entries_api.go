@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/beatd/beatd/config"
@@ -31,10 +33,16 @@ type entriesAPI struct {
 	hist    outcome.History // may be nil
 	now     func() time.Time
 	// shards is the cluster's shard count (0 or 1: unsharded), and
-	// remote, on a sharded replica, says whether an entry runs on a shard
-	// another replica leads, whose runtime entries this one does not hold.
+	// leads, on a sharded replica, says whether it leads shard i (it
+	// holds the runtime entries of those shards only).
 	shards int
-	remote func(name string) bool
+	leads  func(i int) bool
+}
+
+// isRemote says whether the entry name runs on a shard another replica
+// leads, whose runtime entries this one does not hold.
+func (a *entriesAPI) isRemote(name string) bool {
+	return a.leads != nil && !a.leads(keys.ShardOf(name, a.shards))
 }
 
 // nextRunsShown is how many coming fire times the entries API lists.
@@ -45,17 +53,17 @@ const nextRunsShown = 3
 // running (and why), in name order. Without a task or queue filter the
 // page merges the running set with one range read of the stored runtime
 // entries over the same names; with one, it holds the running entries
-// that match (a runtime entry that does not run has no task to match).
+// that match (a runtime entry that does not run has no task to match),
+// those of the shards another replica leads included (filtered).
 func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page, error) {
 	cfg := a.merger.Current()
-	filtered := q.Task != "" || q.Queue != ""
+	if q.Task != "" || q.Queue != "" {
+		return a.filtered(ctx, cfg, q)
+	}
 	var running []string
 	more := false
 	if cfg != nil {
 		for e := range cfg.Following(q.After, q.Prefix) {
-			if q.Task != "" && e.Task != q.Task || q.Queue != "" && (e.Options == nil || e.Options.Queue != q.Queue) {
-				continue
-			}
 			if len(running) == q.Limit {
 				more = true
 				break
@@ -63,61 +71,249 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 			running = append(running, e.Name)
 		}
 	}
-	var (
-		names = running
-		docs  map[string]sources.Doc
-		err   error
-	)
-	if filtered {
-		var apiNames []string
-		for _, n := range running {
-			if cfg.Entry(n).Source == sources.API {
-				apiNames = append(apiNames, n)
-			}
-		}
-		if docs, err = a.entries.GetMany(ctx, apiNames, store.ReadBatch); err != nil {
-			return api.Page{}, err
-		}
-	} else {
-		win, winMore, err := a.entries.Window(ctx, q.After, q.Prefix, q.Limit)
-		if err != nil {
-			return api.Page{}, err
-		}
-		docs = make(map[string]sources.Doc, len(win))
-		merged := make([]string, 0, len(running)+len(win))
-		i := 0
-		for _, d := range win {
-			docs[d.Name] = d
-			for i < len(running) && running[i] < d.Name {
-				merged = append(merged, running[i])
-				i++
-			}
-			if i < len(running) && running[i] == d.Name {
-				i++
-			}
-			merged = append(merged, d.Name)
-		}
-		if winMore && len(win) > 0 {
-			// Stored entries past the window are unread: the page ends
-			// where the window does.
-			more = true
-		} else {
-			merged = append(merged, running[i:]...)
-		}
-		if len(merged) > q.Limit {
-			merged, more = merged[:q.Limit], true
-		}
-		names = merged
+	win, winMore, err := a.entries.Window(ctx, q.After, q.Prefix, q.Limit)
+	if err != nil {
+		return api.Page{}, err
 	}
+	docs := make(map[string]sources.Doc, len(win))
+	merged := make([]string, 0, len(running)+len(win))
+	i := 0
+	for _, d := range win {
+		docs[d.Name] = d
+		for i < len(running) && running[i] < d.Name {
+			merged = append(merged, running[i])
+			i++
+		}
+		if i < len(running) && running[i] == d.Name {
+			i++
+		}
+		merged = append(merged, d.Name)
+	}
+	if winMore && len(win) > 0 {
+		// Stored entries past the window are unread: the page ends
+		// where the window does.
+		more = true
+	} else {
+		merged = append(merged, running[i:]...)
+	}
+	if len(merged) > q.Limit {
+		merged, more = merged[:q.Limit], true
+	}
+	return a.page(ctx, cfg, merged, docs, more, "")
+}
+
+// page is the page of the entries named, in order; more says entries
+// follow them, from after the last named, or from through when set (a
+// filtered page that read the other shards' entries no further).
+func (a *entriesAPI) page(ctx context.Context, cfg *config.Config, names []string, docs map[string]sources.Doc, more bool, through string) (api.Page, error) {
 	list, err := a.views(ctx, cfg, names, docs)
 	if err != nil {
 		return api.Page{}, err
 	}
 	page := api.Page{Entries: list}
-	if more && len(names) > 0 {
+	switch {
+	case more && len(names) > 0:
 		page.Next = names[len(names)-1]
+	case through != "":
+		page.Next = through
 	}
 	return page, nil
+}
+
+// filterScanPages bounds a filtered page's reads of the runtime entries
+// of the shards another replica leads: at most this many times its limit
+// (plus a window per shard). A filter that matches few of them ends its
+// page there, with fewer entries than its limit (even none) and a next
+// that goes on from the last name read.
+const filterScanPages = 8
+
+// filtered is a page of the running entries of q's task or queue: those
+// of the config this replica runs, and, on a sharded replica, the runtime
+// entries of the shards it does not lead, read from etcd in name order
+// (in windows of q.Limit per shard, at most filterScanPages times
+// q.Limit) and parsed as their shards' leaders parse them.
+func (a *entriesAPI) filtered(ctx context.Context, cfg *config.Config, q api.ListQuery) (api.Page, error) {
+	match := func(e *config.Entry) bool {
+		return (q.Task == "" || e.Task == q.Task) && (q.Queue == "" || e.Options != nil && e.Options.Queue == q.Queue)
+	}
+	var (
+		remote  []*config.Entry
+		docs    = map[string]sources.Doc{}
+		through string
+		err     error
+	)
+	if a.leads != nil {
+		if remote, through, err = a.remoteFiltered(ctx, cfg, q, match, docs); err != nil {
+			return api.Page{}, err
+		}
+	}
+	running, err := a.runningFiltered(ctx, cfg, q, match, through)
+	if err != nil {
+		return api.Page{}, err
+	}
+	var apiNames []string
+	for _, e := range running {
+		if e.Source == sources.API {
+			apiNames = append(apiNames, e.Name)
+		}
+	}
+	got, err := a.entries.GetMany(ctx, apiNames, store.ReadBatch)
+	if err != nil {
+		return api.Page{}, err
+	}
+	maps.Copy(docs, got)
+	names := make([]string, 0, len(running)+len(remote))
+	for _, e := range running {
+		names = append(names, e.Name)
+	}
+	for _, e := range remote {
+		names = append(names, e.Name)
+	}
+	slices.Sort(names)
+	more := false
+	if len(names) > q.Limit {
+		names, more, through = names[:q.Limit], true, ""
+	}
+	return a.page(ctx, cfg, names, docs, more, through)
+}
+
+// runningFiltered is the first q.Limit+1 entries of the config this
+// replica runs that match, by name, up to through when set; an entry of a
+// shard it does not lead that a runtime entry there runs over (runsOver)
+// is left out, the runtime entry being the one that runs.
+func (a *entriesAPI) runningFiltered(ctx context.Context, cfg *config.Config, q api.ListQuery, match func(*config.Entry) bool, through string) ([]*config.Entry, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	var out, maybe []*config.Entry
+	// settle drops the entries of maybe that a runtime entry of their
+	// shard runs over: one read of their names.
+	settle := func() error {
+		if len(maybe) == 0 {
+			return nil
+		}
+		names := make([]string, len(maybe))
+		for i, e := range maybe {
+			names[i] = e.Name
+		}
+		docs, err := a.entries.GetMany(ctx, names, store.ReadBatch)
+		if err != nil {
+			return err
+		}
+		kept := out[:0]
+		for _, e := range out {
+			if d, ok := docs[e.Name]; !ok || remoteEntry(a.merger, d) == nil {
+				kept = append(kept, e)
+			}
+		}
+		out, maybe = kept, maybe[:0]
+		return nil
+	}
+	for e := range cfg.Following(q.After, q.Prefix) {
+		if through != "" && e.Name > through {
+			break
+		}
+		if !match(e) {
+			continue
+		}
+		out = append(out, e)
+		if a.isRemote(e.Name) && runsOver(a.merger, e) {
+			maybe = append(maybe, e)
+		}
+		if len(out) > q.Limit {
+			if err := settle(); err != nil {
+				return nil, err
+			}
+			if len(out) > q.Limit {
+				break
+			}
+		}
+	}
+	return out, settle()
+}
+
+// remoteFiltered is the runtime entries of the shards this replica does
+// not lead that run and match, by name: each shard's definitions are read
+// in windows of q.Limit and merged by name, until q.Limit+1 match or
+// filterScanPages times q.Limit were read. through is "" when every
+// definition that follows q.After was read, else the last name read in
+// order (every one up to it was, and none past it). docs gets the
+// definitions of the entries returned.
+func (a *entriesAPI) remoteFiltered(ctx context.Context, cfg *config.Config, q api.ListQuery, match func(*config.Entry) bool, docs map[string]sources.Doc) ([]*config.Entry, string, error) {
+	type cursor struct {
+		st    *sources.Entries
+		buf   []sources.Doc
+		after string
+		more  bool
+	}
+	var curs []*cursor
+	for i := range a.shards {
+		if !a.leads(i) {
+			curs = append(curs, &cursor{st: a.entries.Shard(i), after: q.After, more: true})
+		}
+	}
+	var out []*config.Entry
+	read := 0
+	for {
+		for _, c := range curs {
+			if len(c.buf) > 0 || !c.more {
+				continue
+			}
+			win, more, err := c.st.Window(ctx, c.after, q.Prefix, q.Limit)
+			if err != nil {
+				return nil, "", err
+			}
+			c.buf, c.more = win, more && len(win) > 0
+			if len(win) > 0 {
+				c.after = win[len(win)-1].Name
+			}
+		}
+		// Every definition up to the lowest last name read of a shard
+		// with more is read: those are taken, in name order.
+		frontier, bounded := "", false
+		for _, c := range curs {
+			if c.more && (!bounded || c.after < frontier) {
+				frontier, bounded = c.after, true
+			}
+		}
+		var batch []sources.Doc
+		for _, c := range curs {
+			k := len(c.buf)
+			if bounded {
+				k, _ = slices.BinarySearchFunc(c.buf, frontier, func(d sources.Doc, name string) int {
+					if d.Name <= name {
+						return -1
+					}
+					return 1
+				})
+			}
+			batch, c.buf = append(batch, c.buf[:k]...), c.buf[k:]
+		}
+		slices.SortFunc(batch, func(x, y sources.Doc) int { return strings.Compare(x.Name, y.Name) })
+		for _, d := range batch {
+			read++
+			var held *config.Entry
+			if cfg != nil {
+				held = cfg.Entry(d.Name)
+			}
+			if !runsOver(a.merger, held) {
+				continue // another source's entry runs under that name
+			}
+			if e := remoteEntry(a.merger, d); e != nil && match(e) {
+				out = append(out, e)
+				docs[d.Name] = d
+				if len(out) > q.Limit {
+					return out, d.Name, nil
+				}
+			}
+		}
+		if !bounded {
+			return out, "", nil
+		}
+		if read >= filterScanPages*q.Limit {
+			return out, frontier, nil
+		}
+	}
 }
 
 // GetEntry implements api.EntriesBackend.
@@ -151,18 +347,26 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 			runningNames = append(runningNames, n)
 		}
 	}
-	file := a.merger.File()
 	remote := map[string]*config.Entry{}
 	for _, n := range names {
-		if cfg != nil && cfg.Entry(n) != nil || a.remote == nil || !a.remote(n) {
+		d, ok := docs[n]
+		if !ok || !a.isRemote(n) {
 			continue
 		}
-		// A runtime entry of a shard another replica leads runs there:
-		// parsed from its document as that replica's merger parses it.
-		if d, ok := docs[n]; ok {
-			if e, err := file.ParseEntry(n, d.Data); err == nil {
-				e.Source = sources.API
-				remote[n] = e
+		// A runtime entry of a shard another replica leads runs there,
+		// unless the config this replica runs gives its name to a source
+		// that outranks it: parsed from its document as that replica's
+		// merger parses it.
+		var held *config.Entry
+		if cfg != nil {
+			held = cfg.Entry(n)
+		}
+		if !runsOver(a.merger, held) {
+			continue
+		}
+		if e := remoteEntry(a.merger, d); e != nil {
+			remote[n] = e
+			if held == nil {
 				runningNames = append(runningNames, n)
 			}
 		}
@@ -184,12 +388,9 @@ func (a *entriesAPI) views(ctx context.Context, cfg *config.Config, names []stri
 	}
 	out := make([]api.Entry, 0, len(names))
 	for _, name := range names {
-		var e *config.Entry
-		if cfg != nil {
+		e := remote[name]
+		if e == nil && cfg != nil {
 			e = cfg.Entry(name)
-		}
-		if e == nil {
-			e = remote[name]
 		}
 		if e == nil {
 			d := docs[name]

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,36 +66,58 @@ func (m *Main) runningConfig() *config.Config {
 // entryOf is the definition of the entry named, wherever it runs: from
 // the config this replica runs, else, on a sharded replica, from the
 // runtime entries of a shard it does not lead, read from etcd and parsed
-// as the merger parses them (nil: no such entry).
+// as the merger parses them (nil: no such entry). A name of such a shard
+// that the config this replica runs defines in a source the runtime
+// entries outrank (--sources-priority) runs as its runtime entry, if it
+// has one, as on the shard's leader.
 func (m *Main) entryOf(ctx context.Context, name string) (*config.Entry, error) {
-	if e := m.runningConfig().Entry(name); e != nil || m.Shards <= 1 {
-		return e, nil
+	held := m.runningConfig().Entry(name)
+	if m.Shards <= 1 || held != nil && (m.shards != nil && m.shards.leads(keys.ShardOf(name, m.Shards)) || !runsOver(m.merger, held)) {
+		return held, nil
 	}
 	d, err := m.entries.Get(ctx, name)
 	if errors.Is(err, sources.ErrNotFound) {
-		return nil, nil
+		return held, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	e, err := m.merger.File().ParseEntry(name, d.Data)
+	if e := remoteEntry(m.merger, d); e != nil {
+		return e, nil
+	}
+	return held, nil // an invalid runtime entry runs nowhere
+}
+
+// remoteEntry is d, a runtime entry of a shard this replica does not
+// lead, parsed as that shard's leader's merger parses it; nil when it is
+// invalid (it runs nowhere).
+func remoteEntry(mg *sources.Merger, d sources.Doc) *config.Entry {
+	e, err := mg.File().ParseEntry(d.Name, d.Data)
 	if err != nil {
-		return nil, nil // an invalid runtime entry runs nowhere
+		return nil
 	}
 	e.Source = sources.API
-	return e, nil
+	return e
+}
+
+// runsOver reports whether a runtime entry of a shard this replica does
+// not lead runs in place of held, the entry another source defines
+// under its name in the config this replica runs (nil: none): the shard's
+// leader merges both, and the first in --sources-priority wins.
+func runsOver(mg *sources.Merger, held *config.Entry) bool {
+	return held == nil || mg.Outranks(sources.API, cmp.Or(held.Source, sources.File))
 }
 
 // remoteEntries is, for a page of /status on a sharded replica, the
 // runtime entries of the shards it does not lead that the page may show:
 // the first limit+1 whose names follow after and start with prefix (one
 // range read of at most that many per shard), parsed as the merger parses
-// them, less the names of the config it runs; and how many runtime
-// entries of those shards follow in all (a count-only read per shard).
-// So a page costs reads bounded by its size, whatever the cluster's.
+// them, less those whose name the config it runs gives to a source that
+// outranks them (runsOver); and how many runtime entries of those shards
+// follow in all (a count-only read per shard). So a page costs reads
+// bounded by its size, whatever the cluster's.
 func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error) {
 	held := m.runningConfig()
-	file := m.merger.File()
 	var (
 		docs  []sources.Doc
 		total int
@@ -121,15 +144,12 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		if len(out) > limit {
 			break
 		}
-		if held.Entry(d.Name) != nil {
+		if !runsOver(m.merger, held.Entry(d.Name)) {
 			continue // another source's entry runs under that name
 		}
-		e, err := file.ParseEntry(d.Name, d.Data)
-		if err != nil {
-			continue // an invalid runtime entry runs nowhere
+		if e := remoteEntry(m.merger, d); e != nil {
+			out = append(out, e)
 		}
-		e.Source = sources.API
-		out = append(out, e)
 	}
 	return out, total, nil
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/etcdflags"
-	"github.com/beatd/beatd/internal/keys"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/spf13/pflag"
 
@@ -183,7 +182,7 @@ func (m *Main) startDCB(ctx context.Context) error {
 func (m *Main) entriesAPI() *entriesAPI {
 	a := &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now, shards: m.Shards}
 	if m.Shards > 1 {
-		a.remote = func(name string) bool { return m.shards == nil || !m.shards.leads(keys.ShardOf(name, m.Shards)) }
+		a.leads = func(i int) bool { return m.shards != nil && m.shards.leads(i) }
 	}
 	return a
 }

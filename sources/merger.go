@@ -354,6 +354,15 @@ func (m *Merger) Source(name string) string {
 	return ""
 }
 
+// Outranks reports whether source a wins a name that source b also
+// claims (--sources-priority): a replica that does not hold another
+// shard's runtime entries resolves its names with it as the merger
+// that holds them does.
+func (m *Merger) Outranks(a, b string) bool {
+	ia, ib := slices.Index(m.c.Priority, a), slices.Index(m.c.Priority, b)
+	return ia >= 0 && (ib < 0 || ia < ib)
+}
+
 // defaultsGen is the generation of the file's defaults, a new one
 // whenever they change.
 func (m *Merger) defaultsGen() uint32 {
