@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -99,10 +100,17 @@ func (b *backend) overlayShardsLive(ctx context.Context, st *api.Status, q api.S
 	ctx, cancel := context.WithTimeout(ctx, liveBudget)
 	defer cancel()
 	for id := range byLeader {
-		if id != b.id {
-			replicas, replicasErr = election.Replicas(ctx, b.etcd, b.prefix)
-			break
+		if id == b.id {
+			continue
 		}
+		if st.Stale {
+			// The leaders' addresses are in etcd, which did not answer:
+			// waiting for it again would break /status's second.
+			replicasErr = errors.New("etcd did not answer, and the replicas' addresses are there")
+		} else {
+			replicas, replicasErr = election.Replicas(ctx, b.etcd, b.prefix)
+		}
+		break
 	}
 	answers := make(map[string]status.LiveAnswer, len(byLeader))
 	errs := make(map[string]error, len(byLeader))
@@ -116,7 +124,7 @@ func (b *backend) overlayShardsLive(ctx context.Context, st *api.Status, q api.S
 			case id == b.id:
 				a = b.shards.Live(*lq)
 			case replicasErr != nil:
-				err = fmt.Errorf("leader %s: the registry: %w", id, replicasErr)
+				err = fmt.Errorf("leader %s: the registry of replicas: %w", id, replicasErr)
 			default:
 				a, err = b.askLive(ctx, id, replicas, *lq)
 			}
