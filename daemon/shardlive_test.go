@@ -40,18 +40,25 @@ func getJSON(t *testing.T, m *Main, path string, out any) {
 	}
 }
 
-// listAll pages GET /api/v1/entries?q on m (limit 3, so a page is seldom
-// the whole list) and returns every entry's name and task.
-func listAll(t *testing.T, m *Main, q url.Values) map[string]string {
+// listAll pages GET /api/v1/entries?q on m (q's limit, else 3, so a page
+// is seldom the whole list) and returns every entry's name and task, and
+// how many pages' next was not their last entry (a filtered page that
+// read the other shards as far as it may, and goes on from there).
+func listAll(t *testing.T, m *Main, q url.Values) (out map[string]string, short int) {
 	t.Helper()
-	out := map[string]string{}
-	q.Set("limit", "3")
+	out = map[string]string{}
+	if !q.Has("limit") {
+		q.Set("limit", "3")
+	}
 	for pages := 0; ; pages++ {
 		if pages > 50 {
 			t.Fatalf("GET /api/v1/entries?%s on %s: no end after 50 pages", q.Encode(), m.ID)
 		}
 		var p api.Page
 		getJSON(t, m, "/api/v1/entries?"+q.Encode(), &p)
+		if p.Next != "" && (len(p.Entries) == 0 || p.Entries[len(p.Entries)-1].Name != p.Next) {
+			short++
+		}
 		for _, e := range p.Entries {
 			if _, dup := out[e.Name]; dup {
 				t.Fatalf("GET /api/v1/entries?%s on %s: %s twice", q.Encode(), m.ID, e.Name)
@@ -59,7 +66,7 @@ func listAll(t *testing.T, m *Main, q url.Values) map[string]string {
 			out[e.Name] = e.Task
 		}
 		if p.Next == "" {
-			return out
+			return out, short
 		}
 		q.Set("after", p.Next)
 	}
@@ -121,7 +128,7 @@ func TestShardStatusLive(t *testing.T) {
 	// a name of the file).
 	var docs []api.EntryDoc
 	want := map[string]string{} // every entry: its task
-	for i := range 10 {
+	for i := range 30 {
 		name := fmt.Sprintf("rt-%02d", i)
 		docs = append(docs, api.EntryDoc{Name: name, Spec: []byte(`{"task": "tasks.rt", "at": "2099-01-01T00:00:00Z", "options": {"queue": "rtq"}}`)})
 		want[name] = "tasks.rt"
@@ -221,14 +228,19 @@ func TestShardStatusLive(t *testing.T) {
 		}
 		// The entries API's filters cover every shard's runtime entries.
 		filters := []struct {
-			q    url.Values
-			want func(name, task string) bool
+			q     url.Values
+			want  func(name, task string) bool
+			short bool // some page must end where its reads did
 		}{
-			{url.Values{"task": {"tasks.rt"}}, func(_, task string) bool { return task == "tasks.rt" }},
-			{url.Values{"queue": {"rtq"}}, func(_, task string) bool { return task == "tasks.rt" }},
-			{url.Values{"task": {"tasks.other"}}, func(_, task string) bool { return task == "tasks.other" }},
-			{url.Values{"task": {"tasks.file"}}, func(_, task string) bool { return task == "tasks.file" }},
-			{url.Values{"task": {"tasks.rt"}, "prefix": {"both-"}}, func(name, task string) bool { return task == "tasks.rt" && strings.HasPrefix(name, "both-") }},
+			{url.Values{"task": {"tasks.rt"}}, func(_, task string) bool { return task == "tasks.rt" }, false},
+			{url.Values{"queue": {"rtq"}}, func(_, task string) bool { return task == "tasks.rt" }, false},
+			{url.Values{"task": {"tasks.other"}}, func(_, task string) bool { return task == "tasks.other" }, false},
+			// 3 of 37 runtime entries: a page of 1 reads 8 definitions of
+			// the other shards at most, so past other-2 a page ends where
+			// its reads did, and its next goes on from there.
+			{url.Values{"task": {"tasks.other"}, "limit": {"1"}}, func(_, task string) bool { return task == "tasks.other" }, true},
+			{url.Values{"task": {"tasks.file"}}, func(_, task string) bool { return task == "tasks.file" }, false},
+			{url.Values{"task": {"tasks.rt"}, "prefix": {"both-"}}, func(name, task string) bool { return task == "tasks.rt" && strings.HasPrefix(name, "both-") }, false},
 		}
 		for _, f := range filters {
 			wantNames := map[string]string{}
@@ -237,8 +249,12 @@ func TestShardStatusLive(t *testing.T) {
 					wantNames[name] = task
 				}
 			}
-			if got := listAll(t, m, f.q); !maps.Equal(got, wantNames) {
+			got, short := listAll(t, m, f.q)
+			if !maps.Equal(got, wantNames) {
 				t.Errorf("%s: GET /api/v1/entries?%s: %v, want %v", m.ID, f.q.Encode(), got, wantNames)
+			}
+			if f.short && short == 0 {
+				t.Errorf("%s: GET /api/v1/entries?%s: no page ended where its reads did", m.ID, f.q.Encode())
 			}
 		}
 	}
