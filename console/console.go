@@ -41,6 +41,11 @@ type Config struct {
 	ID     string // this replica
 	// Entries returns the running config.
 	Entries func() *config.Config
+	// Entry, when set, is the definition of the entry named wherever it
+	// runs (nil: none): on a sharded replica, a runtime entry of a shard
+	// another replica leads, which Entries lacks. An entry's page uses
+	// it; the entries table lists Entries alone.
+	Entry func(ctx context.Context, name string) (*config.Entry, error)
 	// Runs is the run history the publisher keeps with the broker; nil
 	// shows none. Call Server.Changed when it changes, so live pages
 	// update at once (they also re-check every second).
