@@ -62,6 +62,18 @@ func (s *shardSet) Live(q status.LiveQuery) status.LiveAnswer {
 	return a
 }
 
+// ownLive is the live records of the entries of the shards this replica
+// leads.
+func (s *shardSet) ownLive() map[string]status.Live {
+	out := map[string]status.Live{}
+	for _, sh := range s.leadingShards() {
+		for name, r := range sh.metrics.Results() {
+			out[name] = liveOf(r)
+		}
+	}
+	return out
+}
+
 // overlayShardsLive overlays, on a sharded replica's view st of the
 // page q, each entry's live fields as its shard's leader knows them: its
 // own loops' for the shards it leads, each other leader's from that
@@ -74,6 +86,9 @@ func (s *shardSet) Live(q status.LiveQuery) status.LiveAnswer {
 func (b *backend) overlayShardsLive(ctx context.Context, st *api.Status, q api.StatusQuery) {
 	n := len(st.Shards)
 	if n == 0 {
+		// Nothing read from etcd yet (the config's view): who leads the
+		// other shards is unknown, this replica's own loops are not.
+		st.Overlay(b.shards.ownLive())
 		return
 	}
 	byLeader := map[string]*status.LiveQuery{}
