@@ -52,6 +52,13 @@ type Backend interface {
 	Request(ctx context.Context, a Action) (id string, err error)
 }
 
+// LiveBackend is a sharded replica's loops: the live fields of the
+// entries of the shards it leads, which the other replicas' /status
+// shows (status.LiveQuery).
+type LiveBackend interface {
+	Live(q status.LiveQuery) status.LiveAnswer
+}
+
 // Action is a change someone asked for: what, to which entry, who (the
 // token's identity), through what (api, cli or console), and why.
 type Action struct {
@@ -89,6 +96,8 @@ type Config struct {
 	Entries EntriesBackend
 	// Ops serves backfills and the audit trail when set.
 	Ops OpsBackend
+	// Live serves GET /status/live when set (a sharded replica).
+	Live LiveBackend
 	// Now reads the clock (audit times); time.Now when nil.
 	Now func() time.Time
 	// ApplyLimit is the most entries one apply writes (etcd's
@@ -113,7 +122,9 @@ func Handler(c Config) http.Handler {
 	// (who paused, and their note), backfills, publish errors and the
 	// workers' exception messages.
 	mux.HandleFunc("GET /status", c.read(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		// On a sharded cluster the replica asks the other shards' leaders
+		// for their entries' live fields as the caller.
+		ctx, cancel := context.WithTimeout(auth.WithCredential(r.Context(), r), 5*time.Second)
 		defer cancel()
 		v := r.URL.Query()
 		q := StatusQuery{Prefix: v.Get("prefix"), After: v.Get("after")}
@@ -171,6 +182,18 @@ func Handler(c Config) http.Handler {
 		}
 		admin(w, r)
 	})
+	if c.Live != nil {
+		// What another replica's /status asks of a shard's leader
+		// (status.LiveQuery); a read like /status.
+		mux.HandleFunc("GET /status/live", c.read(func(w http.ResponseWriter, r *http.Request) {
+			q, err := status.ParseLiveQuery(r.URL.Query())
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "", err.Error())
+				return
+			}
+			writeJSON(w, http.StatusOK, c.Live.Live(q))
+		}))
+	}
 	if c.Entries != nil {
 		registerEntries(mux, c)
 	}

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -119,4 +120,25 @@ func SetCookie(w http.ResponseWriter, r *http.Request, token string) {
 func ClearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+}
+
+// credKey carries the token a request presented in its context, so a
+// replica that asks another for data on its behalf asks as the same
+// caller, and the other's guard lets in whom this one's did.
+type credKey struct{}
+
+// WithCredential returns ctx carrying the token r presents for a read
+// (Credential), if any.
+func WithCredential(ctx context.Context, r *http.Request) context.Context {
+	if tok := Credential(r, RoleRead); tok != "" {
+		return context.WithValue(ctx, credKey{}, tok)
+	}
+	return ctx
+}
+
+// Forward sends req with the token ctx carries (WithCredential), if any.
+func Forward(ctx context.Context, req *http.Request) {
+	if tok, _ := ctx.Value(credKey{}).(string); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 }

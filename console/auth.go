@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,10 +21,6 @@ import (
 // maxLoginBody bounds the sign-in form.
 const maxLoginBody = 8 << 10
 
-// credKey carries the viewer's token in a request's context, so a
-// standby asks the leader for its data as the viewer.
-type credKey struct{}
-
 // guard serves h to a request holding the read role; it refuses others
 // with refuse.
 func (s *Server) guard(h http.HandlerFunc, refuse func(http.ResponseWriter, *http.Request, error)) http.HandlerFunc {
@@ -34,10 +29,8 @@ func (s *Server) guard(h http.HandlerFunc, refuse func(http.ResponseWriter, *htt
 			refuse(w, r, err)
 			return
 		}
-		if tok := auth.Credential(r, auth.RoleRead); tok != "" {
-			r = r.WithContext(context.WithValue(r.Context(), credKey{}, tok))
-		}
-		h(w, r)
+		// A standby asks the leader for its data as the viewer.
+		h(w, r.WithContext(auth.WithCredential(r.Context(), r)))
 	}
 }
 
@@ -141,11 +134,4 @@ func safeNext(next string) string {
 		return u.EscapedPath() + "?" + u.RawQuery
 	}
 	return u.EscapedPath()
-}
-
-// asViewer sends req with the viewer's token from ctx, if any.
-func asViewer(ctx context.Context, req *http.Request) {
-	if tok, _ := ctx.Value(credKey{}).(string); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
 }

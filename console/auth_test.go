@@ -190,7 +190,9 @@ func TestStandbyAsksLeaderAsViewer(t *testing.T) {
 	}))
 	defer leader.Close()
 	s := &Server{http: leaderClient(nil)}
-	ctx := context.WithValue(context.Background(), credKey{}, "tok-reader")
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "Bearer tok-reader")
+	ctx := auth.WithCredential(context.Background(), r)
 	d, err := s.askLeader(ctx, election.Leader{ID: "l", Token: 4}, []election.Replica{{ID: "l", HTTP: leader.URL}}, nil)
 	if err != nil || d.Backlog != 3 {
 		t.Fatalf("askLeader: %+v, %v", d, err)

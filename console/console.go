@@ -41,6 +41,11 @@ type Config struct {
 	ID     string // this replica
 	// Entries returns the running config.
 	Entries func() *config.Config
+	// Entry, when set, is the definition of the entry named wherever it
+	// runs (nil: none): on a sharded replica, a runtime entry of a shard
+	// another replica leads, which Entries lacks. An entry's page uses
+	// it; the entries table lists Entries alone.
+	Entry func(ctx context.Context, name string) (*config.Entry, error)
 	// Runs is the run history the publisher keeps with the broker; nil
 	// shows none. Call Server.Changed when it changes, so live pages
 	// update at once (they also re-check every second).
@@ -308,7 +313,7 @@ func (s *Server) serveEntry(w http.ResponseWriter, r *http.Request) {
 // numbers as current.
 func (s *Server) serveLeaderData(w http.ResponseWriter, r *http.Request) {
 	if sh := r.URL.Query()["shard"]; len(sh) > 0 {
-		want, err := parseShardTerms(sh)
+		want, err := status.ParseShardTerms(sh)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -428,7 +433,7 @@ func (s *Server) leaderJSON(ctx context.Context, id string, q url.Values, replic
 	if err != nil {
 		return fmt.Errorf("leader %s at %s: %w", id, addr, err)
 	}
-	asViewer(ctx, req) // the leader guards its data as this replica does
+	auth.Forward(ctx, req) // the leader guards its data as this replica does
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("leader %s at %s does not answer: %w", id, addr, err)

@@ -58,21 +58,6 @@ func (s *Server) localShardData(ctx context.Context, want map[int]int64, names [
 	return out
 }
 
-// parseShardTerms reads the shard=I:TERM parameters.
-func parseShardTerms(vals []string) (map[int]int64, error) {
-	out := map[int]int64{}
-	for _, v := range vals {
-		i, t, ok := strings.Cut(v, ":")
-		si, err1 := strconv.Atoi(i)
-		ti, err2 := strconv.ParseInt(t, 10, 64)
-		if !ok || err1 != nil || err2 != nil || si < 0 || ti <= 0 {
-			return nil, fmt.Errorf("shard %q: want SHARD:TERM", v)
-		}
-		out[si] = ti
-	}
-	return out, nil
-}
-
 // fetchShardsData gathers the numbers of every shard of a sharded
 // cluster from the replica that leads it in the term the elections show:
 // this replica's own from memory, each other leader's in one request

@@ -628,6 +628,13 @@ func (s *Server) entryPage(ctx context.Context, name string, live bool) *page {
 		p.Cluster.LeaderErr = err.Error()
 	}
 	e := s.cfg.Entries().Entry(name)
+	if s.cfg.Entry != nil {
+		if found, err := s.cfg.Entry(ctx, name); err != nil {
+			s.log.Warn("read an entry's definition", "entry", name, "err", err)
+		} else {
+			e = found
+		}
+	}
 	if e == nil {
 		p.Missing = name
 		return p

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,9 @@ type backend struct {
 	// shards is a sharded replica's leadership (nil: one shard, whose
 	// leader and sched are the replica's).
 	shards *shardSet
+	// peers reads the other replicas' HTTP (the shard leaders' live
+	// fields), trusting --http-tls-ca.
+	peers *http.Client
 }
 
 // statusCache is the last status read from etcd, so GET /status answers
@@ -143,7 +147,6 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 		if st, err = b.fromEtcd(ctx, q); err != nil {
 			return st, err
 		}
-		st.Overlay(b.liveResults())
 	}
 	st.ID = b.id
 	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
@@ -159,6 +162,9 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 				slices.Contains(led, shardLead{Shard: sh.Shard, Token: sh.FencingToken})
 			st.Leader = st.Leader || sh.Leader
 		}
+		b.overlayShardsLive(ctx, &st, q)
+	} else {
+		st.Overlay(b.liveResults())
 	}
 	if b.clockOff != nil {
 		cs := b.clockOff.status()
@@ -265,7 +271,6 @@ func (b *backend) cachedStatus(ctx context.Context) (api.Status, error) {
 			st.StaleSeconds = roundSeconds(b.clock.Since(o.lastAt))
 		}
 	}
-	st.Overlay(b.liveResults())
 	return st, nil
 }
 
@@ -283,18 +288,15 @@ func roundSeconds(d time.Duration) float64 {
 	return v
 }
 
-// liveResults is what this replica's loop remembers of each entry's
-// last publish (only a leader, or a replica that led, has any; on a
-// sharded replica, the shards it leads), for status's overlay.
+// liveResults is what an unsharded replica's loop remembers of each
+// entry's last publish (only a leader, or a replica that led, has any),
+// for status's overlay; a sharded one's are gathered from every shard's
+// leader (overlayShardsLive).
 func (b *backend) liveResults() map[string]status.Live {
 	results := b.metrics.Results()
-	if b.shards != nil {
-		results = b.shards.results()
-	}
 	out := make(map[string]status.Live, len(results))
 	for name, r := range results {
-		out[name] = status.Live{Result: r.LastResult, Error: r.LastError, ErrorAt: r.LastErrorAt, PublishedAt: r.LastSuccessAt,
-			NextFireAt: r.NextFireAt, Health: r.Health, HealthReason: r.HealthReason}
+		out[name] = liveOf(r)
 	}
 	return out
 }

@@ -28,7 +28,7 @@ func (m *Main) newConsole() (*console.Server, error) {
 		return nil, err
 	}
 	return console.New(console.Config{HTTPClient: hc,
-		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.runningConfig, Runs: m.runHistory(),
+		Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), ID: m.ID, Entries: m.runningConfig, Entry: m.entryOf, Runs: m.runHistory(),
 		Broker:     broker.Redacted(m.Broker),
 		PingBroker: m.brokerCheck,
 		Term:       m.leader.Token, Timeline: m.timeline, LedShards: m.ledShards(), Tokens: m.tokens, AdminEnabled: m.tokens.Enabled(), Logger: m.log,

@@ -559,6 +559,10 @@ func (m *Main) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
+	if m.api.peers, err = m.replicaHTTP(); err != nil {
+		cancel()
+		return err
+	}
 	if m.Shards > 1 {
 		m.api.remote = m.remoteEntries
 	}
@@ -566,6 +570,9 @@ func (m *Main) Run(ctx context.Context) error {
 	m.registry.MustRegister(m.api.clockOff.gauge)
 	apiCfg := api.Config{Backend: m.api, Gatherer: m.registry, Tokens: m.tokens, Logger: m.log,
 		Entries: m.entriesAPI(), Ops: m.api, RequireNotes: m.RequireNotes, Now: m.clock.Now, ApplyLimit: m.EtcdMaxTxnOps}
+	if m.shards != nil {
+		apiCfg.Live = m.shards
+	}
 	// The listeners (listenHTTP) now serve the API and the probes.
 	m.setHandler(m.console.Handler(api.Handler(apiCfg)))
 	if m.metricsSrv != nil {

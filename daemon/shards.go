@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -534,22 +533,6 @@ func (s *shardSet) termErr(now time.Time) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// results is what the loops of the shards this replica leads remember
-// of their entries' last publishes, for /status's overlay. A shard it
-// no longer leads is left out: its leader's state in etcd is newer.
-func (s *shardSet) results() map[string]scheduler.EntryResult {
-	out := map[string]scheduler.EntryResult{}
-	for _, sh := range s.shards {
-		sh.mu.Lock()
-		leading := sh.handover != nil
-		sh.mu.Unlock()
-		if leading {
-			maps.Copy(out, sh.metrics.Results())
-		}
-	}
-	return out
 }
 
 // stopped reports whether a shard's leadership loop has stopped, and

@@ -8,17 +8,23 @@ import "time"
 // its health, and the leader's own next fire. The daemon takes it from
 // its scheduler, `beatd status` from the leader's /status (LiveOf) and
 // the console from the leader's fire timeline (FireAt, Manual).
+//
+// A shard's leader sends its entries' records to the other replicas
+// (GET /status/live, LiveAnswer), hence the JSON names.
 type Live struct {
-	Result, Error        string
-	ErrorAt, PublishedAt time.Time
+	Result      string    `json:"result,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	ErrorAt     time.Time `json:"error_at,omitzero"`
+	PublishedAt time.Time `json:"published_at,omitzero"`
 	// NextFireAt is the oldest slot the leader has not yet published,
 	// else its next one; zero when it does not say.
-	NextFireAt           time.Time
-	Health, HealthReason string
+	NextFireAt   time.Time `json:"next_fire_at,omitzero"`
+	Health       string    `json:"health,omitempty"`
+	HealthReason string    `json:"health_reason,omitempty"`
 	// FireAt is when the newest fire's result came (zero: not known),
 	// Manual that it was a trigger's.
-	FireAt time.Time
-	Manual bool
+	FireAt time.Time `json:"fire_at,omitzero"`
+	Manual bool      `json:"manual,omitempty"`
 }
 
 // Overlay is the one place the leader's live results meet what etcd and

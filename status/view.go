@@ -87,6 +87,12 @@ type ShardStatus struct {
 	// Leader says the replica that answered leads this shard now (its
 	// term's token is FencingToken).
 	Leader bool `json:"leader,omitempty"`
+	// LiveError says why the live fields of this shard's entries
+	// (last_result, last_error, last_published_at, health, the leader's
+	// next_run_at) are missing from this answer: the shard has no
+	// leader, or its leader did not answer in time, or no longer holds
+	// that term. Empty when they are there (or the entries have none).
+	LiveError string `json:"live_error,omitempty"`
 }
 
 // Entry is one entry's status (as api.EntryStatus). Build fills it; a

@@ -154,20 +154,34 @@ func (o *statusOptions) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "beatd status:", termErr(o.etcd.Failure("read status", o.timeout, err)))
 		return exitFail
 	}
+	// A sharded cluster's replicas each answer /status for every shard
+	// (gathering each shard's live fields from its leader), so the CLI
+	// asks one of them: the first shard's leader.
+	asked := st.LeaderID
+	for _, sh := range st.Shards {
+		if asked == "" && sh.LeaderID != "" {
+			asked = sh.LeaderID
+		}
+	}
 	switch {
-	case st.LeaderID == "" && hist == nil:
+	case asked == "" && hist == nil:
 		notes = append(notes, "recent runs and last results unavailable: no leader (--broker reads the runs from Redis)")
-	case st.LeaderID == "":
+	case asked == "":
 	case st.LeaderUnresponsive && hist == nil:
 		notes = append(notes, "recent runs and last results unavailable: the leader is not responding (--broker reads the runs from Redis)")
 	case st.LeaderUnresponsive:
 	default:
-		err := o.mergeLeader(ctx, cli, prefix, &st, hist == nil)
+		err := o.mergeLeader(ctx, cli, prefix, asked, &st, hist == nil)
 		switch {
 		case err != nil && hist == nil:
 			notes = append(notes, "recent runs and last results unavailable (--broker reads the runs from Redis): "+err.Error())
 		case err != nil:
 			notes = append(notes, "last results unavailable: "+err.Error())
+		}
+	}
+	for _, sh := range st.Shards {
+		if sh.LiveError != "" {
+			notes = append(notes, fmt.Sprintf("shard %d: last results, health and the leader's next runs unavailable: %s", sh.Shard, sh.LiveError))
 		}
 	}
 	if st.HistoryError != "" {
@@ -358,18 +372,19 @@ func fmtTime(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-// mergeLeader adds what the leader's GET /status knows to st: each
-// entry's last result and error (only the leader has them), and with
+// mergeLeader adds what replica id's GET /status knows to st: each
+// entry's last result and error (only the leader has them; on a sharded
+// cluster any replica gathers them from every shard's leader), and with
 // runs its recent runs, which the leader reads from the broker. It finds
-// the leader's HTTP where the leader registered it.
-func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, prefix string, st *status.View, runs bool) error {
+// the replica's HTTP where the replica registered it.
+func (o *statusOptions) mergeLeader(ctx context.Context, cli *clientv3.Client, prefix, id string, st *status.View, runs bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	reps, err := election.Replicas(ctx, cli, prefix)
 	if err != nil {
 		return err
 	}
-	base, err := election.LeaderURL(election.Leader{ID: st.LeaderID, Token: st.FencingToken}, reps)
+	base, err := election.LeaderURL(election.Leader{ID: id}, reps)
 	if err != nil {
 		return err
 	}
@@ -411,6 +426,12 @@ func mergeLeaderResults(ctx context.Context, st *status.View, statusURL, caFile 
 		return fmt.Errorf("leader at %s: %w", statusURL, err)
 	}
 	st.Overlay(status.LiveOf(ls.Entries))
+	for _, sh := range ls.Shards {
+		// Why a shard's live fields are missing, as that replica saw it.
+		if sh.Shard < len(st.Shards) && st.Shards[sh.Shard].Shard == sh.Shard {
+			st.Shards[sh.Shard].LiveError = sh.LiveError
+		}
+	}
 	if runs {
 		st.OverlayRuns(ls.Entries)
 		st.HistoryError = ls.HistoryError

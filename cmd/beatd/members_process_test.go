@@ -126,6 +126,34 @@ func TestProcessMembersReplicas(t *testing.T) {
 				t.Errorf("table lacks the shard count:\n%s", out)
 			}
 			t.Logf("\n%s", out)
+			if tc.shards > 1 {
+				// beatd status shows every entry's last result, whichever
+				// replica leads its shard: the replica it asks gathers
+				// each shard's from that shard's leader.
+				var last string
+				testutil.Eventually(t, 10*time.Second, "beatd status gives every entry its last result", func() bool {
+					code, out, errs := c.cli("status", "--json")
+					last = out + errs
+					var st status.View
+					if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Entries) != 3 || len(st.Shards) != tc.shards {
+						return false
+					}
+					for _, e := range st.Entries {
+						if e.LastResult != "ok" || e.LastPublishedAt == nil {
+							return false
+						}
+					}
+					for _, sh := range st.Shards {
+						if sh.LiveError != "" {
+							return false
+						}
+					}
+					return true
+				})
+				if t.Failed() {
+					t.Fatalf("beatd status: %s", last)
+				}
+			}
 			// r1 stops: r0 leads everything, and r1 is gone.
 			c.replicas[1].Signal(syscall.SIGTERM)
 			<-c.replicas[1].Done()
