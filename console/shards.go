@@ -21,6 +21,7 @@ import (
 type LedShard struct {
 	Shard    int
 	Term     int64
+	Elected  time.Time // when this replica won the term (zero: unknown)
 	Timeline *Timeline
 }
 
@@ -49,13 +50,31 @@ func (s *Server) localShardData(ctx context.Context, want map[int]int64, names [
 		if t, ok := want[ls.Shard]; !ok || t != ls.Term || ls.Timeline == nil {
 			continue
 		}
-		d := leaderData{Timeline: ls.Timeline.Snapshot(names)}
+		d := leaderData{Timeline: termSnapshot(ls, names)}
 		if s.cluster.ready(ctx) == nil {
 			d.Backlog, d.BacklogOK = s.backlog(ls.Timeline, ls.Term)
 		}
 		out = append(out, shardData{Shard: ls.Shard, Term: ls.Term, leaderData: d})
 	}
 	return out
+}
+
+// termSnapshot is ls's timeline as of its term ls.Term. A shard's
+// timeline starts over only at the new term's first fire, so until then
+// it still holds an earlier term's fires (a lease lost under load, won
+// back or handed around): counted as this term's they would be fires this
+// term never made, and the total would drop when its first fire came.
+// Until then the term has no fires, counted since it was won.
+func termSnapshot(ls LedShard, names []string) Snapshot {
+	snap := ls.Timeline.Snapshot(names)
+	if snap.Term == ls.Term {
+		return snap
+	}
+	for i := range snap.Minutes {
+		snap.Minutes[i] = Minute{Start: snap.Minutes[i].Start}
+	}
+	snap.Term, snap.Since, snap.Entries = ls.Term, ls.Elected, map[string]EntryFires{}
+	return snap
 }
 
 // fetchShardsData gathers the numbers of every shard of a sharded

@@ -133,3 +133,40 @@ func TestTimelineSweepAvoidsMinuteStart(t *testing.T) {
 		})
 	}
 }
+
+// TestTermSnapshot: a led shard's numbers are its term's. Its timeline
+// starts over only at the term's first fire, so until then it still holds
+// the fires of an earlier term, which the term must not be credited with.
+func TestTermSnapshot(t *testing.T) {
+	now := time.Date(2026, 12, 5, 19, 0, 30, 0, time.UTC)
+	won := now.Add(-10 * time.Second)
+	tl := NewTimeline(func() time.Time { return now })
+	for range 3 {
+		tl.Observe(5, "e", now, broker.ResultOK, time.Millisecond, false)
+	}
+	tests := []struct {
+		name      string
+		term      int64
+		since     time.Time
+		hasEntry  bool
+		wantTerm  int64
+		wantFires int
+	}{
+		{name: "the timeline's term", term: 5, since: now, hasEntry: true, wantTerm: 5, wantFires: 3},
+		{name: "a later term with no fire yet", term: 7, since: won, wantTerm: 7, wantFires: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := termSnapshot(LedShard{Shard: 1, Term: tt.term, Elected: won, Timeline: tl}, []string{"e"})
+			fires := 0
+			for _, m := range s.Minutes {
+				fires += m.Fires
+			}
+			_, has := s.Entries["e"]
+			if s.Term != tt.wantTerm || fires != tt.wantFires || !s.Since.Equal(tt.since) || has != tt.hasEntry || len(s.Minutes) != 60 {
+				t.Errorf("term %d: term %d, %d fires in %d minutes, since %v, entry listed %v; want term %d, %d fires in 60, since %v, listed %v",
+					tt.term, s.Term, fires, len(s.Minutes), s.Since, has, tt.wantTerm, tt.wantFires, tt.since, tt.hasEntry)
+			}
+		})
+	}
+}

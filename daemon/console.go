@@ -61,7 +61,7 @@ func (m *Main) ledShards() func() []console.LedShard {
 	return func() []console.LedShard {
 		var out []console.LedShard
 		for _, l := range m.shards.leading() {
-			out = append(out, console.LedShard{Shard: l.Shard, Term: l.Token, Timeline: m.shardTimelines[l.Shard]})
+			out = append(out, console.LedShard{Shard: l.Shard, Term: l.Token, Elected: l.Elected, Timeline: m.shardTimelines[l.Shard]})
 		}
 		return out
 	}

@@ -90,9 +90,13 @@ func TestShardConsole(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Leases long enough that -race on two loaded cores keeps its terms
+	// (2s lapsed: shards changed hands mid-test); a stopping replica
+	// resigns, so b's takeover below does not wait for it.
+	const leaseTTL = "6s"
 	start := func(id string) *Main {
 		return runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/sc/", "--id", id,
-			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", strconv.Itoa(shards))
+			"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", leaseTTL, "--state-interval", "200ms", "--shards", strconv.Itoa(shards))
 	}
 	a := start("a")
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads all 4 shards", func() bool { return len(a.shards.leading()) == shards })
@@ -135,6 +139,30 @@ func TestShardConsole(t *testing.T) {
 		return err == nil && len(pending) == 0 && sum(sent()) == sum(want)
 	})
 	inQueue := sent()
+	// The terms that sent them. A console counts each shard's current
+	// term; should a lease lapse all the same, the shard's new term has
+	// sent none of them.
+	sentIn := map[int]int64{}
+	for _, m := range []*Main{a, b} {
+		for _, l := range m.shards.leading() {
+			sentIn[l.Shard] = l.Token
+		}
+	}
+	wantNow := func() (map[string]int, string) {
+		terms := map[int]int64{}
+		for _, m := range []*Main{a, b} {
+			for _, l := range m.shards.leading() {
+				terms[l.Shard] = l.Token
+			}
+		}
+		w := map[string]int{}
+		for name, c := range inQueue {
+			if sh := keys.ShardOf(name, shards); terms[sh] == sentIn[sh] {
+				w[name] = c
+			}
+		}
+		return w, fmt.Sprintf("shard terms %v, sent in %v", terms, sentIn)
+	}
 	for name, n := range want {
 		if inQueue[name] != n {
 			t.Fatalf("%s: %d messages in the queue, want %d (triggered)", name, inQueue[name], n)
@@ -143,59 +171,43 @@ func TestShardConsole(t *testing.T) {
 	// Both consoles say what the broker holds, and that every shard is
 	// counted, with nothing left in the backlog once the state is written.
 	for _, m := range []*Main{a, b} {
-		var last consoleNumbers
-		testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, m.ID+"'s console counts every fire of every shard", func() bool {
+		testutil.EventuallyErr(t, 10*time.Second, 100*time.Millisecond, m.ID+"'s console counts every fire of every shard", func() error {
 			n, ok := readConsole(t, m)
-			last = n
-			if !ok || n.total != sum(inQueue) || n.shards != "0, 1, 2, 3" || n.missing != "" ||
+			want, terms := wantNow()
+			notYet := fmt.Errorf("%s's console: %+v; want %v of the queue %v (%s)", m.ID, n, want, inQueue, terms)
+			if !ok || n.total != sum(want) || n.shards != "0, 1, 2, 3" || n.missing != "" ||
 				n.backlog != "none: etcd has every publish, in shards 0, 1, 2, 3" {
-				return false
+				return notYet
 			}
 			// Its entry list is the entries of the shards it leads,
 			// each with its count (a replica holds no others).
-			for name, c := range inQueue {
+			for name := range inQueue {
 				got, listed := n.fires[name]
-				if led := m.shards.leads(keys.ShardOf(name, shards)); listed != led || led && got != c {
-					return false
+				if led := m.shards.leads(keys.ShardOf(name, shards)); listed != led || led && got != want[name] {
+					return notYet
 				}
 			}
-			return true
+			return nil
 		})
-		if t.Failed() {
-			t.Fatalf("%s's console: %+v; the queue: %v", m.ID, last, inQueue)
-		}
 	}
 	// a stops: b takes a's shards in new terms, whose timelines start
 	// empty; b's own two shards keep their terms and their counts.
-	kept := map[int]bool{}
-	for _, l := range b.shards.leading() {
-		kept[l.Shard] = true
-	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads all 4 shards", func() bool { return len(b.shards.leading()) == shards })
-	wantB := map[string]int{}
-	for name, c := range inQueue {
-		if kept[keys.ShardOf(name, shards)] {
-			wantB[name] = c
-		}
-	}
-	var last consoleNumbers
-	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "b's console counts its shards' current terms", func() bool {
+	testutil.EventuallyErr(t, 10*time.Second, 100*time.Millisecond, "b's console counts its shards' current terms", func() error {
 		n, ok := readConsole(t, b)
-		last = n
+		wantB, terms := wantNow()
+		notYet := fmt.Errorf("b's console: %+v; want %v of %v (%s)", n, wantB, inQueue, terms)
 		if !ok || n.total != sum(wantB) || n.shards != "0, 1, 2, 3" || n.missing != "" {
-			return false
+			return notYet
 		}
 		for name := range inQueue {
 			if n.fires[name] != wantB[name] {
-				return false
+				return notYet
 			}
 		}
-		return true
+		return nil
 	})
-	if t.Failed() {
-		t.Fatalf("b's console: %+v; want %v of %v", last, wantB, inQueue)
-	}
 }

@@ -488,8 +488,9 @@ func (s *shardSet) readView(ctx context.Context) {
 
 // Leading is one shard's led term, for /status.
 type shardLead struct {
-	Shard int
-	Token int64
+	Shard   int
+	Token   int64
+	Elected time.Time // zero when the loop's term is not this one
 }
 
 // leading returns the shards this replica leads, with their tokens.
@@ -498,7 +499,11 @@ func (s *shardSet) leading() []shardLead {
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		if sh.handover != nil {
-			out = append(out, shardLead{Shard: sh.i, Token: sh.token})
+			l := shardLead{Shard: sh.i, Token: sh.token}
+			if tok, elected := sh.loop.Term(); tok == sh.token {
+				l.Elected = elected
+			}
+			out = append(out, l)
 		}
 		sh.mu.Unlock()
 	}

@@ -456,8 +456,11 @@ func TestShardReadiness(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("entries:\n  e0: {task: tasks.t, every: 200ms}\n  e1: {task: tasks.t, every: 200ms}\n  e2: {task: tasks.t, every: 200ms}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A lease long enough that -race on two loaded cores keeps the
+	// terms: with 2s, shards changed terms mid-test, and a new term has
+	// no publish error to report until its first publish fails.
 	m := runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", "/rz/", "--id", "a",
-		"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms", "--shards", "2")
+		"--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "6s", "--state-interval", "200ms", "--shards", "2")
 	readyz := func() (int, string) {
 		resp, err := http.Get("http://" + m.HTTPAddress() + "/readyz")
 		if err != nil {
@@ -477,10 +480,13 @@ func TestShardReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	var body string
-	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "not ready: a shard cannot publish", func() bool {
+	testutil.EventuallyErr(t, 10*time.Second, 50*time.Millisecond, "not ready: a shard cannot publish", func() error {
 		var code int
 		code, body = readyz()
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "shard ") && strings.Contains(body, "cannot publish")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "shard ") && strings.Contains(body, "cannot publish") {
+			return nil
+		}
+		return fmt.Errorf("/readyz said %d %q while leading %+v", code, body, m.shards.leading())
 	})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("the broker should answer PING while it refuses writes: %v", err)
