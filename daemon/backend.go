@@ -159,7 +159,7 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 		for i := range st.Shards {
 			sh := &st.Shards[i]
 			sh.Leader = sh.LeaderID == b.id && sh.FencingToken != 0 &&
-				slices.Contains(led, shardLead{Shard: sh.Shard, Token: sh.FencingToken})
+				slices.ContainsFunc(led, func(l shardLead) bool { return l.Shard == sh.Shard && l.Token == sh.FencingToken })
 			st.Leader = st.Leader || sh.Leader
 		}
 		b.overlayShardsLive(ctx, &st, q)
