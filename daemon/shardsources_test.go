@@ -287,6 +287,12 @@ else:
 	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "the moved shards' entries fire on a", func() bool {
 		return firesOnA(fromFile) && firesOnA(fromDCB)
 	})
+	// The audit wants at least three slots of each entry: when the
+	// steps above ran fast, wait for them to come due (and their
+	// messages, a second on) rather than audit a shorter window.
+	testutil.EventuallyEvery(t, 10*time.Second, 100*time.Millisecond, "three slots of every entry due", func() bool {
+		return !time.Now().Truncate(time.Second).Add(-time.Second).Before(from.Add(3 * time.Second))
+	})
 	to := time.Now().Truncate(time.Second).Add(-time.Second)
 
 	// Every slot of every file and dcb entry, across the handover, once.
