@@ -50,9 +50,19 @@ func newClient(t *testing.T) *clientv3.Client {
 
 // TestPrefixPagesOneSnapshot: a prefix read in pages sees every key once,
 // in order, and nothing written after its first page.
+// clearPrefix deletes what an earlier run (-count) left under prefix in the
+// package's one etcd.
+func clearPrefix(t *testing.T, cli *clientv3.Client, prefix string) {
+	t.Helper()
+	if _, err := cli.Delete(context.Background(), prefix, clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestPrefixPagesOneSnapshot(t *testing.T) {
 	cli := newClient(t)
 	ctx := context.Background()
+	clearPrefix(t, cli, "/p/")
 	for i := range 25 {
 		if _, err := cli.Put(ctx, fmt.Sprintf("/p/k%02d", i), "v1"); err != nil {
 			t.Fatal(err)
@@ -95,6 +105,7 @@ func TestPrefixPagesOneSnapshot(t *testing.T) {
 func TestPrefixesOneSnapshot(t *testing.T) {
 	cli := newClient(t)
 	ctx := context.Background()
+	clearPrefix(t, cli, "/s/")
 	const n = ReadBatch + 5
 	prefixes := make([]string, n)
 	for i := range n {
