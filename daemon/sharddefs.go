@@ -18,9 +18,10 @@ import (
 // entries at the start of its term.
 const shardDefsLoadTimeout = time.Minute
 
-// shardDefs loads shard i's entries for a term of the shard, before its
-// scheduler runs (so the state of none of them is taken for a removed
-// entry's): its entries of the file, parsed from the bytes of the file
+// shardDefs loads shard i's entries ahead of a campaign for the shard
+// (shardSet.prepare), so its term's scheduler starts with them (and the
+// state of none of them is taken for a removed entry's): its entries of
+// the file, parsed from the bytes of the file
 // the merger runs (config.CheckPart, under reloadMu so a reload cannot
 // come between); its django-celery-beat rows, in one read of the table;
 // and its runtime entries, in one range read of its definitions

@@ -86,22 +86,23 @@ const shardBalanceEvery = 250 * time.Millisecond
 // shardSet is a sharded replica's leadership: a leader.Loop per shard,
 // each with its own election, fencing token, state table, broker fence
 // and scheduler over only that shard's entries (keys.ShardOf). A shard's
-// entries, of every source, are loaded when a term of it starts and
-// dropped when it ends (shardDeps.defs), so a scheduler of a shard this
-// replica does not lead holds none.
+// entries, of every source, are loaded before the replica campaigns for
+// it (prepare, shardDeps.defs) and dropped when its term or campaign
+// ends, so a replica holds the entries of the shards it leads and of the
+// few it is about to lead, never more than its most share.
 //
 // Balance is kept by each replica alone, from the number of live replicas
 // (the registry, keys.Replicas) and one range read of every shard's
 // election (readView), both every shardBalanceEvery: its share is between
 // lo = floor(shards / live) and hi = ceil(shards / live). A replica
-// campaigns for every shard while it leads fewer than lo; while it leads
-// fewer than hi, for a shard nobody leads or whose leader leads more than
-// hi; otherwise it withdraws its campaign (gatedElector), so it never
-// queues for a shard it is not owed. A replica above lo hands over one
-// shard each shardBalanceEvery, and only a shard whose election has
-// another candidate waiting: the handover ends the term as a SIGTERM does
-// (the loop persists, then resigns) and the waiting candidate wins at
-// once. A dead replica's shards are won by the others once its leases
+// below hi campaigns for a shard nobody leads, and for the surplus of a
+// replica above its share (wants); otherwise it withdraws its campaign
+// (gatedElector), so it never queues for a shard it is not owed. A
+// replica above lo hands over one shard each shardBalanceEvery, and only
+// a shard whose election has another candidate waiting, which has loaded
+// the shard's entries already: the handover ends the term as a SIGTERM
+// does (the loop persists, then resigns) and the waiting candidate wins
+// at once and reads only the shard's state. A dead replica's shards are won by the others once its leases
 // expire (its registration expires with the same TTL, which raises their
 // share).
 type shardSet struct {
@@ -124,6 +125,12 @@ type shardSet struct {
 	led  prometheus.Gauge
 	wg   sync.WaitGroup
 	hold func() time.Duration // shardDeps.hold
+	// defs is shardDeps.defs: a shard's entries, loaded by prepare before
+	// the replica campaigns for it.
+	defs func(ctx context.Context, i int) (stop func(), err error)
+	// prepMu makes prepare's check of the share and its reservation one
+	// step across the shards' campaigns.
+	prepMu sync.Mutex
 }
 
 // shard is one shard's leadership on this replica.
@@ -147,6 +154,11 @@ type shard struct {
 	// not campaign for it again for shardHandoverQuiet, so the shard goes
 	// to the replica that waited, not back to this one.
 	handedAt time.Time
+	// preparing is set while the shard's entries load ahead of a term,
+	// and prepared is their stop once loaded, until a term takes them or
+	// the campaign ends (shardSet.prepare).
+	preparing bool
+	prepared  func()
 }
 
 // minShardFeedBuffer is the least outcome buffer a shard's loop gets
@@ -202,7 +214,7 @@ type shardDeps struct {
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
-	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold,
+	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs,
 		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
@@ -256,11 +268,12 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, err
 		}
 		lead := func(ctx context.Context, t leader.Term) error {
-			// The shard's entries are loaded before the term
-			// shows as led (leading, /status, /readyz), so a led shard's
-			// scheduler is about to run, not still reading etcd; the
-			// term's context still ends the read.
-			if d.defs != nil {
+			// The shard's entries were loaded before the campaign
+			// (prepare); a term won without them would load them here,
+			// before it shows as led (leading, /status, /readyz).
+			if stop := sh.takePrepared(); stop != nil {
+				defer stop()
+			} else if d.defs != nil {
 				stop, err := d.defs(ctx, i)
 				if err != nil {
 					return err
@@ -382,12 +395,15 @@ func (s *shardSet) share() (lo, hi int) {
 	return s.n / live, (s.n + live - 1) / live
 }
 
-// wants says whether this replica should campaign for sh: always while
-// it leads fewer than its least share (it is owed a shard, and a replica
-// above that hands one over to it); while it leads fewer than its most,
-// for a shard nobody leads, or whose leader leads more than the most
-// (which hands one over to it). Otherwise it stays out, so it never queues
-// for a shard it is not owed.
+// wants says whether this replica should campaign for sh: never at its
+// most share (hi); else for a shard nobody leads, and for one another
+// replica leads only while that replica leads more than it keeps (lo
+// while this replica is below lo: it hands one over to a replica owed
+// one; else hi) and this replica claims fewer of its shards than that
+// surplus. A campaign comes after the shard's entries are loaded
+// (prepare), so claiming only what will be handed over keeps what a
+// replica loads to its share; and it never queues for a shard it is not
+// owed.
 func (s *shardSet) wants(sh *shard) bool {
 	if s.hold != nil && s.hold() > 0 {
 		return false // handed over for a cut path to the broker
@@ -397,24 +413,133 @@ func (s *shardSet) wants(sh *shard) bool {
 	}
 	held := s.held()
 	lo, hi := s.share()
-	if held < lo {
-		return true
-	}
 	if held >= hi {
 		return false
 	}
-	sh.mu.Lock()
-	quiet := !sh.handedAt.IsZero() && s.clock.Since(sh.handedAt) < shardHandoverQuiet
-	sh.mu.Unlock()
-	if quiet {
-		return false
+	keeps := lo
+	if held >= lo {
+		sh.mu.Lock()
+		quiet := !sh.handedAt.IsZero() && s.clock.Since(sh.handedAt) < shardHandoverQuiet
+		sh.mu.Unlock()
+		if quiet {
+			return false
+		}
+		keeps = hi
 	}
 	v := s.view.Load()
 	if v == nil {
 		return true
 	}
 	leader := v.leaders[sh.i]
-	return leader == "" || leader == s.id || v.held[leader] > hi
+	switch {
+	case leader == s.id:
+		return true
+	case leader == "":
+		return s.first(v, sh.i)
+	}
+	return v.held[leader]-keeps > s.claimed(v, leader, sh.i)
+}
+
+// shardFreeWait is how long a free shard waits for the replica it falls
+// to (first) before any replica owed one campaigns for it.
+const shardFreeWait = time.Second
+
+// first says whether this replica campaigns at once for shard i, which
+// nobody leads: the one whose rank among the live replicas' sorted ids is
+// i modulo their number does; the others after shardFreeWait. The free
+// shards of a dead replica are so split among the others without each
+// loading every one of them (a campaign comes after the load) and the
+// loser dropping it.
+func (s *shardSet) first(v *shardView, i int) bool {
+	ids := s.ids.Load()
+	if ids == nil || v.freeSince == nil || s.clock.Since(v.freeSince[i]) >= shardFreeWait {
+		return true
+	}
+	return i%len(*ids) == slices.Index(*ids, s.id)
+}
+
+// claimed is how many shards below shard i that leader leads, as v
+// says, this replica prepares or campaigns for: a shard claimed by the
+// lower numbers first, so a surplus is claimed once.
+func (s *shardSet) claimed(v *shardView, leader string, i int) int {
+	n := 0
+	for _, o := range s.shards[:i] {
+		if v.leaders[o.i] != leader {
+			continue
+		}
+		o.mu.Lock()
+		if o.preparing || o.prepared != nil {
+			n++
+		}
+		o.mu.Unlock()
+	}
+	return n
+}
+
+// prepare loads sh's entries ahead of a campaign for it (shardDeps.defs),
+// so the term it wins schedules once it has read its state: a move is
+// then ready before the old leader resigns (it hands over only a shard
+// whose election has a candidate waiting), and a shard's election to
+// scheduling holds no definitions' read. It is false, loading nothing,
+// while the shards this replica leads and prepares fill its most share,
+// so it never holds more than that.
+func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
+	if s.defs == nil {
+		return true, nil
+	}
+	s.prepMu.Lock()
+	sh.mu.Lock()
+	ready := sh.prepared != nil
+	sh.mu.Unlock()
+	if ready {
+		s.prepMu.Unlock()
+		return true, nil
+	}
+	if _, hi := s.share(); s.held()+s.pending() >= hi {
+		s.prepMu.Unlock()
+		return false, nil
+	}
+	sh.mu.Lock()
+	sh.preparing = true
+	sh.mu.Unlock()
+	s.prepMu.Unlock()
+	stop, err := s.defs(ctx, sh.i)
+	sh.mu.Lock()
+	sh.preparing, sh.prepared = false, stop
+	sh.mu.Unlock()
+	return err == nil, err
+}
+
+// pending is how many shards this replica prepares or has prepared and
+// does not lead yet.
+func (s *shardSet) pending() int {
+	n := 0
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.preparing || sh.prepared != nil {
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// unprepare drops sh's entries loaded for a campaign that ended without
+// a term.
+func (s *shardSet) unprepare(sh *shard) {
+	if stop := sh.takePrepared(); stop != nil {
+		stop()
+	}
+}
+
+// takePrepared hands the shard's prepared entries' stop to its term
+// (nil: none loaded).
+func (sh *shard) takePrepared() func() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	stop := sh.prepared
+	sh.prepared = nil
+	return stop
 }
 
 // coldWants says whether the replica is in a cold start, and then
@@ -447,6 +572,9 @@ type shardView struct {
 	leaders []string       // by shard: the leader's id, "" for none
 	waiting []int          // by shard: candidates behind the leader
 	held    map[string]int // shards each replica leads
+	// freeSince is by shard since when the reads have seen it led by
+	// nobody (zero: it is led).
+	freeSince []time.Time
 }
 
 // readView reads every shard's election: each shard's candidates alone
@@ -478,9 +606,16 @@ func (s *shardSet) readView(ctx context.Context) {
 	if err != nil {
 		return // keep the last view: an etcd outage moves nothing
 	}
-	for _, id := range v.leaders {
-		if id != "" {
+	now, last := s.clock.Now(), s.view.Load()
+	v.freeSince = make([]time.Time, s.n)
+	for i, id := range v.leaders {
+		switch {
+		case id != "":
 			v.held[id]++
+		case last != nil && last.freeSince != nil && !last.freeSince[i].IsZero():
+			v.freeSince[i] = last.freeSince[i]
+		default:
+			v.freeSince[i] = now
 		}
 	}
 	s.view.Store(v)
@@ -707,6 +842,20 @@ func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
 			case <-t.Chan():
 			}
 		}
+		if ok, err := g.s.prepare(ctx, g.sh); !ok {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if err != nil {
+				g.s.log.Warn("loading a shard's entries before campaigning for it failed; trying again", "shard", g.sh.i, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-t.Chan():
+			}
+			continue
+		}
 		cctx, withdraw := context.WithCancelCause(ctx)
 		watching := make(chan struct{})
 		go func() {
@@ -727,8 +876,11 @@ func (g gatedElector) Campaign(ctx context.Context) (leader.Lease, error) {
 		withdrawn := errors.Is(context.Cause(cctx), errWithdrawn)
 		withdraw(nil)
 		<-watching
-		if err != nil && withdrawn && ctx.Err() == nil {
-			continue
+		if err != nil {
+			g.s.unprepare(g.sh)
+			if withdrawn && ctx.Err() == nil {
+				continue
+			}
 		}
 		return l, err
 	}

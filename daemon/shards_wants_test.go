@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// testShardSet is a shardSet of n shards as replica id, past its cold
+// start, counting live replicas, with view as its last read.
+func testShardSet(id string, n, live int, v *shardView) *shardSet {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 18, 0, 0, 0, time.UTC))
+	s := &shardSet{id: id, n: n, clock: clock}
+	for i := range n {
+		s.shards = append(s.shards, &shard{i: i})
+	}
+	s.live.Store(int64(live))
+	if v != nil {
+		v.held = map[string]int{}
+		for _, l := range v.leaders {
+			if l != "" {
+				v.held[l]++
+			}
+		}
+		s.view.Store(v)
+	}
+	return s
+}
+
+// leaders is a view of 16 shards: a leads 0–5, b 6–10, c 11–15, but
+// those given as free.
+func leaders(free ...int) *shardView {
+	v := &shardView{leaders: make([]string, 16), waiting: make([]int, 16)}
+	for i := range 16 {
+		switch {
+		case i <= 5:
+			v.leaders[i] = "a"
+		case i <= 10:
+			v.leaders[i] = "b"
+		default:
+			v.leaders[i] = "c"
+		}
+	}
+	for _, i := range free {
+		v.leaders[i] = ""
+	}
+	return v
+}
+
+// TestShardWants pins which shards a replica campaigns (and so loads its
+// entries) for: only those it is owed, and of each other replica no more
+// than that replica will hand over.
+func TestShardWants(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		live     int
+		view     *shardView
+		held     []int // shards d leads
+		prepared []int // shards d has loaded for a campaign
+		quiet    []int // shards d handed over a moment ago
+		// ids are the live replicas; the free shards have been free
+		// for freeFor.
+		ids     []string
+		freeFor time.Duration
+		shard   int
+		want    bool
+	}{
+		{name: "a joiner, the shard of a replica 2 above its share", live: 4, view: leaders(), shard: 0, want: true},
+		{name: "a joiner, the shard of a replica 1 above", live: 4, view: leaders(), shard: 6, want: true},
+		{name: "a's surplus of 2 claimed by lower shards", live: 4, view: leaders(), prepared: []int{0, 1}, shard: 2},
+		{name: "a's surplus: this one is among the 2 lowest", live: 4, view: leaders(), prepared: []int{0, 1}, shard: 1, want: true},
+		{name: "a replica at its least share hands nothing over", live: 4, view: leaders(0, 1), shard: 2},
+		{name: "a free shard", live: 4, view: leaders(3), prepared: []int{0, 1}, shard: 3, want: true},
+		{name: "at its most share", live: 4, view: leaders(), held: []int{12, 13, 14, 15}, shard: 0},
+		{name: "between shares: a leader at the most keeps it", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, shard: 6},
+		{name: "between shares: a free shard", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, shard: 5, want: true},
+		{name: "between shares: one just handed over", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, quiet: []int{5}, shard: 5},
+		{name: "below its least share: one just handed over is owed back", live: 3, view: leaders(5), quiet: []int{5}, shard: 5, want: true},
+		{name: "nothing read yet", live: 4, shard: 0, want: true},
+		{name: "a dead replica's shard, falling to this one (3 mod 2 = rank of d)", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 3, want: true},
+		{name: "a dead replica's shard, falling to the other", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 2},
+		{name: "a dead replica's shard the other has not taken", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, shard: 2, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testShardSet("d", 16, tc.live, tc.view)
+			for _, i := range tc.held {
+				s.shards[i].handover = func() {}
+			}
+			for _, i := range tc.prepared {
+				s.shards[i].prepared = func() {}
+			}
+			if tc.ids != nil {
+				s.ids.Store(&tc.ids)
+			}
+			if v := s.view.Load(); v != nil {
+				v.freeSince = make([]time.Time, 16)
+				for i, l := range v.leaders {
+					if l == "" {
+						v.freeSince[i] = s.clock.Now().Add(-tc.freeFor)
+					}
+				}
+			}
+			for _, i := range tc.quiet {
+				s.shards[i].handedAt = s.clock.Now()
+			}
+			if got := s.wants(s.shards[tc.shard]); got != tc.want {
+				t.Errorf("wants(shard %d) = %v, want %v", tc.shard, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestShardPrepare: a shard's entries are loaded before its campaign
+// only while the shards led and loaded stay within the most share, and
+// a failed load leaves nothing held.
+func TestShardPrepare(t *testing.T) {
+	var loads []int
+	fail := false
+	s := testShardSet("d", 4, 2, nil) // share 2
+	s.defs = func(_ context.Context, i int) (func(), error) {
+		if fail {
+			return nil, errors.New("etcd: no answer")
+		}
+		loads = append(loads, i)
+		return func() { loads = append(loads, -i-1) }, nil
+	}
+	ctx := context.Background()
+	s.shards[0].handover = func() {} // leads one
+	if ok, err := s.prepare(ctx, s.shards[1]); !ok || err != nil {
+		t.Fatalf("prepare(1) = %v, %v; want loaded", ok, err)
+	}
+	if ok, err := s.prepare(ctx, s.shards[1]); !ok || err != nil || len(loads) != 1 {
+		t.Fatalf("prepare(1) again = %v, %v, loads %v; want loaded once", ok, err, loads)
+	}
+	if ok, _ := s.prepare(ctx, s.shards[2]); ok || len(loads) != 1 {
+		t.Fatalf("prepare(2) past the share = %v, loads %v; want nothing loaded", ok, loads)
+	}
+	s.unprepare(s.shards[1])
+	if len(loads) != 2 || loads[1] != -2 || s.pending() != 0 {
+		t.Fatalf("unprepare(1): loads %v, pending %d; want shard 1 dropped", loads, s.pending())
+	}
+	fail = true
+	if ok, err := s.prepare(ctx, s.shards[2]); ok || err == nil || s.pending() != 0 {
+		t.Fatalf("a failed load: %v, %v, pending %d; want an error and nothing held", ok, err, s.pending())
+	}
+	fail = false
+	if ok, _ := s.prepare(ctx, s.shards[2]); !ok {
+		t.Fatal("prepare(2) after the failure: want loaded")
+	}
+	if stop := s.shards[2].takePrepared(); stop == nil || s.pending() != 0 {
+		t.Fatal("a term takes the loaded entries: want its stop, and nothing pending")
+	}
+}
