@@ -435,7 +435,9 @@ func (s *shardSet) wants(sh *shard) bool {
 	case leader == s.id:
 		return true
 	case leader == "":
-		return s.first(v, sh.i)
+		// One it has loaded it keeps: a shard handed to it shows unled
+		// between the release and its win.
+		return sh.isPrepared() || s.first(v, sh.i)
 	}
 	return v.held[leader]-keeps > s.claimed(v, leader, sh.i)
 }
@@ -445,14 +447,19 @@ func (s *shardSet) wants(sh *shard) bool {
 const shardFreeWait = time.Second
 
 // first says whether this replica campaigns at once for shard i, which
-// nobody leads: the one whose rank among the live replicas' sorted ids is
-// i modulo their number does; the others after shardFreeWait. The free
-// shards of a dead replica are so split among the others without each
-// loading every one of them (a campaign comes after the load) and the
-// loser dropping it.
+// nobody leads. A shard a live replica let go (a handover whose waiter
+// withdrew, a SIGTERM) is anyone's at once. One whose leader is gone (its
+// lease expired) is first the replica's whose rank among the live
+// replicas' sorted ids is i modulo their number, and the others' after
+// shardFreeWait: a dead replica's shards are so split among the others
+// without each loading every one of them (a campaign comes after the
+// load) and the loser dropping it.
 func (s *shardSet) first(v *shardView, i int) bool {
 	ids := s.ids.Load()
 	if ids == nil || v.freeSince == nil || s.clock.Since(v.freeSince[i]) >= shardFreeWait {
+		return true
+	}
+	if l := v.lastLeader[i]; l != "" && slices.Contains(*ids, l) {
 		return true
 	}
 	return i%len(*ids) == slices.Index(*ids, s.id)
@@ -532,6 +539,13 @@ func (s *shardSet) unprepare(sh *shard) {
 	}
 }
 
+// isPrepared says whether the shard's entries are loaded for a campaign.
+func (sh *shard) isPrepared() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.prepared != nil
+}
+
 // takePrepared hands the shard's prepared entries' stop to its term
 // (nil: none loaded).
 func (sh *shard) takePrepared() func() {
@@ -573,8 +587,9 @@ type shardView struct {
 	waiting []int          // by shard: candidates behind the leader
 	held    map[string]int // shards each replica leads
 	// freeSince is by shard since when the reads have seen it led by
-	// nobody (zero: it is led).
-	freeSince []time.Time
+	// nobody (zero: it is led), and lastLeader who led it before.
+	freeSince  []time.Time
+	lastLeader []string
 }
 
 // readView reads every shard's election: each shard's candidates alone
@@ -607,15 +622,18 @@ func (s *shardSet) readView(ctx context.Context) {
 		return // keep the last view: an etcd outage moves nothing
 	}
 	now, last := s.clock.Now(), s.view.Load()
-	v.freeSince = make([]time.Time, s.n)
+	v.freeSince, v.lastLeader = make([]time.Time, s.n), make([]string, s.n)
 	for i, id := range v.leaders {
 		switch {
 		case id != "":
 			v.held[id]++
 		case last != nil && last.freeSince != nil && !last.freeSince[i].IsZero():
-			v.freeSince[i] = last.freeSince[i]
+			v.freeSince[i], v.lastLeader[i] = last.freeSince[i], last.lastLeader[i]
 		default:
 			v.freeSince[i] = now
+			if last != nil {
+				v.lastLeader[i] = last.leaders[i]
+			}
 		}
 	}
 	s.view.Store(v)

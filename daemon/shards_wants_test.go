@@ -65,8 +65,10 @@ func TestShardWants(t *testing.T) {
 		// for freeFor.
 		ids     []string
 		freeFor time.Duration
-		shard   int
-		want    bool
+		// lastLeader led the free shards before.
+		lastLeader string
+		shard      int
+		want       bool
 	}{
 		{name: "a joiner, the shard of a replica 2 above its share", live: 4, view: leaders(), shard: 0, want: true},
 		{name: "a joiner, the shard of a replica 1 above", live: 4, view: leaders(), shard: 6, want: true},
@@ -82,6 +84,8 @@ func TestShardWants(t *testing.T) {
 		{name: "nothing read yet", live: 4, shard: 0, want: true},
 		{name: "a dead replica's shard, falling to this one (3 mod 2 = rank of d)", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 3, want: true},
 		{name: "a dead replica's shard, falling to the other", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 2},
+		{name: "a shard a live replica let go", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, lastLeader: "a", shard: 2, want: true},
+		{name: "a shard handed to it, unled until it wins", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, prepared: []int{2}, shard: 2, want: true},
 		{name: "a dead replica's shard the other has not taken", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, shard: 2, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,10 +100,10 @@ func TestShardWants(t *testing.T) {
 				s.ids.Store(&tc.ids)
 			}
 			if v := s.view.Load(); v != nil {
-				v.freeSince = make([]time.Time, 16)
+				v.freeSince, v.lastLeader = make([]time.Time, 16), make([]string, 16)
 				for i, l := range v.leaders {
 					if l == "" {
-						v.freeSince[i] = s.clock.Now().Add(-tc.freeFor)
+						v.freeSince[i], v.lastLeader[i] = s.clock.Now().Add(-tc.freeFor), tc.lastLeader
 					}
 				}
 			}

@@ -606,10 +606,15 @@ func (b *shardBench) report() {
 	for _, f := range append(slices.Clone(r.sharded), r.rejoined) {
 		row(f, fmt.Sprint(f.shards), fmt.Sprintf("%.2f / %.2f s", f.shardStarts.P50, f.shardStarts.Max))
 	}
+	// A leader's election to scheduling is how long what it won stays
+	// led but not scheduling: for the single leader its one shard, for a
+	// replica each of its shards, the longest counted; the span from its
+	// first election to its last shard scheduling is shown beside it
+	// (its shards are won one by one, each once its entries are loaded).
 	for _, f := range append(slices.Clone(r.sharded), r.rejoined) {
-		rss, start := float64(f.peakRSS)/float64(r.single.peakRSS), f.electedToScheduling/r.single.electedToScheduling
-		t.Logf("%s: peak RSS %.0f%% of the single leader's (target ≤ 45%%: %s), election → scheduling %.0f%% (target ≤ 40%%: %s)", f.id,
-			100*rss, verdict(rss <= 0.45), 100*start, verdict(start <= 0.40))
+		rss, start := float64(f.peakRSS)/float64(r.single.peakRSS), f.shardStarts.Max/r.single.electedToScheduling
+		t.Logf("%s: peak RSS %.0f%% of the single leader's (target ≤ 45%%: %s), a shard's election → scheduling at most %.0f%% (target ≤ 40%%: %s), first election → last scheduling %.0f%%", f.id,
+			100*rss, verdict(rss <= 0.45), 100*start, verdict(start <= 0.40), 100*f.electedToScheduling/r.single.electedToScheduling)
 	}
 	k := r.kill
 	t.Logf("kill -9 of %s (shards %v, TTL %s, its share's start %.2f s): the others' entries' lag before %s, after %s", k.victim, k.shards, benchTTL,
