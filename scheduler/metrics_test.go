@@ -233,6 +233,11 @@ func TestOverdueWhileTheTermCannotStart(t *testing.T) {
 		v, ok := series(t, h.reg, "beatd_oldest_next_fire_timestamp_seconds", nil)
 		return ok && v == float64(t0.Add(10*time.Second).Unix())
 	})
+	// What readiness reports first: the leader cannot publish.
+	eventually(t, 5*time.Second, "the fence's error as the publish error", func() bool {
+		err := h.sched.PublishError()
+		return err != nil && strings.Contains(err.Error(), "raise the fence: connection refused")
+	})
 	h.cancel()
 	<-h.done
 	h.done <- nil

@@ -46,9 +46,19 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := s.retry(ctx, "raise fence", func() error { return s.cfg.Dispatcher.RaiseFence(ctx, l.term.Token) }); err != nil {
+	// A fence the broker refuses is a leader that cannot publish: say so
+	// (readiness, the console) while it retries, rather than let its
+	// first slots pass as a loop not keeping up.
+	if err := s.retry(ctx, "raise fence", func() error {
+		err := s.cfg.Dispatcher.RaiseFence(ctx, l.term.Token)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrStale) {
+			s.setPublishErr(fmt.Errorf("raise the fence: %w", err))
+		}
+		return err
+	}); err != nil {
 		return nil, err
 	}
+	s.setPublishErr(nil) // the broker took a write of this term
 	now := s.cfg.Clock.Now()
 	if !l.term.Elected.IsZero() && l.term.Elected.Before(now) {
 		now = l.term.Elected
