@@ -122,6 +122,9 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 			st = l.books.state(e.Name)
 		}
 		st.Since = now
+		if !owed {
+			st.Since = owedSince(e.Entry, now)
+		}
 		l.books.baseline = append(l.books.baseline, *st)
 	}
 	e.sched = Anchored(e.Entry, st, now)
@@ -144,6 +147,21 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	l.s.cfg.Metrics.scheduled(e.Name, next.dueTime())
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
+}
+
+// owedSince is when an entry with no baseline begins to owe its slots:
+// when its definition was written, when that is known (a runtime entry)
+// and past, else now. So a baseline a leader never stored (it stopped, or
+// was killed, before its write; or before it saw the entry at all) costs
+// the entry a late slot, caught up by its policy, never a missed one; and
+// no entry owes a slot from before it existed. A changed definition's
+// baseline is not this: it has one, and owes nothing from before the
+// change (startEntry).
+func owedSince(e *config.Entry, now time.Time) time.Time {
+	if d := e.DefinedBy(); !d.IsZero() && d.Before(now) {
+		return d
+	}
+	return now
 }
 
 // sweepRemoved drops the state and broker keys of entries removed longer
