@@ -115,9 +115,10 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	owed := st != nil && !st.CatchupFrom().IsZero()
 	backfill := !owed && !e.StartAt().IsZero() && e.Catchup == config.CatchupAll
 	if !backfill && (!owed || !catchUp) {
-		// From now on this entry's slots are owed: record that before its
-		// first fire, so a leader that takes over before then still owes
-		// it (and owes nothing from before a change).
+		// From now on this entry's slots are owed (a changed one's: it
+		// owes nothing from before the change; a new one's from when it
+		// was written, if known): record that before its first fire, so a
+		// leader that takes over before then still owes it.
 		if st == nil {
 			st = l.books.state(e.Name)
 		}
