@@ -96,7 +96,8 @@ type Entry struct {
 	Kwargs        *celery.Map
 	Options       *celery.SendOptions // read-only: entries may share them
 	Enabled       bool
-	relative      bool // every's grid is clock-aligned (read while decoding)
+	relative      bool   // every's grid is clock-aligned (read while decoding)
+	definedAt     uint32 // defined_at's Unix second, 0: unknown (DefinedBy); in the bools' padding
 	Catchup       CatchupPolicy
 	CatchupWindow time.Duration
 	Jitter        time.Duration
@@ -556,8 +557,12 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	before := len(d.errs)
 	h := sha256.New()
 	h.Write(def.hash[:])
-	hashNode(h, n)
-	f := d.fields(n, fmt.Sprintf("entry %q", name), entryKeys)
+	hashNode(h, withoutDefinedAt(n))
+	allowed := entryKeys
+	if d.file == docFile {
+		allowed = docEntryKeys
+	}
+	f := d.fields(n, fmt.Sprintf("entry %q", name), allowed)
 	if f == nil {
 		return nil
 	}
@@ -582,6 +587,9 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	d.runPolicyFields(f, &run)
 	e.Overlap, e.PauseAfterFailures = run.overlap, run.pauseAfter
 	lim := Limits{OverlapTimeout: run.overlapTimeout}
+	if v, ok := f[definedAtKey]; ok {
+		e.definedAt = d.definedAt(v.val)
+	}
 	if v, ok := f["start_at"]; ok {
 		lim.StartAt, _ = d.timestamp(v.val, "start_at", e.Location)
 	}

@@ -41,7 +41,7 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 		return nil, err
 	}
 	loc, def := c.locationAndDefaults()
-	d := &decoder{file: "entry", shared: def, opt: c.options()}
+	d := &decoder{file: docFile, shared: def, opt: c.options()}
 	// The name is checked by the file's own loop: a one-entry mapping.
 	key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name, Line: 0, Column: 0}
 	d.seen = map[string]int{}

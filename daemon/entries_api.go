@@ -478,7 +478,14 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 			}
 			return 0, fmt.Errorf("entry %q: %w", d.Name, api.ErrFileOwned)
 		}
-		e, err := file.ParseEntry(d.Name, d.Spec)
+		// Stamped with when it is written: a leader that never stores a
+		// baseline for it (one that stops before it sees the entry) is
+		// followed by one that owes its slots from then.
+		spec, err := config.StampDefinedAt(d.Spec, a.now())
+		if err != nil {
+			return 0, fmt.Errorf("entry %q: %w", d.Name, err)
+		}
+		e, err := file.ParseEntry(d.Name, spec)
 		if err == nil {
 			if verr := scheduler.ValidateEntry(e); verr != nil {
 				err = config.FieldErrors{{Pointer: "", Message: verr.Error()}}
@@ -492,8 +499,8 @@ func (a *entriesAPI) PutEntries(ctx context.Context, docs []api.EntryDoc, ifMatc
 			bad[d.Name] = fe
 			continue
 		}
-		out = append(out, sources.Doc{Name: d.Name, Data: d.Spec})
-		a.merger.Prime(file, d.Name, d.Spec, e)
+		out = append(out, sources.Doc{Name: d.Name, Data: spec})
+		a.merger.Prime(file, d.Name, spec, e)
 	}
 	if len(bad) > 0 {
 		return 0, bad

@@ -125,13 +125,17 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	owed := st != nil && !st.CatchupFrom().IsZero()
 	backfill := !owed && !e.StartAt().IsZero() && e.Catchup == config.CatchupAll
 	if !backfill && (!owed || !catchUp) {
-		// From now on this entry's slots are owed: record that before its
-		// first fire, so a leader that takes over before then still owes
-		// it (and owes nothing from before a change).
+		// From now on this entry's slots are owed (a changed one's: it
+		// owes nothing from before the change; a new one's from when it
+		// was written, if known): record that before its first fire, so a
+		// leader that takes over before then still owes it.
 		if st == nil {
 			st = l.books.state(e.Name)
 		}
 		st.Since = now
+		if !owed {
+			st.Since = owedSince(e.Entry, now)
+		}
 		l.books.baseline = append(l.books.baseline, *st)
 	}
 	e.sched = Anchored(e.Entry, st, now)
@@ -154,6 +158,21 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 	l.s.cfg.Metrics.scheduled(e.Name, next.dueTime())
 	l.heap = append(l.heap, next)
 	next.index = len(l.heap) - 1
+}
+
+// owedSince is when an entry with no baseline begins to owe its slots:
+// when its definition was written, when that is known (a runtime entry)
+// and past, else now. So a baseline a leader never stored (it stopped, or
+// was killed, before its write; or before it saw the entry at all) costs
+// the entry a late slot, caught up by its policy, never a missed one; and
+// no entry owes a slot from before it existed. A changed definition's
+// baseline is not this: it has one, and owes nothing from before the
+// change (startEntry).
+func owedSince(e *config.Entry, now time.Time) time.Time {
+	if d := e.DefinedBy(); !d.IsZero() && d.Before(now) {
+		return d
+	}
+	return now
 }
 
 // sweepRemoved drops the state and broker keys of entries removed longer
