@@ -88,9 +88,13 @@ func (m *Main) observeFire(entry string, slot time.Time, r broker.Result, lag ti
 // register keeps this replica's registration (address, health, term) in
 // etcd until ctx ends.
 func (m *Main) register(ctx context.Context) {
-	election.Register(ctx, election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), TTL: m.LeaseTTL,
+	cfg := election.RegistryConfig{Client: m.etcd, Prefix: m.Etcd.KeyPrefix(), TTL: m.LeaseTTL,
 		Health: m.api.Ready, Broker: m.brokerHA.Err, Logger: m.log,
-		Leading: m.leader.Term, Clock: m.clock},
+		Leading: m.leader.Term, Clock: m.clock}
+	if m.shards != nil {
+		cfg.Draining, cfg.Poke = m.shards.draining.Load, m.shards.poke
+	}
+	election.Register(ctx, cfg,
 		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: m.clock.Now().UTC(), Version: version.String()})
 }
 

@@ -741,6 +741,11 @@ func (m *Main) Close() error {
 		// The stop budget is kept on the OS's time, not the daemon's
 		// clock: it races the orchestrator's kill after its grace period
 		// and bounds HTTP shutdowns by context deadlines, both real time.
+		if m.shards != nil && m.cancel != nil {
+			// Each shard to a replica that has loaded it, before the
+			// stop lets the rest go (shardSet.drain).
+			m.shards.drain(context.Background(), shardDrainBudget)
+		}
 		start := time.Now()
 		leading := m.leader != nil && m.leader.Token() != 0 || m.shards != nil && m.shards.held() > 0
 		if m.cancel != nil {

@@ -43,7 +43,8 @@ func logEvents(t *testing.T, log, msg string) map[int][]time.Time {
 // shard it is owed before it campaigns for it, so the old leader hands a
 // shard over only to a replica ready to schedule it; and it loads the
 // entries of no shard but those (a joiner that queued for every shard
-// would load the whole cluster).
+// would load the whole cluster). A replica that stops hands each of its
+// shards over the same way before it exits.
 func TestShardMoveReady(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two beatd replicas with etcd and Redis")
@@ -99,6 +100,28 @@ func TestShardMoveReady(t *testing.T) {
 	for i := range loaded {
 		if !slices.Contains(led, i) {
 			t.Errorf("b loaded the entries of shard %d, which it does not lead (it leads %v)", i, led)
+		}
+	}
+
+	// A stop drains: a hands each of its shards to b once b has loaded
+	// it, and only then exits.
+	var left []int
+	for _, l := range a.shards.leading() {
+		left = append(left, l.Shard)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "b leads all 4 shards", func() bool { return len(b.shards.leading()) == 4 })
+	drained := logEvents(t, alog.String(), "handing a shard over to a replica that has loaded it, to exit")
+	loaded = logEvents(t, blog.String(), "shard's entries loaded")
+	for _, i := range left {
+		h, ld := drained[i], loaded[i]
+		if len(h) != 1 || len(ld) != 1 {
+			t.Fatalf("shard %d: a drained it at %v, b loaded its entries at %v; want once each", i, h, ld)
+		}
+		if !ld[0].Before(h[0]) {
+			t.Errorf("shard %d: b loaded its entries at %s, after a handed it over to exit at %s", i, ld[0].Format(time.StampMicro), h[0].Format(time.StampMicro))
 		}
 	}
 }

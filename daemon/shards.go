@@ -131,6 +131,10 @@ type shardSet struct {
 	// prepMu makes prepare's check of the share and its reservation one
 	// step across the shards' campaigns.
 	prepMu sync.Mutex
+	// draining is set once the replica hands its shards over to exit
+	// (drain); a value on poke makes its registration say so at once.
+	draining atomic.Bool
+	poke     chan struct{}
 }
 
 // shard is one shard's leadership on this replica.
@@ -215,7 +219,8 @@ type shardDeps struct {
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
 	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs,
-		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
+		poke: make(chan struct{}, 1),
+		led:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
@@ -408,6 +413,9 @@ func (s *shardSet) wants(sh *shard) bool {
 	if s.hold != nil && s.hold() > 0 {
 		return false // handed over for a cut path to the broker
 	}
+	if s.draining.Load() {
+		return false
+	}
 	if cold, want := s.coldWants(sh); cold {
 		return want
 	}
@@ -438,6 +446,12 @@ func (s *shardSet) wants(sh *shard) bool {
 		// One it has loaded it keeps: a shard handed to it shows unled
 		// between the release and its win.
 		return sh.isPrepared() || s.first(v, sh.i)
+	}
+	if ids := s.ids.Load(); ids != nil && !slices.Contains(*ids, leader) {
+		// A leader out of the live replicas (draining, or dead with its
+		// leases not yet expired) keeps nothing: every shard of it is
+		// surplus, loaded ahead and won at its release.
+		keeps = 0
 	}
 	return v.held[leader]-keeps > s.claimed(v, leader, sh.i)
 }
@@ -737,6 +751,9 @@ func (s *shardSet) readLive(ctx context.Context) {
 	}
 	var ids, all []string
 	for _, r := range reps {
+		if r.Draining {
+			continue // handing its shards over to exit
+		}
 		all = append(all, r.ID)
 		if r.Broker == "ok" || r.Broker == "" {
 			ids = append(ids, r.ID)
@@ -748,6 +765,66 @@ func (s *shardSet) readLive(ctx context.Context) {
 	slices.Sort(ids)
 	s.ids.Store(&ids)
 	s.live.Store(int64(len(ids)))
+}
+
+// shardDrainBudget bounds how long a replica that exits hands its shards
+// over one by one to replicas that have loaded them (drain), before it
+// lets the rest go at once.
+const shardDrainBudget = 10 * time.Second
+
+// shardDrainEvery is how often a draining replica reads the elections
+// for candidates waiting on its shards.
+const shardDrainEvery = 100 * time.Millisecond
+
+// drain hands every shard this replica leads to another replica before it
+// exits: it says in its registration that it is draining, so the others
+// count it out and load its shards (its every shard is surplus to them,
+// wants); and it ends the term of each shard whose election has a
+// candidate waiting, which has loaded the shard, so each move costs the
+// new leader's state read only. It returns when it leads nothing, when no
+// other replica is live to take a shard, or after budget; what it still
+// leads then is let go at once by the stop (whoever takes it loads it
+// after winning).
+func (s *shardSet) drain(ctx context.Context, budget time.Duration) {
+	if s.held() == 0 {
+		return
+	}
+	s.draining.Store(true)
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+	s.log.Info("draining: handing every shard over to a replica that has loaded it", "held", s.held(), "budget", budget.String())
+	t := s.clock.NewTicker(shardDrainEvery)
+	defer t.Stop()
+	deadline := s.clock.Now().Add(budget)
+	for s.held() > 0 && s.clock.Now().Before(deadline) {
+		s.readLive(ctx)
+		if ids := s.ids.Load(); ids != nil && len(*ids) == 0 {
+			break // nobody to hand over to
+		}
+		s.readView(ctx)
+		if v := s.view.Load(); v != nil {
+			for _, sh := range s.shards {
+				sh.mu.Lock()
+				handover := sh.handover
+				mine := handover != nil && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+				sh.mu.Unlock()
+				if mine {
+					s.log.Info("handing a shard over to a replica that has loaded it, to exit", "shard", sh.i)
+					handover()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
+	if n := s.held(); n > 0 {
+		s.log.Info("draining: letting the shards nobody took go at once", "held", n)
+	}
 }
 
 // handOverAll resigns every shard this replica leads at once, so the

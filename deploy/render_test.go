@@ -349,10 +349,12 @@ func selects(sel, labels map[string]string) bool {
 // HTTP shutdown (2 s), a raft leadership transfer still in flight, and the
 // embedded member's stop, which waits for other replicas' watch streams;
 // the last two each within etcd's request timeout (5 s + 2 election
-// timeouts). A drill on a loaded machine saw SIGTERM exits up to 11.7 s.
+// timeouts); and before all of it, a sharded replica's drain (each shard
+// handed to a replica that has loaded it: 10 s at most). A drill on a
+// loaded machine saw SIGTERM exits up to 11.7 s.
 func handoverBound(electionTimeout time.Duration) time.Duration {
 	reqTimeout := 5*time.Second + 2*electionTimeout
-	return 500*time.Millisecond + 2*time.Second + 2*time.Second + 2*reqTimeout
+	return 10*time.Second + 500*time.Millisecond + 2*time.Second + 2*time.Second + 2*reqTimeout
 }
 
 // TestManifestInvariants checks what a reviewer would: the manifests name

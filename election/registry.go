@@ -29,8 +29,11 @@ type Replica struct {
 	// Broker is "ok", or why this replica's own path to the broker
 	// fails, as its last probe saw it: a leader cut from the broker
 	// hands over to a replica that reaches it.
-	Broker  string    `json:"broker,omitempty"`
-	Updated time.Time `json:"updated"`
+	Broker string `json:"broker,omitempty"`
+	// Draining is set while the replica hands its shards over before it
+	// exits: the others count it out of their shares.
+	Draining bool      `json:"draining,omitempty"`
+	Updated  time.Time `json:"updated"`
 	// LeaderToken and LeaderSince are set while the replica leads: its
 	// term's token and when it was elected.
 	LeaderToken int64     `json:"leader_token,omitempty"`
@@ -55,7 +58,11 @@ type RegistryConfig struct {
 	// Leading returns this replica's term token and election time while
 	// it leads, else 0; nil means never.
 	Leading func() (token int64, since time.Time)
-	Logger  *slog.Logger
+	// Draining says whether the replica is draining (Replica.Draining);
+	// nil means never. A value on Poke writes the registration at once.
+	Draining func() bool
+	Poke     <-chan struct{}
+	Logger   *slog.Logger
 	// Clock times the refreshes and stamps Updated; the real clock if nil.
 	Clock clockwork.Clock
 }
@@ -107,6 +114,7 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 		case <-ctx.Done():
 			return
 		case <-tick.Chan():
+		case <-cfg.Poke:
 		}
 	}
 }
@@ -141,6 +149,7 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 			r.Broker = err.Error()
 		}
 	}
+	r.Draining = cfg.Draining != nil && cfg.Draining()
 	r.Updated = cfg.Clock.Now().UTC()
 	r.LeaderToken, r.LeaderSince = 0, time.Time{}
 	if cfg.Leading != nil {
