@@ -165,6 +165,9 @@ type shard struct {
 	prepared  func()
 }
 
+// shardResignTimeout bounds a shard term's resign (leader's own bound).
+const shardResignTimeout = 2 * time.Second
+
 // minShardFeedBuffer is the least outcome buffer a shard's loop gets
 // (feedBuffer is split among the shards).
 const minShardFeedBuffer = 1024
@@ -305,7 +308,18 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 				// reports go back to the held ones, for whoever leads next.
 				defer sub.Clear()
 			}
-			return sh.sched.Run(ctx, t.Term)
+			err := sh.sched.Run(ctx, t.Term)
+			// The term is over once its scheduler has persisted: resign
+			// now, so the candidate waiting wins at once, not after this
+			// replica drops the shard's entries (a rebuild of its merger,
+			// O(the entries it holds)) and the rest of the cleanup. The
+			// loop's own resign after this is a no-op.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shardResignTimeout)
+			if rerr := t.Resign(rctx); rerr != nil {
+				s.log.Warn("resigning the shard failed; its lease expires", "shard", i, "err", rerr)
+			}
+			cancel()
+			return err
 		}
 		if sh.loop, err = leader.New(leader.Config{Clock: s.clock, Elector: gatedElector{s: s, sh: sh, inner: leader.Etcd(sh.el)}, Lead: lead,
 			Logger: log.With("shard", i)}); err != nil {
