@@ -99,10 +99,11 @@ func (o *observer) waitUntil(t *testing.T, timeout time.Duration, what string, c
 // shipped helper and `beatd import --state`, and starts beatd (the built
 // binary, embedded etcd). Counting both schedulers' messages: the minute
 // slot is sent exactly once; no interval entry is sent sooner than its
-// interval after celery beat's last send, no two of beatd's sends are
-// closer than the interval minus 0.1 s (but for its catch-up fire at start,
-// by policy, and the slot right after it), and no gap is longer than the
-// interval plus the cutover (SIGTERM to beatd leading).
+// interval after celery beat's last send, no send of beatd's is seen
+// before its slot and no two of its slots are closer than the interval
+// minus 0.1 s (but for its catch-up fire at start, by policy, and the slot
+// right after it), and no gap is longer than the interval plus the cutover
+// (SIGTERM to beatd leading).
 func TestCutoverFromCeleryBeat(t *testing.T) {
 	// Its own Redis, celery beat and embedded etcd; most of its minute is
 	// spent waiting for a crontab boundary, so it runs beside others.
@@ -316,8 +317,16 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 				// celery beat's own sends, as they reached Redis: its first
 				// publish opens a connection and lands late. Not the cutover.
 				t.Logf("%s: celery beat's sends %d and %d only %s apart", task, i-1, i, gap)
-			case i > fb && !exempt && gap < iv-100*time.Millisecond:
-				t.Errorf("%s: beatd's sends %d and %d only %s apart", task, i-1, i, gap)
+			case i > fb && !exempt && seq[i].slot.Sub(seq[i-1].slot) < iv-100*time.Millisecond:
+				// Slots, not the times seen: a send seen late (beatd or this
+				// observer slowed by a loaded machine) and the next one on
+				// time are not two sends too close; a slot twice, or one
+				// sooner than the interval, is. Sooner than its slot is
+				// checked below.
+				t.Errorf("%s: beatd's sends %d and %d are of slots only %s apart", task, i-1, i, seq[i].slot.Sub(seq[i-1].slot))
+			}
+			if i >= fb && seq[i].at.Before(seq[i].slot.Add(-100*time.Millisecond)) {
+				t.Errorf("%s: beatd's send %d seen at %s, before its slot %s", task, i, seq[i].at.Format(time.RFC3339Nano), seq[i].slot.Format(time.RFC3339Nano))
 			}
 		}
 		t.Logf("%s: %d sends by celery beat, %d by beatd; across the switch %s", task, fb, len(seq)-fb, seq[fb].at.Sub(lastCelery).Round(time.Millisecond))

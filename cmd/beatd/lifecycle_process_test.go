@@ -16,6 +16,9 @@ import (
 // the entry runs exactly max_runs times; nothing fires after end_at; and
 // both then show as finished, not as errors.
 func TestProcessLifecycleFailover(t *testing.T) {
+	// Its own etcd and Redis; it judges which slots were published, not
+	// how fast.
+	t.Parallel()
 	end := time.Now().Add(6 * time.Second).UTC().Truncate(time.Second)
 	cfg := fmt.Sprintf(`entries:
   limited: {task: tasks.add, every: 1s, max_runs: 5, catchup: all, options: {queue: limited}}

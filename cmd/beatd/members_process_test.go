@@ -21,6 +21,9 @@ import (
 // with its shard's token; and after a SIGTERM, the survivor with every
 // shard and the stopped replica gone.
 func TestProcessMembersReplicas(t *testing.T) {
+	// Its own etcd and Redis per case; it compares the command with the
+	// elections, and times nothing.
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		shards int

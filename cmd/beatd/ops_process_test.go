@@ -157,13 +157,15 @@ func TestProcessUnresponsiveLeader(t *testing.T) {
 	t.Logf("stopped leader flagged after %s (lease TTL %s, token %d)", time.Since(stopped).Round(100*time.Millisecond), ttl, l.Token)
 }
 
-// TestProcessDegradedLogs runs a replica whose etcd and Redis fail: every
-// line it writes is JSON, each outage is logged at once and again while
-// it lasts, and /status answers within a second, flagged stale.
-func TestProcessDegradedLogs(t *testing.T) {
+// TestProcessBrokerOutageLogs runs a replica whose Redis fails: every
+// line it writes is JSON (go-redis's too, through slog), the outage is
+// logged, slots pend, and the recovery is logged.
+func TestProcessBrokerOutageLogs(t *testing.T) {
+	// Its own etcd and Redis; it judges the log, and times nothing on the
+	// wall clock (the etcd half, which times /status, is serial).
+	t.Parallel()
 	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s}\n", 0)
-	etcdProxy := testutil.MustStartProxy(t, strings.TrimPrefix(c.etcd[0], "http://"))
-	r := c.addReplica("r0", "--etcd-endpoints", "http://"+etcdProxy.Addr(), "--log-level", "debug")
+	r := c.addReplica("r0", "--log-level", "debug")
 	c.leader("", 20*time.Second)
 	waitFor(t, 10*time.Second, "a fire", func() bool { return len(c.audit("celery")) > 0 })
 
@@ -174,6 +176,23 @@ func TestProcessDegradedLogs(t *testing.T) {
 	waitFor(t, 10*time.Second, "pending slots", func() bool { v, ok := r.Metric("beatd_pending_slots"); return ok && v > 0 })
 	c.redis.Start()
 	waitFor(t, 15*time.Second, "the broker back in the log", func() bool { return logHas(r, `"msg":"broker reachable again"`) })
+
+	r.Signal(syscall.SIGTERM)
+	<-r.Done()
+	checkJSONLog(t, r)
+}
+
+// TestProcessDegradedLogs runs a replica whose etcd fails: every line it
+// writes is JSON, the outage is logged at once and the recovery too, and
+// /status answers within a second, flagged stale. (The broker's outage is
+// TestProcessBrokerOutageLogs, which runs in parallel: this one times
+// /status, so runs alone.)
+func TestProcessDegradedLogs(t *testing.T) {
+	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s}\n", 0)
+	etcdProxy := testutil.MustStartProxy(t, strings.TrimPrefix(c.etcd[0], "http://"))
+	r := c.addReplica("r0", "--etcd-endpoints", "http://"+etcdProxy.Addr(), "--log-level", "debug")
+	c.leader("", 20*time.Second)
+	waitFor(t, 10*time.Second, "a fire", func() bool { return len(c.audit("celery")) > 0 })
 
 	// etcd is cut off: the outage is logged, /status answers fast from
 	// what the replica knew.
@@ -206,6 +225,13 @@ func TestProcessDegradedLogs(t *testing.T) {
 
 	r.Signal(syscall.SIGTERM)
 	<-r.Done()
+	checkJSONLog(t, r)
+}
+
+// checkJSONLog checks every line of r's log is JSON with a time, a level
+// and a message.
+func checkJSONLog(t *testing.T, r *replica) {
+	t.Helper()
 	f, err := os.Open(r.LogPath)
 	if err != nil {
 		t.Fatal(err)

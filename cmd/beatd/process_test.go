@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	beatdBin = filepath.Join(dir, "beatd")
+	widenParallel()
 	if err := harness.BuildBeatd(beatdBin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -48,6 +49,28 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// parallelTests is how many of this package's parallel tests run at
+// once unless -parallel says otherwise. They start their own servers and
+// beatd processes and spend most of their time waiting on a scenario (a
+// crontab boundary, a lease TTL, a RabbitMQ restart): about a third of a
+// core each, under -race. go test's default, GOMAXPROCS (2 on the CI
+// machine), left the package's tests a minute and more of waiting one
+// behind another. The tests whose assertions time something on the wall
+// clock stay serial, and so still run alone.
+const parallelTests = 4
+
+// widenParallel sets -test.parallel to parallelTests if the command line
+// left it at its default.
+func widenParallel() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // fuzzing says whether this process fuzzes (go test -fuzz, or one of its
@@ -90,15 +113,24 @@ type cluster struct {
 	// observer reads the leader key. It is made once: the failover asserts
 	// time leader(), which must not include dialling etcd.
 	observer *clientv3.Client
+	// env is added to each replica's environment.
+	env []string
 }
 
 func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
+	t.Helper()
+	return newClusterEnv(t, config, nil, n, extra...)
+}
+
+// newClusterEnv is newCluster whose replicas get env added to their
+// environment: a parallel test cannot t.Setenv.
+func newClusterEnv(t *testing.T, config string, env []string, n int, extra ...string) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs beatd processes")
 	}
 	srv := testutil.MustStartEmbeddedEtcd(t)
-	c := &cluster{t: t, etcd: srv.Endpoints, redis: testutil.MustStartRedis(t), dir: t.TempDir(), prefix: "/beatd/proc/"}
+	c := &cluster{t: t, etcd: srv.Endpoints, redis: testutil.MustStartRedis(t), dir: t.TempDir(), prefix: "/beatd/proc/", env: env}
 	c.rdb = c.redis.Client()
 	c.observer = testutil.NewEtcdClient(t, c.etcd...)
 	c.config = filepath.Join(c.dir, "schedules.yaml")
@@ -130,6 +162,7 @@ func newCluster(t *testing.T, config string, n int, extra ...string) *cluster {
 // override the defaults.
 func (c *cluster) startReplica(id string, extra ...string) *replica {
 	r := newReplica(c.t, id, filepath.Join(c.dir, id+".log"))
+	r.Env = append(r.Env, c.env...)
 	r.Args = append([]string{"run", "--config", c.config, "--etcd-endpoints", strings.Join(c.etcd, ","),
 		"--broker", c.redis.URL(0), "--id", r.ID, "--lease-ttl", "2s", "--prefix", c.prefix,
 		"--http", "127.0.0.1:" + strconv.Itoa(r.HTTPPort), "--log-format", "json"}, extra...)
@@ -251,6 +284,10 @@ func TestProcessKillLeader(t *testing.T) {
 }
 
 func TestProcessStopLeaderPastTTL(t *testing.T) {
+	// Its own etcd and Redis; it judges tokens and the audit, and times
+	// nothing on the wall clock (the deposed leader's in-flight slots are
+	// judged against when it was stopped, as a slot's due time).
+	t.Parallel()
 	c := newCluster(t, failoverConfig, 3)
 	lead, l := c.leader("", 20*time.Second)
 	start := time.Now()
@@ -308,6 +345,8 @@ func TestProcessSIGTERMHandover(t *testing.T) {
 }
 
 func TestProcessHotReload(t *testing.T) {
+	// Its own etcd and Redis; it judges what fires, not how fast.
+	t.Parallel()
 	c := newCluster(t, "entries:\n  a: {task: tasks.add, every: 1s, args: [1, 1]}\n", 1)
 	lead, _ := c.leader("", 20*time.Second)
 	// A good file: entry b appears and fires.

@@ -24,6 +24,9 @@ import (
 // once, report it in /readyz and the metrics, and catch the state up once
 // an operator frees space (compact, defragment, disarm).
 func TestProcessEtcdQuotaFull(t *testing.T) {
+	// Its own embedded etcd and Redis; it judges the metrics, /readyz,
+	// the state and the audit, and times nothing on the wall clock.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs beatd processes")
 	}

@@ -59,6 +59,9 @@ func readSQS(t *testing.T, e *harness.SQS, queue string) []chaos.Message {
 // audit; SQS keeps it 5 minutes. So this proves beatd re-sends with the
 // slot's dedup id, not SQS's window.)
 func TestProcessSQSFailover(t *testing.T) {
+	// Its own emulator, Redis and etcd, and mostly scenario sleeps; the
+	// audit judges it, as TestProcessAMQPFailover's does.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs beatd processes and the SQS emulator")
 	}
@@ -68,15 +71,13 @@ func TestProcessSQSFailover(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	// The emulator checks no credentials; the AWS chain must yield some.
-	t.Setenv("AWS_ACCESS_KEY_ID", "beatd-test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "beatd-test")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	awsEnv := []string{"AWS_ACCESS_KEY_ID=beatd-test", "AWS_SECRET_ACCESS_KEY=beatd-test", "AWS_EC2_METADATA_DISABLED=true"}
 	yamlText := `entries:
   std: {task: tasks.add, every: 1s, catchup: all, args: [1, 2], options: {queue: proc}}
   std2: {task: tasks.add, every: 1s, catchup: all, args: [3, 4], options: {queue: proc}}
   fifo: {task: tasks.add, every: 1s, catchup: all, args: [5, 6], options: {queue: proc.fifo}}
 `
-	c := newCluster(t, yamlText, 2, "--broker", e.BrokerURL())
+	c := newClusterEnv(t, yamlText, awsEnv, 2, "--broker", e.BrokerURL())
 	lead, _ := c.leader("", 30*time.Second)
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
 	time.Sleep(3 * time.Second) // the scenario: three seconds of slots before the first fault
