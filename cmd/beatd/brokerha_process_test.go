@@ -11,12 +11,15 @@ import (
 	"github.com/beatd/beatd/testkit/harness"
 )
 
-// TestProcessBrokerPathHandover: three replicas, each reaching Redis
-// through its own path. A cut of the leader's path alone hands leadership
-// to a standby that reaches Redis within --broker-failover-after + TTL +
-// 1 s, exactly once by the audit; a cut of every path (a broker outage)
-// hands nothing over, and publishing resumes under the same token.
-func TestProcessBrokerPathHandover(t *testing.T) {
+// TestProcessBrokerOutageNoHandover: three replicas, each reaching Redis
+// through its own path. A cut of every path (a broker outage) hands
+// nothing over: publishing resumes under the same token, exactly once by
+// the audit.
+func TestProcessBrokerOutageNoHandover(t *testing.T) {
+	// Its own etcd and Redis; it judges tokens, the log and the audit, and
+	// times nothing on the wall clock (the handover's bound is
+	// TestProcessBrokerPathHandover's, which runs alone).
+	t.Parallel()
 	const failoverAfter = 3 * time.Second
 	c := newCluster(t, failoverConfig, 0)
 	proxies := c.startProxied(3, "--broker-failover-after", failoverAfter.String())
@@ -47,6 +50,23 @@ func TestProcessBrokerPathHandover(t *testing.T) {
 	if logHas(lead, "handing leadership over") {
 		t.Error("the leader handed over during a full outage")
 	}
+	time.Sleep(2 * time.Second)
+	c.stopAll()
+	c.checkExactlyOnce(c.audit("celery", "other"), start.Add(2*time.Second), time.Now().Add(-3*time.Second))
+}
+
+// TestProcessBrokerPathHandover: three replicas, each reaching Redis
+// through its own path. A cut of the leader's path alone hands leadership
+// to a standby that reaches Redis within --broker-failover-after + TTL +
+// 1 s, exactly once by the audit. (A cut of every path is
+// TestProcessBrokerOutageNoHandover.)
+func TestProcessBrokerPathHandover(t *testing.T) {
+	const failoverAfter = 3 * time.Second
+	c := newCluster(t, failoverConfig, 0)
+	proxies := c.startProxied(3, "--broker-failover-after", failoverAfter.String())
+	start := time.Now()
+	lead, l1 := c.leader("", 20*time.Second)
+	waitFor(t, 10*time.Second, "publishing", func() bool { return len(c.audit("celery")) >= 3 })
 
 	// The leader's path alone: a standby takes over.
 	cut := time.Now()
