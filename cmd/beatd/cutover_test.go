@@ -175,6 +175,21 @@ func TestCutoverFromCeleryBeat(t *testing.T) {
 		}
 		return n["tasks.i1"] >= 2 && n["tasks.i2"] >= 2 && n["tasks.i5"] >= 2
 	})
+	// The switch must not straddle a minute slot, which neither scheduler
+	// would owe (celery beat stopped, beatd not yet leading): celery beat
+	// ran through the serial tests, so the next boundary may be near.
+	// Within 20 s of it (a cutover takes 1-6 s here), celery beat sends it
+	// first.
+	if next := time.Now().Truncate(time.Minute).Add(time.Minute); time.Until(next) < 20*time.Second {
+		obs.waitUntil(t, time.Until(next)+20*time.Second, "celery beat's next minute slot", func(m []sent) bool {
+			for _, s := range m {
+				if s.task == "tasks.minute" && !s.at.Before(next) {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	time.Sleep(300 * time.Millisecond) // a few interval sends after the boundary
 	sigterm := time.Now()
 	if err := syscall.Kill(beat.Process.Pid, syscall.SIGTERM); err != nil {
