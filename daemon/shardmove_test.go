@@ -125,3 +125,45 @@ func TestShardMoveReady(t *testing.T) {
 		}
 	}
 }
+
+// TestShardDrainTogether: replicas stopped together (a resize's stop)
+// find nobody to hand over to and exit at once, not after the drain's
+// budget.
+func TestShardDrainTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three beatd replicas with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	cfgPath := filepath.Join(t.TempDir(), "schedules.yaml")
+	if err := os.WriteFile(cfgPath, []byte("entries:\n  e0: {task: tasks.t, every: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ms []*Main
+	for _, id := range []string{"a", "b", "c"} {
+		ms = append(ms, runMain(t, "--config", cfgPath, "--etcd-endpoints", strings.Join(srv.Endpoints, ","),
+			"--prefix", "/together/", "--id", id, "--broker", rs.URL(0), "--http", "127.0.0.1:0", "--lease-ttl", "2s",
+			"--state-interval", "200ms", "--shards", "6"))
+	}
+	testutil.EventuallyEvery(t, 20*time.Second, 50*time.Millisecond, "2 shards each", func() bool {
+		for _, m := range ms {
+			if len(m.shards.leading()) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	start := time.Now()
+	done := make(chan time.Duration, len(ms))
+	for _, m := range ms {
+		go func() {
+			_ = m.Close()
+			done <- time.Since(start)
+		}()
+	}
+	for range ms {
+		if d := <-done; d > 5*time.Second {
+			t.Errorf("a replica stopped with the others took %s; want well under the drain's budget (%s)", d, shardDrainBudget)
+		}
+	}
+}

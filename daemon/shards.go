@@ -131,6 +131,8 @@ type shardSet struct {
 	// prepMu makes prepare's check of the share and its reservation one
 	// step across the shards' campaigns.
 	prepMu sync.Mutex
+	// loading holds the one shard load under way (prepare).
+	loading chan struct{}
 	// draining is set once the replica hands its shards over to exit
 	// (drain); a value on poke makes its registration say so at once.
 	draining atomic.Bool
@@ -222,8 +224,8 @@ type shardDeps struct {
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
 	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs,
-		poke: make(chan struct{}, 1),
-		led:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
+		poke: make(chan struct{}, 1), loading: make(chan struct{}, 1),
+		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
@@ -430,6 +432,9 @@ func (s *shardSet) wants(sh *shard) bool {
 	if s.draining.Load() {
 		return false
 	}
+	if s.ids.Load() == nil {
+		return false // its share unknown: the live replicas not read yet
+	}
 	if cold, want := s.coldWants(sh); cold {
 		return want
 	}
@@ -538,10 +543,57 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	sh.preparing = true
 	sh.mu.Unlock()
 	s.prepMu.Unlock()
-	stop, err := s.defs(ctx, sh.i)
+	// The load is abandoned once the replica no longer wants the shard
+	// (a share read anew, another replica's win): a load takes seconds
+	// at scale, and what it holds is the share's budget. One shard loads
+	// at a time, so a replica's loads do not all slow each other down
+	// and its transient memory is one shard's read.
+	lctx, abort := context.WithCancelCause(ctx)
+	loaded, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := s.clock.NewTicker(shardBalanceEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-loaded:
+				return
+			case <-lctx.Done():
+				return
+			case <-t.Chan():
+				if !s.wants(sh) {
+					abort(errWithdrawn)
+					return
+				}
+			}
+		}
+	}()
+	var (
+		stop func()
+		err  error
+	)
+	select {
+	case s.loading <- struct{}{}:
+		stop, err = s.defs(lctx, sh.i)
+		<-s.loading
+	case <-lctx.Done():
+		err = context.Cause(lctx)
+	}
+	close(loaded)
+	<-watched
+	withdrawn := errors.Is(context.Cause(lctx), errWithdrawn)
+	var drop func()
+	if err != nil {
+		abort(nil)
+	} else {
+		drop = func() { stop(); abort(nil) }
+	}
 	sh.mu.Lock()
-	sh.preparing, sh.prepared = false, stop
+	sh.preparing, sh.prepared = false, drop
 	sh.mu.Unlock()
+	if withdrawn && err != nil {
+		return false, nil // no longer wanted: not a failure
+	}
 	return err == nil, err
 }
 
@@ -812,6 +864,7 @@ func (s *shardSet) drain(ctx context.Context, budget time.Duration) {
 	t := s.clock.NewTicker(shardDrainEvery)
 	defer t.Stop()
 	deadline := s.clock.Now().Add(budget)
+	handed := map[int]bool{} // ended, their terms finishing
 	for s.held() > 0 && s.clock.Now().Before(deadline) {
 		s.readLive(ctx)
 		if ids := s.ids.Load(); ids != nil && len(*ids) == 0 {
@@ -822,9 +875,10 @@ func (s *shardSet) drain(ctx context.Context, budget time.Duration) {
 			for _, sh := range s.shards {
 				sh.mu.Lock()
 				handover := sh.handover
-				mine := handover != nil && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+				mine := handover != nil && !handed[sh.i] && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
 				sh.mu.Unlock()
 				if mine {
+					handed[sh.i] = true
 					s.log.Info("handing a shard over to a replica that has loaded it, to exit", "shard", sh.i)
 					handover()
 				}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 // start, counting live replicas, with view as its last read.
 func testShardSet(id string, n, live int, v *shardView) *shardSet {
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 5, 18, 0, 0, 0, time.UTC))
-	s := &shardSet{id: id, n: n, clock: clock}
+	s := &shardSet{id: id, n: n, clock: clock, loading: make(chan struct{}, 1)}
 	for i := range n {
 		s.shards = append(s.shards, &shard{i: i})
 	}
@@ -67,8 +68,11 @@ func TestShardWants(t *testing.T) {
 		freeFor time.Duration
 		// lastLeader led the free shards before.
 		lastLeader string
-		shard      int
-		want       bool
+		// unread: no live replicas read yet (else ids, or the view's
+		// leaders and d).
+		unread bool
+		shard  int
+		want   bool
 	}{
 		{name: "a joiner, the shard of a replica 2 above its share", live: 4, view: leaders(), shard: 0, want: true},
 		{name: "a joiner, the shard of a replica 1 above", live: 4, view: leaders(), shard: 6, want: true},
@@ -80,8 +84,8 @@ func TestShardWants(t *testing.T) {
 		{name: "between shares: a leader at the most keeps it", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, shard: 6},
 		{name: "between shares: a free shard", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, shard: 5, want: true},
 		{name: "between shares: one just handed over", live: 3, view: leaders(0, 1, 2, 3, 4, 5), held: []int{0, 1, 2, 3, 4}, quiet: []int{5}, shard: 5},
-		{name: "below its least share: one just handed over is owed back", live: 3, view: leaders(5), quiet: []int{5}, shard: 5, want: true},
-		{name: "nothing read yet", live: 4, shard: 0, want: true},
+		{name: "below its least share: one just handed over is owed back", live: 3, view: leaders(5), ids: []string{"a", "b", "d"}, quiet: []int{5}, shard: 5, want: true},
+		{name: "its share unknown: the live replicas not read yet", live: 4, view: leaders(), unread: true, shard: 0},
 		{name: "a dead replica's shard, falling to this one (3 mod 2 = rank of d)", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 3, want: true},
 		{name: "a dead replica's shard, falling to the other", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 2},
 		{name: "a shard a live replica let go", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, lastLeader: "a", shard: 2, want: true},
@@ -96,8 +100,18 @@ func TestShardWants(t *testing.T) {
 			for _, i := range tc.prepared {
 				s.shards[i].prepared = func() {}
 			}
-			if tc.ids != nil {
-				s.ids.Store(&tc.ids)
+			ids := tc.ids
+			if ids == nil && tc.view != nil {
+				ids = []string{"d"}
+				for _, l := range tc.view.leaders {
+					if l != "" && !slices.Contains(ids, l) {
+						ids = append(ids, l)
+					}
+				}
+				slices.Sort(ids)
+			}
+			if !tc.unread {
+				s.ids.Store(&ids)
 			}
 			if v := s.view.Load(); v != nil {
 				v.freeSince, v.lastLeader = make([]time.Time, 16), make([]string, 16)
@@ -156,5 +170,42 @@ func TestShardPrepare(t *testing.T) {
 	}
 	if stop := s.shards[2].takePrepared(); stop == nil || s.pending() != 0 {
 		t.Fatal("a term takes the loaded entries: want its stop, and nothing pending")
+	}
+}
+
+// TestShardPrepareAbandoned: a load the replica stops wanting (here it
+// drains) is abandoned, not waited for, and leaves nothing held.
+func TestShardPrepareAbandoned(t *testing.T) {
+	s := testShardSet("d", 4, 2, leaders())
+	ids := []string{"a", "d"}
+	s.ids.Store(&ids)
+	started := make(chan struct{})
+	s.defs = func(ctx context.Context, i int) (func(), error) {
+		close(started)
+		<-ctx.Done() // a load that takes long
+		return nil, ctx.Err()
+	}
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ok, err := s.prepare(context.Background(), s.shards[3])
+		done <- result{ok, err}
+	}()
+	<-started
+	s.draining.Store(true)
+	fc := s.clock.(*clockwork.FakeClock)
+	for {
+		select {
+		case r := <-done:
+			if r.ok || r.err != nil || s.pending() != 0 {
+				t.Fatalf("an abandoned load: %v, %v, pending %d; want not loaded, no error, nothing held", r.ok, r.err, s.pending())
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+			fc.Advance(shardBalanceEvery)
+		}
 	}
 }

@@ -33,6 +33,7 @@ var (
 	shardsFrom     = flag.Int("shards-from", 8, "bench-shards: the shard count resized from, under load, to -shards-count")
 	shardsReplicas = flag.Int("shards-replicas", 3, "bench-shards: the sharded replicas")
 	shardsSteady   = flag.Duration("shards-steady", 30*time.Second, "bench-shards: each steady state measured, and the windows either side of the kill -9")
+	shardsDir      = flag.String("shards-dir", "", "bench-shards: keep etcd's data and the replicas' logs in this directory (default: the test's, removed)")
 )
 
 // benchTTL is the lease TTL of every replica of the sharded bench, as in
@@ -132,7 +133,10 @@ type killFigures struct {
 }
 
 func newShardBench(t *testing.T, n int) *shardBench {
-	dir := t.TempDir()
+	dir := *shardsDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	c, etcd := benchCluster(t, dir, "/beatd/shards/")
 	b := &shardBench{t: t, c: c, etcd: etcd, n: n, shards: *shardsCount, live: map[string]*benchRun{}}
 	for i := range *shardsReplicas {
