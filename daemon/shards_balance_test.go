@@ -10,8 +10,8 @@ import (
 
 // TestShardBalanceUnstalls pins the rules that keep the stall
 // testkit/shardsim once had (8 shards held 1/4/3 by 3 replicas, never
-// balanced) out of beatd: the replica below lo campaigns for every shard
-// it lacks, the replica at hi campaigns for none (so it cannot take a
+// balanced) out of beatd: the replica below lo campaigns for the shards
+// of every replica above lo, the replica at hi campaigns for none (so it cannot take a
 // handed-over shard back), and the replica above lo hands one of its
 // shards over as soon as a candidate waits for it. A pure unit over the
 // view balance reads: the shards' elections are beside the point.
@@ -30,6 +30,8 @@ func TestShardBalanceUnstalls(t *testing.T) {
 	set := func(id string, v *shardView, handed *[]int) *shardSet {
 		s := &shardSet{id: id, n: len(leaders), clock: clockwork.NewFakeClock(), log: slog.New(slog.DiscardHandler)}
 		s.live.Store(3)
+		ids := []string{"x", "y", "z"}
+		s.ids.Store(&ids)
 		s.view.Store(v)
 		for i, l := range leaders {
 			sh := &shard{i: i}
@@ -44,7 +46,7 @@ func TestShardBalanceUnstalls(t *testing.T) {
 		id    string
 		wants []int // shards it campaigns for
 	}{
-		{"z", []int{0, 1, 2, 3, 4, 5, 6}}, // 1 < lo 2: every shard it lacks
+		{"z", []int{0, 1, 2, 3, 4, 5, 6}}, // 1 < lo 2: every shard of a replica above lo (what it loads is bounded by prepare)
 		{"y", nil},                        // 3 = hi: none
 		{"x", nil},                        // 4 > hi: none
 	} {
