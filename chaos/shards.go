@@ -29,20 +29,36 @@ type ShardEvent struct {
 	Token   int64
 }
 
-// ReadShardEvents reads the shard events of one replica's JSON log.
-func ReadShardEvents(replica string, log io.Reader) ([]ShardEvent, error) {
-	var out []ShardEvent
+// termLine is what a replica's JSON log line says of a shard's leadership.
+type termLine struct {
+	Time  time.Time `json:"time"`
+	Msg   string    `json:"msg"`
+	Shard *int      `json:"shard"` // nil in an unsharded replica's log
+	Token int64     `json:"token"`
+}
+
+// readTermLines calls fn with each JSON line of log.
+func readTermLines(log io.Reader, fn func(termLine)) error {
 	sc := bufio.NewScanner(log)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var l struct {
-			Time  time.Time `json:"time"`
-			Msg   string    `json:"msg"`
-			Shard *int      `json:"shard"`
-			Token int64     `json:"token"`
+		var l termLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			fn(l)
 		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Shard == nil {
-			continue
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("chaos: read a replica's log: %w", err)
+	}
+	return nil
+}
+
+// ReadShardEvents reads the shard events of one replica's JSON log.
+func ReadShardEvents(replica string, log io.Reader) ([]ShardEvent, error) {
+	var out []ShardEvent
+	err := readTermLines(log, func(l termLine) {
+		if l.Shard == nil {
+			return
 		}
 		msg := l.Msg
 		if strings.HasPrefix(msg, ShardHandover) {
@@ -52,8 +68,32 @@ func ReadShardEvents(replica string, log io.Reader) ([]ShardEvent, error) {
 		case ShardElected, ShardScheduling, ShardHandover, ShardTermOver:
 			out = append(out, ShardEvent{At: l.Time, Replica: replica, Shard: *l.Shard, Msg: msg, Token: l.Token})
 		}
-	}
-	return out, sc.Err()
+	})
+	return out, err
+}
+
+// ReadTerms reads the terms elected in one replica's JSON log, a process
+// that ran with count shards: an unsharded one's (count 1 or less) lead
+// every entry. It is the timeline AuditWithTerms needs to tell a slot a
+// takeover's catch-up policy dropped from a missed one when nothing of
+// the entry was published before it (an entry defined just after its
+// previous slot).
+func ReadTerms(log io.Reader, count int) ([]Term, error) {
+	var out []Term
+	err := readTermLines(log, func(l termLine) {
+		if l.Msg != ShardElected {
+			return
+		}
+		t := Term{Start: l.Time, Token: l.Token}
+		if count > 1 {
+			if l.Shard == nil {
+				return // not a shard's election
+			}
+			t.Shard, t.Count = *l.Shard, count
+		}
+		out = append(out, t)
+	})
+	return out, err
 }
 
 // ShardMove is one shard leaving a replica that let it go, a handover to

@@ -1,9 +1,13 @@
 package chaos
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 )
 
 func TestShardMoves(t *testing.T) {
@@ -49,5 +53,77 @@ func TestShardMoves(t *testing.T) {
 		if m.Shard != w.shard || m.From != w.from || m.To != w.to || m.Cause != w.cause || m.Gap() != w.gap {
 			t.Errorf("move %d: %+v (gap %s), want %+v", i, m, m.Gap(), w)
 		}
+	}
+}
+
+// TestReadTermsAudit is the bench's case of an entry defined just after a
+// slot (defined_at 21:49:59), whose first owed slot (21:50:50) fell in an
+// offline resize: its shard's new leader caught up once, publishing only
+// 21:51:50. With nothing published before 21:50:50 the tokens cannot tell
+// that drop from a miss; the terms read from the replicas' logs can.
+func TestReadTermsAudit(t *testing.T) {
+	cfg, err := config.Parse("tenants.yaml", []byte(`entries:
+  tenant-0277181: {task: tasks.sync, every: 60s, start_at: '2026-01-01T17:04:50Z', args: [277181]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "tenant-0277181"
+	shard := keys.ShardOf(name, 8)
+	// The single leader's log (unsharded: no shard field) and the 8-shard
+	// replica's, in the daemon's JSON format.
+	single := `{"time":"2026-12-05T21:50:21.891Z","level":"INFO","msg":"entry added","entry":"tenant-0000000"}
+{"time":"2026-12-05T21:50:23.568662611Z","level":"INFO","msg":"elected leader","id":"single","component":"election","candidate":"single","token":7026,"lease":"1c00a2482ea0318a"}
+{"time":"2026-12-05T21:50:29.126801856Z","level":"INFO","msg":"scheduling","id":"single","component":"scheduler","token":7026}
+`
+	sharded := func(s int) string {
+		return fmt.Sprintf(`{"time":"2026-12-05T21:52:03.456663817Z","level":"INFO","msg":"elected leader","id":"b","shard":%d,"component":"election","candidate":"b","token":13018}
+{"time":"2026-12-05T21:52:05.61275476Z","level":"INFO","msg":"scheduling","id":"b","shard":%d,"component":"scheduler","token":13018}
+`, s, s)
+	}
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339, "2026-12-05T"+s+"Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	msgs := []Message{{Entry: name, Slot: at("21:51:50"), Token: 13018}, {Entry: name, Slot: at("21:52:50"), Token: 13018}}
+	from, to := at("21:50:30"), at("21:53:00")
+	for _, tt := range []struct {
+		name   string
+		logs   map[string]int // a log and its process's shard count
+		noLogs bool           // Audit: tokens alone
+		missed int
+	}{
+		{name: "tokens alone", noLogs: true, missed: 1},
+		{name: "a term of its shard began in the outage", logs: map[string]int{single: 1, sharded(shard): 8}, missed: 0},
+		{name: "only another shard's term began", logs: map[string]int{single: 1, sharded((shard + 1) % 8): 8}, missed: 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var rep *Report
+			if tt.noLogs {
+				rep = Audit(cfg, msgs, from, to)
+			} else {
+				var terms []Term
+				for log, count := range tt.logs {
+					ts, err := ReadTerms(strings.NewReader(log), count)
+					if err != nil {
+						t.Fatal(err)
+					}
+					terms = append(terms, ts...)
+				}
+				if len(terms) != 2 {
+					t.Fatalf("terms %+v, want the single leader's and one shard's", terms)
+				}
+				rep = AuditWithTerms(cfg, msgs, from, to, terms)
+			}
+			if len(rep.Missed) != tt.missed || len(rep.Missed)+len(rep.Dropped) != 1 {
+				t.Fatalf("missed %v dropped %v, want %d missed of the one gap (21:50:50)", rep.Missed, rep.Dropped, tt.missed)
+			}
+			if g := append(rep.Missed, rep.Dropped...)[0].Slot; !g.Equal(at("21:50:50")) {
+				t.Fatalf("gap at %s, want 21:50:50", g)
+			}
+		})
 	}
 }

@@ -547,13 +547,36 @@ func (b *shardBench) joinAndLeave() {
 }
 
 // auditWindow audits the slots in [from, to] of every entry against what
-// the broker delivered (waiting until slots up to to have had 10 s).
+// the broker delivered (waiting until slots up to to have had 10 s),
+// judging takeovers by the terms in the processes' logs: the tokens alone
+// cannot tell a slot a takeover's catch-up dropped when the entry
+// published nothing before it (one defined just after its previous slot,
+// whose first slot fell in an outage).
 func (b *shardBench) auditWindow(from, to time.Time) *chaos.Report {
 	if wait := time.Until(to.Add(10 * time.Second)); wait > 0 {
 		time.Sleep(wait)
 	}
 	cfg := b.entries()
-	return chaos.Audit(cfg, b.feed.messages(), from, to)
+	return chaos.AuditWithTerms(cfg, b.feed.messages(), from, to, b.terms())
+}
+
+// terms is every term elected in every process's log, each with the
+// shard count its process ran at.
+func (b *shardBench) terms() []chaos.Term {
+	var out []chaos.Term
+	for _, r := range b.runs {
+		f, err := os.Open(r.LogPath)
+		if err != nil {
+			b.t.Fatalf("terms: %v", err)
+		}
+		ts, err := chaos.ReadTerms(f, r.shards)
+		f.Close()
+		if err != nil {
+			b.t.Fatalf("terms of %s: %v", r.LogPath, err)
+		}
+		out = append(out, ts...)
+	}
+	return out
 }
 
 // entries is the probes and the tenants, as one config.
