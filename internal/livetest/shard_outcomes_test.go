@@ -39,8 +39,11 @@ func TestShardOutcomesAMQP(t *testing.T) {
 		fmt.Fprintf(&y, "  %s: {task: tasks.add, every: 1s, args: [1, 2]}\n", name)
 	}
 	y.WriteString("  boom: {task: tasks.fail, every: 1s, pause_after_failures: 2}\n")
-	y.WriteString("  skipper: {task: tasks.sleep, every: 1s, args: [1.6, shard-amqp-skip], overlap: skip}\n")
-	y.WriteString("  allowed: {task: tasks.sleep, every: 1s, args: [1.6, shard-amqp-allow]}\n")
+	// Tags of this run alone: the RabbitMQ node is the package's, and an
+	// earlier run's (-count) unconsumed sleeps would run here.
+	skipTag, allowTag := fmt.Sprintf("shard-amqp-skip-%d", time.Now().UnixNano()), fmt.Sprintf("shard-amqp-allow-%d", time.Now().UnixNano())
+	fmt.Fprintf(&y, "  skipper: {task: tasks.sleep, every: 1s, args: [1.6, %s], overlap: skip}\n", skipTag)
+	fmt.Fprintf(&y, "  allowed: {task: tasks.sleep, every: 1s, args: [1.6, %s]}\n", allowTag)
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", y.String())
 	start := func(id string) *proc {
 		p := startBeatd(t, nil, "--config", cfg, "--etcd-endpoints", strings.Join(etcd.Endpoints, ","), "--prefix", "/beatd/shard-outcomes/",
@@ -62,13 +65,13 @@ func TestShardOutcomesAMQP(t *testing.T) {
 		boom, _ := entryOf(st, "boom")
 		skipper, _ := entryOf(st, "skipper")
 		return boom.Paused && hasOutcome(skipper, "skipped") && hasOutcome(skipper, "succeeded") &&
-			len(executions(t, rs, "shard-amqp-skip")) >= 3 && overlaps(executions(t, rs, "shard-amqp-allow"))
+			len(executions(t, rs, skipTag)) >= 3 && overlaps(executions(t, rs, allowTag))
 	})
 	boom, _ := entryOf(a.status(t), "boom")
 	if !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
 		t.Errorf("boom paused for %q, want its exception", boom.PauseReason)
 	}
-	skips := executions(t, rs, "shard-amqp-skip")
+	skips := executions(t, rs, skipTag)
 	assertNoOverlap(t, "skipper", skips)
 	leaders := shardLeaders(t, []*proc{a, b}, shards)
 	t.Logf("%d entries over %d shards (leaders %v): every one's outcomes seen over RabbitMQ; boom paused; skipper ran %d times without overlap",
