@@ -489,7 +489,9 @@ const shardFreeWait = time.Second
 // load) and the loser dropping it.
 func (s *shardSet) first(v *shardView, i int) bool {
 	ids := s.ids.Load()
-	if ids == nil || v.freeSince == nil || s.clock.Since(v.freeSince[i]) >= shardFreeWait {
+	// No live replica read (every registration lapsed, its own too): no
+	// rank to go by.
+	if ids == nil || len(*ids) == 0 || v.freeSince == nil || s.clock.Since(v.freeSince[i]) >= shardFreeWait {
 		return true
 	}
 	if l := v.lastLeader[i]; l != "" && slices.Contains(*ids, l) {

@@ -88,6 +88,7 @@ func TestShardWants(t *testing.T) {
 		{name: "its share unknown: the live replicas not read yet", live: 4, view: leaders(), unread: true, shard: 0},
 		{name: "a dead replica's shard, falling to this one (3 mod 2 = rank of d)", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 3, want: true},
 		{name: "a dead replica's shard, falling to the other", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, shard: 2},
+		{name: "a dead replica's shard when no registration is read (its own lapsed too)", live: 2, view: leaders(2, 3), ids: []string{}, shard: 2, want: true},
 		{name: "a shard a live replica let go", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, lastLeader: "a", shard: 2, want: true},
 		{name: "a shard handed to it, unled until it wins", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, prepared: []int{2}, shard: 2, want: true},
 		{name: "a dead replica's shard the other has not taken", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, shard: 2, want: true},
