@@ -12,6 +12,7 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
+	"github.com/beatd/beatd/schedule"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -263,18 +264,23 @@ func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, t
 			run := expected[i:j]
 			before, after := nearest(run[0], true), nearest(run[len(run)-1], false)
 			takeover := before != 0 && after != 0 && after != before
+			// takenAt is when the term that caught the run up was
+			// elected: the instant its catch-up plan counts to. Zero when
+			// only tokens are known.
+			var takenAt time.Time
 			if terms != nil {
 				// A term began after the run's first slot was due, no
 				// later than the term that published the next slot (with
 				// once, that slot is often the takeover's catch-up fire).
+				// The latest such term planned the catch-up.
 				takeover = false
+				var latest int64
 				for _, t := range terms {
 					if t.Start.Before(run[0]) || !t.leads(e.Name) {
 						continue
 					}
-					if after != 0 && t.Token <= after || after == 0 && !t.Start.After(to) {
-						takeover = true
-						break
+					if (after != 0 && t.Token <= after || after == 0 && !t.Start.After(to)) && (!takeover || t.Token > latest) {
+						takeover, latest, takenAt = true, t.Token, t.Start
 					}
 				}
 			}
@@ -297,9 +303,15 @@ func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, t
 					ref.Reason = "catchup_once: an older slot of an outage"
 				case takeover && e.Catchup == config.CatchupSkip:
 					ref.Reason = "catchup_skip"
-				case takeover && e.Catchup == config.CatchupAll && len(run)-n > int(e.MaxCatchup):
+				case takeover && e.Catchup == config.CatchupAll && e.CatchupWindow > 0 && !takenAt.IsZero() && !s.After(takenAt.Add(-e.CatchupWindow)):
+					ref.Reason = "catchup_window"
+				case takeover && e.Catchup == config.CatchupAll && !takenAt.IsZero() && slotsAfter(e.Schedule, s, takenAt, int(e.MaxCatchup)) >= int(e.MaxCatchup):
 					ref.Reason = "max_catchup"
-				case takeover && e.Catchup == config.CatchupAll && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
+				case takeover && e.Catchup == config.CatchupAll && takenAt.IsZero() && len(run)-n > int(e.MaxCatchup):
+					// Tokens alone: the run is all the audit knows of
+					// the outage, though the catch-up's fires follow it.
+					ref.Reason = "max_catchup"
+				case takeover && e.Catchup == config.CatchupAll && takenAt.IsZero() && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
 					ref.Reason = "catchup_window"
 				}
 				if ref.Reason != "" {
@@ -316,6 +328,18 @@ func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, t
 	sortRefs(r.Dropped)
 	r.OK = len(r.Duplicates) == 0 && len(r.Missed) == 0
 	return r
+}
+
+// slotsAfter counts sched's slots in (s, through], up to limit. Under
+// catch-up all a term fires the last max_catchup slots owed up to its
+// election (planCatchup): a missed slot with that many after it was
+// dropped, whatever the audit saw published after it.
+func slotsAfter(sched schedule.Schedule, s, through time.Time, limit int) int {
+	n := 0
+	for t := sched.Next(s); n < limit && !t.IsZero() && !t.After(through); t = sched.Next(t) {
+		n++
+	}
+	return n
 }
 
 func sortRefs(refs []SlotRef) {
