@@ -830,6 +830,11 @@ func (s *shardSet) readLive(ctx context.Context) {
 	if len(ids) == 0 {
 		ids = all
 	}
+	if !slices.Contains(all, s.id) && !s.draining.Load() {
+		// Its own registration lapsed (or is not written yet): it runs,
+		// so it counts, rather than ranking itself out of every share.
+		ids = append(ids, s.id)
+	}
 	slices.Sort(ids)
 	s.ids.Store(&ids)
 	s.live.Store(int64(len(ids)))

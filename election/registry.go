@@ -91,7 +91,16 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 	key := replicaPrefix(cfg.Prefix) + r.ID
 	ttl := max(int64((cfg.TTL+time.Second-1)/time.Second), 1)
 	var lease clientv3.LeaseID
+	// The lease is renewed by etcd's client on its own stream, apart
+	// from the health checks and puts: renewing it in the same loop let
+	// a slow health check and a slow etcd (900,000 entries on 2 cores)
+	// space two renewals past the TTL, so a running replica's
+	// registration lapsed, the others counted it dead and loaded its
+	// shards, which slowed etcd further.
+	var alive <-chan *clientv3.LeaseKeepAliveResponse
+	stopAlive := func() {}
 	defer func() {
+		stopAlive()
 		if lease != 0 {
 			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_, _ = cfg.Client.Revoke(rctx, lease)
@@ -104,17 +113,44 @@ func Register(ctx context.Context, cfg RegistryConfig, r Replica) {
 	var w written
 	for {
 		err := refresh(ctx, cfg, key, ttl, &lease, &r, &w)
+		if lease == 0 && alive != nil {
+			stopAlive()
+			stopAlive, alive = func() {}, nil
+		}
+		if err == nil && lease != 0 && alive == nil {
+			kctx, cancel := context.WithCancel(ctx)
+			if alive, err = cfg.Client.KeepAlive(kctx, lease); err != nil {
+				cancel()
+				alive, err = nil, fmt.Errorf("election: keep the registration alive: %w", err)
+			} else {
+				stopAlive = cancel
+			}
+		}
 		if err != nil && ctx.Err() == nil && !warned {
 			log.Warn("replica registration failed; retrying", "err", err)
 			warned = true
 		} else if err == nil {
 			warned = false
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.Chan():
-		case <-cfg.Poke:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.Chan():
+				break wait
+			case <-cfg.Poke:
+				break wait
+			case _, ok := <-alive:
+				if !ok {
+					// Expired at etcd, or no renewal answered for a
+					// TTL: register anew at once.
+					log.Warn("replica registration's lease lapsed; registering again", "lease", fmt.Sprintf("%x", lease))
+					stopAlive()
+					stopAlive, alive, lease = func() {}, nil, 0
+					break wait
+				}
+			}
 		}
 	}
 }
@@ -132,7 +168,7 @@ type written struct {
 // refresh.
 const quietPut = 5 * time.Second
 
-// refresh renews the lease (granting a new one if it is gone) and writes
+// refresh grants a lease if there is none (Register keeps it alive) and writes
 // the replica's current health when it changed, or quietPut has passed.
 func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lease *clientv3.LeaseID, r *Replica, w *written) error {
 	r.Health = "ok"
@@ -159,13 +195,6 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 	}
 	octx, cancel := context.WithTimeout(ctx, max(cfg.Every, time.Second))
 	defer cancel()
-	if *lease != 0 {
-		if _, err := cfg.Client.KeepAliveOnce(octx, *lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			*lease = 0
-		} else if err != nil {
-			return fmt.Errorf("election: renew registration: %w", err)
-		}
-	}
 	if *lease == 0 {
 		g, err := cfg.Client.Grant(octx, ttl)
 		if err != nil {
@@ -182,6 +211,9 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 	}
 	b, _ := json.Marshal(r)
 	if _, err := cfg.Client.Put(octx, key, string(b), clientv3.WithLease(*lease)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			*lease = 0 // expired before its keep-alive said so: grant anew
+		}
 		return fmt.Errorf("election: register %s: %w", r.ID, err)
 	}
 	*w = written{body: string(body), at: updated, lease: *lease}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/testkit/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestRegistry: a replica appears with its address and health, its health
@@ -74,4 +75,46 @@ func TestRegistry(t *testing.T) {
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, what, cond)
+}
+
+// TestRegistrationOutlivesSlowRefreshes: the lease is renewed apart from
+// the health checks and puts. A refresh slower than the TTL (a health
+// check blocked at a 900,000-entry start on 2 cores) used to space two
+// renewals past it: the registration lapsed while the replica ran, and
+// the other replicas took it for dead.
+func TestRegistrationOutlivesSlowRefreshes(t *testing.T) {
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
+	const p = "/slow-refresh/"
+	var slow atomic.Bool
+	health := func(ctx context.Context) error {
+		if slow.Load() {
+			<-ctx.Done() // as long as the refresh allows: Every
+		}
+		return nil
+	}
+	// Refreshes 3 s apart (and a health check as long) on a 2 s lease.
+	cfg := RegistryConfig{Client: cli, Prefix: p, TTL: 2 * time.Second, Every: 3 * time.Second, Health: health}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Register(ctx, cfg, Replica{ID: "a", HTTP: "127.0.0.1:1"})
+	}()
+	defer func() { stop(); <-done }()
+	waitUntil(t, "registered", func() bool {
+		rs, err := Replicas(context.Background(), cli, p)
+		return err == nil && len(rs) == 1
+	})
+	slow.Store(true)
+	// Watch the key: a lapse is a delete, however brief.
+	wctx, wcancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer wcancel()
+	for resp := range cli.Watch(wctx, replicaPrefix(p)+"a") {
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				t.Fatalf("the registration lapsed at revision %d while the replica ran", ev.Kv.ModRevision)
+			}
+		}
+	}
 }
