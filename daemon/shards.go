@@ -118,6 +118,9 @@ type shardSet struct {
 	live atomic.Int64
 	// ids are the live replicas' ids, sorted, as last read (coldWants).
 	ids atomic.Pointer[[]string]
+	// registered says whether the last read found this replica's own
+	// registration (a cold start ranks only once it has).
+	registered atomic.Bool
 	// began is when Run started (coldWants).
 	began time.Time
 	// view is every shard's election as last read (nil: not read yet).
@@ -657,7 +660,9 @@ func (s *shardSet) coldWants(sh *shard) (cold, want bool) {
 	if since < shardColdSettle {
 		return true, false
 	}
-	// Its own registration not read yet: it waits for it.
+	if !s.registered.Load() {
+		return true, false // its own registration not read yet: it waits for it
+	}
 	rank := slices.Index(*ids, s.id)
 	return true, rank >= 0 && sh.i%len(*ids) == rank
 }
@@ -830,6 +835,7 @@ func (s *shardSet) readLive(ctx context.Context) {
 	if len(ids) == 0 {
 		ids = all
 	}
+	s.registered.Store(slices.Contains(all, s.id))
 	if !slices.Contains(all, s.id) && !s.draining.Load() {
 		// Its own registration lapsed (or is not written yet): it runs,
 		// so it counts, rather than ranking itself out of every share.

@@ -533,7 +533,15 @@ func TestShardColdStart(t *testing.T) {
 				s.view.Store(tc.view)
 			}
 			if tc.ids != nil {
-				s.ids.Store(&tc.ids)
+				// As readLive stores them: itself counted live,
+				// registered or not.
+				ids, registered := tc.ids, slices.Contains(tc.ids, "b")
+				if !registered {
+					ids = append(slices.Clone(ids), "b")
+					slices.Sort(ids)
+				}
+				s.ids.Store(&ids)
+				s.registered.Store(registered)
 			}
 			cold, want := s.coldWants(&shard{i: tc.shard})
 			if cold != tc.cold || want != tc.want {
