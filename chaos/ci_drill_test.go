@@ -41,7 +41,21 @@ func runDrill(t *testing.T, cfg LocalConfig, want []string) *Report {
 	if cfg.MinEach == 0 {
 		cfg.MinEach = 1
 	}
-	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.Dir, cfg.Log = bin, 3, seed, t.TempDir(), &log
+	// The replicas' logs and etcd's data outlive a failed drill: a seed
+	// that fails once may not again (the order of faults is seeded, their
+	// timing is not).
+	dir, err := os.MkdirTemp("", "beatd-drill-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the drill's logs and data are kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	cfg.Binary, cfg.Replicas, cfg.Seed, cfg.Dir, cfg.Log = bin, 3, seed, dir, &log
 	if cfg.Broker == BrokerAMQP {
 		// One node for the package; the test's own prefix names its
 		// fence and journal queues there.
