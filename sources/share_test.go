@@ -321,3 +321,149 @@ func TestShardShareMemory(t *testing.T) {
 		t.Errorf("sharded, holding 1 of %d shards: %d bytes held, over 40%% of unsharded %d", n, shareHeap, wholeHeap)
 	}
 }
+
+// TestShardPartDelta: a part's load and drop merge only the part's names
+// (ApplyDelta), however many, and give what a whole merge gives: the
+// entries and their sources, the conflicts and every source's health.
+// At 900,000 entries over 16 shards each load went through a whole
+// merge (a shard's ~56,000 names are past deltaMost), copying and
+// merging every shard the replica held again.
+func TestShardPartDelta(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	var yaml strings.Builder
+	yaml.WriteString("entries:\n")
+	dcb, api := map[string][]byte{}, map[string][]byte{}
+	for i := range 40 {
+		fmt.Fprintf(&yaml, "  f%02d: {task: t.file, every: 10s}\n", i)
+		dcb[fmt.Sprintf("d%02d", i)] = []byte(`{"task":"t.dcb","every":"10s"}`)
+		api[fmt.Sprintf("a%02d", i)] = []byte(`{"task":"t.api","every":"10s"}`)
+	}
+	for i := range 8 { // in the file and dcb: a conflict the file wins
+		fmt.Fprintf(&yaml, "  both%d: {task: t.file, every: 10s}\n", i)
+		dcb[fmt.Sprintf("both%d", i)] = []byte(`{"task":"t.dcb","every":"10s"}`)
+	}
+	for i := range 4 { // invalid in each source's shards
+		dcb[fmt.Sprintf("bad-d%d", i)] = []byte(`{"task":"t.dcb","every":"nope"}`)
+		api[fmt.Sprintf("bad-a%d", i)] = []byte(`{"task":"t.api","every":"nope"}`)
+	}
+	data := []byte(yaml.String())
+	whole, err := config.Check("s.yaml", data, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type merger struct {
+		m       *Merger
+		applied *config.Config
+		deltas  [][]string
+		wholes  int
+	}
+	mk := func(delta bool) *merger {
+		mm := &merger{}
+		c := Config{Apply: func(c *config.Config) error { mm.applied = c; mm.wholes++; return nil },
+			ShardOf: func(name string) int { return keys.ShardOf(name, n) }}
+		if delta {
+			c.ApplyDelta = func(c *config.Config, names []string) error {
+				mm.applied = c
+				mm.deltas = append(mm.deltas, slices.Clone(names))
+				return nil
+			}
+		}
+		mm.m = New(c)
+		if err := mm.m.SetFile(whole); err != nil {
+			t.Fatal(err)
+		}
+		if err := mm.m.SetSourceRows(DCB, dcb, nil); err != nil {
+			t.Fatal(err)
+		}
+		return mm
+	}
+	part := func(docs map[string][]byte, p *Part) map[string][]byte {
+		out := map[string][]byte{}
+		for name, d := range docs {
+			if p.Has(name) {
+				out[name] = d
+			}
+		}
+		return out
+	}
+	load := func(mm *merger, i int) {
+		t.Helper()
+		p := mm.m.ShardPart(i)
+		p.Hold()
+		fp, err := config.CheckPart("s.yaml", data, config.Options{}, p.Has)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetFile(fp); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetSource(DCB, part(dcb, p)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetSource(API, part(api, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type view struct {
+		Entries   []string
+		Conflicts []string
+		Health    []Health
+	}
+	see := func(mm *merger) view {
+		var v view
+		for _, e := range mm.applied.Entries {
+			v.Entries = append(v.Entries, e.Name+"@"+e.Source+"/"+e.Task)
+		}
+		for _, c := range mm.m.Conflicts() {
+			v.Conflicts = append(v.Conflicts, c.Name+":"+strings.Join(c.Sources, ","))
+		}
+		slices.Sort(v.Conflicts)
+		v.Health = mm.m.Health()
+		return v
+	}
+	d, w := mk(true), mk(false)
+	for _, step := range []struct {
+		name string
+		do   func(*merger)
+	}{
+		{"load shard 1", func(mm *merger) { load(mm, 1) }},
+		{"load shard 3", func(mm *merger) { load(mm, 3) }},
+		{"drop shard 1", func(mm *merger) {
+			if err := mm.m.ShardPart(1).Drop(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"load shard 0", func(mm *merger) { load(mm, 0) }},
+		{"drop shard 3", func(mm *merger) {
+			if err := mm.m.ShardPart(3).Drop(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		wholesBefore, deltasBefore := d.wholes, len(d.deltas)
+		step.do(d)
+		step.do(w)
+		if got, want := see(d), see(w); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: entry by entry\n%+v\nwhole\n%+v", step.name, got, want)
+		}
+		if d.wholes != wholesBefore {
+			t.Errorf("%s: merged whole %d times", step.name, d.wholes-wholesBefore)
+		}
+		if len(d.deltas) == deltasBefore {
+			t.Errorf("%s: nothing merged entry by entry", step.name)
+		}
+		var shard int
+		fmt.Sscanf(step.name[len(step.name)-1:], "%d", &shard)
+		for _, names := range d.deltas[deltasBefore:] {
+			for _, name := range names {
+				if keys.ShardOf(name, n) != shard {
+					t.Errorf("%s: merged %s, of shard %d", step.name, name, keys.ShardOf(name, n))
+				}
+			}
+		}
+	}
+	if len(see(d).Entries) == 0 {
+		t.Fatal("nothing held at the end: the test checks nothing")
+	}
+}
