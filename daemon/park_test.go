@@ -208,3 +208,48 @@ func TestParkedSingleMember(t *testing.T) {
 	runMain(t, args("--shards", "4")...)
 	testutil.Eventually(t, 20*time.Second, "fires at 4 shards", func() bool { return queued() >= resumed+6 })
 }
+
+// TestShardDrainFlag: --shard-drain-timeout (BEATD_SHARD_DRAIN_TIMEOUT)
+// sets the drain's budget, 10 s by default, and refuses what is not a
+// bounded duration before anything starts.
+func TestShardDrainFlag(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		drain time.Duration
+		err   string
+	}{
+		{name: "default", drain: shardDrainBudget},
+		{name: "flag", args: []string{"--shard-drain-timeout", "45s"}, drain: 45 * time.Second},
+		{name: "environment", env: map[string]string{"BEATD_SHARD_DRAIN_TIMEOUT": "1m"}, drain: time.Minute},
+		{name: "none: let every shard go at once", args: []string{"--shard-drain-timeout", "0s"}},
+		{name: "negative", args: []string{"--shard-drain-timeout", "-1s"}, err: "--shard-drain-timeout must be between 0 and 10m0s, not -1s"},
+		{name: "past the bound", args: []string{"--shard-drain-timeout", "11m"}, err: "--shard-drain-timeout must be between 0 and 10m0s, not 11m0s"},
+		{name: "not a duration", args: []string{"--shard-drain-timeout", "10"}, err: "shard-drain-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			m := newTestMain(io.Discard, io.Discard)
+			err := m.ParseFlags(context.Background(), tt.args)
+			if err == nil {
+				err = m.CheckFlags()
+			}
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("flags: %v, want an error saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ShardDrain != tt.drain {
+				t.Errorf("ShardDrain = %s, want %s", m.ShardDrain, tt.drain)
+			}
+		})
+	}
+}

@@ -237,6 +237,9 @@ type Options struct {
 	// Park starts the replica parked: its embedded etcd member only
 	// (park.go), for an offline resize of the embedded topology.
 	Park bool
+	// ShardDrain bounds a sharded replica's drain at SIGTERM
+	// (shardSet.drain): how long it waits for others to load its shards.
+	ShardDrain time.Duration
 
 	metricsPerEntryLimit int
 	Sources              sourceFlags
@@ -262,7 +265,8 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			LogFormat: "json", LogLevel: "info", Etcd: etcdflags.Flags{Prefix: keys.DefaultPrefix},
 			StateInterval: DefaultStateInterval, RunHistory: redisbroker.DefaultHistory, LogFires: scheduler.DefaultFireLogLimit,
 			EtcdQuota: embedetcd.DefaultQuotaBackendBytes, EtcdMaxTxnOps: store.MaxOpsPerTxn, ClockOffsetWarn: time.Second, EtcdRetention: embedetcd.DefaultCompactionRetention,
-			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1},
+			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1,
+			ShardDrain: shardDrainBudget},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)}, tune: tuneRuntime,
 	}
 }
@@ -324,6 +328,7 @@ func (m *Main) Flags() *pflag.FlagSet {
 	fs.StringVar(&m.AdvertiseURL, "advertise-url", "", "base URL where other hosts reach this replica's HTTP, for `beatd status` (default: http://HOST:PORT of --http, the hostname if it listens on all addresses)")
 	fs.DurationVar(&m.MinInterval, "min-interval", config.DefaultMinInterval, config.MinIntervalUsage)
 	fs.IntVar(&m.Shards, "shards", m.Shards, "the cluster's shard count, fixed when the cluster is made: each shard has its own leader, and each replica leads a share (1: one leader, as before; docs/shards.md)")
+	fs.DurationVar(&m.ShardDrain, "shard-drain-timeout", shardDrainBudget, "with --shards: how long SIGTERM waits for the other replicas to load this replica's shards before it lets the rest go (each then loads after winning); keep terminationGracePeriodSeconds ~20 s above it (docs/shards.md)")
 	fs.BoolVar(&m.Park, "park", false, "run this replica's embedded etcd member only: no election, registration, publish or control request, and no shard count check (it starts while a resize runs); for `beatd shards resize` on the embedded topology (docs/shards.md)")
 	fs.IntVar(&m.metricsPerEntryLimit, "metrics-per-entry-limit", scheduler.DefaultPerEntryLimit, "export per-entry metric series only up to this many entries; past it, aggregates only")
 	m.Sources.register(fs)
@@ -362,6 +367,9 @@ func (m *Main) CheckFlags() error {
 	}
 	if err := checkShardsFlag(m.Shards); err != nil {
 		return err
+	}
+	if m.ShardDrain < 0 || m.ShardDrain > maxShardDrain {
+		return fmt.Errorf("--shard-drain-timeout must be between 0 and %s, not %s", maxShardDrain, m.ShardDrain)
 	}
 	if err := m.checkParkFlags(); err != nil {
 		return err
@@ -744,7 +752,7 @@ func (m *Main) Close() error {
 		if m.shards != nil && m.cancel != nil {
 			// Each shard to a replica that has loaded it, before the
 			// stop lets the rest go (shardSet.drain).
-			m.shards.drain(context.Background(), shardDrainBudget)
+			m.shards.drain(context.Background(), m.ShardDrain)
 		}
 		start := time.Now()
 		leading := m.leader != nil && m.leader.Token() != 0 || m.shards != nil && m.shards.held() > 0

@@ -851,6 +851,10 @@ func (s *shardSet) readLive(ctx context.Context) {
 // lets the rest go at once.
 const shardDrainBudget = 10 * time.Second
 
+// maxShardDrain bounds --shard-drain-timeout: a stop is not a wait on
+// others without end.
+const maxShardDrain = 10 * time.Minute
+
 // shardDrainEvery is how often a draining replica reads the elections
 // for candidates waiting on its shards.
 const shardDrainEvery = 100 * time.Millisecond
