@@ -209,7 +209,10 @@ func (b *shardBench) start(id string, shards int) *benchRun {
 // shard above that (a load here is 0.1–0.6 ms an entry, one at a time on
 // each replica that takes the leaver's shards).
 func benchDrain(n, shards int) time.Duration {
-	return max(10*time.Second, time.Duration(n/max(shards, 1))*time.Millisecond)
+	if shards <= 1 {
+		return 10 * time.Second // unsharded: no drain
+	}
+	return min(max(10*time.Second, time.Duration(n/shards)*time.Millisecond), 10*time.Minute)
 }
 
 // stopRuns sends SIGTERM to every live process of ids at once and waits
