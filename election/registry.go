@@ -47,8 +47,9 @@ type RegistryConfig struct {
 	// TTL of the registration's lease: a replica that dies disappears this
 	// long after its last refresh. Default DefaultTTL.
 	TTL time.Duration
-	// Every is how often health is re-checked and the lease renewed.
-	// Default TTL/3, at least 500ms.
+	// Every is how often health is re-checked and the registration
+	// written if it changed (the lease is kept alive apart, by etcd's
+	// client). Default TTL/3, at least 500ms.
 	Every time.Duration
 	// Health reports the replica's readiness; nil means always ok.
 	Health func(ctx context.Context) error
