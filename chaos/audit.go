@@ -303,16 +303,8 @@ func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, t
 					ref.Reason = "catchup_once: an older slot of an outage"
 				case takeover && e.Catchup == config.CatchupSkip:
 					ref.Reason = "catchup_skip"
-				case takeover && e.Catchup == config.CatchupAll && e.CatchupWindow > 0 && !takenAt.IsZero() && !s.After(takenAt.Add(-e.CatchupWindow)):
-					ref.Reason = "catchup_window"
-				case takeover && e.Catchup == config.CatchupAll && !takenAt.IsZero() && slotsAfter(e.Schedule, s, takenAt, int(e.MaxCatchup)) >= int(e.MaxCatchup):
-					ref.Reason = "max_catchup"
-				case takeover && e.Catchup == config.CatchupAll && takenAt.IsZero() && len(run)-n > int(e.MaxCatchup):
-					// Tokens alone: the run is all the audit knows of
-					// the outage, though the catch-up's fires follow it.
-					ref.Reason = "max_catchup"
-				case takeover && e.Catchup == config.CatchupAll && takenAt.IsZero() && e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
-					ref.Reason = "catchup_window"
+				case takeover && e.Catchup == config.CatchupAll:
+					ref.Reason = catchupAllDrop(e, run, n, takenAt)
 				}
 				if ref.Reason != "" {
 					r.Dropped = append(r.Dropped, ref)
@@ -328,6 +320,31 @@ func AuditWithTimeline(cfg *config.Config, msgs []Message, from, to time.Time, t
 	sortRefs(r.Dropped)
 	r.OK = len(r.Duplicates) == 0 && len(r.Missed) == 0
 	return r
+}
+
+// catchupAllDrop is why a takeover under catch-up all dropped run[n], a
+// slot of a run of missing ones ("": it did not, so it is missed).
+// takenAt is the election of the term that caught up (zero: unknown).
+func catchupAllDrop(e *config.Entry, run []time.Time, n int, takenAt time.Time) string {
+	s := run[n]
+	if takenAt.IsZero() {
+		// Tokens alone: the run is all the audit knows of the outage,
+		// though the catch-up's fires follow it.
+		switch {
+		case len(run)-n > int(e.MaxCatchup):
+			return "max_catchup"
+		case e.CatchupWindow > 0 && run[len(run)-1].Sub(s) > e.CatchupWindow:
+			return "catchup_window"
+		}
+		return ""
+	}
+	switch {
+	case e.CatchupWindow > 0 && !s.After(takenAt.Add(-e.CatchupWindow)):
+		return "catchup_window"
+	case slotsAfter(e.Schedule, s, takenAt, int(e.MaxCatchup)) >= int(e.MaxCatchup):
+		return "max_catchup"
+	}
+	return ""
 }
 
 // slotsAfter counts sched's slots in (s, through], up to limit. Under

@@ -46,19 +46,9 @@ func TestParkFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			m := newTestMain(io.Discard, io.Discard)
-			err := m.ParseFlags(context.Background(), tt.args)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("ParseFlags: %v, want an error saying %q", err, tt.err)
-				}
+			m := parsedFlags(t, tt.args, tt.env, tt.err)
+			if m == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if m.Park != tt.park {
 				t.Errorf("Park = %v, want %v", m.Park, tt.park)
@@ -230,26 +220,35 @@ func TestShardDrainFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			m := newTestMain(io.Discard, io.Discard)
-			err := m.ParseFlags(context.Background(), tt.args)
-			if err == nil {
-				err = m.CheckFlags()
-			}
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("flags: %v, want an error saying %q", err, tt.err)
-				}
+			m := parsedFlags(t, tt.args, tt.env, tt.err)
+			if m == nil {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if m.ShardDrain != tt.drain {
 				t.Errorf("ShardDrain = %s, want %s", m.ShardDrain, tt.drain)
 			}
 		})
 	}
+}
+
+// parsedFlags is a Main with args parsed and checked (ParseFlags runs
+// CheckFlags) under env; or, when wantErr is set, nil once the parse has
+// failed with an error saying it.
+func parsedFlags(t *testing.T, args []string, env map[string]string, wantErr string) *Main {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	m := newTestMain(io.Discard, io.Discard)
+	err := m.ParseFlags(context.Background(), args)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("ParseFlags: %v, want an error saying %q", err, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

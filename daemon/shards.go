@@ -835,8 +835,9 @@ func (s *shardSet) readLive(ctx context.Context) {
 	if len(ids) == 0 {
 		ids = all
 	}
-	s.registered.Store(slices.Contains(all, s.id))
-	if !slices.Contains(all, s.id) && !s.draining.Load() {
+	registered := slices.Contains(all, s.id)
+	s.registered.Store(registered)
+	if !registered && !s.draining.Load() {
 		// Its own registration lapsed (or is not written yet): it runs,
 		// so it counts, rather than ranking itself out of every share.
 		ids = append(ids, s.id)
