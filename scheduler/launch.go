@@ -67,6 +67,12 @@ func (l *loop) record(ctx context.Context, pubs []*publication) error {
 	defer func() {
 		for _, pub := range pubs {
 			<-pub.done
+			// A freed publication keeps its arrays, not what they point
+			// to: the fires' templates, dropped by their entries after
+			// the publish, stayed alive here (17 publications of 2,048
+			// fires: ~60 MB of templates at 900,000 entries).
+			clear(pub.fires)
+			clear(pub.batch)
 			l.free = append(l.free, pub)
 		}
 	}()
