@@ -61,6 +61,10 @@ type loop struct {
 	nextSweep time.Time
 	bf        backfills
 	prep      prepWalk
+	// started is how long the term's start took: its state's read, the
+	// fence, the rest of begin (catch-up and scheduling), and the admin
+	// requests' read and handling, for its log line.
+	started struct{ load, fence, rest, requests time.Duration }
 }
 
 // duePass is collectDue's, kept between passes: the slots each entry
@@ -88,6 +92,7 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	stopPersister := l.startPersister(ctx, table)
 	defer stopPersister()
 
+	read := s.cfg.Clock.Now()
 	reqs, rev, err := s.cfg.Store.PendingRequests(ctx)
 	if err != nil {
 		s.cfg.Metrics.EtcdErrors.Inc()
@@ -97,7 +102,9 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	defer wcancel()
 	l.requests = s.cfg.Store.WatchRequests(wctx, rev)
 	l.handleRequests(ctx, reqs)
-	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.list), "catchup_fires", len(l.pending))
+	l.started.requests = s.cfg.Clock.Since(read)
+	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.list), "catchup_fires", len(l.pending),
+		"load_state", l.started.load.String(), "fence", l.started.fence.String(), "start", l.started.rest.String(), "requests", l.started.requests.String())
 	return l.run(ctx)
 }
 

@@ -40,12 +40,19 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 		table *store.Table
 		err   error
 	)
+	mark := s.cfg.Clock.Now()
+	lap := func(d *time.Duration) {
+		now := s.cfg.Clock.Now()
+		*d, mark = now.Sub(mark), now
+	}
+	defer lap(&l.started.rest)
 	if err = s.retry(ctx, "load state", func() error {
 		table, err = s.cfg.Store.Load(ctx)
 		return err
 	}); err != nil {
 		return nil, err
 	}
+	lap(&l.started.load)
 	// A fence the broker refuses is a leader that cannot publish: say so
 	// (readiness, the console) while it retries, rather than let its
 	// first slots pass as a loop not keeping up.
@@ -59,6 +66,7 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 		return nil, err
 	}
 	s.setPublishErr(nil) // the broker took a write of this term
+	lap(&l.started.fence)
 	now := s.cfg.Clock.Now()
 	if !l.term.Elected.IsZero() && l.term.Elected.Before(now) {
 		now = l.term.Elected
