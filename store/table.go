@@ -122,12 +122,20 @@ type Table struct {
 	digits int // the layout: a bucket key's hex digits (2, 3 or 4)
 	enc    [][]byte
 	dec    []map[string]EntryState
-	// add are new entries of a bucket kept encoded, not yet in its enc:
-	// appended to it when it is written, without decoding the bucket. A
-	// bulk load of a million entries adds a few to nearly every bucket in
-	// every write cycle, and decoding each bucket into a map for that was
-	// a third of the load's allocations.
-	add   [][]EntryState
+	// add are the changes of a bucket kept encoded, not yet in its enc:
+	// new entries, and new states of stored ones, up to maxAdd a bucket,
+	// applied when it is written, without decoding the bucket into a map
+	// it keeps. A bulk load of a million entries adds a few to nearly
+	// every bucket in every write cycle, and decoding each bucket into a
+	// map for that was a third of the load's allocations. A shard's
+	// catch-up changes a few entries of every one of its buckets (of
+	// ~220 entries at 56,000 a shard) in each cycle for as long as it
+	// lasts: decoded, that held every entry of the shard twice.
+	add [][]EntryState
+	// over marks a bucket whose add holds a stored entry's new state, or
+	// a state the stored format may not hold (a run count, outcomes):
+	// its write decodes the bucket, where add alone is appended to it.
+	over  []bool
 	dirty []bool
 	// wrote marks the buckets written in the current cycle, hot those
 	// written in the last one (Compact ends a cycle).
@@ -148,7 +156,7 @@ func NewTable() *Table { return newTable(2) }
 func newTable(digits int) *Table {
 	n := layoutBuckets(digits)
 	return &Table{digits: digits, enc: make([][]byte, n), dec: make([]map[string]EntryState, n), add: make([][]EntryState, n),
-		dirty: make([]bool, n), wrote: make([]bool, n), hot: make([]bool, n)}
+		over: make([]bool, n), dirty: make([]bool, n), wrote: make([]bool, n), hot: make([]bool, n)}
 }
 
 // Buckets is how many buckets the table's layout has.
@@ -194,18 +202,42 @@ func (t *Table) Fit() bool {
 // Len is the number of entries.
 func (t *Table) Len() int { return t.n }
 
+// maxAdd is the most changes a bucket kept encoded takes (add) before it
+// is decoded into a map: past it, looking a name up in add costs more
+// than the map.
+const maxAdd = 32
+
 // open returns bucket b decoded, for a change.
 func (t *Table) open(b int) map[string]EntryState {
 	if t.dec[b] == nil {
-		m := make(map[string]EntryState, len(t.add[b]))
-		// enc holds only what decoded cleanly when it was stored.
-		_ = eachRecord(t.enc[b], func(st EntryState) { m[st.Name] = st })
-		for _, st := range t.add[b] {
-			m[st.Name] = st
-		}
-		t.dec[b], t.add[b] = m, nil
+		t.dec[b], t.add[b], t.over[b] = t.decode(b), nil, false
 	}
 	return t.dec[b]
+}
+
+// decode is bucket b's entries in a map of its own: its stored records
+// with its changes applied.
+func (t *Table) decode(b int) map[string]EntryState {
+	if m := t.dec[b]; m != nil {
+		return m
+	}
+	m := make(map[string]EntryState, len(t.add[b]))
+	// enc holds only what decoded cleanly when it was stored.
+	_ = eachRecord(t.enc[b], func(st EntryState) { m[st.Name] = st })
+	for _, st := range t.add[b] {
+		m[st.Name] = st
+	}
+	return m
+}
+
+// changed says whether name has a state in bucket b's add.
+func (t *Table) changed(b int, name string) bool {
+	for i := range t.add[b] {
+		if t.add[b][i].Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // empty says bucket b holds no entry.
@@ -242,17 +274,23 @@ func (t *Table) Get(name string) (EntryState, bool) {
 func (t *Table) Set(st EntryState) {
 	b := t.bucketOf(st.Name)
 	t.dirty[b] = true
-	if t.dec[b] == nil && st.Out == nil && st.Runs == 0 {
-		// A new entry's first state goes beside the encoded bucket.
+	plain := st.Out == nil && st.Runs == 0
+	if t.dec[b] == nil {
+		// The change goes beside the encoded bucket.
 		for i := range t.add[b] {
 			if t.add[b][i].Name == st.Name {
 				t.add[b][i] = st
+				t.over[b] = t.over[b] || !plain
 				return
 			}
 		}
-		if !hasRecord(t.enc[b], st.Name) {
+		if len(t.add[b]) < maxAdd {
+			stored := hasRecord(t.enc[b], st.Name)
+			if !stored {
+				t.n++
+			}
 			t.add[b] = append(t.add[b], st)
-			t.n++
+			t.over[b] = t.over[b] || stored || !plain
 			return
 		}
 	}
@@ -285,9 +323,9 @@ func (t *Table) Range(f func(EntryState) bool) {
 			}
 			continue
 		}
-		stop := false
+		stop, over := false, t.over[b]
 		_ = eachRecord(t.enc[b], func(st EntryState) {
-			if !stop && !f(st) {
+			if !stop && !(over && t.changed(b, st.Name)) && !f(st) {
 				stop = true
 			}
 		})
@@ -330,7 +368,7 @@ func (t *Table) written(b int, enc []byte) {
 	// A copy exactly as long as it is: appendBucket's growth left up to
 	// twice that, and a million entries keep their buckets encoded.
 	t.enc[b], t.dirty[b], t.wrote[b] = bytes.Clone(enc), false, true
-	t.add[b] = nil
+	t.add[b], t.over[b] = nil, false
 }
 
 // Compact ends a write cycle. It drops the decoded copy of every bucket
@@ -438,12 +476,14 @@ const (
 // appendBucket encodes bucket b into dst.
 func (t *Table) appendBucket(dst []byte, b int) []byte {
 	if enc := t.enc[b]; t.dec[b] == nil && len(enc) > 0 {
-		// The stored records as they are, and the new ones after them,
-		// their times relative to the stored base (zigzag takes either
-		// sign). They carry no outcomes or run count, so either format
-		// reads them.
-		base, n := binary.Uvarint(enc[1:])
-		if n > 0 {
+		if base, n := binary.Uvarint(enc[1:]); n > 0 {
+			if t.over[b] {
+				return t.appendChanged(dst, b, int64(base))
+			}
+			// The stored records as they are, and the new ones after
+			// them, their times relative to the stored base (zigzag
+			// takes either sign). They carry no outcomes or run count,
+			// so either format reads them.
 			dst = append(dst, enc...)
 			for _, st := range t.add[b] {
 				dst = appendRecord(dst, st, int64(base))
@@ -451,7 +491,9 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 			return dst
 		}
 	}
-	m := t.open(b)
+	// Decoded for this write only, when it is not already: a map is kept
+	// by a bucket changed in every cycle (open, Compact).
+	m := t.decode(b)
 	var base int64
 	for _, st := range m {
 		if s := st.LastSlot.Unix(); !st.LastSlot.IsZero() && s > base {
@@ -460,13 +502,7 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 	}
 	format := byte(formatNoOutcomes)
 	for _, st := range m {
-		if st.Out != nil || st.Runs > 0 {
-			format = max(format, formatNoChains)
-		}
-		if st.Out.chained() {
-			format = bucketFormat
-			break
-		}
+		format = max(format, formatOf(st))
 	}
 	dst = append(dst, format)
 	dst = binary.AppendUvarint(dst, uint64(max(base, 0)))
@@ -474,6 +510,38 @@ func (t *Table) appendBucket(dst []byte, b int) []byte {
 		dst = appendRecord(dst, st, base)
 	}
 	return dst
+}
+
+// appendChanged encodes bucket b, kept encoded, with its changes (add):
+// its stored records but those changed, then the changes, relative to
+// the stored base, in the format they need; without a map of the bucket.
+func (t *Table) appendChanged(dst []byte, b int, base int64) []byte {
+	format := t.enc[b][0]
+	for _, st := range t.add[b] {
+		format = max(format, formatOf(st))
+	}
+	dst = append(dst, format)
+	dst = binary.AppendUvarint(dst, uint64(base))
+	_ = eachRecord(t.enc[b], func(st EntryState) {
+		if !t.changed(b, st.Name) {
+			dst = appendRecord(dst, st, base)
+		}
+	})
+	for _, st := range t.add[b] {
+		dst = appendRecord(dst, st, base)
+	}
+	return dst
+}
+
+// formatOf is the oldest bucket format that holds st.
+func formatOf(st EntryState) byte {
+	switch {
+	case st.Out.chained():
+		return bucketFormat
+	case st.Out != nil || st.Runs > 0:
+		return formatNoChains
+	}
+	return formatNoOutcomes
 }
 
 // appendRecord encodes st's record with times relative to base.

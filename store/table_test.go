@@ -123,16 +123,38 @@ func TestEntryStateFitsItsAllocation(t *testing.T) {
 	}
 }
 
-// TestTableKeepsHotBuckets: a bucket written in two write cycles running
-// keeps its decoded map, one not written in a cycle goes back to its
-// encoding, and the table reads the same either way.
+// TestTableKeepsHotBuckets: a bucket changed past maxAdd in a cycle is
+// decoded, and keeps its map while it is written in cycle after cycle; a
+// bucket a few of whose entries change in every cycle (a shard's
+// catch-up) keeps none.
 func TestTableKeepsHotBuckets(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	tb := NewTable()
-	for i := range 2000 {
+	const n = 20000 // ~78 a bucket
+	for i := range n {
 		tb.Set(EntryState{Name: fmt.Sprintf("e%d", i), LastSlot: at})
 	}
-	hot := tb.bucketOf("e7")
+	hot, few := tb.bucketOf("e7"), -1
+	var hotNames []string
+	for i := range n {
+		name := fmt.Sprintf("e%d", i)
+		switch b := tb.bucketOf(name); {
+		case b == hot:
+			hotNames = append(hotNames, name)
+		case few < 0:
+			few = b
+		}
+	}
+	if len(hotNames) <= maxAdd {
+		t.Fatalf("the hot bucket holds %d entries, not more than maxAdd (%d)", len(hotNames), maxAdd)
+	}
+	fewName := ""
+	for i := range n {
+		if name := fmt.Sprintf("e%d", i); tb.bucketOf(name) == few {
+			fewName = name
+			break
+		}
+	}
 	write := func() { // as Store.Save then the persister's Compact
 		for b := range tb.enc {
 			if tb.dirty[b] {
@@ -154,14 +176,24 @@ func TestTableKeepsHotBuckets(t *testing.T) {
 		t.Fatalf("after a first write %d buckets stay decoded, want 0", n)
 	}
 	for cycle := 1; cycle <= 3; cycle++ {
-		tb.Set(EntryState{Name: "e7", LastSlot: at.Add(time.Duration(cycle) * time.Second)})
-		write()
-		// Written in this cycle and the one before: kept.
-		if n := decoded(); n != 1 || tb.dec[hot] == nil {
-			t.Fatalf("cycle %d: %d buckets decoded (hot one: %v), want only the hot one", cycle, n, tb.dec[hot] != nil)
+		slot := at.Add(time.Duration(cycle) * time.Second)
+		for _, name := range hotNames {
+			tb.Set(EntryState{Name: name, LastSlot: slot, Runs: uint64(cycle)})
 		}
-		if st, _ := tb.Get("e7"); !st.LastSlot.Equal(at.Add(time.Duration(cycle) * time.Second)) {
-			t.Fatalf("cycle %d: e7's slot %v", cycle, st.LastSlot)
+		tb.Set(EntryState{Name: fewName, LastSlot: slot, Runs: uint64(cycle)})
+		if tb.dec[few] != nil {
+			t.Fatalf("cycle %d: one change decoded its bucket", cycle)
+		}
+		write()
+		// Changed past maxAdd, written in this cycle and the one before:
+		// kept. The other, written as often, holds no map.
+		if cycle > 1 && (decoded() != 1 || tb.dec[hot] == nil) {
+			t.Fatalf("cycle %d: %d buckets decoded (hot one: %v), want only the hot one", cycle, decoded(), tb.dec[hot] != nil)
+		}
+		for _, name := range []string{"e7", fewName} {
+			if st, _ := tb.Get(name); !st.LastSlot.Equal(slot) || st.Runs != uint64(cycle) {
+				t.Fatalf("cycle %d: %s is %+v", cycle, name, st)
+			}
 		}
 	}
 	write() // a cycle that does not write it: back to its encoding
@@ -171,14 +203,15 @@ func TestTableKeepsHotBuckets(t *testing.T) {
 	if st, _ := tb.Get("e7"); !st.LastSlot.Equal(at.Add(3 * time.Second)) {
 		t.Fatalf("after dropping its map, e7's slot %v", st.LastSlot)
 	}
-	if tb.Len() != 2000 {
-		t.Fatalf("Len %d, want 2000", tb.Len())
+	if tb.Len() != n {
+		t.Fatalf("Len %d, want %d", tb.Len(), n)
 	}
 }
 
-// TestTableAppendsNewEntries: a new entry's state joins an encoded bucket
-// without decoding it, and is read, replaced, listed and written as any
-// other; a change to a stored entry still decodes the bucket.
+// TestTableAppendsNewEntries: a new entry's state, and a stored entry's
+// new one, join an encoded bucket without decoding it, and are read,
+// replaced, listed and written as any other, in the format they need;
+// past maxAdd changes the bucket is decoded.
 func TestTableAppendsNewEntries(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	write := func(tb *Table) {
@@ -250,13 +283,34 @@ func TestTableAppendsNewEntries(t *testing.T) {
 			if err != nil || len(recs) != len(want) {
 				t.Fatalf("stored bucket: %d records, %v; want %d", len(recs), err, len(want))
 			}
-			// A change to a stored entry decodes the bucket, as before.
+			// Changes to stored entries (one with a run count, which a
+			// format-2 bucket cannot hold) stay beside the encoding.
 			tb.Set(EntryState{Name: names[1], LastSlot: at.Add(time.Minute)})
 			want[names[1]] = EntryState{Name: names[1], LastSlot: at.Add(time.Minute)}
-			if tb.dec[b] == nil || tb.Len() != len(want) {
+			tb.Set(EntryState{Name: "old", LastSlot: at.Add(2 * time.Minute), Runs: 9})
+			want["old"] = EntryState{Name: "old", LastSlot: at.Add(2 * time.Minute), Runs: 9}
+			if tb.dec[b] != nil || tb.Len() != len(want) {
 				t.Fatalf("a stored entry's change: decoded %v, Len %d", tb.dec[b] != nil, tb.Len())
 			}
 			check("after a change")
+			write(tb)
+			if tb.dec[b] != nil {
+				t.Fatal("writing a stored entry's change kept the bucket decoded")
+			}
+			check("after the change's write")
+			// Past maxAdd changes, the bucket is decoded.
+			for i := 0; len(tb.add[b]) < maxAdd; i++ {
+				if n := fmt.Sprintf("more%d", i); tb.bucketOf(n) == b {
+					tb.Set(EntryState{Name: n, Since: at})
+					want[n] = EntryState{Name: n, Since: at}
+				}
+			}
+			tb.Set(EntryState{Name: "old", LastSlot: at.Add(3 * time.Minute)})
+			want["old"] = EntryState{Name: "old", LastSlot: at.Add(3 * time.Minute)}
+			if tb.dec[b] == nil || tb.Len() != len(want) {
+				t.Fatalf("past maxAdd: decoded %v, Len %d (want %d)", tb.dec[b] != nil, tb.Len(), len(want))
+			}
+			check("past maxAdd")
 			tb.Delete("old")
 			delete(want, "old")
 			write(tb)
