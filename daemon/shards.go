@@ -152,6 +152,9 @@ type shard struct {
 	metrics *scheduler.Metrics
 	loop    *leader.Loop
 	el      *election.Elector
+	// state reads its state table ahead of a term (prepare), when its
+	// store can.
+	state stateWarmer
 
 	mu sync.Mutex
 	// handover ends the current term gracefully (nil when not leading).
@@ -168,6 +171,13 @@ type shard struct {
 	// the campaign ends (shardSet.prepare).
 	preparing bool
 	prepared  func()
+}
+
+// stateWarmer is a shard's state table that can be read ahead of a term
+// (store.Store.Warm), so the term reads only what changed since.
+type stateWarmer interface {
+	Warm(ctx context.Context) error
+	Cool()
 }
 
 // shardResignTimeout bounds a shard term's resign (leader's own bound).
@@ -248,6 +258,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			return nil, fmt.Errorf("shards: shard %d: %w", i, err)
 		}
 		sc.Dispatcher, sc.Store, sc.Logger = dispatcher, d.store(i), log.With("shard", i)
+		sh.state, _ = sc.Store.(stateWarmer)
 		if d.observe != nil {
 			sc.Observer = d.observe(i)
 		}
@@ -580,6 +591,13 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	select {
 	case s.loading <- struct{}{}:
 		stop, err = s.defs(lctx, sh.i)
+		if err == nil && sh.state != nil {
+			// Its state too: the term then reads only what the last
+			// leader wrote after this, not the whole table.
+			if werr := sh.state.Warm(lctx); werr != nil && lctx.Err() == nil {
+				s.log.Warn("reading a shard's state ahead of its term failed; the term reads it whole", "shard", sh.i, "err", werr)
+			}
+		}
 		<-s.loading
 	case <-lctx.Done():
 		err = context.Cause(lctx)
@@ -591,7 +609,13 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	if err != nil {
 		abort(nil)
 	} else {
-		drop = func() { stop(); abort(nil) }
+		drop = func() {
+			stop()
+			abort(nil)
+			if sh.state != nil {
+				sh.state.Cool() // a term's Load took it; a campaign lost drops it
+			}
+		}
 	}
 	sh.mu.Lock()
 	sh.preparing, sh.prepared = false, drop

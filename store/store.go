@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/beatd/beatd/election"
 	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/internal/keys"
 	"github.com/jonboulle/clockwork"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -46,6 +46,9 @@ type Store struct {
 	auditKeep int
 	maxOps    int // etcd's --max-txn-ops
 	clock     clockwork.Clock
+
+	warmMu sync.Mutex
+	warm   *warmBuckets // Warm's, for the next Load
 }
 
 // New returns a Store for the cluster under prefix, e.g. "/beatd/default/".
@@ -98,25 +101,16 @@ const StatePage = 2048
 // first page's revision. Keys of more than one layout (a move between
 // layouts that a lost leader did not finish) are merged entry by entry,
 // the copy in the key written last winning, and the table is left to
-// rewrite them in one layout.
+// rewrite them in one layout. After Warm, it reads only the buckets
+// written since.
 func (s *Store) Load(ctx context.Context) (*Table, error) {
-	type kv struct {
-		suffix string
-		value  []byte
-		rev    int64
-	}
-	var (
-		kvs    []kv
-		layout = map[int]int{} // digits -> keys
-	)
-	_, err := etcdscan.Prefix(ctx, s.cli, s.bucketPrefix(), StatePage, func(r *mvccpb.KeyValue) {
-		if suffix, ok := BucketAt(s.prefix, r.Key); ok {
-			kvs = append(kvs, kv{suffix, r.Value, r.ModRevision})
-			layout[len(suffix)]++
-		}
-	})
+	kvs, err := s.readBuckets(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: load: %w", err)
+	}
+	layout := map[int]int{} // digits -> keys
+	for _, r := range kvs {
+		layout[len(r.suffix)]++
 	}
 	var t *Table
 	switch len(layout) {
