@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -695,12 +696,25 @@ func (s *shardSet) coldWants(sh *shard) (cold, want bool) {
 // every shard's election saw it.
 type shardView struct {
 	leaders []string       // by shard: the leader's id, "" for none
-	waiting []int          // by shard: candidates behind the leader
+	waiters [][]string     // by shard: the ids of the candidates behind the leader
 	held    map[string]int // shards each replica leads
 	// freeSince is by shard since when the reads have seen it led by
 	// nobody (zero: it is led), and lastLeader who led it before.
 	freeSince  []time.Time
 	lastLeader []string
+}
+
+// owedWaiter says whether the candidate next in line for shard i, which
+// id leads, leads at least two fewer shards than id: a handover to it
+// evens the split. One that leads one fewer would lead one more after
+// it, and the shard would go back and forth (each move a load of its
+// entries and a term's start) without the split getting better.
+func (v *shardView) owedWaiter(i int, id string) bool {
+	if len(v.waiters[i]) == 0 {
+		return false
+	}
+	w := v.waiters[i][0]
+	return w != id && v.held[w]+1 < v.held[id]
 }
 
 // readView reads every shard's election: each shard's candidates alone
@@ -715,17 +729,15 @@ func (s *shardSet) readView(ctx context.Context) {
 	for i, sh := range s.shards {
 		prefixes[i] = keys.Leaders(sh.prefix)
 	}
-	v := &shardView{leaders: make([]string, s.n), waiting: make([]int, s.n), held: map[string]int{}}
+	v := &shardView{leaders: make([]string, s.n), waiters: make([][]string, s.n), held: map[string]int{}}
 	_, err := etcdscan.Prefixes(rctx, s.cli, prefixes, func(i int, kvs []*mvccpb.KeyValue) {
-		var oldest int64
-		for _, kv := range kvs {
-			if oldest == 0 || kv.CreateRevision < oldest {
-				if oldest != 0 {
-					v.waiting[i]++
-				}
-				oldest, v.leaders[i] = kv.CreateRevision, string(kv.Value)
+		// The candidates in the order they win: the oldest leads.
+		kvs = slices.SortedFunc(slices.Values(kvs), func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+		for j, kv := range kvs {
+			if j == 0 {
+				v.leaders[i] = string(kv.Value)
 			} else {
-				v.waiting[i]++
+				v.waiters[i] = append(v.waiters[i], string(kv.Value))
 			}
 		}
 	})
@@ -917,7 +929,7 @@ func (s *shardSet) drain(ctx context.Context, budget time.Duration) {
 			for _, sh := range s.shards {
 				sh.mu.Lock()
 				handover := sh.handover
-				mine := handover != nil && !handed[sh.i] && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+				mine := handover != nil && !handed[sh.i] && v.leaders[sh.i] == s.id && len(v.waiters[sh.i]) > 0
 				sh.mu.Unlock()
 				if mine {
 					handed[sh.i] = true
@@ -996,11 +1008,13 @@ func (s *shardSet) leadingShards() []*shard {
 	return out
 }
 
-// handOverOne ends the term of one led shard whose election has another
-// candidate waiting, so that candidate leads it as soon as this replica
-// resigns. A replica waits for a led shard only when it is owed one
-// (wants), so the shard goes where it is owed. A shard nobody waits for
-// is kept: handing it over would leave it unled until somebody campaigns.
+// handOverOne ends the term of one led shard whose next candidate leads
+// at least two fewer shards than this replica (owedWaiter), so that
+// candidate leads it as soon as this replica resigns. A replica waits for
+// a led shard only when it is owed one (wants), as its view says; the
+// count is checked here too, as two views read apart can disagree. A
+// shard nobody waits for is kept: handing it over would leave it unled
+// until somebody campaigns.
 func (s *shardSet) handOverOne() {
 	v := s.view.Load()
 	if v == nil {
@@ -1009,7 +1023,7 @@ func (s *shardSet) handOverOne() {
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		handover := sh.handover
-		mine := handover != nil && v.leaders[sh.i] == s.id && v.waiting[sh.i] > 0
+		mine := handover != nil && v.leaders[sh.i] == s.id && v.owedWaiter(sh.i, s.id)
 		if mine {
 			sh.handedAt = s.clock.Now()
 		}

@@ -13,13 +13,14 @@ import (
 // balanced) out of beatd: the replica below lo campaigns for the shards
 // of every replica above lo, the replica at hi campaigns for none (so it cannot take a
 // handed-over shard back), and the replica above lo hands one of its
-// shards over as soon as a candidate waits for it. A pure unit over the
+// shards over as soon as a candidate next in line that leads two fewer
+// waits for it. A pure unit over the
 // view balance reads: the shards' elections are beside the point.
 func TestShardBalanceUnstalls(t *testing.T) {
 	// leaders of shards 0-7: x leads 4, y 3, z 1.
 	leaders := []string{"x", "x", "x", "x", "y", "y", "y", "z"}
-	view := func(waiting []int) *shardView {
-		v := &shardView{leaders: leaders, waiting: waiting, held: map[string]int{}}
+	view := func(waiters [][]string) *shardView {
+		v := &shardView{leaders: leaders, waiters: waiters, held: map[string]int{}}
 		for _, id := range leaders {
 			v.held[id]++
 		}
@@ -50,7 +51,7 @@ func TestShardBalanceUnstalls(t *testing.T) {
 		{"y", nil},                        // 3 = hi: none
 		{"x", nil},                        // 4 > hi: none
 	} {
-		s := set(tc.id, view(make([]int, len(leaders))), new([]int))
+		s := set(tc.id, view(make([][]string, len(leaders))), new([]int))
 		var got []int
 		for _, sh := range s.shards {
 			if sh.handover == nil && s.wants(sh) {
@@ -63,23 +64,30 @@ func TestShardBalanceUnstalls(t *testing.T) {
 	}
 	// z queues for x's shards: x, above lo, hands over one a candidate
 	// waits for, once per balance period; with nobody waiting it keeps
-	// them all (a shard handed to nobody would go unled).
+	// them all (a shard handed to nobody would go unled). A candidate
+	// next in line that leads one fewer than x (y, 3 to x's 4) would
+	// lead one more after it: x keeps the shard, which would otherwise
+	// go back and forth (a 900,000-entry run's 37 s move).
+	z, y := []string{"z"}, []string{"y"}
 	for _, tc := range []struct {
 		name    string
-		waiting []int
+		waiters [][]string
 		handed  int
 	}{
-		{"z waits for x's shards", []int{1, 1, 1, 1, 0, 0, 0, 0}, 1},
-		{"z waits for shard 3 only", []int{0, 0, 0, 1, 0, 0, 0, 0}, 1},
-		{"nobody waits", make([]int, len(leaders)), 0},
+		{"z waits for x's shards", [][]string{z, z, z, z, nil, nil, nil, nil}, 1},
+		{"z waits for shard 3 only", [][]string{nil, nil, nil, z, nil, nil, nil, nil}, 1},
+		{"z waits behind y", [][]string{nil, nil, {"y", "z"}, nil, nil, nil, nil, nil}, 0},
+		{"y waits for x's shards", [][]string{y, y, y, y, nil, nil, nil, nil}, 0},
+		{"z waits before y", [][]string{nil, {"z", "y"}, nil, nil, nil, nil, nil, nil}, 1},
+		{"nobody waits", make([][]string, len(leaders)), 0},
 	} {
 		var handed []int
-		s := set("x", view(tc.waiting), &handed)
+		s := set("x", view(tc.waiters), &handed)
 		if lo, _ := s.share(); s.held() > lo {
 			s.handOverOne()
 		}
-		if len(handed) != tc.handed || (tc.handed == 1 && tc.waiting[handed[0]] == 0) {
-			t.Errorf("%s: x handed over %v, want %d shard(s) with a candidate waiting", tc.name, handed, tc.handed)
+		if len(handed) != tc.handed || (tc.handed == 1 && (len(tc.waiters[handed[0]]) == 0 || tc.waiters[handed[0]][0] != "z")) {
+			t.Errorf("%s: x handed over %v, want %d shard(s) with z next in line", tc.name, handed, tc.handed)
 		}
 	}
 }

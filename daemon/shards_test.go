@@ -507,9 +507,9 @@ func TestShardReadiness(t *testing.T) {
 func TestShardColdStart(t *testing.T) {
 	began := time.Date(2026, 12, 5, 18, 0, 0, 0, time.UTC)
 	ids := []string{"a", "b", "c"}
-	unled := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{}}
-	ownOnly := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{"b": 2}}
-	running := &shardView{leaders: make([]string, 16), waiting: make([]int, 16), held: map[string]int{"a": 1}}
+	unled := &shardView{leaders: make([]string, 16), waiters: make([][]string, 16), held: map[string]int{}}
+	ownOnly := &shardView{leaders: make([]string, 16), waiters: make([][]string, 16), held: map[string]int{"b": 2}}
+	running := &shardView{leaders: make([]string, 16), waiters: make([][]string, 16), held: map[string]int{"a": 1}}
 	for _, tc := range []struct {
 		name       string
 		after      time.Duration

@@ -34,7 +34,7 @@ func testShardSet(id string, n, live int, v *shardView) *shardSet {
 // leaders is a view of 16 shards: a leads 0–5, b 6–10, c 11–15, but
 // those given as free.
 func leaders(free ...int) *shardView {
-	v := &shardView{leaders: make([]string, 16), waiting: make([]int, 16)}
+	v := &shardView{leaders: make([]string, 16), waiters: make([][]string, 16)}
 	for i := range 16 {
 		switch {
 		case i <= 5:
