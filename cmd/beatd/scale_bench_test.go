@@ -318,7 +318,7 @@ func putToFire(t *testing.T, c *cluster, r *replica) float64 {
 // alloc_space -diff_base).
 func heapProfile(t *testing.T, r *replica, n int, role string) {
 	if *scaleHeap != "" {
-		saveProfile(t, r, "/debug/pprof/heap?gc=1", fmt.Sprintf("%d-%s.heap", n, role))
+		saveProfile(t, r, "/debug/pprof/heap?gc=1", *scaleHeap, fmt.Sprintf("%d-%s.heap", n, role))
 	}
 }
 
@@ -334,14 +334,14 @@ func cpuProfileLater(t *testing.T, r *replica, n int, role string, after time.Du
 	go func() {
 		defer close(done)
 		time.Sleep(after)
-		saveProfile(t, r, "/debug/pprof/profile?seconds=20", fmt.Sprintf("%d-%s.cpu", n, role))
+		saveProfile(t, r, "/debug/pprof/profile?seconds=20", *scaleHeap, fmt.Sprintf("%d-%s.cpu", n, role))
 	}()
 	return done
 }
 
-// saveProfile writes r's profile at path to file in -scale-heap; a
-// failure is logged, as a profile is an aid, not a measurement.
-func saveProfile(t *testing.T, r *replica, path, file string) {
+// saveProfile writes r's profile at path to file in dir; a failure is
+// logged, as a profile is an aid, not a measurement.
+func saveProfile(t *testing.T, r *replica, path, dir, file string) {
 	req, _ := http.NewRequest(http.MethodGet, r.URL(path), nil)
 	req.Header.Set("Authorization", "Bearer test-token")
 	resp, err := http.DefaultClient.Do(req)
@@ -351,7 +351,7 @@ func saveProfile(t *testing.T, r *replica, path, file string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if err := os.WriteFile(filepath.Join(*scaleHeap, file), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
 		t.Logf("profile %s: %v", file, err)
 	}
 }

@@ -34,6 +34,7 @@ var (
 	shardsReplicas = flag.Int("shards-replicas", 3, "bench-shards: the sharded replicas")
 	shardsSteady   = flag.Duration("shards-steady", 30*time.Second, "bench-shards: each steady state measured, and the windows either side of the kill -9")
 	shardsDir      = flag.String("shards-dir", "", "bench-shards: keep etcd's data and the replicas' logs in this directory (default: the test's, removed)")
+	shardsHeap     = flag.String("shards-heap", "", "bench-shards: a directory for each replica's heap profile once balanced after the resize and when its figures are read")
 )
 
 // benchTTL is the lease TTL of every replica of the sharded bench, as in
@@ -333,6 +334,9 @@ func (b *shardBench) figures(r *benchRun, shards []int, from, to time.Time) repl
 	if st, err := soak.ReadProcStats(r.Proc().Pid()); err == nil {
 		f.peakRSS, f.rss = st.HWM, st.RSS
 	}
+	if *shardsHeap != "" {
+		saveProfile(b.t, r.replica, "/debug/pprof/heap?gc=1", *shardsHeap, fmt.Sprintf("%s-%d.heap", r.ID, len(b.runs)))
+	}
 	f.lag = b.feed.lag(from, to, func(entry string) bool {
 		return shards == nil || slices.Contains(shards, keys.ShardOf(entry, b.shards))
 	})
@@ -364,6 +368,11 @@ func (b *shardBench) resizeUnderLoad() {
 		b.start(id, b.shards)
 	}
 	leaders := b.waitBalanced(fmt.Sprintf("%d replicas at %d shards", len(b.ids), b.shards), b.ids...)
+	if *shardsHeap != "" {
+		for _, id := range b.ids { // each start's catch-up, against the steady state's after
+			saveProfile(t, b.live[id].replica, "/debug/pprof/heap?gc=1", *shardsHeap, id+"-start.heap")
+		}
+	}
 	evs := b.events()
 	var last time.Time
 	for _, e := range evs {
