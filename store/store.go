@@ -104,7 +104,7 @@ const StatePage = 2048
 // rewrite them in one layout. After Warm, it reads only the buckets
 // written since.
 func (s *Store) Load(ctx context.Context) (*Table, error) {
-	kvs, err := s.readBuckets(ctx)
+	kvs, legacy, err := s.readBuckets(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: load: %w", err)
 	}
@@ -150,11 +150,7 @@ func (s *Store) Load(ctx context.Context) (*Table, error) {
 			}
 		}
 	}
-	legacy, err := s.cli.Get(ctx, s.legacyPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("store: load: %w", err)
-	}
-	for _, kv := range legacy.Kvs {
+	for _, kv := range legacy {
 		name := strings.TrimPrefix(string(kv.Key), s.legacyPrefix())
 		st, err := decodeLegacy(kv.Value)
 		if err != nil {

@@ -163,11 +163,24 @@ func mustGet(t *testing.T, tab *Table, name string) EntryState {
 // TestLegacyMigration reads the per-entry JSON of earlier versions and
 // replaces it with buckets on the first write.
 func TestLegacyMigration(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		t.Run(fmt.Sprintf("warm=%v", warm), func(t *testing.T) { testLegacyMigration(t, warm) })
+	}
+}
+
+// testLegacyMigration is TestLegacyMigration, with the first Load after
+// Warm (its one transaction reads the legacy keys too) or not.
+func testLegacyMigration(t *testing.T, warm bool) {
 	cli := newClient(t)
 	pfx := testPrefix(t)
 	s := New(cli, pfx)
 	ctx := context.Background()
 	g := lead(t, cli, pfx)
+	if warm {
+		if err := s.Warm(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	legacy := `{"v":1,"name":"old","last_slot":"2026-11-30T10:00:00Z","last_run_at":"2026-11-30T10:00:00.003Z",` +
 		`"total_run_count":9,"paused":true,"recent_runs":[{"slot":"2026-11-30T10:00:00Z","published_at":"2026-11-30T10:00:00.003Z","token":3,"task_id":"x"}],` +
 		`"since":"2026-11-29T10:00:00Z"}`

@@ -56,17 +56,26 @@ func (s *Store) takeWarm() *warmBuckets {
 	return w
 }
 
-// readBuckets reads every state bucket: from what Warm read and the
-// buckets written since, when it can, else whole.
-func (s *Store) readBuckets(ctx context.Context) ([]bucketKV, error) {
+// readBuckets reads every state bucket, from what Warm read and the
+// buckets written since when it can, else whole; and the keys of the
+// per-entry layout before buckets (legacyFormat), which the first write
+// migrates.
+func (s *Store) readBuckets(ctx context.Context) ([]bucketKV, []*mvccpb.KeyValue, error) {
 	if w := s.takeWarm(); w != nil {
-		kvs, ok, err := s.readSince(ctx, w)
+		kvs, legacy, ok, err := s.readSince(ctx, w)
 		if err != nil || ok {
-			return kvs, err
+			return kvs, legacy, err
 		}
 	}
 	kvs, _, err := s.scanBuckets(ctx)
-	return kvs, err
+	if err != nil {
+		return nil, nil, err
+	}
+	legacy, err := s.cli.Get(ctx, s.legacyPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, nil, err
+	}
+	return kvs, legacy.Kvs, nil
 }
 
 // scanBuckets reads every state bucket in pages of StatePage, all at the
@@ -81,20 +90,24 @@ func (s *Store) scanBuckets(ctx context.Context) ([]bucketKV, int64, error) {
 	return kvs, rev, err
 }
 
-// readSince brings w up to date in one read-only transaction: every
-// bucket's key and revision, and the values of those written after w's
-// read. A bucket kept is one whose revision is w's; one deleted since
-// is gone from the keys. ok is false when what etcd says does not fit w
-// (a bucket older than w's read that w lacks): the caller reads whole.
-func (s *Store) readSince(ctx context.Context, w *warmBuckets) (kvs []bucketKV, ok bool, err error) {
+// readSince brings w up to date in one read-only transaction (a term's
+// start on a loaded etcd waits ~0.3-3 s for each read): every bucket's
+// key and revision, the values of those written after w's read, and the
+// legacy keys. A bucket kept is one whose revision is w's; one deleted
+// since is gone from the keys. ok is false when what etcd says does not
+// fit w (a bucket older than w's read that w lacks): the caller reads
+// whole.
+func (s *Store) readSince(ctx context.Context, w *warmBuckets) (kvs []bucketKV, legacy []*mvccpb.KeyValue, ok bool, err error) {
 	p := s.bucketPrefix()
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(p, clientv3.WithPrefix(), clientv3.WithMinModRev(w.rev+1)),
+		clientv3.OpGet(s.legacyPrefix(), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
+	legacy = resp.Responses[2].GetResponseRange().GetKvs()
 	fresh := map[string][]byte{}
 	for _, r := range resp.Responses[1].GetResponseRange().GetKvs() {
 		fresh[string(r.Key)] = r.Value
@@ -107,16 +120,16 @@ func (s *Store) readSince(ctx context.Context, w *warmBuckets) (kvs []bucketKV, 
 		if r.ModRevision > w.rev {
 			v, read := fresh[string(r.Key)]
 			if !read {
-				return nil, false, nil
+				return nil, nil, false, nil
 			}
 			kvs = append(kvs, bucketKV{suffix, v, r.ModRevision})
 			continue
 		}
 		old, had := w.buckets[suffix]
 		if !had || old.rev != r.ModRevision {
-			return nil, false, nil
+			return nil, nil, false, nil
 		}
 		kvs = append(kvs, old)
 	}
-	return kvs, true, nil
+	return kvs, legacy, true, nil
 }
