@@ -111,13 +111,14 @@ func layoutCapacity(digits int) int {
 // changed since they were last written marked dirty. It is the leader's
 // write-behind copy of what etcd holds; it is not safe for concurrent use.
 //
-// A bucket that is not being changed is kept encoded, as etcd holds it:
-// ~18 bytes an entry instead of ~150 for a map entry, which matters with
-// 100k entries that mostly wait for their next slot. A bucket is decoded
-// into a map when an entry in it changes, and encoded again once written.
-// A bucket written in two write cycles running keeps its map (Compact):
-// with 20k entries every second each cycle rewrites every bucket, and
-// decoding each one again was a quarter of the leader's allocations.
+// A bucket is kept encoded, as etcd holds it: ~18 bytes an entry instead
+// of ~150 for a map entry, which matters with 100k entries that mostly
+// wait for their next slot. Its changes wait beside the encoding (add),
+// and a bucket is decoded into a map only when more than maxAdd of its
+// entries change before it is written. A bucket written with a map in
+// two write cycles running keeps it (Compact): with 20k entries every
+// second each cycle rewrites every bucket, and decoding each one again
+// was a quarter of the leader's allocations.
 type Table struct {
 	digits int // the layout: a bucket key's hex digits (2, 3 or 4)
 	enc    [][]byte
