@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -593,7 +591,6 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	)
 	select {
 	case s.loading <- struct{}{}:
-		restoreGC := collectOftenWhileLoading()
 		stop, err = s.defs(lctx, sh.i)
 		if err == nil && sh.state != nil {
 			// Its state too: the term then reads only what the last
@@ -602,7 +599,6 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 				s.log.Warn("reading a shard's state ahead of its term failed; the term reads it whole", "shard", sh.i, "err", werr)
 			}
 		}
-		restoreGC()
 		<-s.loading
 	case <-lctx.Done():
 		err = context.Cause(lctx)
@@ -629,27 +625,6 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 		return false, nil // no longer wanted: not a failure
 	}
 	return err == nil, err
-}
-
-// loadGCPercent is the collector's target (GOGC) while a replica loads a
-// shard. A load at 900,000 entries over 16 shards parses ~56,000
-// definitions, a few hundred MB of garbage, more than the replica's live
-// heap; at Go's default of 100 the heap doubled in each load, and that
-// was each replica's peak RSS (~2 times its live heap in make
-// bench-shards, against ~1.5 for a single leader). 50 holds a load to
-// ~1.5 times, for a few more collections while it lasts (~1 s of CPU of a
-// load of 5-30 s there).
-const loadGCPercent = 50
-
-// collectOftenWhileLoading sets the collector's target to loadGCPercent
-// until the returned restore is called; an operator's GOGC is left as
-// set. Loads run one at a time (shardSet.loading), so they do not nest.
-func collectOftenWhileLoading() (restore func()) {
-	if os.Getenv("GOGC") != "" {
-		return func() {}
-	}
-	prev := debug.SetGCPercent(loadGCPercent)
-	return func() { debug.SetGCPercent(prev) }
 }
 
 // pending is how many shards this replica prepares or has prepared and

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -210,27 +209,4 @@ func TestShardPrepareAbandoned(t *testing.T) {
 			fc.Advance(shardBalanceEvery)
 		}
 	}
-}
-
-// TestCollectOftenWhileLoading: a shard's load runs at loadGCPercent and
-// puts the collector's target back after; an operator's GOGC is theirs.
-func TestCollectOftenWhileLoading(t *testing.T) {
-	gcPercent := func() int { p := debug.SetGCPercent(-1); debug.SetGCPercent(p); return p }
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	t.Setenv("GOGC", "")
-	restore := collectOftenWhileLoading()
-	if got := gcPercent(); got != loadGCPercent {
-		t.Errorf("while loading GOGC is %d, want %d", got, loadGCPercent)
-	}
-	restore()
-	if got := gcPercent(); got != 100 {
-		t.Errorf("after the load GOGC is %d, want 100 back", got)
-	}
-	t.Setenv("GOGC", "200")
-	debug.SetGCPercent(200)
-	restore = collectOftenWhileLoading()
-	if got := gcPercent(); got != 200 {
-		t.Errorf("with GOGC=200 set a load runs at %d", got)
-	}
-	restore()
 }
