@@ -31,10 +31,14 @@ type ShardEvent struct {
 
 // termLine is what a replica's JSON log line says of a shard's leadership.
 type termLine struct {
-	Time  time.Time `json:"time"`
-	Msg   string    `json:"msg"`
-	Shard *int      `json:"shard"` // nil in an unsharded replica's log
-	Token int64     `json:"token"`
+	Time time.Time `json:"time"`
+	// At is an election's own instant ("elected leader"), which its
+	// term's catch-up counts up to; the line's Time is a moment later.
+	// A string: other lines' "at" is not a time.
+	At    string `json:"at"`
+	Msg   string `json:"msg"`
+	Shard *int   `json:"shard"` // nil in an unsharded replica's log
+	Token int64  `json:"token"`
 }
 
 // readTermLines calls fn with each JSON line of log.
@@ -85,6 +89,9 @@ func ReadTerms(log io.Reader, count int) ([]Term, error) {
 			return
 		}
 		t := Term{Start: l.Time, Token: l.Token}
+		if at, err := time.Parse(time.RFC3339Nano, l.At); err == nil {
+			t.Start = at
+		}
 		if count > 1 {
 			if l.Shard == nil {
 				return // not a shard's election

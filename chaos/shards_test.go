@@ -186,3 +186,46 @@ func TestAuditCatchupAll(t *testing.T) {
 		})
 	}
 }
+
+// TestReadTermsElectedAt: a term's catch-up counts up to the instant its
+// election was won, which "elected leader" logs as "at"; the line's own
+// time is a moment later and may fall in the next second. The 900,000
+// bench's two "missed" probe slots were this: elected at 04:33:35.9999
+// by the line, 04:33:36.0003 by the term, which fired the last 100 slots
+// up to 04:33:36, not up to 04:33:35.
+func TestReadTermsElectedAt(t *testing.T) {
+	cfg, err := config.Parse("all.yaml", []byte(`entries:
+  probe: {task: tasks.probe, every: 1s, catchup: all, max_catchup: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	sec := func(n int) time.Time { return base.Add(time.Duration(n) * time.Second) }
+	var msgs []Message
+	for n := 1; n <= 5; n++ {
+		msgs = append(msgs, Message{Entry: "probe", Slot: sec(n), Token: 1})
+	}
+	for n := 8; n <= 14; n++ { // the last 3 up to 10.0003: 8, 9, 10
+		msgs = append(msgs, Message{Entry: "probe", Slot: sec(n), Token: 2})
+	}
+	first := `{"time":"2026-12-06T00:00:00.5Z","level":"INFO","msg":"elected leader","token":1,"at":"2026-12-06T00:00:00.4Z"}` + "\n"
+	for _, tt := range []struct {
+		name, line string
+		missed     int
+	}{
+		{"the election's instant", `{"time":"2026-12-06T00:00:09.9999Z","level":"INFO","msg":"elected leader","token":2,"at":"2026-12-06T00:00:10.0003Z"}`, 0},
+		{"the line's time alone", `{"time":"2026-12-06T00:00:09.9999Z","level":"INFO","msg":"elected leader","token":2}`, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			terms, err := ReadTerms(strings.NewReader(first+tt.line+"\n"), 1)
+			if err != nil || len(terms) != 2 {
+				t.Fatalf("terms %+v, %v", terms, err)
+			}
+			rep := AuditWithTerms(cfg, msgs, sec(1), sec(14), terms)
+			if len(rep.Missed) != tt.missed || len(rep.Duplicates) != 0 {
+				t.Fatalf("missed %v, duplicates %v; want %d missed", rep.Missed, rep.Duplicates, tt.missed)
+			}
+		})
+	}
+}

@@ -85,6 +85,11 @@ type Leadership struct {
 	// revision): cluster-wide monotonic, so every later leader's token is
 	// larger.
 	Fence
+	// Elected is when the campaign was won, on the Elector's clock: the
+	// instant a term's catch-up counts up to (leader.Term), logged with
+	// "elected leader" as "at", so an audit of the log judges it by the
+	// same instant and not by the line's own time, a moment later.
+	Elected time.Time
 
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -178,10 +183,11 @@ func (e *Elector) Campaign(ctx context.Context) (*Leadership, error) {
 
 	lctx, cancel := context.WithCancelCause(context.Background())
 	l := &Leadership{
-		Fence: Fence{Token: el.Rev(), Key: el.Key()},
-		ctx:   lctx, cancel: cancel, session: sess, elect: el, done: make(chan struct{}),
+		Fence: Fence{Token: el.Rev(), Key: el.Key()}, Elected: e.cfg.Clock.Now(),
+		ctx: lctx, cancel: cancel, session: sess, elect: el, done: make(chan struct{}),
 	}
-	e.log.Info("elected leader", "candidate", e.cfg.ID, "token", l.Token, "lease", fmt.Sprintf("%x", grant.ID))
+	e.log.Info("elected leader", "candidate", e.cfg.ID, "token", l.Token, "lease", fmt.Sprintf("%x", grant.ID),
+		"at", l.Elected.UTC().Format(time.RFC3339Nano))
 	go func() {
 		defer close(l.done)
 		defer kaStop()

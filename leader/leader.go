@@ -154,6 +154,9 @@ func (l *Loop) Run(ctx context.Context) {
 		}
 		lease, err := l.cfg.Elector.Campaign(ctx)
 		elected := l.cfg.Clock.Now()
+		if e, ok := lease.(interface{ ElectedAt() time.Time }); ok && err == nil {
+			elected = e.ElectedAt() // the instant the election logged
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -241,5 +244,7 @@ func (e etcdElector) Campaign(ctx context.Context) (Lease, error) {
 }
 
 type etcdLease struct{ *election.Leadership }
+
+func (l etcdLease) ElectedAt() time.Time { return l.Leadership.Elected }
 
 func (l etcdLease) Fence() election.Fence { return l.Leadership.Fence }
