@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/beatd/beatd/election"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestWarmLoad: a Load after Warm is the Load of a cold store, whatever
@@ -48,20 +51,8 @@ func TestWarmLoad(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			cli := newClient(t)
-			pfx := testPrefix(t)
-			g := lead(t, cli, pfx)
-			s, cold := New(cli, pfx), New(cli, pfx)
-			tab := NewTable()
-			for i := range 600 {
-				tab.Set(EntryState{Name: fmt.Sprintf("e-%04d", i), LastSlot: slot})
-			}
-			if err := s.Save(ctx, g, tab, nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Warm(ctx); err != nil {
-				t.Fatal(err)
-			}
+			w := newWarmed(t, slot)
+			s, g, cold := w.s, w.g, New(w.cli, w.pfx)
 			// The last leader goes on writing, from its own table.
 			last, err := cold.Load(ctx)
 			if err != nil {
@@ -99,21 +90,9 @@ func TestWarmLoad(t *testing.T) {
 // after Warm reads what the last leader wrote, not the table again.
 func TestWarmReadsOnlyChanges(t *testing.T) {
 	ctx := context.Background()
-	cli := newClient(t)
-	pfx := testPrefix(t)
-	g := lead(t, cli, pfx)
-	s := New(cli, pfx)
 	slot := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
-	tab := NewTable()
-	for i := range 600 {
-		tab.Set(EntryState{Name: fmt.Sprintf("e-%04d", i), LastSlot: slot})
-	}
-	if err := s.Save(ctx, g, tab, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Warm(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := newWarmed(t, slot)
+	cli, s, tab := w.cli, w.s, w.tab
 	// Warm's copy of two buckets is marked (one entry's slot changed);
 	// the store keeps a copy only while etcd's key is at the revision
 	// Warm read, and the last leader writes one of the two again.
@@ -154,4 +133,31 @@ func TestWarmReadsOnlyChanges(t *testing.T) {
 	if st, _ := got.Get(moved); !st.LastSlot.Equal(slot) {
 		t.Error("a bucket written since Warm was taken from Warm's stale copy")
 	}
+}
+
+// warmed is a store of 600 entries at one slot, saved under a leader's
+// fence and then read by Warm.
+type warmed struct {
+	cli *clientv3.Client
+	pfx string
+	g   election.Fence
+	s   *Store
+	tab *Table // what was saved
+}
+
+func newWarmed(t *testing.T, slot time.Time) warmed {
+	t.Helper()
+	ctx := context.Background()
+	w := warmed{cli: newClient(t), pfx: testPrefix(t)}
+	w.g, w.s, w.tab = lead(t, w.cli, w.pfx), New(w.cli, w.pfx), NewTable()
+	for i := range 600 {
+		w.tab.Set(EntryState{Name: fmt.Sprintf("e-%04d", i), LastSlot: slot})
+	}
+	if err := w.s.Save(ctx, w.g, w.tab, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.s.Warm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
