@@ -44,7 +44,8 @@ type Config struct {
 	// Entry, when set, is the definition of the entry named wherever it
 	// runs (nil: none): on a sharded replica, a runtime entry of a shard
 	// another replica leads, which Entries lacks. An entry's page uses
-	// it; the entries table lists Entries alone.
+	// it; the entries table lists Entries, and on a sharded cluster asks
+	// each other shard leader for its part (rows.go).
 	Entry func(ctx context.Context, name string) (*config.Entry, error)
 	// Runs is the run history the publisher keeps with the broker; nil
 	// shows none. Call Server.Changed when it changes, so live pages
@@ -99,6 +100,7 @@ type Server struct {
 	leaderMu    sync.Mutex
 	leaderCache map[string]leaderCached
 	shardCache  map[string]shardCached
+	rowsCache   map[string]rowsCached
 	// backlogs are the persist backlogs counted lately, by term (a
 	// token is unique across the shards' elections too).
 	backlogs map[int64]backlogCount
@@ -235,6 +237,7 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 	mux.HandleFunc("GET /entry/{name}", s.page(s.serveEntry))
 	mux.HandleFunc("GET /console/events", s.data(s.serveEvents))
 	mux.HandleFunc("GET /console/leader.json", s.data(s.serveLeaderData))
+	mux.HandleFunc("GET /console/rows.json", s.data(s.serveRows))
 	mux.HandleFunc("GET /console/login", s.serveLoginForm)
 	mux.HandleFunc("POST /console/login", s.login)
 	mux.HandleFunc("POST /console/logout", s.logout)
@@ -420,16 +423,22 @@ func (s *Server) askLeader(ctx context.Context, leader election.Leader, replicas
 	return &d, nil
 }
 
-// leaderJSON reads replica id's /console/leader.json?q into out, at the
-// address it registered, within 700 ms.
+// leaderJSON reads replica id's /console/leader.json?q into out
+// (replicaJSON).
 func (s *Server) leaderJSON(ctx context.Context, id string, q url.Values, replicas []election.Replica, out any) error {
+	return s.replicaJSON(ctx, id, "/console/leader.json", q, replicas, out)
+}
+
+// replicaJSON reads replica id's console path?q into out, at the address
+// it registered, within 700 ms.
+func (s *Server) replicaJSON(ctx context.Context, id, path string, q url.Values, replicas []election.Replica, out any) error {
 	addr, err := election.LeaderURL(election.Leader{ID: id}, replicas)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+"/console/leader.json?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr+path+"?"+q.Encode(), nil)
 	if err != nil {
 		return fmt.Errorf("leader %s at %s: %w", id, addr, err)
 	}

@@ -143,6 +143,9 @@ type entriesView struct {
 	SinceLeader   time.Time
 	LeaderKnown   bool
 	CountsPending bool
+	// Missing says whose entries the table lacks, on a sharded cluster
+	// (a shard without a leader, a leader that did not answer).
+	Missing string
 }
 
 type rowView struct {
@@ -310,7 +313,7 @@ func (s *Server) overview(ctx context.Context, q query, live bool) *page {
 	if err := s.cluster.ready(ctx); err != nil {
 		p.Cluster.LeaderErr = err.Error()
 	}
-	ev := s.entriesPage(ctx, q, p.Now)
+	ev := s.entriesPage(ctx, q, p.Now, p.Cluster.Shards, replicas)
 	names := make([]string, len(ev.Rows))
 	for i, r := range ev.Rows {
 		names[i] = r.Name
@@ -565,27 +568,27 @@ func (r indexRow) matches(q query, needle string) bool {
 	return has(r.e.Name) || has(r.e.Task) || has(r.e.Options.Queue)
 }
 
-// entriesPage filters the sorted entries and renders one page of them.
-func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entriesView {
-	rows := s.sorted(now)
+// entriesPage filters the entries and renders one page of them. On a
+// sharded cluster (shards) the table is the cluster's: each shard
+// leader's part is asked of it (clusterRows), and the page is cut from
+// their merge.
+func (s *Server) entriesPage(ctx context.Context, q query, now time.Time, shards []status.ShardStatus, replicas []election.Replica) *entriesView {
 	size := s.cfg.PageSize
-	ev := &entriesView{Q: q.Q, In: q.In, Total: len(rows)}
-	needle := strings.ToLower(q.Q)
 	first := (q.Page - 1) * size
-	var picked []indexRow
-	for _, r := range rows {
-		if !r.matches(q, needle) {
-			continue
-		}
-		if ev.Matched >= first && len(picked) < size {
-			picked = append(picked, r)
-		}
-		ev.Matched++
+	ev := &entriesView{Q: q.Q, In: q.In}
+	var picked []rowKey
+	if len(shards) > 0 && s.cfg.LedShards != nil {
+		picked = s.clusterRows(ctx, q, first+size, shards, replicas, now, ev)
+	} else {
+		keys, total, matched := s.localRows(q, first+size, now)
+		picked, ev.Total, ev.Matched = keys, total, matched
 	}
+	picked = picked[min(first, len(picked)):]
+	picked = picked[:min(size, len(picked))]
 	ev.Pages = max((ev.Matched+size-1)/size, 1)
 	ev.Page = min(q.Page, ev.Pages)
-	if len(picked) == 0 && ev.Matched > 0 { // past the last page: show the last
-		return s.entriesPage(ctx, query{Q: q.Q, In: q.In, Page: ev.Pages}, now)
+	if len(picked) == 0 && ev.Matched > 0 && q.Page > ev.Pages { // past the last page: show the last
+		return s.entriesPage(ctx, query{Q: q.Q, In: q.In, Page: ev.Pages}, now, shards, replicas)
 	}
 	ev.From, ev.To = first+1, first+len(picked)
 	if ev.Page > 1 {
@@ -594,28 +597,52 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time) *entri
 	if ev.Page < ev.Pages {
 		ev.Next = q.url(ev.Page + 1)
 	}
+	ev.Rows = s.renderRows(ctx, picked, replicas, now, ev)
+	return ev
+}
+
+// localRows is this replica's part of the entries table: the first limit
+// of its entries that match q, in the table's order, with how many it
+// holds and how many match.
+func (s *Server) localRows(q query, limit int, now time.Time) (keys []rowKey, total, matched int) {
+	rows := s.sorted(now)
+	needle := strings.ToLower(q.Q)
+	for _, r := range rows {
+		if !r.matches(q, needle) {
+			continue
+		}
+		if matched++; len(keys) < limit {
+			keys = append(keys, rowKey{Name: r.e.Name, At: r.at, row: r})
+		}
+	}
+	return keys, len(rows), matched
+}
+
+// rowViews renders rows of this replica's entries, each from its status.
+func (s *Server) rowViews(ctx context.Context, picked []*config.Entry, now time.Time) []rowView {
 	names := make([]string, len(picked))
-	for i, r := range picked {
-		names[i] = r.e.Name
+	for i, e := range picked {
+		names[i] = e.Name
 	}
 	runs, err := s.recentRuns(ctx, names)
 	if err != nil {
 		s.log.Warn("read run history", "err", err)
 	}
-	for _, r := range picked {
-		loc := r.e.Location
+	out := make([]rowView, 0, len(picked))
+	for _, e := range picked {
+		loc := e.Location
 		if loc == nil {
 			loc = time.UTC
 		}
-		es := s.entryStatus(r.e, runs[r.e.Name], now)
-		rv := rowView{Entry: es, Queue: r.e.Options.Queue, Zone: loc.String(), FiresHour: "–"}
+		es := s.entryStatus(e, runs[e.Name], now)
+		rv := rowView{Entry: es, Queue: e.Options.Queue, Zone: loc.String(), FiresHour: "–"}
 		if es.NextRunAt != nil {
 			rv.Next = *es.NextRunAt
 		}
 		rv.NextAbs, rv.LastAbs = fmtIn(rv.Next, loc), fmtIn(es.LastFire.At, loc)
-		ev.Rows = append(ev.Rows, rv)
+		out = append(out, rv)
 	}
-	return ev
+	return out
 }
 
 // entryPage builds one entry's page.
