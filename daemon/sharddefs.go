@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/etcdscan"
 	"github.com/beatd/beatd/scheduler"
 	"github.com/beatd/beatd/sources"
 )
@@ -203,14 +204,16 @@ func (m *Main) unheldEntries(ctx context.Context, named []sources.Named) (map[st
 func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error) {
 	held := m.runningConfig()
 	var (
-		docs  []sources.Doc
-		total int
+		docs     []sources.Doc
+		total    int
+		unheldAt []*sources.Entries // the runtime entries of the shards not led
 	)
 	for i := range m.Shards {
 		if m.shards != nil && m.shards.leads(i) {
 			continue
 		}
 		st := m.entries.Shard(i)
+		unheldAt = append(unheldAt, st)
 		win, _, err := st.Window(ctx, after, prefix, limit+1)
 		if err != nil {
 			return nil, 0, err
@@ -223,6 +226,15 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		total += n
 	}
 	unheld, n := m.merger.Unheld(after, prefix, limit+1)
+	if n > 0 && total > 0 {
+		// A name that a runtime entry and the file or dcb both define
+		// is one entry, counted by both.
+		twice, err := m.definedTwice(ctx, unheldAt, after, prefix, n, total)
+		if err != nil {
+			return nil, 0, err
+		}
+		total -= twice
+	}
 	total += n
 	// Each name once, from the source that wins it.
 	rank := func(src string) int { return slices.Index(m.Sources.priority, src) }
@@ -260,6 +272,46 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		}
 	}
 	return out, total, nil
+}
+
+// exactOverlapUpTo bounds the reads that find the names both a runtime
+// entry and an indexed source define, among the shards a replica does
+// not lead (definedTwice): past it on both sides, a page's total counts
+// such a name twice (docs/shards.md).
+const exactOverlapUpTo = 50_000
+
+// definedTwice counts the names, following after and starting with
+// prefix, that a runtime entry of the stores unheld and the file or dcb
+// (the merger's index) both define, given indexed of the index's and
+// runtime of the runtime entries'. It reads the smaller side: the indexed
+// names' runtime keys by name, or the runtime names keys-only.
+func (m *Main) definedTwice(ctx context.Context, unheld []*sources.Entries, after, prefix string, indexed, runtime int) (int, error) {
+	switch {
+	case indexed <= runtime && indexed <= exactOverlapUpTo:
+		named, _ := m.merger.Unheld(after, prefix, indexed)
+		names := make([]string, len(named))
+		for i, n := range named {
+			names[i] = n.Name
+		}
+		got, err := m.entries.GetMany(ctx, names, etcdscan.ReadBatch)
+		if err != nil {
+			return 0, fmt.Errorf("count the names defined twice: %w", err)
+		}
+		return len(got), nil
+	case runtime <= exactOverlapUpTo:
+		twice := 0
+		for _, st := range unheld {
+			if err := st.Names(ctx, after, prefix, func(name string) {
+				if len(m.merger.Indexed(name)) > 0 {
+					twice++
+				}
+			}); err != nil {
+				return 0, fmt.Errorf("count the names defined twice: %w", err)
+			}
+		}
+		return twice, nil
+	}
+	return 0, nil
 }
 
 // remoteDefs is, for the entries API on a sharded replica, the

@@ -256,6 +256,49 @@ func TestShardStatusLive(t *testing.T) {
 		if len(page.Entries) != 4 || page.Entries[0].Name != "file-2" || page.Entries[3].LastResult != "manual" {
 			t.Errorf("%s: /status?limit=4&after=file-1: %+v", m.ID, page.Entries)
 		}
+		// Paged by 5, /status counts what follows each page once: a
+		// both-* name, a runtime entry and a file's alike, is one entry
+		// on a replica that does not lead its shard as on one that does.
+		var shown []string
+		for sq := (api.StatusQuery{Limit: 5}); ; {
+			st, err := m.api.Status(ctx, sq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.EntriesTotal != len(want)-len(shown) {
+				t.Errorf("%s: /status after %q: entries_total %d, want %d", m.ID, sq.After, st.EntriesTotal, len(want)-len(shown))
+			}
+			for _, e := range st.Entries {
+				shown = append(shown, e.Name)
+			}
+			if st.Next == "" {
+				break
+			}
+			sq.After = st.Next
+		}
+		if len(shown) != len(want) {
+			t.Errorf("%s: /status paged by 5 shows %d entries, want %d", m.ID, len(shown), len(want))
+		}
+		// Both ways of finding the names defined twice find the both-*
+		// of the shards this replica does not lead: by the index's names,
+		// and by the runtime names (the side with fewer is read).
+		var unheld []*sources.Entries
+		for i := range shards {
+			if !m.shards.leads(i) {
+				unheld = append(unheld, m.entries.Shard(i))
+			}
+		}
+		twice := 0
+		for _, name := range both {
+			if !m.shards.leads(keys.ShardOf(name, shards)) {
+				twice++
+			}
+		}
+		for _, sides := range [][2]int{{999, 1000}, {1000, 999}} {
+			if got, err := m.definedTwice(ctx, unheld, "", "", sides[0], sides[1]); err != nil || got != twice {
+				t.Errorf("%s: definedTwice reading the side of %d names: %d, %v; want %d", m.ID, min(sides[0], sides[1]), got, err, twice)
+			}
+		}
 		// The entries API's filters cover every shard's runtime entries.
 		filters := []struct {
 			q     url.Values

@@ -350,6 +350,33 @@ func (s *Entries) Count(ctx context.Context, after, prefix string) (int, error) 
 	return n, nil
 }
 
+// Names calls fn with the name of each runtime entry whose name comes
+// after after and starts with prefix, shard by shard: keys-only range
+// reads of listPage keys.
+func (s *Entries) Names(ctx context.Context, after, prefix string, fn func(name string)) error {
+	for _, p := range s.defs {
+		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
+		if k := p + after + "\x00"; after != "" && k > from {
+			from = k
+		}
+		for {
+			resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage),
+				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithKeysOnly())
+			if err != nil {
+				return fmt.Errorf("entries: names: %w", err)
+			}
+			for _, kv := range resp.Kvs {
+				fn(strings.TrimPrefix(string(kv.Key), p))
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	return nil
+}
+
 // GetMany returns the named runtime entries that exist, by name, read in
 // transactions of at most maxOps gets.
 func (s *Entries) GetMany(ctx context.Context, names []string, maxOps int) (map[string]Doc, error) {
