@@ -192,3 +192,120 @@ func TestRuntimeEntriesWrittenJustBeforeAStop(t *testing.T) {
 		})
 	}
 }
+
+// TestFileEntriesSeenBeforeATakeover: a file entry carries no time it was
+// defined, so a standby keeps when it first saw each entry its file
+// gained. Here the standby's file gains 40 entries that the leader's file
+// does not have yet (a ConfigMap reaches pods at different times); the
+// leader stops 2 s later, having stored no baseline for them, and the
+// standby, taking over, owes their slots from when it first saw them:
+// every slot from the second after that to the audit's end is in Redis
+// exactly once, and none before. Unsharded, and at 2 shards with the
+// leader handing over the shard it led.
+func TestFileEntriesSeenBeforeATakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs beatd with etcd and Redis")
+	}
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	rs := testutil.MustStartRedis(t)
+	const (
+		probe = "entries:\n  probe: {task: tasks.t, every: 1s, catchup: all}\n"
+		added = 40
+	)
+	for i, shards := range []int{1, 2} {
+		t.Run(fmt.Sprint("shards=", shards), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			pathA, pathB := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+			for _, p := range []string{pathA, pathB} {
+				if err := os.WriteFile(p, []byte(probe), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db := i + 3
+			run := func(id, path string) *Main {
+				return runMain(t, "--config", path, "--etcd-endpoints", strings.Join(srv.Endpoints, ","), "--prefix", fmt.Sprintf("/seen%d/", i),
+					"--id", id, "--broker", rs.URL(db), "--http", "127.0.0.1:0", "--lease-ttl", "2s", "--state-interval", "200ms",
+					"--shards", fmt.Sprint(shards))
+			}
+			leads := func(m *Main) int {
+				if m.shards != nil {
+					return len(m.shards.leading())
+				}
+				if m.leader.Token() != 0 {
+					return 1
+				}
+				return 0
+			}
+			a := run("a", pathA)
+			testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a leads", func() bool { return leads(a) == shards })
+			b := run("b", pathB)
+			testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "the shares settled", func() bool {
+				return leads(a)+leads(b) == shards && leads(a) == (shards+1)/2
+			})
+			var y strings.Builder
+			y.WriteString(probe)
+			for j := range added {
+				fmt.Fprintf(&y, "  new-%02d: {task: tasks.t, every: 1s, catchup: all}\n", j)
+			}
+			if err := os.WriteFile(pathB, []byte(y.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			b.Reload() // as its file watch does (which may not watch yet) and SIGHUP
+			testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "b has the new entries", func() bool {
+				for j := range added {
+					if b.merger.FirstSeen(fmt.Sprintf("new-%02d", j)).IsZero() {
+						return false
+					}
+				}
+				return true
+			})
+			seen := b.merger.FirstSeen("new-00")
+			for j := range added {
+				if s := b.merger.FirstSeen(fmt.Sprintf("new-%02d", j)); s.After(seen) {
+					seen = s
+				}
+			}
+			// Slots fall due while a leads without them.
+			time.Sleep(2 * time.Second)
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "b leads", func() bool { return leads(b) == shards })
+			from := seen.Truncate(time.Second).Add(time.Second)
+			to := time.Now().Truncate(time.Second).Add(2 * time.Second)
+			cfg, err := config.LoadFile(pathB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Until every slot is out, or long enough that one missing
+			// is missed: the audit below says which.
+			var msgs []chaos.Message
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if msgs, err = chaos.ReadQueue(ctx, rs.ClientDB(db), "celery"); err != nil {
+					t.Fatal(err)
+				}
+				if chaos.Audit(cfg, msgs, from, to).OK {
+					break
+				}
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if msgs, err = chaos.ReadQueue(ctx, rs.ClientDB(db), "celery"); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range msgs {
+				if strings.HasPrefix(m.Entry, "new-") && !m.Slot.After(seen) {
+					t.Errorf("%s published for %s, first seen at %s", m.Entry, m.Slot.Format(time.RFC3339Nano), seen.Format(time.RFC3339Nano))
+				}
+			}
+			r := chaos.Audit(cfg, msgs, from, to)
+			if !r.OK || r.ExpectedSlots < (added+1)*3 {
+				t.Fatalf("audit %s .. %s of %d slots: %d duplicate (%v), %d missed (first %v)", from.Format(time.TimeOnly), to.Format(time.TimeOnly),
+					r.ExpectedSlots, len(r.Duplicates), r.Duplicates, len(r.Missed), r.Missed[:min(len(r.Missed), 5)])
+			}
+			t.Logf("audited %d slots from %s: 0 duplicate, 0 missed", r.ExpectedSlots, from.Format(time.TimeOnly))
+		})
+	}
+}

@@ -527,7 +527,7 @@ func (m *Main) Run(ctx context.Context) error {
 	schedCfg := scheduler.Config{Clock: m.clock, Dispatcher: pub, Store: m.store, Logger: m.log, Metrics: m.metrics,
 		Cluster: cluster, Origin: "beatd@" + host, KombuPrefix: m.KombuPrefix,
 		StateInterval: m.StateInterval, DedupTTL: backlogHorizon, PersistEachBatch: persistEachBatch(m.Broker), BatchSize: batchFor(m.Broker),
-		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed}
+		FireLogLimit: noneIfZero(m.LogFires), Observer: m.observeFire, Outcomes: m.feed, FirstSeen: m.merger.FirstSeen}
 	m.sched, err = scheduler.New(schedCfg, cfg)
 	if err != nil {
 		return err

@@ -77,6 +77,7 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 		return nil, err
 	}
 	m.merger = sources.New(sources.Config{
+		Now: m.clock.Now,
 		Apply: func(c *config.Config) error {
 			if m.sched == nil {
 				return nil // the first merge starts the scheduler

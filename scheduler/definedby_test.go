@@ -127,3 +127,64 @@ func TestReloadedEntryOwesFromDefinedAt(t *testing.T) {
 		return st != nil && st.Since.Equal(time.Date(2026, 11, 30, 10, 0, 37, 999999999, time.UTC))
 	})
 }
+
+// A file's or dcb's entry has no defined_at: with no baseline it owes its
+// slots from when this replica first saw it (Config.FirstSeen, for an
+// entry its source gained while the replica ran), caught up by its
+// policy; from the term's start when that is unknown or ahead of the
+// clock. A runtime entry's defined_at comes first.
+func TestNoBaselineOwesFromFirstSeen(t *testing.T) {
+	start := t0.Add(40 * time.Second) // 10:00:40
+	for _, tc := range []struct {
+		name      string
+		yaml      string
+		firstSeen time.Time
+		want      []string // the slots published by 10:00:50
+	}{
+		// Its grid anchored at the second it was first seen, as a
+		// runtime entry's at its defined_at.
+		{"seen at 10:00:12.3", "entries:\n  e: {task: t, every: 10s, catchup: all}\n", t0.Add(12300 * time.Millisecond),
+			[]string{"10:00:22", "10:00:32", "10:00:42"}},
+		{"seen at 10:00:12.3, catchup once", "entries:\n  e: {task: t, every: 10s, catchup: once}\n", t0.Add(12300 * time.Millisecond),
+			[]string{"10:00:32", "10:00:42"}},
+		{"not seen: owed from the start", "entries:\n  e: {task: t, every: 10s, catchup: all}\n", time.Time{},
+			[]string{"10:00:50"}},
+		{"seen after now: owed from the start", "entries:\n  e: {task: t, every: 10s, catchup: all}\n", t0.Add(45 * time.Second),
+			[]string{"10:00:50"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.yaml, start)
+			h.sched.cfg.FirstSeen = func(name string) time.Time {
+				if name == "e" {
+					return tc.firstSeen
+				}
+				return time.Time{}
+			}
+			h.start(7)
+			h.settle()
+			h.clock.Advance(10 * time.Second)
+			h.settle()
+			got := h.waitPublished(len(tc.want))
+			var want []string
+			for _, s := range tc.want {
+				want = append(want, "2026-11-30T"+s+"Z")
+			}
+			if w := slots("e", want...); strings.Join(got, ",") != strings.Join(w, ",") {
+				t.Fatalf("published %v, want %v", got, w)
+			}
+		})
+	}
+	// defined_at first.
+	h := newHarness(t, "entries: {}\n", start)
+	h.sched.cfg.FirstSeen = func(string) time.Time { return t0.Add(2 * time.Second) } // 10:00:02
+	if err := h.sched.Reload(runtimeConfig(t, map[string]string{"e": `{"defined_at": "2026-11-30T10:00:12.300Z", "task": "t", "every": "10s", "catchup": "all"}`})); err != nil {
+		t.Fatal(err)
+	}
+	h.start(7)
+	h.settle()
+	h.clock.Advance(2 * time.Second)
+	h.settle()
+	if got, want := h.waitPublished(3), slots("e", "2026-11-30T10:00:22Z", "2026-11-30T10:00:32Z", "2026-11-30T10:00:42Z"); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("defined_at and FirstSeen: published %v, want %v", got, want)
+	}
+}

@@ -113,6 +113,12 @@ type Config struct {
 	// its runs recorded only while a source reported within this long
 	// (default DefaultOutcomeLive).
 	OutcomeLive time.Duration
+	// FirstSeen, if set, is when this replica first saw an entry that
+	// carries no time it was defined (a file's, a django-celery-beat
+	// row's), if its source gained it while the replica ran; zero when
+	// unknown. A leader that finds no baseline for such an entry owes its
+	// slots from then (owedSince).
+	FirstSeen func(name string) time.Time
 	// Observer, if set, is called by the loop once per fire with its
 	// outcome (the web console's fire timeline). It must not block.
 	Observer func(entry string, slot time.Time, result broker.Result, lag time.Duration, manual bool)

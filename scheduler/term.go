@@ -142,7 +142,7 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 		}
 		st.Since = now
 		if !owed {
-			st.Since = owedSince(e.Entry, now)
+			st.Since = owedSince(e.Entry, l.s.cfg.FirstSeen, now)
 		}
 		l.books.baseline = append(l.books.baseline, *st)
 	}
@@ -170,14 +170,20 @@ func (l *loop) startEntry(e *entry, st *store.EntryState, now time.Time, catchUp
 
 // owedSince is when an entry with no baseline begins to owe its slots:
 // when its definition was written, when that is known (a runtime entry)
-// and past, else now. So a baseline a leader never stored (it stopped, or
-// was killed, before its write; or before it saw the entry at all) costs
-// the entry a late slot, caught up by its policy, never a missed one; and
-// no entry owes a slot from before it existed. A changed definition's
-// baseline is not this: it has one, and owes nothing from before the
-// change (startEntry).
-func owedSince(e *config.Entry, now time.Time) time.Time {
-	if d := e.DefinedBy(); !d.IsZero() && d.Before(now) {
+// and past; else when this replica first saw it, if its source (the file,
+// django-celery-beat) gained it while the replica ran (firstSeen) and
+// that is past; else now. So a baseline a leader never stored (it
+// stopped, or was killed, before its write; or before it saw the entry at
+// all) costs the entry a late slot, caught up by its policy, never a
+// missed one; and no entry owes a slot from before it existed. A changed
+// definition's baseline is not this: it has one, and owes nothing from
+// before the change (startEntry).
+func owedSince(e *config.Entry, firstSeen func(string) time.Time, now time.Time) time.Time {
+	d := e.DefinedBy()
+	if d.IsZero() && firstSeen != nil {
+		d = firstSeen(e.Name)
+	}
+	if !d.IsZero() && d.Before(now) {
 		return d
 	}
 	return now

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/beatd/beatd/config"
 
@@ -93,6 +94,8 @@ type Config struct {
 	Validate func(*config.Entry) error
 	Priority []string
 	Logger   *slog.Logger
+	// Now is the clock FirstSeen's times are read from (nil: time.Now).
+	Now func() time.Time
 	// Registry, when set, gets the merger's metrics (else see Collectors).
 	Registry prometheus.Registerer
 	// ShardOf, when set, makes the merger hold the entries of the
@@ -142,6 +145,9 @@ type Merger struct {
 	// idxConflict is the conflicts among the indexed sources' names of
 	// the shards not held, whose entries the merge does not see.
 	idxConflict map[string]Conflict
+	// seen is, for the file and django-celery-beat, when each name they
+	// gained while this replica ran was first seen (seen.go).
+	seen map[string]map[string]time.Time
 
 	entriesG  *prometheus.GaugeVec
 	upG       *prometheus.GaugeVec
@@ -170,8 +176,11 @@ func New(c Config) *Merger {
 	if len(c.Priority) == 0 {
 		c.Priority = DefaultPriority
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	m := &Merger{c: c, rows: map[string]map[string]row{}, rowErrs: map[string]map[string]string{},
-		held: map[int]bool{}, index: map[string][]string{},
+		held: map[int]bool{}, index: map[string][]string{}, seen: map[string]map[string]time.Time{},
 		errs: map[string]error{}, invalid: map[string]map[string]string{}, conflict: map[string]Conflict{},
 		entriesG: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "beatd_source_entries",
 			Help: "Entries each source provides to the running config (after conflicts and invalid ones)."}, []string{"source"}),
@@ -280,6 +289,19 @@ func (m *Merger) SetFile(cfg *config.Config) error {
 		m.indexConflicts()
 		return err
 	}
+	switch {
+	case m.indexed(File):
+		next := m.index[File]
+		m.noteSeen(File, prevIdx == nil, len(prevIdx), len(next),
+			func(i int) string { return prevIdx[i] }, func(i int) string { return next[i] })
+	case cfg != nil:
+		var was []*config.Entry
+		if prev != nil {
+			was = prev.Entries
+		}
+		m.noteSeen(File, prev == nil, len(was), len(cfg.Entries),
+			func(i int) string { return was[i].Name }, func(i int) string { return cfg.Entries[i].Name })
+	}
 	return nil
 }
 
@@ -337,6 +359,14 @@ func (m *Merger) setRows(source string, docs map[string][]byte, bad map[string]s
 		}
 		m.indexConflicts()
 		return err
+	}
+	switch {
+	case whole:
+		next := m.index[source]
+		m.noteSeen(source, !hadIdx, len(prevIdx), len(next),
+			func(i int) string { return prevIdx[i] }, func(i int) string { return next[i] })
+	case source == DCB && prev != nil:
+		m.noteSeenSet(source, prev, docs)
 	}
 	return nil
 }
