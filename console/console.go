@@ -98,9 +98,9 @@ type Server struct {
 	ctxSet  chan struct{}
 
 	leaderMu    sync.Mutex
-	leaderCache map[string]leaderCached
-	shardCache  map[string]shardCached
-	rowsCache   map[string]rowsCached
+	leaderCache map[string]answer[*leaderData]
+	shardCache  map[string]answer[[]shardData]
+	rowsCache   map[string]answer[rowsAnswer]
 	// backlogs are the persist backlogs counted lately, by term (a
 	// token is unique across the shards' elections too).
 	backlogs map[int64]backlogCount
@@ -111,15 +111,34 @@ type Server struct {
 	brokerTook time.Duration
 }
 
-// leaderCached is a standby's recent answer from the leader, shared by
-// every viewer of the same entries for leaderCacheFor.
-type leaderCached struct {
+const leaderCacheFor = 500 * time.Millisecond
+
+// answer is another replica's recent answer, kept for leaderCacheFor.
+type answer[T any] struct {
 	at   time.Time
-	data *leaderData
+	data T
 	err  error
 }
 
-const leaderCacheFor = 500 * time.Millisecond
+// askCached is ask's answer, shared by every viewer asking the same
+// (key) within leaderCacheFor: a live page renders again each second.
+// cache is guarded by s.leaderMu, and kept to 256 answers.
+func askCached[T any](s *Server, cache *map[string]answer[T], key string, ask func() (T, error)) (T, error) {
+	s.leaderMu.Lock()
+	if c, ok := (*cache)[key]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
+		s.leaderMu.Unlock()
+		return c.data, c.err
+	}
+	s.leaderMu.Unlock()
+	data, err := ask()
+	s.leaderMu.Lock()
+	if *cache == nil || len(*cache) > 256 {
+		*cache = map[string]answer[T]{}
+	}
+	(*cache)[key] = answer[T]{at: s.cfg.Clock.Now(), data: data, err: err}
+	s.leaderMu.Unlock()
+	return data, err
+}
 
 // backlogCount is a term's persist backlog, counted at at.
 type backlogCount struct {
@@ -396,20 +415,9 @@ func (s *Server) fetchLeaderData(ctx context.Context, leader election.Leader, sh
 		return &d, nil
 	}
 	key := fmt.Sprint(leader.Token, "\x00", strings.Join(names, "\x00"))
-	s.leaderMu.Lock()
-	if c, ok := s.leaderCache[key]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
-		s.leaderMu.Unlock()
-		return c.data, c.err
-	}
-	s.leaderMu.Unlock()
-	d, err := s.askLeader(ctx, leader, replicas, names)
-	s.leaderMu.Lock()
-	if s.leaderCache == nil || len(s.leaderCache) > 256 {
-		s.leaderCache = map[string]leaderCached{}
-	}
-	s.leaderCache[key] = leaderCached{at: s.cfg.Clock.Now(), data: d, err: err}
-	s.leaderMu.Unlock()
-	return d, err
+	return askCached(s, &s.leaderCache, key, func() (*leaderData, error) {
+		return s.askLeader(ctx, leader, replicas, names)
+	})
 }
 
 // askLeader gets the leader's data from its console, at the address it

@@ -242,29 +242,11 @@ func (s *Server) renderRows(ctx context.Context, picked []rowKey, replicas []ele
 }
 
 // askRows is replica id's GET /console/rows.json?v, shared by every
-// viewer for leaderCacheFor (a live page renders again each second).
+// viewer for leaderCacheFor.
 func (s *Server) askRows(ctx context.Context, id string, v url.Values, replicas []election.Replica) (rowsAnswer, error) {
-	key := id + "\x00" + v.Encode()
-	s.leaderMu.Lock()
-	if c, ok := s.rowsCache[key]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
-		s.leaderMu.Unlock()
-		return c.data, c.err
-	}
-	s.leaderMu.Unlock()
-	var a rowsAnswer
-	err := s.replicaJSON(ctx, id, "/console/rows.json", v, replicas, &a)
-	s.leaderMu.Lock()
-	if s.rowsCache == nil || len(s.rowsCache) > 256 {
-		s.rowsCache = map[string]rowsCached{}
-	}
-	s.rowsCache[key] = rowsCached{at: s.cfg.Clock.Now(), data: a, err: err}
-	s.leaderMu.Unlock()
-	return a, err
-}
-
-// rowsCached is a recent answer of another replica's rows.
-type rowsCached struct {
-	at   time.Time
-	data rowsAnswer
-	err  error
+	return askCached(s, &s.rowsCache, id+"\x00"+v.Encode(), func() (rowsAnswer, error) {
+		var a rowsAnswer
+		err := s.replicaJSON(ctx, id, "/console/rows.json", v, replicas, &a)
+		return a, err
+	})
 }

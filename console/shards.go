@@ -152,28 +152,9 @@ func cmpErr(err, def error) error {
 // leaderCacheFor.
 func (s *Server) askShardsCached(ctx context.Context, id string, want map[int]int64, replicas []election.Replica, names []string) ([]shardData, error) {
 	q := shardQuery(want, names)
-	key := id + "\x00" + q.Encode()
-	s.leaderMu.Lock()
-	if c, ok := s.shardCache[key]; ok && s.cfg.Clock.Since(c.at) < leaderCacheFor {
-		s.leaderMu.Unlock()
-		return c.data, c.err
-	}
-	s.leaderMu.Unlock()
-	got, err := s.askShards(ctx, id, q, replicas)
-	s.leaderMu.Lock()
-	if s.shardCache == nil || len(s.shardCache) > 256 {
-		s.shardCache = map[string]shardCached{}
-	}
-	s.shardCache[key] = shardCached{at: s.cfg.Clock.Now(), data: got, err: err}
-	s.leaderMu.Unlock()
-	return got, err
-}
-
-// shardCached is a recent answer of a shard leader.
-type shardCached struct {
-	at   time.Time
-	data []shardData
-	err  error
+	return askCached(s, &s.shardCache, id+"\x00"+q.Encode(), func() ([]shardData, error) {
+		return s.askShards(ctx, id, q, replicas)
+	})
 }
 
 func shardQuery(want map[int]int64, names []string) url.Values {

@@ -196,24 +196,7 @@ func TestShardShare(t *testing.T) {
 		t.Errorf("entries API on a lists %v, want %v", listed, want)
 	}
 	// So does /status, page by page, with the total of the cluster.
-	var shown []string
-	sq := api.StatusQuery{Limit: 9}
-	for {
-		st, err := a.api.Status(ctx, sq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.EntriesTotal != len(want)-len(shown) {
-			t.Errorf("/status after %q: %d entries follow, want %d", sq.After, st.EntriesTotal, len(want)-len(shown))
-		}
-		for _, e := range st.Entries {
-			shown = append(shown, e.Name)
-		}
-		if st.Next == "" {
-			break
-		}
-		sq.After = st.Next
-	}
+	shown := statusPages(t, a, 9, len(want))
 	if !slices.Equal(shown, want) {
 		t.Errorf("/status on a shows %v, want %v", shown, want)
 	}

@@ -259,23 +259,7 @@ func TestShardStatusLive(t *testing.T) {
 		// Paged by 5, /status counts what follows each page once: a
 		// both-* name, a runtime entry and a file's alike, is one entry
 		// on a replica that does not lead its shard as on one that does.
-		var shown []string
-		for sq := (api.StatusQuery{Limit: 5}); ; {
-			st, err := m.api.Status(ctx, sq)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.EntriesTotal != len(want)-len(shown) {
-				t.Errorf("%s: /status after %q: entries_total %d, want %d", m.ID, sq.After, st.EntriesTotal, len(want)-len(shown))
-			}
-			for _, e := range st.Entries {
-				shown = append(shown, e.Name)
-			}
-			if st.Next == "" {
-				break
-			}
-			sq.After = st.Next
-		}
+		shown := statusPages(t, m, 5, len(want))
 		if len(shown) != len(want) {
 			t.Errorf("%s: /status paged by 5 shows %d entries, want %d", m.ID, len(shown), len(want))
 		}
@@ -388,5 +372,29 @@ func TestShardStatusLive(t *testing.T) {
 				t.Errorf("leader %s: %s (shard %d) has last_result %q", c.leader, e.Name, i, e.LastResult)
 			}
 		}
+	}
+}
+
+// statusPages pages m's /status by limit and returns the names shown, in
+// order; each page's entries_total must be how many of the total follow
+// the pages before it (the cluster's, on a sharded replica).
+func statusPages(t *testing.T, m *Main, limit, total int) []string {
+	t.Helper()
+	var shown []string
+	for sq := (api.StatusQuery{Limit: limit}); ; {
+		st, err := m.api.Status(context.Background(), sq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.EntriesTotal != total-len(shown) {
+			t.Errorf("/status on %s after %q: entries_total %d, want %d", m.ID, sq.After, st.EntriesTotal, total-len(shown))
+		}
+		for _, e := range st.Entries {
+			shown = append(shown, e.Name)
+		}
+		if st.Next == "" {
+			return shown
+		}
+		sq.After = st.Next
 	}
 }

@@ -183,24 +183,7 @@ func TestShardShareSources(t *testing.T) {
 		if !slices.Equal(listed, everyName) {
 			t.Errorf("entries API on %s lists %v, want %v", m.ID, listed, everyName)
 		}
-		var shown []string
-		sq := api.StatusQuery{Limit: 9}
-		for {
-			st, err := m.api.Status(ctx, sq)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.EntriesTotal != len(everyName)-len(shown) {
-				t.Errorf("/status on %s after %q: %d entries follow, want %d", m.ID, sq.After, st.EntriesTotal, len(everyName)-len(shown))
-			}
-			for _, e := range st.Entries {
-				shown = append(shown, e.Name)
-			}
-			if st.Next == "" {
-				break
-			}
-			sq.After = st.Next
-		}
+		shown := statusPages(t, m, 9, len(everyName))
 		if !slices.Equal(shown, everyName) {
 			t.Errorf("/status on %s shows %v, want %v", m.ID, shown, everyName)
 		}
