@@ -105,7 +105,11 @@ func (r *Rabbit) Start() error {
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(r.Dir, "enabled_plugins"),
 		"RABBITMQ_PID_FILE="+filepath.Join(r.Dir, "rabbit.pid"),
 		"RABBITMQ_LOGS=-",
+		// A node that cannot start writes its crash dump to the working
+		// directory: the test's package, or the repository's root.
+		"ERL_CRASH_DUMP="+filepath.Join(r.Dir, "erl_crash.dump"),
 	)
+	cmd.Dir = r.Dir
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
