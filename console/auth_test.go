@@ -70,7 +70,8 @@ func TestConsoleReadAuth(t *testing.T) {
 	state := &store.EntryState{Name: "tick", LastSlot: time.Now().Add(-time.Second).UTC().Truncate(time.Second)}
 	tk := readTokens(t)
 	_, hs := testServerWith(t, func(c *Config) { c.Tokens = tk; c.Term = func() int64 { return 9 } }, cfg, state)
-	paths := []string{"/", "/?q=tick", "/entry/tick", "/console/events?view=overview", "/console/events?view=entry&name=tick", "/console/leader.json?term=9"}
+	paths := []string{"/", "/?q=tick", "/entry/tick", "/console/events?view=overview", "/console/events?view=entry&name=tick", "/console/leader.json?term=9",
+		"/console/rows.json?limit=10", "/console/rows.json?name=tick"}
 
 	t.Run("no token", func(t *testing.T) {
 		for _, p := range paths {

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -78,5 +79,13 @@ func TestEntriesTableAcrossShards(t *testing.T) {
 	if got := names(ev); !slices.Equal(got, []string{"e01", "e02", "e03"}) || ev.Total != 10 ||
 		!strings.Contains(ev.Missing, "shard 2: no leader") || !strings.Contains(ev.Missing, "shard 3: leader c at ") {
 		t.Errorf("with shard 2 unled and 3's leader gone: rows %v, %d entries, missing %q", got, ev.Total, ev.Missing)
+	}
+	// Bounds: a part is at most maxRowsLimit keys, a render a page's
+	// names.
+	many := strings.Repeat("&name=x", maxRenderRows+1)
+	for _, q := range []string{"limit=abc", "limit=-1", fmt.Sprintf("limit=%d", maxRowsLimit+1), many[1:]} {
+		if code, body := get(t, remote.URL+"/console/rows.json?"+q); code != http.StatusBadRequest {
+			t.Errorf("GET /console/rows.json?%.40s: %d %s, want 400", q, code, body)
+		}
 	}
 }
