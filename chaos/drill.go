@@ -18,7 +18,6 @@ import (
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/beatd/beatd/testkit/harness"
 
@@ -599,12 +598,15 @@ func (d *drill) readQueue(ctx context.Context) ([]Message, error) {
 // slot after the call began.
 func (d *drill) waitPublishing(ctx context.Context, timeout time.Duration) error {
 	since := time.Now()
-	if d.redis == nil {
-		// RabbitMQ and Sentinel drills have no single redis-server to
-		// watch; their audit covers the end of the run.
+	if d.rabbit != nil {
+		// Reading a RabbitMQ queue consumes it: the audit covers the end
+		// of the run.
 		return nil
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: d.redis.Addr()})
+	rdb, err := d.brokerClient(timeout)
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	for time.Since(since) < timeout {
 		raw, err := rdb.LIndex(ctx, "drill", 0).Result()

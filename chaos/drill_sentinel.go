@@ -24,6 +24,22 @@ func (d *drill) masterName() string {
 	return d.sentinel.MasterName
 }
 
+// brokerClient reaches the Redis the leader publishes to: the one server,
+// or the master once a Sentinel topology healed. A failover the sentinels
+// started on their own near the end of a drill leaves the new master
+// without its replica for seconds, and the leader (waiting for one by
+// default) publishes nothing: the audit must not end before it does.
+func (d *drill) brokerClient(timeout time.Duration) (*redis.Client, error) {
+	if d.sentinel == nil {
+		return redis.NewClient(&redis.Options{Addr: d.redis.Addr()}), nil
+	}
+	m, err := d.sentinel.Heal(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(&redis.Options{Addr: m.Addr()}), nil
+}
+
 // auditClient reaches the Redis whose queue is audited: the one server,
 // or the master at the end of a Sentinel drill.
 func (d *drill) auditClient(ctx context.Context) (*redis.Client, error) {

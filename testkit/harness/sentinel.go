@@ -215,17 +215,8 @@ func (t *SentinelTopology) stable() error {
 		if good < 1 {
 			return fmt.Errorf("sentinel %s sees no healthy replica: %v", s.Addr(), v)
 		}
-		mc := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		mv, err := mc.Do(ctx, "SENTINEL", "MASTER", t.MasterName).Result()
-		mc.Close()
-		if err != nil {
-			return err
-		}
-		if f := fields(mv); f["flags"] != "master" {
-			return fmt.Errorf("sentinel %s: master flags %q", s.Addr(), f["flags"])
-		}
 	}
-	return nil
+	return t.masterFlagsOK(ctx)
 }
 
 // fields turns a sentinel reply (a flat list or a RESP3 map) into a map.
@@ -325,14 +316,7 @@ func replicaArgs(args []string, masterPort int) []string {
 func (t *SentinelTopology) waitNewMaster(ctx context.Context, old *RedisProc, timeout time.Duration) (*RedisProc, error) {
 	for {
 		if m, err := t.Master(ctx); err == nil && m != old {
-			// Sentinel converts a demoted master that still claims the role
-			// only after failover-timeout and its next 10 s INFO poll; do it
-			// now, as it would.
-			oc := redis.NewClient(&redis.Options{Addr: old.Addr(), MaxRetries: -1})
-			if info, err := oc.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:master") {
-				_ = oc.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(m.Port)).Err()
-			}
-			oc.Close()
+			demote(ctx, old, m)
 			if err := WaitOnlineReplicas(m.Addr(), 1, deadlineLeft(ctx)); err != nil {
 				return nil, err
 			}
@@ -343,6 +327,72 @@ func (t *SentinelTopology) waitNewMaster(ctx context.Context, old *RedisProc, ti
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// demote makes n a replica of m if n still claims the master role.
+// Sentinel converts a demoted master that does only after failover-timeout
+// and 8 s of its INFO polls; do it now, as it would. Until then the new
+// master has no replica, and a beatd that waits for one publishes nothing.
+func demote(ctx context.Context, n, m *RedisProc) {
+	c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1})
+	defer c.Close()
+	if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:master") {
+		_ = c.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(m.Port)).Err()
+	}
+}
+
+// Heal waits until every sentinel agrees on the master and none is failing
+// it over, demotes the other data node if it still claims the role, and
+// waits until the master has its replica online. It returns the master.
+//
+// The failovers of Failover and KillMaster heal themselves; Heal is for
+// one the sentinels start on their own. After a switch a sentinel must
+// hear from the new master within down-after-milliseconds (1 s here), and
+// on a loaded machine it may not: it then fails over a master that is up,
+// which stays a master beside the new one for seconds.
+func (t *SentinelTopology) Heal(timeout time.Duration) (*RedisProc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for {
+		m, err := t.Master(ctx)
+		if err == nil {
+			err = t.masterFlagsOK(ctx)
+		}
+		if err == nil {
+			for _, n := range t.Nodes {
+				if n != m && n.Running() {
+					demote(ctx, n, m)
+				}
+			}
+			if err = WaitOnlineReplicas(m.Addr(), 1, 0); err == nil {
+				return m, nil
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sentinel topology not healed after %s: %w", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// masterFlagsOK is an error unless every sentinel reports the master with
+// no down or failover flag.
+func (t *SentinelTopology) masterFlagsOK(ctx context.Context) error {
+	for _, s := range t.Sentinels {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		v, err := c.Do(ctx, "SENTINEL", "MASTER", t.MasterName).Result()
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("sentinel %s: master: %w", s.Addr(), err)
+		}
+		if f := fields(v); f["flags"] != "master" {
+			return fmt.Errorf("sentinel %s: master flags %q", s.Addr(), f["flags"])
+		}
+	}
+	return nil
 }
 
 func deadlineLeft(ctx context.Context) time.Duration {
