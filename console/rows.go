@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -131,13 +132,7 @@ func (s *Server) clusterRows(ctx context.Context, q query, limit int, shards []s
 	if len(unled) > 0 {
 		missing = append(missing, "shard "+ints(unled)+": no leader")
 	}
-	ids := slices.Sorted(func(yield func(string) bool) {
-		for id := range owned {
-			if !yield(id) {
-				return
-			}
-		}
-	})
+	ids := slices.Sorted(maps.Keys(owned))
 	answers := make([]rowsAnswer, len(ids))
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
