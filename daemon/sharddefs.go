@@ -274,20 +274,27 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 	return out, total, nil
 }
 
-// exactOverlapUpTo bounds the reads that find the names both a runtime
-// entry and an indexed source define, among the shards a replica does
-// not lead (definedTwice): past it on both sides, a page's total counts
-// such a name twice (docs/shards.md).
-const exactOverlapUpTo = 50_000
+// The reads that find the names both a runtime entry and an indexed
+// source define, among the shards a replica does not lead
+// (definedTwice), are bounded: a default /status refreshes its total with
+// them. The index's names are looked up by name, 16 a transaction, up to
+// overlapByName of them; the runtime names are read keys-only, 5,000 a
+// read, up to overlapByScan. Past both, a page's total counts such a name
+// twice (docs/shards.md).
+const (
+	overlapByName = 2_000
+	overlapByScan = 50_000
+)
 
 // definedTwice counts the names, following after and starting with
 // prefix, that a runtime entry of the stores unheld and the file or dcb
 // (the merger's index) both define, given indexed of the index's and
-// runtime of the runtime entries'. It reads the smaller side: the indexed
-// names' runtime keys by name, or the runtime names keys-only.
+// runtime of the runtime entries'. It reads the cheaper side within its
+// bound: the indexed names' runtime keys by name, or the runtime names
+// keys-only.
 func (m *Main) definedTwice(ctx context.Context, unheld []*sources.Entries, after, prefix string, indexed, runtime int) (int, error) {
 	switch {
-	case indexed <= runtime && indexed <= exactOverlapUpTo:
+	case indexed <= overlapByName && (indexed <= runtime || runtime > overlapByScan):
 		named, _ := m.merger.Unheld(after, prefix, indexed)
 		names := make([]string, len(named))
 		for i, n := range named {
@@ -298,7 +305,7 @@ func (m *Main) definedTwice(ctx context.Context, unheld []*sources.Entries, afte
 			return 0, fmt.Errorf("count the names defined twice: %w", err)
 		}
 		return len(got), nil
-	case runtime <= exactOverlapUpTo:
+	case runtime <= overlapByScan:
 		twice := 0
 		for _, st := range unheld {
 			if err := st.Names(ctx, after, prefix, func(name string) {
