@@ -108,22 +108,25 @@ type Main struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
-	embedded       *embedetcd.Server
-	etcd           *clientv3.Client
-	rdb            redis.UniversalClient
-	pub            *redisbroker.Publisher
-	resultsRDB     redis.UniversalClient // --result-backend
-	brokerPass     string
-	feed           *outcome.Feed
-	started        time.Time
-	brokerPing     func(context.Context) error
-	store          *store.Store
-	leader         *leader.Loop
-	sched          *scheduler.Scheduler
-	metrics        *scheduler.Metrics
-	reloadMetrics  *reloadMetrics
-	registry       *prometheus.Registry
-	httpSrv        *http.Server
+	// remoteConflicts are, on a sharded replica, the conflicts of runtime
+	// entries of the shards it does not lead (Main.conflicts).
+	remoteConflicts atomic.Pointer[[]sources.Conflict]
+	embedded        *embedetcd.Server
+	etcd            *clientv3.Client
+	rdb             redis.UniversalClient
+	pub             *redisbroker.Publisher
+	resultsRDB      redis.UniversalClient // --result-backend
+	brokerPass      string
+	feed            *outcome.Feed
+	started         time.Time
+	brokerPing      func(context.Context) error
+	store           *store.Store
+	leader          *leader.Loop
+	sched           *scheduler.Scheduler
+	metrics         *scheduler.Metrics
+	reloadMetrics   *reloadMetrics
+	registry        *prometheus.Registry
+	httpSrv         *http.Server
 	// httpHandler is what httpSrv serves: startingHandler until the
 	// daemon has started, then the API and console.
 	httpHandler atomic.Pointer[http.Handler]
@@ -572,7 +575,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	if m.Shards > 1 {
-		m.api.remote = m.remoteEntries
+		m.api.remote, m.api.conflicts = m.remoteEntries, m.conflicts
 	}
 	m.api.clockOff = newClockOffset(m.clock, m.Etcd.EndpointURLs(), etcdTLS, m.ClockOffsetWarn, m.log.With("component", "clock"))
 	m.registry.MustRegister(m.api.clockOff.gauge)

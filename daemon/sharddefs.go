@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,14 +227,25 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		total += n
 	}
 	unheld, n := m.merger.Unheld(after, prefix, limit+1)
+	var twice []string
+	exact := true
 	if n > 0 && total > 0 {
 		// A name that a runtime entry and the file or dcb both define
 		// is one entry, counted by both.
-		twice, err := m.definedTwice(ctx, unheldAt, after, prefix, n, total)
-		if err != nil {
+		var err error
+		if twice, exact, err = m.definedTwice(ctx, unheldAt, after, prefix, n, total); err != nil {
 			return nil, 0, err
 		}
-		total -= twice
+		total -= len(twice)
+	}
+	if after == "" && prefix == "" {
+		// Every such name of the shards not led: their conflicts, which
+		// only their leaders' mergers see (none known past the bounds).
+		var c []sources.Conflict
+		if exact {
+			c = m.conflictsOf(twice)
+		}
+		m.remoteConflicts.Store(&c)
 	}
 	total += n
 	// Each name once, from the source that wins it.
@@ -286,39 +298,76 @@ const (
 	overlapByScan = 50_000
 )
 
-// definedTwice counts the names, following after and starting with
-// prefix, that a runtime entry of the stores unheld and the file or dcb
-// (the merger's index) both define, given indexed of the index's and
-// runtime of the runtime entries'. It reads the cheaper side within its
-// bound: the indexed names' runtime keys by name, or the runtime names
-// keys-only.
-func (m *Main) definedTwice(ctx context.Context, unheld []*sources.Entries, after, prefix string, indexed, runtime int) (int, error) {
+// definedTwice is the names, following after and starting with prefix,
+// that a runtime entry of the stores unheld and the file or dcb (the
+// merger's index) both define, given indexed of the index's and runtime
+// of the runtime entries'; exact is false past both bounds, where none is
+// read. It reads the cheaper side within its bound: the indexed names'
+// runtime keys by name, or the runtime names keys-only.
+func (m *Main) definedTwice(ctx context.Context, unheld []*sources.Entries, after, prefix string, indexed, runtime int) (names []string, exact bool, err error) {
 	switch {
 	case indexed <= overlapByName && (indexed <= runtime || runtime > overlapByScan):
 		named, _ := m.merger.Unheld(after, prefix, indexed)
-		names := make([]string, len(named))
+		all := make([]string, len(named))
 		for i, n := range named {
-			names[i] = n.Name
+			all[i] = n.Name
 		}
-		got, err := m.entries.GetMany(ctx, names, etcdscan.ReadBatch)
+		got, err := m.entries.GetMany(ctx, all, etcdscan.ReadBatch)
 		if err != nil {
-			return 0, fmt.Errorf("count the names defined twice: %w", err)
+			return nil, false, fmt.Errorf("find the names defined twice: %w", err)
 		}
-		return len(got), nil
+		return slices.Sorted(maps.Keys(got)), true, nil
 	case runtime <= overlapByScan:
-		twice := 0
 		for _, st := range unheld {
 			if err := st.Names(ctx, after, prefix, func(name string) {
 				if len(m.merger.Indexed(name)) > 0 {
-					twice++
+					names = append(names, name)
 				}
 			}); err != nil {
-				return 0, fmt.Errorf("count the names defined twice: %w", err)
+				return nil, false, fmt.Errorf("find the names defined twice: %w", err)
 			}
 		}
-		return twice, nil
+		slices.Sort(names)
+		return names, true, nil
 	}
-	return 0, nil
+	return nil, false, nil
+}
+
+// conflictsOf is the conflicts of names that a runtime entry and an
+// indexed source both define, each won by --sources-priority.
+func (m *Main) conflictsOf(names []string) []sources.Conflict {
+	out := make([]sources.Conflict, 0, len(names))
+	for _, name := range names {
+		has := m.merger.Indexed(name)
+		var srcs []string
+		for _, src := range m.Sources.priority {
+			if src == sources.API || slices.Contains(has, src) {
+				srcs = append(srcs, src)
+			}
+		}
+		out = append(out, sources.Conflict{Name: name, Winner: srcs[0], Sources: srcs})
+	}
+	return out
+}
+
+// conflicts is every conflict this replica knows: its merger's (the
+// shards it leads, and the file's and dcb's names of the others), and
+// those of runtime entries of the shards it does not lead, as the last
+// whole-range count of /status found them (remoteEntries). A name in both
+// is the latter's, which names every source.
+func (m *Main) conflicts() []sources.Conflict {
+	out := m.merger.Conflicts()
+	remote := m.remoteConflicts.Load()
+	if remote == nil || len(*remote) == 0 {
+		return out
+	}
+	out = slices.DeleteFunc(out, func(c sources.Conflict) bool {
+		_, found := slices.BinarySearchFunc(*remote, c.Name, func(r sources.Conflict, name string) int { return strings.Compare(r.Name, name) })
+		return found
+	})
+	out = append(out, *remote...)
+	slices.SortFunc(out, func(a, b sources.Conflict) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // remoteDefs is, for the entries API on a sharded replica, the

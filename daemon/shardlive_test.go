@@ -272,16 +272,32 @@ func TestShardStatusLive(t *testing.T) {
 				unheld = append(unheld, m.entries.Shard(i))
 			}
 		}
-		twice := 0
+		var twice []string
 		for _, name := range both {
 			if !m.shards.leads(keys.ShardOf(name, shards)) {
-				twice++
+				twice = append(twice, name)
 			}
 		}
+		slices.Sort(twice)
 		for _, sides := range [][2]int{{999, 1000}, {1000, 999}} {
-			if got, err := m.definedTwice(ctx, unheld, "", "", sides[0], sides[1]); err != nil || got != twice {
-				t.Errorf("%s: definedTwice reading the side of %d names: %d, %v; want %d", m.ID, min(sides[0], sides[1]), got, err, twice)
+			if got, exact, err := m.definedTwice(ctx, unheld, "", "", sides[0], sides[1]); err != nil || !exact || !slices.Equal(got, twice) {
+				t.Errorf("%s: definedTwice reading the side of %d names: %v (exact %v), %v; want %v", m.ID, min(sides[0], sides[1]), got, exact, err, twice)
 			}
+		}
+		// /status names every both-* a conflict won by the runtime entry
+		// (--sources-priority api,file), those of the shards this replica
+		// leads from its merger, the others' from the names defined twice.
+		var whole api.Status
+		getJSON(t, m, "/status", &whole)
+		var conflicts []string
+		for _, c := range whole.Conflicts {
+			if c.Winner != sources.API || !slices.Equal(c.Sources, []string{sources.API, sources.File}) {
+				t.Errorf("%s: /status conflict %+v, want won by api over file", m.ID, c)
+			}
+			conflicts = append(conflicts, c.Name)
+		}
+		if !slices.Equal(conflicts, slices.Sorted(slices.Values(both))) {
+			t.Errorf("%s: /status conflicts %v, want %v", m.ID, conflicts, both)
 		}
 		// The entries API's filters cover every shard's runtime entries.
 		filters := []struct {
