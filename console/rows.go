@@ -103,7 +103,7 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("limit: want 0 to %d", maxRowsLimit), http.StatusBadRequest)
 			return
 		}
-		a.Keys, a.Total, a.Matched = s.localRows(overviewQuery(v), limit, now)
+		a.Keys, a.Total, a.Matched = s.localRows(overviewQuery(v), 0, limit, now)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -140,7 +140,7 @@ func (s *Server) clusterRows(ctx context.Context, q query, limit int, shards []s
 		wg.Go(func() {
 			if id == s.cfg.ID {
 				a := &answers[i]
-				a.Keys, a.Total, a.Matched = s.localRows(q, limit, now)
+				a.Keys, a.Total, a.Matched = s.localRows(q, 0, limit, now)
 				return
 			}
 			v := q.values(0)

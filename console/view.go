@@ -579,11 +579,10 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time, shards
 	var picked []rowKey
 	if len(shards) > 0 && s.cfg.LedShards != nil {
 		picked = s.clusterRows(ctx, q, first+size, shards, replicas, now, ev)
+		picked = picked[min(first, len(picked)):]
 	} else {
-		keys, total, matched := s.localRows(q, first+size, now)
-		picked, ev.Total, ev.Matched = keys, total, matched
+		picked, ev.Total, ev.Matched = s.localRows(q, first, size, now)
 	}
-	picked = picked[min(first, len(picked)):]
 	picked = picked[:min(size, len(picked))]
 	ev.Pages = max((ev.Matched+size-1)/size, 1)
 	ev.Page = min(q.Page, ev.Pages)
@@ -601,17 +600,17 @@ func (s *Server) entriesPage(ctx context.Context, q query, now time.Time, shards
 	return ev
 }
 
-// localRows is this replica's part of the entries table: the first limit
-// of its entries that match q, in the table's order, with how many it
-// holds and how many match.
-func (s *Server) localRows(q query, limit int, now time.Time) (keys []rowKey, total, matched int) {
+// localRows is this replica's part of the entries table: limit of its
+// entries that match q, from the skip-th, in the table's order, with how
+// many it holds and how many match.
+func (s *Server) localRows(q query, skip, limit int, now time.Time) (keys []rowKey, total, matched int) {
 	rows := s.sorted(now)
 	needle := strings.ToLower(q.Q)
 	for _, r := range rows {
 		if !r.matches(q, needle) {
 			continue
 		}
-		if matched++; len(keys) < limit {
+		if matched++; matched > skip && len(keys) < limit {
 			keys = append(keys, rowKey{Name: r.e.Name, At: r.at, row: r})
 		}
 	}

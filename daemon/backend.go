@@ -45,19 +45,19 @@ type backend struct {
 	entry func(ctx context.Context, name string) (*config.Entry, error)
 	// remote, on a sharded replica, is a page's runtime entries of the
 	// shards it does not lead, and how many follow (Main.remoteEntries).
-	remote func(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error)
+	remote   func(ctx context.Context, after, prefix string, limit int) ([]*config.Entry, int, error)
+	pub      *redisbroker.Publisher // nil on AMQP, which keeps no run history
+	ping     func(context.Context) error
+	merger   *sources.Merger
+	metrics  *scheduler.Metrics
+	feed     *outcome.Feed
+	outcomes outcomeFlags
+	started  time.Time
+	status   statusCache
+	clockOff *clockOffset
 	// conflicts, on a sharded replica, is every conflict it knows of
-	// (Main.conflicts); else the merger's.
+	// (Main.conflicts); nil: the merger's.
 	conflicts func() []sources.Conflict
-	pub       *redisbroker.Publisher // nil on AMQP, which keeps no run history
-	ping      func(context.Context) error
-	merger    *sources.Merger
-	metrics   *scheduler.Metrics
-	feed      *outcome.Feed
-	outcomes  outcomeFlags
-	started   time.Time
-	status    statusCache
-	clockOff  *clockOffset
 	// shards is a sharded replica's leadership (nil: one shard, whose
 	// leader and sched are the replica's).
 	shards *shardSet
@@ -152,10 +152,11 @@ func (b *backend) Status(ctx context.Context, q api.StatusQuery) (api.Status, er
 		}
 	}
 	st.ID = b.id
-	st.Sources, st.Conflicts = b.merger.Health(), b.merger.Conflicts()
+	conflicts := b.merger.Conflicts
 	if b.conflicts != nil {
-		st.Conflicts = b.conflicts()
+		conflicts = b.conflicts
 	}
+	st.Sources, st.Conflicts = b.merger.Health(), conflicts()
 	st.Leader = st.LeaderID == b.id && st.FencingToken != 0 && b.leader.Token() == st.FencingToken
 	if b.shards != nil {
 		// A sharded replica leads the shards whose term it holds, as

@@ -108,25 +108,22 @@ type Main struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
-	// remoteConflicts are, on a sharded replica, the conflicts of runtime
-	// entries of the shards it does not lead (Main.conflicts).
-	remoteConflicts atomic.Pointer[[]sources.Conflict]
-	embedded        *embedetcd.Server
-	etcd            *clientv3.Client
-	rdb             redis.UniversalClient
-	pub             *redisbroker.Publisher
-	resultsRDB      redis.UniversalClient // --result-backend
-	brokerPass      string
-	feed            *outcome.Feed
-	started         time.Time
-	brokerPing      func(context.Context) error
-	store           *store.Store
-	leader          *leader.Loop
-	sched           *scheduler.Scheduler
-	metrics         *scheduler.Metrics
-	reloadMetrics   *reloadMetrics
-	registry        *prometheus.Registry
-	httpSrv         *http.Server
+	embedded       *embedetcd.Server
+	etcd           *clientv3.Client
+	rdb            redis.UniversalClient
+	pub            *redisbroker.Publisher
+	resultsRDB     redis.UniversalClient // --result-backend
+	brokerPass     string
+	feed           *outcome.Feed
+	started        time.Time
+	brokerPing     func(context.Context) error
+	store          *store.Store
+	leader         *leader.Loop
+	sched          *scheduler.Scheduler
+	metrics        *scheduler.Metrics
+	reloadMetrics  *reloadMetrics
+	registry       *prometheus.Registry
+	httpSrv        *http.Server
 	// httpHandler is what httpSrv serves: startingHandler until the
 	// daemon has started, then the API and console.
 	httpHandler atomic.Pointer[http.Handler]
@@ -173,6 +170,9 @@ type Main struct {
 	// shards runs the leadership of a cluster of more than one shard
 	// (shards.go); nil for one shard, whose leader and sched run it.
 	shards *shardSet
+	// remoteConflicts are, on a sharded replica, the conflicts of runtime
+	// entries of the shards it does not lead (Main.conflicts).
+	remoteConflicts atomic.Pointer[[]sources.Conflict]
 	// shardTimelines are the console's timelines of each shard's fires
 	// on this replica, by shard (shardObserver).
 	shardTimelines []*console.Timeline

@@ -299,6 +299,16 @@ func (s *Entries) syncOnce(ctx context.Context, m Sink, rev int64) error {
 // once it ends.
 const coalesceFor = 500 * time.Millisecond
 
+// pageRange is the keys under the definitions prefix p of the names that
+// come after after ("": from the first) and start with prefix.
+func pageRange(p, after, prefix string) (from, end string) {
+	from, end = p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
+	if k := p + after + "\x00"; after != "" && k > from {
+		from = k
+	}
+	return from, end
+}
+
 // Window returns at most limit runtime entries, in name order, whose names
 // come after after ("": from the first) and start with prefix, and
 // whether more follow: one range read of at most limit keys per shard,
@@ -309,10 +319,7 @@ func (s *Entries) Window(ctx context.Context, after, prefix string, limit int) (
 		more bool
 	)
 	for _, p := range s.defs {
-		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
-		if k := p + after + "\x00"; after != "" && k > from {
-			from = k
-		}
+		from, end := pageRange(p, after, prefix)
 		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(limit)),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 		if err != nil {
@@ -337,10 +344,7 @@ func (s *Entries) Window(ctx context.Context, after, prefix string, limit int) (
 func (s *Entries) Count(ctx context.Context, after, prefix string) (int, error) {
 	n := 0
 	for _, p := range s.defs {
-		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
-		if k := p + after + "\x00"; after != "" && k > from {
-			from = k
-		}
+		from, end := pageRange(p, after, prefix)
 		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithCountOnly())
 		if err != nil {
 			return 0, fmt.Errorf("entries: count: %w", err)
@@ -355,10 +359,7 @@ func (s *Entries) Count(ctx context.Context, after, prefix string) (int, error) 
 // reads of listPage keys.
 func (s *Entries) Names(ctx context.Context, after, prefix string, fn func(name string)) error {
 	for _, p := range s.defs {
-		from, end := p+prefix, clientv3.GetPrefixRangeEnd(p+prefix)
-		if k := p + after + "\x00"; after != "" && k > from {
-			from = k
-		}
+		from, end := pageRange(p, after, prefix)
 		for {
 			resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage),
 				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithKeysOnly())

@@ -146,8 +146,11 @@ type Merger struct {
 	// the shards not held, whose entries the merge does not see.
 	idxConflict map[string]Conflict
 	// seen is, for the file and django-celery-beat, when each name they
-	// gained while this replica ran was first seen (seen.go).
-	seen map[string]map[string]time.Time
+	// gained while this replica ran was first seen (seen.go). It has its
+	// own lock: a term's start asks it of every entry without a baseline,
+	// and must not wait for a merge under mu.
+	seenMu sync.Mutex
+	seen   map[string]map[string]time.Time
 
 	entriesG  *prometheus.GaugeVec
 	upG       *prometheus.GaugeVec

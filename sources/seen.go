@@ -18,11 +18,13 @@ import (
 // noteSeen records the names a whole source gained (seen at now) and
 // drops those it lost, walking prev and next, its names before and after
 // the set, both sorted by name (n and at read them by index); first says
-// prev is the source's first set, whose names are not new. m.mu is held.
+// prev is the source's first set, whose names are not new.
 func (m *Merger) noteSeen(source string, first bool, prevN, nextN int, prevAt, nextAt func(int) string) {
 	if first {
 		return
 	}
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
 	seen := m.seen[source]
 	now := m.c.Now()
 	i, j := 0, 0
@@ -48,8 +50,8 @@ func (m *Merger) noteSeen(source string, first bool, prevN, nextN int, prevAt, n
 // in django-celery-beat, if one of them gained it while the replica ran;
 // zero otherwise.
 func (m *Merger) FirstSeen(name string) time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
 	for _, src := range m.c.Priority {
 		if t, ok := m.seen[src][name]; ok {
 			return t
@@ -61,6 +63,8 @@ func (m *Merger) FirstSeen(name string) time.Time {
 // noteSeenSet is noteSeen for a source whose sets are maps (an unsharded
 // replica's django-celery-beat): lookups, not a sort of each set.
 func (m *Merger) noteSeenSet(source string, prev map[string]row, next map[string][]byte) {
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
 	seen := m.seen[source]
 	for name := range seen {
 		if _, ok := next[name]; !ok {
@@ -74,9 +78,7 @@ func (m *Merger) noteSeenSet(source string, prev map[string]row, next map[string
 				seen = map[string]time.Time{}
 				m.seen[source] = seen
 			}
-			if _, ok := seen[name]; !ok {
-				seen[name] = now
-			}
+			seen[name] = now
 		}
 	}
 }
