@@ -172,6 +172,9 @@ type shard struct {
 	// the campaign ends (shardSet.prepare).
 	preparing bool
 	prepared  func()
+	// handing is set once this term is handed over (handOverOne), which
+	// it then is not again while it ends.
+	handing bool
 }
 
 // stateWarmer is a shard's state table that can be read ahead of a term
@@ -313,7 +316,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			s.led.Set(float64(s.held()))
 			defer func() {
 				sh.mu.Lock()
-				sh.handover, sh.token, sh.resign = nil, 0, nil
+				sh.handover, sh.token, sh.resign, sh.handing = nil, 0, nil, false
 				sh.mu.Unlock()
 				s.led.Set(float64(s.held()))
 			}()
@@ -1023,9 +1026,12 @@ func (s *shardSet) handOverOne() {
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		handover := sh.handover
-		mine := handover != nil && v.leaders[sh.i] == s.id && v.owedWaiter(sh.i, s.id)
+		// A term handed over is not handed again while it ends (its
+		// last state write, its resign): it would be logged, and counted,
+		// as another move.
+		mine := handover != nil && !sh.handing && v.leaders[sh.i] == s.id && v.owedWaiter(sh.i, s.id)
 		if mine {
-			sh.handedAt = s.clock.Now()
+			sh.handedAt, sh.handing = s.clock.Now(), true
 		}
 		sh.mu.Unlock()
 		if !mine {
