@@ -131,6 +131,9 @@ func ShardMoves(evs []ShardEvent) []ShardMove {
 		key := [2]any{e.Replica, e.Shard}
 		switch e.Msg {
 		case ShardHandover:
+			if handing[key] {
+				continue // the same term handed over again (beatd before round 26): one move, from the first
+			}
 			handing[key] = true
 		case ShardTermOver:
 			if handing[key] {

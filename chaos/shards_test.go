@@ -21,7 +21,9 @@ func TestShardMoves(t *testing.T) {
 	logs := map[string]string{
 		"a": line(0, "elected leader", 1) + line(10, "scheduling", 1) + line(20, "elected leader", 2) + line(30, "scheduling", 2) +
 			`{"time":"` + at(40) + `","msg":"fired","entry":"x"}` + "\n" + // no shard: not an event
-			line(1000, "handing a shard over to a replica that leads less than its share", 1) + line(1050, "term over", 1) +
+			line(1000, "handing a shard over to a replica that leads less than its share", 1) +
+			line(1030, "handing a shard over to a replica that leads less than its share", 1) + // the same term's: one move
+			line(1050, "term over", 1) +
 			line(3000, "term over", 2),
 		"b": line(1080, "elected leader", 1) + line(1120, "scheduling", 1) + line(3200, "elected leader", 2) + line(3400, "scheduling", 2),
 	}
@@ -33,8 +35,8 @@ func TestShardMoves(t *testing.T) {
 		}
 		evs = append(evs, e...)
 	}
-	if len(evs) != 11 {
-		t.Fatalf("%d events, want 11: %+v", len(evs), evs)
+	if len(evs) != 12 {
+		t.Fatalf("%d events, want 12: %+v", len(evs), evs)
 	}
 	moves := ShardMoves(evs)
 	want := []struct {
