@@ -28,7 +28,7 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
-  gap: {task: tasks.sleep, every: 3s, args: [2, gap]}
+  gap: {task: tasks.sleep, every: 6s, args: [2, gap]}
   tick: {task: tasks.add, every: 1s, args: [1, 2]}
 `)
 	args := func(id string) []string {
@@ -53,9 +53,19 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 		if t.Failed() {
 			e, _ := entryOf(b.status(t), "gap")
 			t.Logf("gap's runs on b (looking for %s): %+v", taskID, e.Runs)
+			// Whether the worker had ended them tells a late worker from
+			// a report beatd lost (a CI run under load once saw neither
+			// this run's success nor two later ones within 10 s).
+			for _, x := range executions(t, rs, "gap") {
+				t.Logf("the worker ran gap %s from %s to %s", x.id,
+					time.UnixMilli(int64(x.start*1000)).UTC().Format(time.StampMilli), time.UnixMilli(int64(x.end*1000)).UTC().Format(time.StampMilli))
+			}
 		}
 	})
-	waitFor(t, 10*time.Second, "the run the worker finished in the gap shows succeeded on b", func() bool {
+	// The bound is a margin for a loaded CI machine, not the claim (the
+	// time it took is logged below). An entry's state lists its last
+	// three runs, so gap runs every 6 s: the run stays listed ~18 s.
+	waitFor(t, 15*time.Second, "the run the worker finished in the gap shows succeeded on b", func() bool {
 		e, _ := entryOf(b.status(t), "gap")
 		for _, r := range e.Runs {
 			if r.TaskID == taskID {
