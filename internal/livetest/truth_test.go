@@ -64,7 +64,8 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 	})
 	// The bound is a margin for a loaded CI machine, not the claim (the
 	// time it took is logged below). An entry's state lists its last
-	// three runs, so gap runs every 6 s: the run stays listed ~18 s.
+	// store.KeptRuns (3) runs, so gap runs every 6 s: the run stays
+	// listed ~18 s.
 	waitFor(t, 15*time.Second, "the run the worker finished in the gap shows succeeded on b", func() bool {
 		e, _ := entryOf(b.status(t), "gap")
 		for _, r := range e.Runs {
