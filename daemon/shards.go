@@ -141,6 +141,9 @@ type shardSet struct {
 	// (drain); a value on poke makes its registration say so at once.
 	draining atomic.Bool
 	poke     chan struct{}
+	// loads are, by shard, the other live replicas that load it or have
+	// loaded it (their registrations' Loading), as last read.
+	loads atomic.Pointer[[][]string]
 }
 
 // shard is one shard's leadership on this replica.
@@ -172,6 +175,9 @@ type shard struct {
 	// the campaign ends (shardSet.prepare).
 	preparing bool
 	prepared  func()
+	// loadingNow is set while prepare reads the entries (it holds the
+	// replica's one load), not while it waits for its turn.
+	loadingNow bool
 	// handing is set once this term is handed over (handOverOne), which
 	// it then is not again while it ends.
 	handing bool
@@ -479,6 +485,8 @@ func (s *shardSet) wants(sh *shard) bool {
 	switch {
 	case leader == s.id:
 		return true
+	case s.loadedElsewhere(sh):
+		return false
 	case leader == "":
 		// One it has loaded it keeps: a shard handed to it shows unled
 		// between the release and its win.
@@ -594,6 +602,7 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	)
 	select {
 	case s.loading <- struct{}{}:
+		s.setLoading(sh, true)
 		stop, err = s.defs(lctx, sh.i)
 		if err == nil && sh.state != nil {
 			// Its state too: the term then reads only what the last
@@ -622,12 +631,92 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 		}
 	}
 	sh.mu.Lock()
-	sh.preparing, sh.prepared = false, drop
+	sh.preparing, sh.prepared, sh.loadingNow = false, drop, false
 	sh.mu.Unlock()
+	s.pokeRegistration()
 	if withdrawn && err != nil {
 		return false, nil // no longer wanted: not a failure
 	}
 	return err == nil, err
+}
+
+// setLoading marks sh's entries as being read, and says so in the
+// replica's registration at once.
+func (s *shardSet) setLoading(sh *shard, on bool) {
+	sh.mu.Lock()
+	sh.loadingNow = on
+	sh.mu.Unlock()
+	s.pokeRegistration()
+}
+
+// pokeRegistration has the replica's registration written at once.
+func (s *shardSet) pokeRegistration() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// loadingShards are the shards whose entries this replica reads or holds
+// for a campaign (its registration's Loading).
+func (s *shardSet) loadingShards() []int {
+	var out []int
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if sh.loadingNow || sh.prepared != nil {
+			out = append(out, sh.i)
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// loadedElsewhere says whether this replica leaves sh, which it does not
+// lead, to another live replica that loads it or has loaded it (its
+// registration's Loading). A load takes seconds at scale and holds a
+// shard's worth of memory, and without it every replica owed a shard
+// loaded the same free one (the shards of a replica killed, or still
+// loading its cold-start share) and all but one dropped it. What this
+// replica has loaded it keeps; a load of its own under way gives way
+// only to a replica that ranks before it for the shard (rankFor), so of
+// two loads begun together one goes on.
+func (s *shardSet) loadedElsewhere(sh *shard) bool {
+	lp := s.loads.Load()
+	if lp == nil || len((*lp)[sh.i]) == 0 {
+		return false
+	}
+	sh.mu.Lock()
+	prepared, loading := sh.prepared != nil, sh.loadingNow
+	sh.mu.Unlock()
+	if prepared {
+		return false
+	}
+	if !loading {
+		return true
+	}
+	mine := s.rankFor(s.id, sh.i)
+	for _, o := range (*lp)[sh.i] {
+		if r := s.rankFor(o, sh.i); r < mine || (r == mine && o < s.id) {
+			return true
+		}
+	}
+	return false
+}
+
+// rankFor is replica id's place for shard i among the live replicas:
+// their sorted ids turned so that the one first holds rank 0 (first's
+// replica), the next rank 1, and so on; one not among them ranks last.
+func (s *shardSet) rankFor(id string, i int) int {
+	ids := s.ids.Load()
+	if ids == nil || len(*ids) == 0 {
+		return 0
+	}
+	n := len(*ids)
+	j := slices.Index(*ids, id)
+	if j < 0 {
+		return n
+	}
+	return ((j-i)%n + n) % n
 }
 
 // pending is how many shards this replica prepares or has prepared and
@@ -862,6 +951,7 @@ func (s *shardSet) readLive(ctx context.Context) {
 		return // keep the last count: an etcd outage moves nothing
 	}
 	var ids, all []string
+	loads := make([][]string, s.n)
 	for _, r := range reps {
 		if r.Draining {
 			continue // handing its shards over to exit
@@ -870,7 +960,13 @@ func (s *shardSet) readLive(ctx context.Context) {
 		if r.Broker == "ok" || r.Broker == "" {
 			ids = append(ids, r.ID)
 		}
+		for _, i := range r.Loading {
+			if r.ID != s.id && i >= 0 && i < s.n {
+				loads[i] = append(loads[i], r.ID)
+			}
+		}
 	}
+	s.loads.Store(&loads)
 	if len(ids) == 0 {
 		ids = all
 	}

@@ -71,8 +71,12 @@ func TestShardWants(t *testing.T) {
 		// unread: no live replicas read yet (else ids, or the view's
 		// leaders and d).
 		unread bool
-		shard  int
-		want   bool
+		// loads are the other replicas' registrations' Loading, by
+		// shard; loading are the shards d reads the entries of now.
+		loads   map[int][]string
+		loading []int
+		shard   int
+		want    bool
 	}{
 		{name: "a joiner, the shard of a replica 2 above its share", live: 4, view: leaders(), shard: 0, want: true},
 		{name: "a joiner, the shard of a replica 1 above", live: 4, view: leaders(), shard: 6, want: true},
@@ -92,6 +96,13 @@ func TestShardWants(t *testing.T) {
 		{name: "a shard a live replica let go", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, lastLeader: "a", shard: 2, want: true},
 		{name: "a shard handed to it, unled until it wins", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, prepared: []int{2}, shard: 2, want: true},
 		{name: "a dead replica's shard the other has not taken", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, shard: 2, want: true},
+		{name: "a free shard the other loads", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, loads: map[int][]string{2: {"a"}}, shard: 2},
+		{name: "a free shard both load, the other first for it", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, loads: map[int][]string{2: {"a"}}, loading: []int{2}, shard: 2},
+		{name: "a free shard both load, this one first for it", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, loads: map[int][]string{3: {"a"}}, loading: []int{3}, shard: 3, want: true},
+		{name: "a free shard the other loads, which this one has loaded", live: 2, view: leaders(2, 3), ids: []string{"a", "d"}, freeFor: shardFreeWait, loads: map[int][]string{2: {"a"}}, prepared: []int{2}, shard: 2, want: true},
+		{name: "a shard of a dead leader", live: 3, view: leaders(), ids: []string{"a", "b", "d"}, shard: 12, want: true},
+		{name: "a shard of a dead leader another survivor loads", live: 3, view: leaders(), ids: []string{"a", "b", "d"}, loads: map[int][]string{12: {"b"}}, shard: 12},
+		{name: "a shard of a dead leader another survivor loads, not this one", live: 3, view: leaders(), ids: []string{"a", "b", "d"}, loads: map[int][]string{12: {"b"}}, shard: 13, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testShardSet("d", 16, tc.live, tc.view)
@@ -124,6 +135,16 @@ func TestShardWants(t *testing.T) {
 			}
 			for _, i := range tc.quiet {
 				s.shards[i].handedAt = s.clock.Now()
+			}
+			for _, i := range tc.loading {
+				s.shards[i].loadingNow = true
+			}
+			if tc.loads != nil {
+				loads := make([][]string, 16)
+				for i, ids := range tc.loads {
+					loads[i] = ids
+				}
+				s.loads.Store(&loads)
 			}
 			if got := s.wants(s.shards[tc.shard]); got != tc.want {
 				t.Errorf("wants(shard %d) = %v, want %v", tc.shard, got, tc.want)

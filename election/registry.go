@@ -32,8 +32,12 @@ type Replica struct {
 	Broker string `json:"broker,omitempty"`
 	// Draining is set while the replica hands its shards over before it
 	// exits: the others count it out of their shares.
-	Draining bool      `json:"draining,omitempty"`
-	Updated  time.Time `json:"updated"`
+	Draining bool `json:"draining,omitempty"`
+	// Loading are the shards whose entries the replica is loading, or has
+	// loaded, to campaign for them: the other replicas leave those to it
+	// rather than load them too.
+	Loading []int     `json:"loading,omitempty"`
+	Updated time.Time `json:"updated"`
 	// LeaderToken and LeaderSince are set while the replica leads: its
 	// term's token and when it was elected.
 	LeaderToken int64     `json:"leader_token,omitempty"`
@@ -62,8 +66,11 @@ type RegistryConfig struct {
 	// Draining says whether the replica is draining (Replica.Draining);
 	// nil means never. A value on Poke writes the registration at once.
 	Draining func() bool
-	Poke     <-chan struct{}
-	Logger   *slog.Logger
+	// Loading says which shards the replica loads (Replica.Loading); nil
+	// means none. A change is written at the next value on Poke.
+	Loading func() []int
+	Poke    <-chan struct{}
+	Logger  *slog.Logger
 	// Clock times the refreshes and stamps Updated; the real clock if nil.
 	Clock clockwork.Clock
 }
@@ -187,6 +194,10 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 		}
 	}
 	r.Draining = cfg.Draining != nil && cfg.Draining()
+	r.Loading = nil
+	if cfg.Loading != nil {
+		r.Loading = cfg.Loading()
+	}
 	r.Updated = cfg.Clock.Now().UTC()
 	r.LeaderToken, r.LeaderSince = 0, time.Time{}
 	if cfg.Leading != nil {

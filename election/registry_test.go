@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,5 +118,43 @@ func TestRegistrationOutlivesSlowRefreshes(t *testing.T) {
 				t.Fatalf("the registration lapsed at revision %d while the replica ran", ev.Kv.ModRevision)
 			}
 		}
+	}
+}
+
+// TestRegistrationSaysLoadingAtPoke: the shards a replica loads are in
+// its registration as soon as it pokes it, not at its next refresh
+// (another replica that reads them loads other shards instead).
+func TestRegistrationSaysLoadingAtPoke(t *testing.T) {
+	srv := testutil.MustStartEmbeddedEtcd(t)
+	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
+	var loading atomic.Pointer[[]int]
+	loading.Store(&[]int{})
+	poke := make(chan struct{}, 1)
+	cfg := RegistryConfig{Client: cli, Prefix: prefix + "loading/", TTL: 2 * time.Second, Every: time.Hour, Poke: poke,
+		Loading: func() []int { return *loading.Load() }}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Register(ctx, cfg, Replica{ID: "a"})
+	}()
+	defer func() { stop(); <-done }()
+	get := func() []Replica {
+		rs, err := Replicas(context.Background(), cli, cfg.Prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	waitUntil(t, "registered", func() bool { return len(get()) == 1 })
+	if rs := get(); len(rs[0].Loading) != 0 {
+		t.Fatalf("loading before any load: %+v", rs[0])
+	}
+	for _, want := range [][]int{{3, 7}, nil} {
+		loading.Store(&want)
+		poke <- struct{}{}
+		testutil.EventuallyEvery(t, 2*time.Second, 10*time.Millisecond, fmt.Sprintf("loading %v registered", want), func() bool {
+			return slices.Equal(get()[0].Loading, want)
+		})
 	}
 }
