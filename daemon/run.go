@@ -153,6 +153,10 @@ type Main struct {
 	// size: tuneRuntime, or nothing where Main is not the process's only
 	// tenant (tests run several in one process).
 	tune func(entries int)
+	// release returns the heap's free memory to the OS once a shard's
+	// entries are loaded: returnMemory, or nothing where Main is not the
+	// process's only tenant.
+	release func()
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -271,6 +275,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1,
 			ShardDrain: shardDrainBudget},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)}, tune: tuneRuntime,
+		release: returnMemory,
 	}
 }
 

@@ -131,7 +131,8 @@ type shardSet struct {
 	hold func() time.Duration // shardDeps.hold
 	// defs is shardDeps.defs: a shard's entries, loaded by prepare before
 	// the replica campaigns for it.
-	defs func(ctx context.Context, i int) (stop func(), err error)
+	defs    func(ctx context.Context, i int) (stop func(), err error)
+	release func() // shardDeps.release
 	// prepMu makes prepare's check of the share and its reservation one
 	// step across the shards' campaigns.
 	prepMu sync.Mutex
@@ -243,10 +244,13 @@ type shardDeps struct {
 	// before its scheduler runs, and stop drops them when the term ends
 	// (shardDefs).
 	defs func(ctx context.Context, i int) (stop func(), err error)
+	// release, when set, returns free memory to the OS after each load
+	// (Main.release).
+	release func()
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
-	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs,
+	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs, release: d.release,
 		poke: make(chan struct{}, 1), loading: make(chan struct{}, 1),
 		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
@@ -610,6 +614,11 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 			if werr := sh.state.Warm(lctx); werr != nil && lctx.Err() == nil {
 				s.log.Warn("reading a shard's state ahead of its term failed; the term reads it whole", "shard", sh.i, "err", werr)
 			}
+		}
+		if err == nil && s.release != nil {
+			// Before the next load starts, so that one's garbage
+			// reuses these pages rather than adding to them.
+			s.release()
 		}
 		<-s.loading
 	case <-lctx.Done():
@@ -1250,7 +1259,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
-		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs,
+		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs, release: m.release,
 	}, m.registry, m.log)
 }
 
