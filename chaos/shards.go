@@ -132,7 +132,7 @@ func ShardMoves(evs []ShardEvent) []ShardMove {
 		switch e.Msg {
 		case ShardHandover:
 			if handing[key] {
-				continue // the same term handed over again (beatd before round 26): one move, from the first
+				continue // the same term handed over again (a release that logged it twice): one move, from the first
 			}
 			handing[key] = true
 		case ShardTermOver:

@@ -606,7 +606,7 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	)
 	select {
 	case s.loading <- struct{}{}:
-		s.setLoading(sh, true)
+		s.setLoading(sh)
 		stop, err = s.defs(lctx, sh.i)
 		if err == nil && sh.state != nil {
 			// Its state too: the term then reads only what the last
@@ -650,10 +650,11 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 }
 
 // setLoading marks sh's entries as being read, and says so in the
-// replica's registration at once.
-func (s *shardSet) setLoading(sh *shard, on bool) {
+// replica's registration at once (prepare clears it with the load's
+// outcome).
+func (s *shardSet) setLoading(sh *shard) {
 	sh.mu.Lock()
-	sh.loadingNow = on
+	sh.loadingNow = true
 	sh.mu.Unlock()
 	s.pokeRegistration()
 }
@@ -1018,10 +1019,7 @@ func (s *shardSet) drain(ctx context.Context, budget time.Duration) {
 		return
 	}
 	s.draining.Store(true)
-	select {
-	case s.poke <- struct{}{}:
-	default:
-	}
+	s.pokeRegistration()
 	s.log.Info("draining: handing every shard over to a replica that has loaded it", "held", s.held(), "budget", budget.String())
 	t := s.clock.NewTicker(shardDrainEvery)
 	defer t.Stop()
