@@ -503,7 +503,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if pub == nil {
 		redisOpts = redisbroker.Options{Cluster: cluster, KeyPrefix: keys.RedisPrefix(m.RedisPrefix, cluster), DedupTTL: dedup, Clock: m.clock,
 			TriggerTTL: m.TriggerTTL, History: noneIfZero(m.RunHistory), MinReplicas: minReplicas, MinReplicasTimeout: m.MinReplicasTO, ReplicaShortfalls: shortfalls,
-			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb)}
+			SentEventsFrom: m.sentEventsFrom(), SentEventsDB: clientDB(m.rdb), Scratch: redisbroker.NewScratch()}
 		m.pub = redisbroker.New(m.rdb, redisOpts)
 		probed := cfg
 		if m.Shards > 1 {

@@ -2,8 +2,14 @@ package redis
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,5 +134,81 @@ func TestRaiseShardFences(t *testing.T) {
 	}
 	if got, _ := client.Get(ctx, prefix+"fence").Int64(); got != 200 {
 		t.Errorf("unsharded fence = %d after a resize to 1, want 200", got)
+	}
+}
+
+// TestShardsShareScratch: the Publishers of a replica's shards share one
+// Scratch, publishing at once. Every message still carries its own
+// entry's args and task id (a plan reused while another publish still
+// read it would mix them), and the Scratch keeps no more plans than its
+// bound.
+func TestShardsShareScratch(t *testing.T) {
+	rs := testutil.MustStartRedis(t)
+	client := rs.Client()
+	ctx := context.Background()
+	scratch := &Scratch{max: 1}
+	const shards, publishes, batch = 4, 20, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, shards)
+	want := map[string]int{} // argsrepr -> messages
+	for s := range shards {
+		p := New(client, Options{Cluster: "beatd/test", KeyPrefix: "beatd:{test}:", Shard: strconv.Itoa(s), Scratch: scratch})
+		if err := p.RaiseFence(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		// Args of distinct lengths, so a mixed-up span shows.
+		task := namedTask(t, "e"+strconv.Itoa(s), fmt.Sprintf("{task: tasks.add, every: 1s, args: [%q]}", strings.Repeat("x", 10*(s+1))))
+		want[fmt.Sprintf("['%s']", strings.Repeat("x", 10*(s+1)))] = publishes * batch
+		wg.Go(func() {
+			res := make([]broker.Result, batch)
+			for k := range publishes {
+				secs := make([]int, batch)
+				for i := range secs {
+					secs[i] = k*batch + i
+				}
+				if err := p.Publish(ctx, 1, slotFires(task, secs...), res); err != nil {
+					errs <- fmt.Errorf("shard %d: %w", s, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	ids := map[string]bool{}
+	for _, raw := range client.LRange(ctx, "celery", 0, -1).Val() {
+		var msg struct {
+			Headers struct {
+				ID       string `json:"id"`
+				ArgsRepr string `json:"argsrepr"`
+			} `json:"headers"`
+			Body []byte `json:"body"` // base64, as Kombu writes it
+		}
+		var body [3]json.RawMessage // args, kwargs, embed
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &msg); err != nil {
+			t.Fatalf("message %q: %v", raw, err)
+		}
+		if err := json.Unmarshal(msg.Body, &body); err != nil {
+			t.Fatalf("body %q: %v", msg.Body, err)
+		}
+		if err := json.Unmarshal(body[0], &args); err != nil || fmt.Sprintf("['%s']", args[0]) != msg.Headers.ArgsRepr {
+			t.Fatalf("body args %s (%v) disagree with argsrepr %s", body[0], err, msg.Headers.ArgsRepr)
+		}
+		got[msg.Headers.ArgsRepr]++
+		ids[msg.Headers.ID] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("messages by args = %v, want %v", got, want)
+	}
+	if len(ids) != shards*publishes*batch {
+		t.Errorf("%d distinct task ids, want %d", len(ids), shards*publishes*batch)
+	}
+	if n := len(scratch.free); n != 1 {
+		t.Errorf("scratch keeps %d plans, want its bound 1", n)
 	}
 }
