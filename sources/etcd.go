@@ -116,8 +116,16 @@ func (s *Entries) scan(ctx context.Context, fn func(Doc)) (int64, error) {
 }
 
 // docOf is a key-value stored under the definitions prefix p as a Doc.
+// Its name is a string of its own: trimmed from the whole key, the name
+// kept in the Merger's maps would hold the prefix's bytes too, once per
+// entry: a sharded key's prefix (".../shards/<i>/defs/") is often longer
+// than the name.
 func docOf(p string, kv *mvccpb.KeyValue) Doc {
-	return Doc{Name: strings.TrimPrefix(string(kv.Key), p), Data: kv.Value, ModRevision: kv.ModRevision}
+	name := kv.Key
+	if len(name) >= len(p) && string(name[:len(p)]) == p {
+		name = name[len(p):]
+	}
+	return Doc{Name: string(name), Data: kv.Value, ModRevision: kv.ModRevision}
 }
 
 // Get returns one runtime entry.
