@@ -578,9 +578,9 @@ func (p *Publisher) remember(flights []flight, errs []error, results []broker.Re
 // Scratch keeps publish scratch space (plans) for reuse. A plan's
 // buffers grow to its largest publish, up to planMax fires: ~4 MB at
 // 900,000 entries. A replica leading 6 of 16 shards kept one per shard,
-// 23 MB. Its shards' Publishers share one Scratch, which keeps no more
-// plans than the process has CPUs: publishes beyond that wait on Redis,
-// not on encoding, and a plan made for them is dropped after.
+// 23 MB. Its shards' Publishers share one Scratch, which keeps at most
+// GOMAXPROCS plans: more publishes at once than that are rare (shards'
+// bursts meeting), and a plan made for one of them is dropped after it.
 type Scratch struct {
 	mu   sync.Mutex
 	free []*plan

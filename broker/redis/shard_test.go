@@ -212,3 +212,45 @@ func TestShardsShareScratch(t *testing.T) {
 		t.Errorf("scratch keeps %d plans, want its bound 1", n)
 	}
 }
+
+// TestScratchKeeps: a Scratch keeps up to its bound of plans, and never
+// one of a publish larger than planMax, whose buffers would stay that
+// large.
+func TestScratchKeeps(t *testing.T) {
+	plans := func(sizes ...int) []*plan {
+		var out []*plan
+		for _, n := range sizes {
+			out = append(out, &plan{order: make([]int, n)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		max  int
+		put  []*plan
+		kept int
+	}{
+		{"under the bound", 2, plans(10), 1},
+		{"at the bound", 2, plans(10, 20, 30), 2},
+		{"a large publish's", 2, plans(planMax + 1), 0},
+		{"planMax itself", 1, plans(planMax), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Scratch{max: tc.max}
+			for _, pl := range tc.put {
+				s.put(pl)
+			}
+			if len(s.free) != tc.kept {
+				t.Fatalf("kept %d plans, want %d", len(s.free), tc.kept)
+			}
+			for range tc.kept {
+				if pl := s.get(); !slices.Contains(tc.put, pl) {
+					t.Fatal("get made a new plan while one was kept")
+				}
+			}
+			if s.get() == nil || len(s.free) != 0 {
+				t.Fatal("an empty Scratch did not make a new plan")
+			}
+		})
+	}
+}
