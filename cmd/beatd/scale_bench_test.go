@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/testkit/harness"
 	"github.com/beatd/beatd/testkit/soak"
+	"github.com/beatd/beatd/testkit/tenants"
 	"github.com/beatd/beatd/testkit/testutil"
 )
 
@@ -30,62 +30,17 @@ var (
 	scaleHeap   = flag.String("scale-heap", "", "bench-scale: a directory for heap profiles of the leader before the kill and the new leader after it")
 )
 
-// tenantFile writes n runtime entries as SaaS tenants have them, phases
-// spread: intervals from 1 min to 1 day (mostly hourly and slower),
-// crontabs every 1–12 hours in six zones, one-offs. At a million entries
-// they fire ~300 times a second.
+// tenantFile writes n runtime entries as SaaS tenants have them
+// (tenants.Write) to path.
 func tenantFile(t *testing.T, path string, n int) {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(uint64(n), 7))
-	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney", "America/Sao_Paulo"}
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := newLineWriter(f)
-	w.printf("entries:\n")
-	for i := range n {
-		name := fmt.Sprintf("tenant-%07d", i)
-		switch k := i % 10; {
-		case k < 6:
-			// 1 min 1%, 5 min 4%, 1 h 45%, 6 h 25%, 1 day 25%.
-			every := 86400
-			switch p := rng.IntN(100); {
-			case p < 1:
-				every = 60
-			case p < 5:
-				every = 300
-			case p < 50:
-				every = 3600
-			case p < 75:
-				every = 21600
-			}
-			w.printf("  %s: {task: tasks.sync, every: %ds, start_at: '2026-01-01T%02d:%02d:%02dZ', args: [%d]}\n",
-				name, every, rng.IntN(24), rng.IntN(60), rng.IntN(60), i)
-		case k < 9:
-			w.printf("  %s: {task: tasks.report, crontab: {minute: '%d', hour: '*/%d'}, timezone: %s, kwargs: {tenant: %d}}\n",
-				name, rng.IntN(60), []int{1, 2, 3, 4, 6, 12}[rng.IntN(6)], zones[rng.IntN(len(zones))], i)
-		default:
-			w.printf("  %s: {task: tasks.remind, at: '2027-%02d-%02dT%02d:00:00Z', args: [%d]}\n",
-				name, 1+rng.IntN(12), 1+rng.IntN(28), rng.IntN(24), i)
-		}
-	}
-	if err := w.err; err != nil {
+	if err := tenants.Write(f, n); err != nil {
 		t.Fatal(err)
-	}
-}
-
-type lineWriter struct {
-	w   io.Writer
-	err error
-}
-
-func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{w: w} }
-
-func (l *lineWriter) printf(format string, a ...any) {
-	if l.err == nil {
-		_, l.err = fmt.Fprintf(l.w, format, a...)
 	}
 }
 
