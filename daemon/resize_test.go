@@ -115,6 +115,15 @@ func TestShardResize(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Close revokes a's registration (best effort, within a second);
+	// one -race run in three still listed it right after Close, and its
+	// lease ends it within its TTL (2 s) anyway. The refusals below are
+	// of a stopped cluster, so wait for it to be one, as an operator
+	// does.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "a's registration gone", func() bool {
+		resp, err := cli.Get(ctx, keys.Replicas(prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
 	before := shardStates(t, cli, prefix, 4)
 	if len(before) != entries {
 		t.Fatalf("%d states after the first run, want %d", len(before), entries)
