@@ -131,6 +131,7 @@ func TestRuntimeEntriesWrittenJustBeforeAStop(t *testing.T) {
 			n := 1
 			if tc.resize > 0 {
 				n = tc.resize
+				waitUnregistered(t, cli, prefix)
 				redisPrefix := keys.RedisPrefix("", keys.Cluster(prefix))
 				res, err := reshard.Resize(ctx, reshard.Options{Client: cli, Prefix: prefix, To: n, By: "test",
 					RaiseFences: func(ctx context.Context, floor int64, from, to int) error {

@@ -523,7 +523,7 @@ func checkStopped(ctx context.Context, cli *clientv3.Client, prefix string) erro
 		for i, r := range reps {
 			ids[i] = r.ID
 		}
-		return fmt.Errorf("%w: %d replica(s) running (%s): resize is offline; stop every replica first", ErrRefused, len(reps), strings.Join(ids, ", "))
+		return fmt.Errorf("%w: %d replica(s) registered (%s): running, or stopped less than its lease TTL ago; resize is offline; stop every replica first", ErrRefused, len(reps), strings.Join(ids, ", "))
 	}
 	elections := []string{keys.Leaders(prefix)}
 	for i := range MaxShards {
