@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"iter"
 	"math"
 	"os"
@@ -249,7 +248,7 @@ type decoder struct {
 	file  string
 	opt   Options
 	errs  Errors
-	seen  map[string]int // entry name -> line
+	seen  map[string]int // entry name -> line; nil for one entry's document
 	whole bool           // never chunk (tests compare both ways)
 	// plain holds, per zone, the options of entries that set none of
 	// their own: shared, because most entries of a large schedule have
@@ -401,13 +400,15 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 		}
 	}
 	h.Write([]byte(cfg.Timezone.String()))
+	var buf []byte
 	if f, ok := top["amqp"]; ok {
 		cfg.AMQP = d.amqp(f.val)
 	}
 	def := &defaults{catchup: CatchupOnce, catchupWindow: DefaultCatchupWindow, maxCatchup: DefaultMaxCatchup, enabled: true,
 		run: runPolicy{overlap: OverlapAllow}}
 	if f, ok := top["defaults"]; ok {
-		hashNode(h, f.val)
+		buf = appendNodeHash(buf[:0], f.val, "")
+		h.Write(buf)
 		df := d.fields(f.val, "defaults", defaultKeys)
 		if o, ok := df["options"]; ok {
 			def.options = d.fields(o.val, "defaults.options", optionKeys)
@@ -416,7 +417,8 @@ func (d *decoder) header(doc *yaml.Node) (*Config, *defaults, *yaml.Node) {
 		d.runPolicyFields(df, &def.run)
 	}
 	if f, ok := top["calendars"]; ok {
-		hashNode(h, f.val)
+		buf = appendNodeHash(buf[:0], f.val, "")
+		h.Write(buf)
 		def.calendars = d.calendars(f.val)
 		cfg.Calendars = def.calendars
 	}
@@ -451,11 +453,13 @@ func (d *decoder) entries(en *yaml.Node, cfg *Config, def *defaults) {
 			d.errorf(k, "%v", err)
 			continue
 		}
-		if line, dup := d.seen[name]; dup {
-			d.errorf(k, "duplicate entry %q (first at line %d)", name, line)
-			continue
+		if d.seen != nil {
+			if line, dup := d.seen[name]; dup {
+				d.errorf(k, "duplicate entry %q (first at line %d)", name, line)
+				continue
+			}
+			d.seen[name] = k.Line
 		}
-		d.seen[name] = k.Line
 		if d.keep != nil && !d.keep(name) {
 			continue
 		}
@@ -469,23 +473,39 @@ func (d *decoder) finish(cfg *Config) {
 	sort.Slice(cfg.Entries, func(i, j int) bool { return cfg.Entries[i].Name < cfg.Entries[j].Name })
 }
 
-// hashNode feeds a node's content (not its position) to h, so an entry's
-// fingerprint changes exactly when what it says changes.
-func hashNode(h hash.Hash, n *yaml.Node) {
+// appendNodeHash appends a node's content (not its position) to buf, the
+// bytes an entry's fingerprint hashes, so it changes exactly when what
+// the entry says changes. A key skip at the top mapping is left out, as if
+// absent (defined_at: when a definition was written is not what it says).
+// Appending to one buffer, hashed once, rather than writing each string to
+// a hash.Hash: each Write converted its string to a fresh []byte, a
+// tenth of a runtime entry's parse garbage.
+func appendNodeHash(buf []byte, n *yaml.Node, skip string) []byte {
 	n = deref(n)
 	if n == nil {
-		return
+		return buf
 	}
-	var kind [1]byte
-	kind[0] = byte(n.Kind)
-	h.Write(kind[:])
-	h.Write([]byte(n.Tag))
-	h.Write([]byte{0})
-	h.Write([]byte(n.Value))
-	h.Write([]byte{0, byte(len(n.Content)), byte(len(n.Content) >> 8)})
-	for _, c := range n.Content {
-		hashNode(h, c)
+	content := len(n.Content)
+	if skip != "" && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == skip {
+				content -= 2
+			}
+		}
 	}
+	buf = append(buf, byte(n.Kind))
+	buf = append(buf, n.Tag...)
+	buf = append(buf, 0)
+	buf = append(buf, n.Value...)
+	buf = append(buf, 0, byte(content), byte(content>>8))
+	for i := 0; i < len(n.Content); i++ {
+		if skip != "" && n.Kind == yaml.MappingNode && i%2 == 0 && i+1 < len(n.Content) && n.Content[i].Value == skip {
+			i++
+			continue
+		}
+		buf = appendNodeHash(buf, n.Content[i], "")
+	}
+	return buf
 }
 
 // yamlError turns yaml.v3's "yaml: line N: msg" into a positioned error.
@@ -555,9 +575,8 @@ func scalar(n *yaml.Node) string {
 
 func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, def *defaults) *Entry {
 	before := len(d.errs)
-	h := sha256.New()
-	h.Write(def.hash[:])
-	hashNode(h, withoutDefinedAt(n))
+	var hashBuf [512]byte // on the stack: a runtime entry's hash input fits
+	fingerprint := sha256.Sum256(appendNodeHash(append(hashBuf[:0], def.hash[:]...), n, definedAtKey))
 	allowed := entryKeys
 	if d.file == docFile {
 		allowed = docEntryKeys
@@ -689,8 +708,7 @@ func (d *decoder) entry(name string, key, n *yaml.Node, defLoc *time.Location, d
 	if len(d.errs) > before {
 		return nil
 	}
-	var sum [sha256.Size]byte
-	copy(e.Fingerprint[:], h.Sum(sum[:0]))
+	copy(e.Fingerprint[:], fingerprint[:])
 	return e
 }
 

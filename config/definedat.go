@@ -49,24 +49,6 @@ func (d *decoder) definedAt(n *yaml.Node) uint32 {
 	return 0
 }
 
-// withoutDefinedAt is the entry node n without its defined_at: when a
-// definition was written shapes none of its slots or messages, so writing
-// the same definition again leaves its Fingerprint as it was.
-func withoutDefinedAt(n *yaml.Node) *yaml.Node {
-	n = deref(n)
-	if n == nil || n.Kind != yaml.MappingNode {
-		return n
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == definedAtKey {
-			c := *n
-			c.Content = slices.Concat(n.Content[:i], n.Content[i+2:])
-			return &c
-		}
-	}
-	return n
-}
-
 // StampDefinedAt returns the JSON object doc with defined_at set to t (in
 // UTC, to the millisecond) as its first member, any defined_at of its own
 // replaced: the entries API stamps each definition it writes, and a

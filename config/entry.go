@@ -44,7 +44,6 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 	d := &decoder{file: docFile, shared: def, opt: c.options()}
 	// The name is checked by the file's own loop: a one-entry mapping.
 	key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name, Line: 0, Column: 0}
-	d.seen = map[string]int{}
 	cfg := &Config{Timezone: loc}
 	d.entries(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{key, body}}, cfg, def)
 	if len(d.errs) > 0 {

@@ -35,22 +35,77 @@ func jsonNode(data []byte) (*yaml.Node, bool) {
 func JSONNode(data []byte) (*yaml.Node, bool) { return readJSONNode(data) }
 
 func readJSONNode(data []byte) (*yaml.Node, bool) {
-	p := jsonParser{data: data}
+	n := countJSONNodes(data)
+	// Every node but the root is in one Content, and the stack holds at
+	// most every node: one allocation for both.
+	ptrs := make([]*yaml.Node, 2*n)
+	p := jsonParser{data: data, nodes: make([]yaml.Node, 0, n), ptrs: ptrs[:0:n], stack: ptrs[n:n]}
 	p.ws()
 	if p.i >= len(data) || data[p.i] != '{' {
 		return nil, false
 	}
-	n, ok := p.value(0)
+	root, ok := p.value(0)
 	if !ok {
 		return nil, false
 	}
 	p.ws()
-	return n, p.i == len(data)
+	return root, p.i == len(data)
 }
 
+// jsonParser builds the tree in two slabs, sized by countJSONNodes: its
+// nodes, and its Content slices. A runtime entry's tree is a dozen nodes
+// that live only while the entry is decoded, and allocating each (and
+// growing each Content by append) was ~40% of a leader's parse garbage
+// at start. The tree is used and dropped whole, so one slab keeping the
+// rest alive costs nothing.
 type jsonParser struct {
-	data []byte
-	i    int
+	data  []byte
+	i     int
+	nodes []yaml.Node  // the node slab
+	ptrs  []*yaml.Node // the Content slab
+	stack []*yaml.Node // the children of the containers being read
+}
+
+// countJSONNodes counts the nodes of a JSON document: strings (keys
+// too), containers, and other scalars (each begins after ':', ',' or
+// '['). A count off for input that is not JSON costs only a fresh
+// allocation (jsonParser.node), never a wrong tree.
+func countJSONNodes(data []byte) int {
+	n := 0
+	inStr, esc := false, false
+	var prev byte // the last structural character outside strings
+	for _, c := range data {
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+			n++
+		case '{', '[':
+			n++
+			prev = c
+		case ':', ',':
+			prev = c
+		case '}', ']':
+			prev = 0
+		case ' ', '\t', '\n', '\r':
+		default:
+			if prev == ':' || prev == ',' || prev == '[' {
+				n++
+			}
+			prev = 0
+		}
+	}
+	return n
 }
 
 // maxJSONDepth bounds nesting; deeper documents go to yaml.v3 (and its
@@ -69,7 +124,29 @@ func (p *jsonParser) ws() {
 }
 
 func (p *jsonParser) node(kind yaml.Kind, tag string, at int) *yaml.Node {
-	return &yaml.Node{Kind: kind, Tag: tag, Line: 1, Column: at + 1}
+	if len(p.nodes) == cap(p.nodes) {
+		// Past the count (not JSON): a new slab, so that the nodes
+		// already handed out are not copied.
+		p.nodes = make([]yaml.Node, 0, 8)
+	}
+	p.nodes = append(p.nodes, yaml.Node{Kind: kind, Tag: tag, Line: 1, Column: at + 1})
+	return &p.nodes[len(p.nodes)-1]
+}
+
+// content moves the children pushed since base off the stack into the
+// Content slab.
+func (p *jsonParser) content(base int) []*yaml.Node {
+	kids := p.stack[base:]
+	if len(kids) == 0 {
+		return nil
+	}
+	if cap(p.ptrs)-len(p.ptrs) < len(kids) {
+		p.ptrs = make([]*yaml.Node, 0, max(len(kids), 8))
+	}
+	at := len(p.ptrs)
+	p.ptrs = append(p.ptrs, kids...)
+	p.stack = p.stack[:base]
+	return p.ptrs[at:len(p.ptrs):len(p.ptrs)]
 }
 
 func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
@@ -87,6 +164,7 @@ func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
 			p.i++
 			return n, true
 		}
+		base := len(p.stack)
 		for {
 			p.ws()
 			if p.i >= len(p.data) || p.data[p.i] != '"' {
@@ -96,8 +174,8 @@ func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
 			if !ok {
 				return nil, false
 			}
-			for j := 0; j < len(n.Content); j += 2 {
-				if n.Content[j].Value == k.Value {
+			for j := base; j < len(p.stack); j += 2 {
+				if p.stack[j].Value == k.Value {
 					return nil, false
 				}
 			}
@@ -111,13 +189,14 @@ func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
 			if !ok {
 				return nil, false
 			}
-			n.Content = append(n.Content, k, v)
+			p.stack = append(p.stack, k, v)
 			p.ws()
 			if p.i >= len(p.data) {
 				return nil, false
 			}
 			if p.data[p.i] == '}' {
 				p.i++
+				n.Content = p.content(base)
 				return n, true
 			}
 			if p.data[p.i] != ',' {
@@ -134,19 +213,21 @@ func (p *jsonParser) value(depth int) (*yaml.Node, bool) {
 			p.i++
 			return n, true
 		}
+		base := len(p.stack)
 		for {
 			p.ws()
 			v, ok := p.value(depth + 1)
 			if !ok {
 				return nil, false
 			}
-			n.Content = append(n.Content, v)
+			p.stack = append(p.stack, v)
 			p.ws()
 			if p.i >= len(p.data) {
 				return nil, false
 			}
 			if p.data[p.i] == ']' {
 				p.i++
+				n.Content = p.content(base)
 				return n, true
 			}
 			if p.data[p.i] != ',' {

@@ -46,6 +46,9 @@ func checkJSONNode(t testing.TB, doc string) (fast bool) {
 	seen := map[pos]bool{}
 	var walk func(*yaml.Node)
 	walk = func(n *yaml.Node) {
+		if len(n.Content) > 0 && cap(n.Content) != len(n.Content) {
+			t.Fatalf("%s: a Content with room past its end (an append would write into its neighbour's)", doc)
+		}
 		if seen[pos{n.Line, n.Column}] {
 			t.Fatalf("%s: two nodes at %d:%d (error pointers need unique positions)", doc, n.Line, n.Column)
 		}
@@ -55,6 +58,11 @@ func checkJSONNode(t testing.TB, doc string) (fast bool) {
 		}
 	}
 	walk(n)
+	// The slabs are sized by the count: exact for every document taken,
+	// so a parse allocates each slab once.
+	if c := countJSONNodes([]byte(doc)); c != len(seen) {
+		t.Fatalf("%s: countJSONNodes %d, the tree has %d nodes", doc, c, len(seen))
+	}
 	return true
 }
 
