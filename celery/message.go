@@ -97,10 +97,15 @@ type amqpParts struct {
 }
 
 // Validate reports whether e can be compiled, without building anything.
-func Validate(e *Spec) error {
-	for i := 0; i < e.Options.Headers.Len(); i++ {
-		if k := e.Options.Headers.Keys[i]; ReservedHeaders[k] {
-			return fmt.Errorf("celery: entry %q: header %q is reserved", e.Name, k)
+func Validate(e *Spec) error { return ValidateOptions(e.Name, &e.Options) }
+
+// ValidateOptions is Validate of the entry called name sending with o:
+// what a Spec adds to them cannot fail. A leader validates every entry it
+// loads, and building a Spec for it copied the options each time.
+func ValidateOptions(name string, o *SendOptions) error {
+	for i := 0; i < o.Headers.Len(); i++ {
+		if k := o.Headers.Keys[i]; ReservedHeaders[k] {
+			return fmt.Errorf("celery: entry %q: header %q is reserved", name, k)
 		}
 	}
 	return nil

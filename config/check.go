@@ -49,4 +49,9 @@ func CheckFile(path string, opt Options) (*Config, error) {
 
 // CheckEntry reports whether e's messages can be built, as the scheduler
 // will build them (celery.Validate of its Spec).
-func CheckEntry(e *Entry) error { return celery.Validate(e.Spec()) }
+func CheckEntry(e *Entry) error {
+	if e.Options == nil {
+		return nil // no options: nothing of the Spec can fail
+	}
+	return celery.ValidateOptions(e.Name, e.Options)
+}
