@@ -362,10 +362,23 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 
 // split is cfg's entries by shard, each part a config of its own.
 func (s *shardSet) split(cfg *config.Config) []*config.Config {
+	// Each shard's list sized first: a reload at each shard load splits
+	// every held entry, and growing the lists by append was the garbage
+	// of copying them twice over.
+	of := make([]uint16, len(cfg.Entries))
+	counts := make([]int, s.n)
+	for j, e := range cfg.Entries {
+		of[j] = uint16(keys.ShardOf(e.Name, s.n))
+		counts[of[j]]++
+	}
 	lists := make([][]*config.Entry, s.n)
-	for _, e := range cfg.Entries {
-		i := keys.ShardOf(e.Name, s.n)
-		lists[i] = append(lists[i], e)
+	for i, c := range counts {
+		if c > 0 {
+			lists[i] = make([]*config.Entry, 0, c)
+		}
+	}
+	for j, e := range cfg.Entries {
+		lists[of[j]] = append(lists[of[j]], e)
 	}
 	parts := make([]*config.Config, s.n)
 	for i := range parts {
