@@ -165,6 +165,13 @@ func (t *Table) Buckets() int { return len(t.enc) }
 
 func (t *Table) bucketOf(name string) int { return bucketOf(name, len(t.enc)) }
 
+// bucketOfBytes is bucketOf of a name as stored in a bucket's records.
+func (t *Table) bucketOfBytes(name []byte) int {
+	h := fnv.New32a()
+	h.Write(name)
+	return int(h.Sum32() % uint32(len(t.enc)))
+}
+
 // suffix is bucket b's key under the state prefix.
 func (t *Table) suffix(b int) string { return bucketSuffix(t.digits, b) }
 
@@ -607,27 +614,31 @@ var errCorrupt = errors.New("corrupt state bucket")
 // record stored in the wrong bucket (a layout that hashed differently) is
 // moved to its own, which is then dirty.
 func (t *Table) loadBucket(b []byte) error {
-	var recs []EntryState
-	if err := eachRecord(b, func(st EntryState) { recs = append(recs, st) }); err != nil {
+	// A first pass only looks at the names: at a load, nearly every
+	// bucket is already in this layout and kept encoded as read, and
+	// decoding each into a list of states first (a string per name) was
+	// as much garbage as the table it loaded.
+	home, n, one := -1, 0, true
+	if err := walkRecords(b, func(name []byte, _ EntryState) bool {
+		i := t.bucketOfBytes(name)
+		if home < 0 {
+			home = i
+		}
+		one = one && i == home
+		n++
+		return true
+	}); err != nil {
 		return err
 	}
-	if len(recs) == 0 {
+	if n == 0 {
 		return nil
 	}
-	home := t.bucketOf(recs[0].Name)
-	same := len(t.enc[home]) == 0 && t.dec[home] == nil && len(t.add[home]) == 0
-	for _, st := range recs {
-		same = same && t.bucketOf(st.Name) == home
-	}
-	if same {
+	if one && len(t.enc[home]) == 0 && t.dec[home] == nil && len(t.add[home]) == 0 {
 		t.enc[home] = b
-		t.n += len(recs)
+		t.n += n
 		return nil
 	}
-	for _, st := range recs {
-		t.Set(st)
-	}
-	return nil
+	return eachRecord(b, t.Set) // decoded cleanly by the pass above
 }
 
 // DecodeBucket returns the entries of a stored bucket value, for readers

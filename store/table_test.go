@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -43,6 +44,32 @@ func TestBucketRoundTrip(t *testing.T) {
 	for _, want := range tests {
 		if st, ok := got.Get(want.Name); !ok || !sameState(st, want) {
 			t.Errorf("%q: decoded %+v, want %+v", want.Name, st, want)
+		}
+	}
+	// Into another layout, each bucket's records go to their own buckets
+	// (enough of them that a bucket holds several).
+	many := slices.Clone(tests)
+	for i := range 2000 {
+		many = append(many, EntryState{Name: fmt.Sprintf("tenant-%04d", i), LastSlot: base.Add(time.Duration(i) * time.Second)})
+	}
+	src, other := NewTable(), newTable(3)
+	for _, st := range many {
+		src.Set(st)
+	}
+	for b := range NumBuckets {
+		if len(src.open(b)) == 0 {
+			continue
+		}
+		if err := other.loadBucket(src.appendBucket(nil, b)); err != nil {
+			t.Fatalf("bucket %d into 3 digits: %v", b, err)
+		}
+	}
+	if other.Len() != len(many) {
+		t.Fatalf("loaded %d entries into 3 digits, want %d", other.Len(), len(many))
+	}
+	for _, want := range many {
+		if st, ok := other.Get(want.Name); !ok || !sameState(st, want) {
+			t.Errorf("%q in 3 digits: decoded %+v, want %+v", want.Name, st, want)
 		}
 	}
 	// Changing an encoded bucket decodes it, and keeps its neighbours.
