@@ -75,9 +75,12 @@ func (s *EntryState) CatchupFrom() time.Time {
 // BucketOf is the bucket that holds name's state in the first layout.
 func BucketOf(name string) int { return bucketOf(name, NumBuckets) }
 
-func bucketOf(name string, buckets int) int {
+func bucketOf(name string, buckets int) int { return bucketOfBytes([]byte(name), buckets) }
+
+// bucketOfBytes is bucketOf of a name as stored in a bucket's records.
+func bucketOfBytes(name []byte, buckets int) int {
 	h := fnv.New32a()
-	h.Write([]byte(name))
+	h.Write(name)
 	return int(h.Sum32() % uint32(buckets))
 }
 
@@ -164,13 +167,6 @@ func newTable(digits int) *Table {
 func (t *Table) Buckets() int { return len(t.enc) }
 
 func (t *Table) bucketOf(name string) int { return bucketOf(name, len(t.enc)) }
-
-// bucketOfBytes is bucketOf of a name as stored in a bucket's records.
-func (t *Table) bucketOfBytes(name []byte) int {
-	h := fnv.New32a()
-	h.Write(name)
-	return int(h.Sum32() % uint32(len(t.enc)))
-}
 
 // suffix is bucket b's key under the state prefix.
 func (t *Table) suffix(b int) string { return bucketSuffix(t.digits, b) }
@@ -614,13 +610,13 @@ var errCorrupt = errors.New("corrupt state bucket")
 // record stored in the wrong bucket (a layout that hashed differently) is
 // moved to its own, which is then dirty.
 func (t *Table) loadBucket(b []byte) error {
-	// A first pass only looks at the names: at a load, nearly every
+	// A first pass keeps only the names' buckets: at a load, nearly every
 	// bucket is already in this layout and kept encoded as read, and
 	// decoding each into a list of states first (a string per name) was
 	// as much garbage as the table it loaded.
 	home, n, one := -1, 0, true
 	if err := walkRecords(b, func(name []byte, _ EntryState) bool {
-		i := t.bucketOfBytes(name)
+		i := bucketOfBytes(name, len(t.enc))
 		if home < 0 {
 			home = i
 		}
