@@ -105,9 +105,11 @@ func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10)) }
 
 // startBenchEtcd starts the etcd binary as the benches run it: a quota
-// past any size they reach, and history compacted after a minute.
-func startBenchEtcd(t *testing.T, dir string) *harness.EtcdCluster {
-	etcd, err := harness.StartEtcdCluster(dir, 1, nil, "--quota-backend-bytes", strconv.Itoa(8<<30), "--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m")
+// past any size they reach, and history compacted after a minute; args
+// are added to its flags.
+func startBenchEtcd(t *testing.T, dir string, args ...string) *harness.EtcdCluster {
+	etcd, err := harness.StartEtcdCluster(dir, 1, nil, append([]string{"--quota-backend-bytes", strconv.Itoa(8 << 30),
+		"--auto-compaction-mode", "periodic", "--auto-compaction-retention", "1m"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +117,10 @@ func startBenchEtcd(t *testing.T, dir string) *harness.EtcdCluster {
 	return etcd
 }
 
-// benchCluster is a cluster at prefix on the etcd binary and a Redis,
-// with no replica yet.
-func benchCluster(t *testing.T, dir, prefix string) (*cluster, *harness.EtcdCluster) {
-	etcd := startBenchEtcd(t, dir)
+// benchCluster is a cluster at prefix on the etcd binary (etcdArgs added
+// to its flags) and a Redis, with no replica yet.
+func benchCluster(t *testing.T, dir, prefix string, etcdArgs ...string) (*cluster, *harness.EtcdCluster) {
+	etcd := startBenchEtcd(t, dir, etcdArgs...)
 	c := &cluster{t: t, etcd: []string{etcd.Members[0].ClientURL()}, redis: testutil.MustStartRedis(t), dir: dir, prefix: prefix}
 	c.rdb = c.redis.Client()
 	c.observer = testutil.NewEtcdClient(t, c.etcd...)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,13 @@ var (
 	shardsSteady   = flag.Duration("shards-steady", 30*time.Second, "bench-shards: each steady state measured, and the windows either side of the kill -9")
 	shardsDir      = flag.String("shards-dir", "", "bench-shards: keep etcd's data and the replicas' logs in this directory (default: the test's, removed)")
 	shardsHeap     = flag.String("shards-heap", "", "bench-shards: a directory for each replica's heap profile once balanced after the resize and when its figures are read")
+	// etcd 3.5 and later snapshot every 10,000 raft entries by default;
+	// the Debian etcd 3.4 the bench runs keeps 100,000 in memory. At
+	// 10,000 etcd's RSS at 900,000 entries fell from ~5.4 to 3.4 GB, but
+	// the bulk apply took 308 s instead of 164 s and the moves were no
+	// faster (CHANGELOG, round 30), so the default is the binary's.
+	shardsSnapshots = flag.Int("shards-etcd-snapshot-count", 0, "bench-shards: etcd's --snapshot-count (0: the binary's default)")
+	shardsCPU       = flag.String("shards-cpu", "", "bench-shards: a directory for each replica's CPU profile across the fourth replica's join, and its execution trace across the leave (where a move's start goes)")
 )
 
 // benchTTL is the lease TTL of every replica of the sharded bench, as in
@@ -87,6 +95,66 @@ type benchRun struct {
 	*replica
 	started time.Time
 	shards  int
+	rss     *rssTrace
+}
+
+// rssTrace is a process's RSS sampled every 50 ms until it exits: when
+// its peak came, which VmHWM does not say.
+type rssTrace struct {
+	mu   sync.Mutex
+	peak int64 // kB
+	at   time.Time
+}
+
+// follow samples pid's VmRSS until the process is gone.
+func (tr *rssTrace) follow(pid int) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				tr.mu.Lock()
+				if kb > tr.peak {
+					tr.peak, tr.at = kb, time.Now()
+				}
+				tr.mu.Unlock()
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// peakAt is when the process's RSS reached its peak, and the last line
+// its log says before then (what it was doing), from the first line that
+// is not about one entry.
+func (r *benchRun) peakAt() (time.Time, string) {
+	r.rss.mu.Lock()
+	at := r.rss.at
+	r.rss.mu.Unlock()
+	b, _ := os.ReadFile(r.LogPath)
+	var last string
+	for line := range strings.Lines(string(b)) {
+		var l struct {
+			Time  time.Time `json:"time"`
+			Msg   string    `json:"msg"`
+			Shard *int      `json:"shard"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || strings.HasPrefix(l.Msg, "entry ") {
+			continue
+		}
+		if l.Time.After(at) {
+			break
+		}
+		last = fmt.Sprintf("%s, %.1f s before", l.Msg, at.Sub(l.Time).Seconds())
+		if l.Shard != nil {
+			last = fmt.Sprintf("shard %d: %s", *l.Shard, last)
+		}
+	}
+	return at, last
 }
 
 type shardBenchResult struct {
@@ -138,7 +206,11 @@ func newShardBench(t *testing.T, n int) *shardBench {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	c, etcd := benchCluster(t, dir, "/beatd/shards/")
+	var etcdArgs []string
+	if *shardsSnapshots > 0 {
+		etcdArgs = []string{"--snapshot-count", strconv.Itoa(*shardsSnapshots)}
+	}
+	c, etcd := benchCluster(t, dir, "/beatd/shards/", etcdArgs...)
 	b := &shardBench{t: t, c: c, etcd: etcd, n: n, shards: *shardsCount, live: map[string]*benchRun{}}
 	for i := range *shardsReplicas {
 		b.ids = append(b.ids, string(rune('a'+i)))
@@ -197,8 +269,9 @@ func (b *shardBench) start(id string, shards int) *benchRun {
 		"--lease-ttl", benchTTL.String(), "--log-fires", "0", "--shards", strconv.Itoa(shards),
 		"--shard-drain-timeout", benchDrain(b.n, shards).String()}
 	c.replicas = append(c.replicas, r)
-	run := &benchRun{replica: r, started: time.Now(), shards: shards}
+	run := &benchRun{replica: r, started: time.Now(), shards: shards, rss: &rssTrace{}}
 	r.start()
+	go run.rss.follow(r.Proc().Pid())
 	b.runs = append(b.runs, run)
 	b.live[id] = run
 	return run
@@ -333,6 +406,9 @@ func (b *shardBench) figures(r *benchRun, shards []int, from, to time.Time) repl
 	f := replicaFigures{id: r.ID, shards: shards}
 	if st, err := soak.ReadProcStats(r.Proc().Pid()); err == nil {
 		f.peakRSS, f.rss = st.HWM, st.RSS
+	}
+	if at, doing := r.peakAt(); !at.IsZero() {
+		b.t.Logf("%s: RSS peaked %.1f s after its start, after: %s", r.ID, at.Sub(r.started).Seconds(), doing)
 	}
 	if *shardsHeap != "" {
 		saveProfile(b.t, r.replica, "/debug/pprof/heap?gc=1", *shardsHeap, fmt.Sprintf("%s-%d.heap", r.ID, len(b.runs)))
@@ -548,13 +624,21 @@ func (b *shardBench) joinAndLeave() {
 	b.res.rejoined = f
 	rejoined := time.Now()
 	fourth := string(rune('a' + len(b.ids)))
+	profiled := b.profileCPU(50*time.Second, "join", b.ids...)
 	b.start(fourth, b.shards)
 	b.waitBalanced(fourth+" joined", append(slices.Clone(b.ids), fourth)...)
 	time.Sleep(3 * time.Second)
+	for _, wait := range profiled {
+		wait()
+	}
+	profiled = b.profileCPU(30*time.Second, "leave", b.ids...)
 	left := time.Now()
 	b.stopRuns(fourth)
 	b.waitBalanced(fourth+" left (SIGTERM)", b.ids...)
 	time.Sleep(3 * time.Second)
+	for _, wait := range profiled {
+		wait()
+	}
 	b.res.moves = map[string][]chaos.ShardMove{}
 	for _, m := range chaos.ShardMoves(b.events()) {
 		switch {
@@ -566,6 +650,33 @@ func (b *shardBench) joinAndLeave() {
 			b.res.moves[victim+" rejoins"] = append(b.res.moves[victim+" rejoins"], m)
 		}
 	}
+}
+
+// profileCPU starts a CPU profile of each replica for d (under the HTTP
+// server's write timeout, a minute), written to -shards-cpu as
+// ID-PHASE.cpu when it ends, or for the leave its execution trace
+// (ID-leave.trace); the returned waits wait for that (none without the
+// flag). The replicas must outlive d: pprof's handler writes a profile
+// only at its end.
+func (b *shardBench) profileCPU(d time.Duration, phase string, ids ...string) []func() {
+	if *shardsCPU == "" {
+		return nil
+	}
+	var waits []func()
+	for _, id := range ids {
+		r := b.live[id].replica
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			kind, ext := "profile", ".cpu"
+			if phase == "leave" {
+				kind, ext = "trace", ".trace"
+			}
+			saveProfile(b.t, r, fmt.Sprintf("/debug/pprof/%s?seconds=%d", kind, int(d.Seconds())), *shardsCPU, id+"-"+phase+ext)
+		}()
+		waits = append(waits, func() { <-done })
+	}
+	return waits
 }
 
 // auditWindow audits the slots in [from, to] of every entry against what
