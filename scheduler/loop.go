@@ -121,6 +121,9 @@ func (s *Scheduler) Run(ctx context.Context, term Term) error {
 	l.started.requests = pending.took + s.cfg.Clock.Since(read)
 	s.log.Info("scheduling", "token", term.Token, "entries", len(l.set.list), "catchup_fires", len(l.pending),
 		"load_state", l.started.load.String(), "fence", l.started.fence.String(), "start", l.started.rest.String(), "requests", l.started.requests.String())
+	if term.Scheduling != nil {
+		term.Scheduling()
+	}
 	return l.run(ctx)
 }
 

@@ -69,6 +69,10 @@ type Term struct {
 	// even if they pass while the loop starts up; only earlier ones are
 	// missed and go through the catch-up policy. Zero means "now".
 	Elected time.Time
+	// Scheduling, when set, is called once the term has started (its
+	// state read, the fence raised, every entry scheduled), before its
+	// first publish; not at all when Run returns before that.
+	Scheduling func()
 }
 
 // Config configures a Scheduler.

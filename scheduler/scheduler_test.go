@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -447,6 +448,45 @@ func TestStaleEndsTerm(t *testing.T) {
 	}
 	if got := h.disp.list(); len(got) != 0 {
 		t.Fatalf("a stale leader published %v", got)
+	}
+}
+
+// TestTermScheduling: a term's Scheduling is called once, once the term
+// has started and before it publishes; a term that ends before it
+// starts (a newer leader raised the fence) never calls it.
+func TestTermScheduling(t *testing.T) {
+	run := func(h *harness, token int64) (calls *atomic.Int32, published *atomic.Int32, done chan error) {
+		calls, published, done = new(atomic.Int32), new(atomic.Int32), make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		term := Term{Fence: election.Fence{Token: token, Key: "/leader"}, Scheduling: func() {
+			calls.Add(1)
+			published.Store(int32(len(h.disp.list())))
+		}}
+		go func() { done <- h.sched.Run(ctx, term) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return calls, published, done
+	}
+	h := newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0)
+	calls, published, _ := run(h, 7)
+	eventually(t, 5*time.Second, "the term scheduling", func() bool { return calls.Load() > 0 })
+	h.settle()
+	h.clock.Advance(10 * time.Second)
+	h.waitPublished(1)
+	if calls.Load() != 1 || published.Load() != 0 {
+		t.Fatalf("Scheduling called %d times, with %d fires published; want once, before any", calls.Load(), published.Load())
+	}
+
+	h = newHarness(t, "entries:\n  e: {task: t, every: 10s, relative: true}\n", t0)
+	h.disp.fence = 9
+	calls, _, done := run(h, 7)
+	select {
+	case err := <-done:
+		done <- err
+		if !errors.Is(err, ErrTermEnded) || calls.Load() != 0 {
+			t.Fatalf("a stale term: Run = %v, Scheduling called %d times; want ErrTermEnded, never", err, calls.Load())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stale term kept running")
 	}
 }
 

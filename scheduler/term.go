@@ -88,6 +88,9 @@ func (l *loop) begin(ctx context.Context) (*store.Table, error) {
 	if err := l.forget(ctx, gone); err != nil {
 		return nil, err
 	}
+	// Sized once: grown by appends, a shard's start at 56,000 entries
+	// copied the heap a dozen times while a collection may be marking.
+	l.heap = make(slotHeap, 0, len(l.set.list))
 	for _, e := range l.set.list {
 		e.it = nil // a last term's
 		l.startEntry(e, l.books.states[e.Name], now, true)
