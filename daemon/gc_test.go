@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -41,5 +42,35 @@ func TestTuneProcs(t *testing.T) {
 	tuneProcs(10)
 	if got := runtime.GOMAXPROCS(0); got != def || procsSet.Load() != 0 {
 		t.Errorf("with GOMAXPROCS=%d in the environment, tuneProcs(10) set it to %d (applied %d)", def, got, procsSet.Load()-1)
+	}
+}
+
+// TestGrowthLift: a lift raises the GC's growth to startGCPercent over
+// what tuneGC wants, lifts nest, a restore is once, and a want that
+// comes during a lift is applied when the last lift ends.
+func TestGrowthLift(t *testing.T) {
+	var set []int
+	g := growth{set: func(p int) int { set = append(set, p); return 0 }}
+	applied := func() int { return set[len(set)-1] }
+	g.want(largeGCPercent)
+	r1 := g.lift()
+	if applied() != startGCPercent {
+		t.Fatalf("lifted: %d, want %d", applied(), startGCPercent)
+	}
+	r2 := g.lift()
+	g.want(defaultGCPercent) // the config grew or shrank meanwhile
+	r1()
+	r1() // a second restore of the same lift does nothing
+	if applied() != startGCPercent {
+		t.Fatalf("one of two lifts restored (once twice): %d, want still %d", applied(), startGCPercent)
+	}
+	r2()
+	if applied() != defaultGCPercent {
+		t.Fatalf("every lift restored: %d, want tuneGC's latest %d", applied(), defaultGCPercent)
+	}
+	g.want(200) // above the lift's: a lift never lowers it
+	g.lift()()
+	if want := []int{largeGCPercent, startGCPercent, defaultGCPercent, 200}; !slices.Equal(set, want) {
+		t.Fatalf("applied %v, want %v (each change once)", set, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // and GOMAXPROCS alone, which the package's other tests share.
 func newTestMain(stdout, stderr io.Writer) *Main {
 	m := NewMain(stdout, stderr)
-	m.tune, m.release = func(int) {}, func() {}
+	m.tune, m.release, m.lift = func(int) {}, func() {}, nil
 	return m
 }
 

@@ -157,6 +157,9 @@ type Main struct {
 	// entries are loaded: returnMemory, or nothing where Main is not the
 	// process's only tenant.
 	release func()
+	// lift raises the GC's growth while a shard's term starts: liftGC,
+	// or nil where Main is not the process's only tenant.
+	lift func() (restore func())
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -275,7 +278,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 			MinReplicas: minReplicasUnset, MinReplicasTO: redisbroker.DefaultReplicasTimeout, Shards: 1,
 			ShardDrain: shardDrainBudget},
 		stdout: stdout, stderr: stderr, ops: opsState{kick: make(chan struct{}, 1)}, tune: tuneRuntime,
-		release: returnMemory,
+		release: returnMemory, lift: liftGC,
 	}
 }
 

@@ -133,6 +133,12 @@ type shardSet struct {
 	// the replica campaigns for it.
 	defs    func(ctx context.Context, i int) (stop func(), err error)
 	release func() // shardDeps.release
+	// lift is shardDeps.lift (nil: none).
+	lift func() (restore func())
+	// starts counts this replica's terms that are starting (from the
+	// election to their scheduling): a shard's load does not begin while
+	// one is, so a move's start has the process to itself (startGate).
+	starts startGate
 	// prepMu makes prepare's check of the share and its reservation one
 	// step across the shards' campaigns.
 	prepMu sync.Mutex
@@ -247,10 +253,13 @@ type shardDeps struct {
 	// release, when set, returns free memory to the OS after each load
 	// (Main.release).
 	release func()
+	// lift, when set, raises the GC's growth while a term starts and no
+	// shard loads, until the restore it returns (Main.lift, liftGC).
+	lift func() (restore func())
 }
 
 func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config, d shardDeps, reg prometheus.Registerer, log *slog.Logger) (*shardSet, error) {
-	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs, release: d.release,
+	s := &shardSet{id: d.id, n: n, prefix: prefix, cli: cli, clock: d.sched.Clock, log: log.With("component", "shards"), hold: d.hold, defs: d.defs, release: d.release, lift: d.lift,
 		poke: make(chan struct{}, 1), loading: make(chan struct{}, 1),
 		led: prometheus.NewGauge(prometheus.GaugeOpts{Name: "beatd_shards_led", Help: "Shards this replica leads now."})}
 	if s.clock == nil {
@@ -338,7 +347,10 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 				// reports go back to the held ones, for whoever leads next.
 				defer sub.Clear()
 			}
-			err := sh.sched.Run(ctx, t.Term)
+			term := t.Term
+			term.Scheduling = s.termStarting()
+			err := sh.sched.Run(ctx, term)
+			term.Scheduling() // a start that failed ends too
 			// The term is over once its scheduler has persisted: resign
 			// now, so the candidate waiting wins at once, not after this
 			// replica drops the shard's entries (a rebuild of its merger,
@@ -617,25 +629,12 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 		stop func()
 		err  error
 	)
-	select {
-	case s.loading <- struct{}{}:
-		s.setLoading(sh)
-		stop, err = s.defs(lctx, sh.i)
-		if err == nil && sh.state != nil {
-			// Its state too: the term then reads only what the last
-			// leader wrote after this, not the whole table.
-			if werr := sh.state.Warm(lctx); werr != nil && lctx.Err() == nil {
-				s.log.Warn("reading a shard's state ahead of its term failed; the term reads it whole", "shard", sh.i, "err", werr)
-			}
-		}
-		if err == nil && s.release != nil {
-			// Before the next load starts, so that one's garbage
-			// reuses these pages rather than adding to them.
-			s.release()
-		}
-		<-s.loading
-	case <-lctx.Done():
+	// A term of this replica that is starting goes first: a load's
+	// parse and its garbage would slow that move's start (startGate).
+	if s.starts.idle(lctx, s.clock) != nil {
 		err = context.Cause(lctx)
+	} else {
+		err = s.load(lctx, sh, &stop)
 	}
 	close(loaded)
 	<-watched
@@ -660,6 +659,104 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 		return false, nil // no longer wanted: not a failure
 	}
 	return err == nil, err
+}
+
+// load reads sh's entries and its state table, as the replica's one
+// load under way, and sets *stop to what drops them.
+func (s *shardSet) load(ctx context.Context, sh *shard, stop *func()) error {
+	select {
+	case s.loading <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-s.loading }()
+	s.setLoading(sh)
+	var err error
+	if *stop, err = s.defs(ctx, sh.i); err != nil {
+		return err
+	}
+	if sh.state != nil {
+		// Its state too: the term then reads only what the last
+		// leader wrote after this, not the whole table.
+		if werr := sh.state.Warm(ctx); werr != nil && ctx.Err() == nil {
+			s.log.Warn("reading a shard's state ahead of its term failed; the term reads it whole", "shard", sh.i, "err", werr)
+		}
+	}
+	if s.release != nil {
+		// Before the next load starts, so that one's garbage
+		// reuses these pages rather than adding to them.
+		s.release()
+	}
+	return nil
+}
+
+// termStarting counts a term of this replica as starting until the
+// returned func is called (once its scheduler schedules, or its Run
+// returns; further calls do nothing), and lifts the GC meanwhile when no
+// shard is loading.
+func (s *shardSet) termStarting() (started func()) {
+	end := s.starts.begin()
+	restore := func() {}
+	if s.lift != nil && len(s.loading) == 0 {
+		restore = s.lift()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			restore()
+			end()
+		})
+	}
+}
+
+// startGate counts the terms that are starting, and lets a load wait
+// until none is.
+type startGate struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed while n == 0 (nil: never opened, n == 0)
+}
+
+// begin counts a start until the returned end.
+func (g *startGate) begin() (end func()) {
+	g.mu.Lock()
+	if g.n == 0 {
+		g.none = make(chan struct{})
+	}
+	g.n++
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		if g.n--; g.n == 0 {
+			close(g.none)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// startGateWait bounds how long a load waits for the terms starting: a
+// start that cannot finish (its broker down, its fence refused while it
+// retries) must not keep the replica from loading the shards it is owed.
+const startGateWait = 5 * time.Second
+
+// idle waits until no start is counted, for startGateWait at most on
+// clock, or until ctx ends.
+func (g *startGate) idle(ctx context.Context, clock clockwork.Clock) error {
+	g.mu.Lock()
+	n, none := g.n, g.none
+	g.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	t := clock.NewTimer(startGateWait)
+	defer t.Stop()
+	select {
+	case <-none:
+	case <-t.Chan():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // setLoading marks sh's entries as being read, and says so in the
@@ -1270,7 +1367,7 @@ func (m *Main) newShards(cfg *config.Config, schedCfg scheduler.Config, redisOpt
 			return &shardStore{Store: st, cluster: m.store, shard: i, n: m.Shards}
 		},
 		leaseTTL: m.LeaseTTL, id: m.ID, lead0: m.publishCatalog, perEntryLimit: m.metricsPerEntryLimit,
-		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs, release: m.release,
+		observe: m.shardObserver, hold: m.electionHold, defs: m.shardDefs, release: m.release, lift: m.lift,
 	}, m.registry, m.log)
 }
 

@@ -231,3 +231,88 @@ func TestShardPrepareAbandoned(t *testing.T) {
 		}
 	}
 }
+
+// TestShardLoadWaitsForAStart: a shard's load does not begin while a
+// term of this replica is starting, and begins once it schedules; a term
+// that starts lifts the GC until then, but not while a shard loads.
+func TestShardLoadWaitsForAStart(t *testing.T) {
+	s := testShardSet("d", 4, 2, nil) // share 2
+	loaded := make(chan int, 4)
+	s.defs = func(_ context.Context, i int) (func(), error) { loaded <- i; return func() {}, nil }
+	lifts := 0
+	s.lift = func() func() { lifts++; return func() { lifts-- } }
+
+	scheduling := s.termStarting()
+	if lifts != 1 {
+		t.Fatalf("a term starting with no load under way: %d lifts, want 1", lifts)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.prepare(context.Background(), s.shards[1]); done <- err }()
+	select {
+	case i := <-loaded:
+		t.Fatalf("shard %d loaded while a term was starting", i)
+	case <-time.After(200 * time.Millisecond):
+	}
+	scheduling()
+	scheduling() // Run's return after the scheduling: nothing more
+	if lifts != 0 {
+		t.Fatalf("the term scheduling: %d lifts left, want 0", lifts)
+	}
+	select {
+	case <-loaded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the load did not begin once the term was scheduling")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+
+	s.loading <- struct{}{} // a load under way
+	scheduling = s.termStarting()
+	if lifts != 0 {
+		t.Fatalf("a term starting while a shard loads: %d lifts, want 0", lifts)
+	}
+	scheduling()
+	<-s.loading
+}
+
+// TestStartGate: idle returns at once when no start is counted, when
+// the last start ends, after startGateWait however long a start takes,
+// and with ctx's error when ctx ends first.
+func TestStartGate(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	var g startGate
+	ctx := context.Background()
+	if err := g.idle(ctx, clock); err != nil {
+		t.Fatalf("no start: %v", err)
+	}
+	end1, end2 := g.begin(), g.begin()
+	idle := make(chan error, 1)
+	go func() { idle <- g.idle(ctx, clock) }()
+	end1()
+	select {
+	case err := <-idle:
+		t.Fatalf("one of two starts ended: idle returned %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	end2()
+	if err := <-idle; err != nil {
+		t.Fatalf("both ended: %v", err)
+	}
+
+	end := g.begin() // a start that does not end
+	defer end()
+	go func() { idle <- g.idle(ctx, clock) }()
+	if err := clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(startGateWait)
+	if err := <-idle; err != nil {
+		t.Fatalf("after startGateWait: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := g.idle(cctx, clock); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ctx ended: %v, want context.Canceled", err)
+	}
+}
