@@ -135,9 +135,10 @@ type shardSet struct {
 	release func() // shardDeps.release
 	// lift is shardDeps.lift (nil: none).
 	lift func() (restore func())
-	// starts counts this replica's terms that are starting (from the
-	// election to their scheduling): a shard's load does not begin while
-	// one is, so a move's start has the process to itself (startGate).
+	// starts counts this replica's shards that are loaded for a term or
+	// whose term is starting (from the end of their load to their term's
+	// scheduling): a shard's load does not begin while one is, so a
+	// move's start has the process to itself (startGate).
 	starts startGate
 	// prepMu makes prepare's check of the share and its reservation one
 	// step across the shards' campaigns.
@@ -182,6 +183,10 @@ type shard struct {
 	// the campaign ends (shardSet.prepare).
 	preparing bool
 	prepared  func()
+	// waiting ends the prepared entries' count in the replica's
+	// startGate (shardSet.starts), from their load to their term's
+	// scheduling or their drop.
+	waiting func()
 	// loadingNow is set while prepare reads the entries (it holds the
 	// replica's one load), not while it waits for its turn.
 	loadingNow bool
@@ -318,7 +323,9 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			// The shard's entries were loaded before the campaign
 			// (prepare); a term won without them would load them here,
 			// before it shows as led (leading, /status, /readyz).
-			if stop := sh.takePrepared(); stop != nil {
+			stop, waited := sh.takePrepared()
+			defer waited() // at the latest: once the term counts as starting
+			if stop != nil {
 				defer stop()
 			} else if d.defs != nil {
 				stop, err := d.defs(ctx, i)
@@ -349,6 +356,7 @@ func newShardSet(cli *clientv3.Client, prefix string, n int, cfg *config.Config,
 			}
 			term := t.Term
 			term.Scheduling = s.termStarting()
+			waited()
 			err := sh.sched.Run(ctx, term)
 			term.Scheduling() // a start that failed ends too
 			// The term is over once its scheduler has persisted: resign
@@ -653,6 +661,11 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	}
 	sh.mu.Lock()
 	sh.preparing, sh.prepared, sh.loadingNow = false, drop, false
+	if drop != nil {
+		// Loaded, it waits for its term: the replica's next load waits
+		// too, until that term schedules or the entries are dropped.
+		sh.waiting = s.starts.begin()
+	}
 	sh.mu.Unlock()
 	s.pokeRegistration()
 	if withdrawn && err != nil {
@@ -709,15 +722,16 @@ func (s *shardSet) termStarting() (started func()) {
 	}
 }
 
-// startGate counts the terms that are starting, and lets a load wait
-// until none is.
+// startGate counts the shards loaded for a term and the terms starting,
+// and lets a load wait until none is.
 type startGate struct {
 	mu   sync.Mutex
 	n    int
 	none chan struct{} // closed while n == 0 (nil: never opened, n == 0)
 }
 
-// begin counts a start until the returned end.
+// begin counts a start until the returned end (once, however often
+// it is called).
 func (g *startGate) begin() (end func()) {
 	g.mu.Lock()
 	if g.n == 0 {
@@ -725,12 +739,15 @@ func (g *startGate) begin() (end func()) {
 	}
 	g.n++
 	g.mu.Unlock()
+	var once sync.Once
 	return func() {
-		g.mu.Lock()
-		if g.n--; g.n == 0 {
-			close(g.none)
-		}
-		g.mu.Unlock()
+		once.Do(func() {
+			g.mu.Lock()
+			if g.n--; g.n == 0 {
+				close(g.none)
+			}
+			g.mu.Unlock()
+		})
 	}
 }
 
@@ -856,9 +873,11 @@ func (s *shardSet) pending() int {
 // unprepare drops sh's entries loaded for a campaign that ended without
 // a term.
 func (s *shardSet) unprepare(sh *shard) {
-	if stop := sh.takePrepared(); stop != nil {
+	stop, waited := sh.takePrepared()
+	if stop != nil {
 		stop()
 	}
+	waited()
 }
 
 // isPrepared says whether the shard's entries are loaded for a campaign.
@@ -869,13 +888,17 @@ func (sh *shard) isPrepared() bool {
 }
 
 // takePrepared hands the shard's prepared entries' stop to its term
-// (nil: none loaded).
-func (sh *shard) takePrepared() func() {
+// (nil: none loaded), and waited, which ends their count in the
+// replica's startGate (a no-op when none were loaded).
+func (sh *shard) takePrepared() (stop, waited func()) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	stop := sh.prepared
-	sh.prepared = nil
-	return stop
+	stop, waited = sh.prepared, sh.waiting
+	sh.prepared, sh.waiting = nil, nil
+	if waited == nil {
+		waited = func() {}
+	}
+	return stop, waited
 }
 
 // coldWants says whether the replica is in a cold start, and then

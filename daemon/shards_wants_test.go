@@ -190,7 +190,7 @@ func TestShardPrepare(t *testing.T) {
 	if ok, _ := s.prepare(ctx, s.shards[2]); !ok {
 		t.Fatal("prepare(2) after the failure: want loaded")
 	}
-	if stop := s.shards[2].takePrepared(); stop == nil || s.pending() != 0 {
+	if stop, _ := s.shards[2].takePrepared(); stop == nil || s.pending() != 0 {
 		t.Fatal("a term takes the loaded entries: want its stop, and nothing pending")
 	}
 }
@@ -233,8 +233,9 @@ func TestShardPrepareAbandoned(t *testing.T) {
 }
 
 // TestShardLoadWaitsForAStart: a shard's load does not begin while a
-// term of this replica is starting, and begins once it schedules; a term
-// that starts lifts the GC until then, but not while a shard loads.
+// term of this replica is starting, nor while a shard it loaded waits for
+// its term, and begins once that term schedules; a term that starts
+// lifts the GC until then, but not while a shard loads.
 func TestShardLoadWaitsForAStart(t *testing.T) {
 	s := testShardSet("d", 4, 2, nil) // share 2
 	loaded := make(chan int, 4)
@@ -242,30 +243,55 @@ func TestShardLoadWaitsForAStart(t *testing.T) {
 	lifts := 0
 	s.lift = func() func() { lifts++; return func() { lifts-- } }
 
+	done := make(chan error, 1)
+	prepare := func(i int) {
+		go func() { _, err := s.prepare(context.Background(), s.shards[i]); done <- err }()
+	}
+	notYet := func(while string) {
+		t.Helper()
+		select {
+		case i := <-loaded:
+			t.Fatalf("shard %d loaded while %s", i, while)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	loads := func(i int, once string) {
+		t.Helper()
+		select {
+		case <-loaded:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("shard %d's load did not begin once %s", i, once)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("prepare(%d): %v", i, err)
+		}
+	}
+
 	scheduling := s.termStarting()
 	if lifts != 1 {
 		t.Fatalf("a term starting with no load under way: %d lifts, want 1", lifts)
 	}
-	done := make(chan error, 1)
-	go func() { _, err := s.prepare(context.Background(), s.shards[1]); done <- err }()
-	select {
-	case i := <-loaded:
-		t.Fatalf("shard %d loaded while a term was starting", i)
-	case <-time.After(200 * time.Millisecond):
-	}
+	prepare(1)
+	notYet("a term was starting")
 	scheduling()
 	scheduling() // Run's return after the scheduling: nothing more
 	if lifts != 0 {
 		t.Fatalf("the term scheduling: %d lifts left, want 0", lifts)
 	}
-	select {
-	case <-loaded:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the load did not begin once the term was scheduling")
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
+	loads(1, "the term was scheduling")
+
+	// Shard 1 is loaded and waits for its term: shard 2's load waits
+	// too, while that term starts, and begins once it schedules.
+	prepare(2)
+	notYet("shard 1 waited for its term")
+	stop, waited := s.shards[1].takePrepared() // its term begins
+	scheduling = s.termStarting()
+	waited()
+	notYet("shard 1's term was starting")
+	scheduling()
+	loads(2, "shard 1's term was scheduling")
+	stop()
+	s.unprepare(s.shards[2]) // its campaign ends: nothing waits
 
 	s.loading <- struct{}{} // a load under way
 	scheduling = s.termStarting()
