@@ -74,10 +74,10 @@ func tuneGC(n int) {
 // (liftGC). A move's start decodes the shard's state and schedules each
 // entry, ~26 MB of allocations at 56,000 entries, on a replica whose heap
 // is several hundred MB collected at 15 % growth: when a collection is
-// under way every byte allocated pays for marking ~7 more, and a start
-// that takes 50 ms alone took 1.4 s of CPU in a move's trace (900,000
-// entries, 16 shards). At 100 % the same collection asks almost no
-// assist. The start's own allocations are what the heap grows by
+// under way every byte allocated pays for marking several more, and a
+// start that takes 50 ms alone ran for 1.2-1.5 s in a move's execution
+// trace (900,000 entries, 16 shards). At 100 % the same collection asks
+// almost no assist. The start's own allocations are what the heap grows by
 // meanwhile (shardSet starts no shard load while a term starts, and does
 // not lift the GC while one runs), well within the headroom 15 % leaves.
 const startGCPercent = 100
