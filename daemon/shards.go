@@ -642,7 +642,7 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 	if s.starts.idle(lctx, s.clock) != nil {
 		err = context.Cause(lctx)
 	} else {
-		err = s.load(lctx, sh, &stop)
+		stop, err = s.load(lctx, sh)
 	}
 	close(loaded)
 	<-watched
@@ -675,18 +675,17 @@ func (s *shardSet) prepare(ctx context.Context, sh *shard) (bool, error) {
 }
 
 // load reads sh's entries and its state table, as the replica's one
-// load under way, and sets *stop to what drops them.
-func (s *shardSet) load(ctx context.Context, sh *shard, stop *func()) error {
+// load under way, and returns what drops them.
+func (s *shardSet) load(ctx context.Context, sh *shard) (stop func(), err error) {
 	select {
 	case s.loading <- struct{}{}:
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 	defer func() { <-s.loading }()
 	s.setLoading(sh)
-	var err error
-	if *stop, err = s.defs(ctx, sh.i); err != nil {
-		return err
+	if stop, err = s.defs(ctx, sh.i); err != nil {
+		return nil, err
 	}
 	if sh.state != nil {
 		// Its state too: the term then reads only what the last
@@ -700,7 +699,7 @@ func (s *shardSet) load(ctx context.Context, sh *shard, stop *func()) error {
 		// reuses these pages rather than adding to them.
 		s.release()
 	}
-	return nil
+	return stop, nil
 }
 
 // termStarting counts a term of this replica as starting until the
@@ -709,17 +708,12 @@ func (s *shardSet) load(ctx context.Context, sh *shard, stop *func()) error {
 // shard is loading.
 func (s *shardSet) termStarting() (started func()) {
 	end := s.starts.begin()
-	restore := func() {}
-	if s.lift != nil && len(s.loading) == 0 {
-		restore = s.lift()
+	if s.lift == nil || len(s.loading) > 0 {
+		return end
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			restore()
-			end()
-		})
-	}
+	restore := s.lift()
+	var once sync.Once // a lift's restore need not be once itself
+	return func() { once.Do(func() { restore(); end() }) }
 }
 
 // startGate counts the shards loaded for a term and the terms starting,
