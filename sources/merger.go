@@ -104,6 +104,11 @@ type Config struct {
 	// the others only their names (the index: FileHas, Indexed,
 	// Unheld, Conflicts). Nil: every entry is held, and no index kept.
 	ShardOf func(name string) int
+	// Background, when set, runs work that holds none of the merger's
+	// locks and that nothing waits for but a shard's load (the parse of
+	// its documents), at a lower priority than the replica's terms
+	// (nil: inline).
+	Background func(func())
 }
 
 // Merger holds the latest documents of each source and the file's config,
@@ -598,8 +603,14 @@ func (m *Merger) applyLocked(source string, docs map[string][]byte) error {
 // file's defaults (generation gen). It writes no merger state, so
 // parseAll runs it on every core; reuse finds rows that need no parse.
 func (m *Merger) parse(src, name string, doc []byte, gen uint32) row {
+	return m.parseUnder(m.file, src, name, doc, gen)
+}
+
+// parseUnder is parse with file's defaults, which need not be m.file
+// (the caller checks gen) and so need no lock.
+func (m *Merger) parseUnder(file *config.Config, src, name string, doc []byte, gen uint32) row {
 	p := row{doc: string(doc), gen: gen}
-	e, err := m.file.ParseEntry(name, doc)
+	e, err := file.ParseEntry(name, doc)
 	if err == nil && m.c.Validate != nil {
 		err = m.c.Validate(e)
 	}
@@ -674,7 +685,7 @@ func (m *Merger) UpdateSource(source string, changes map[string][]byte) error {
 
 // updateSource is UpdateSource; m.upd is held.
 func (m *Merger) updateSource(source string, changes map[string][]byte) error {
-	return m.updateSourceOf(source, changes, false)
+	return m.updateSourceOf(source, changes, false, nil)
 }
 
 // updateSourceOf is updateSource; part says the changes are one shard's
@@ -682,7 +693,7 @@ func (m *Merger) updateSource(source string, changes map[string][]byte) error {
 // merge would redo every other shard the replica holds (at 900,000
 // entries over 16 shards a shard's ~56,000 entries are past deltaMost,
 // and each load copied and merged all the held ones again).
-func (m *Merger) updateSourceOf(source string, changes map[string][]byte, part bool) error {
+func (m *Merger) updateSourceOf(source string, changes map[string][]byte, part bool, pre map[string]row) error {
 	m.mu.Lock()
 	rows := m.rows[source]
 	if rows == nil {
@@ -691,7 +702,7 @@ func (m *Merger) updateSourceOf(source string, changes map[string][]byte, part b
 	if m.c.ApplyDelta != nil && m.applied && m.errs[source] == nil && source != File &&
 		(part || len(changes) <= deltaMost && len(changes) <= len(m.current.Entries)/4+16) {
 		defer m.mu.Unlock()
-		return m.updateLocked(source, rows, changes)
+		return m.updateLocked(source, rows, changes, pre)
 	}
 	next := make(map[string][]byte, len(rows)+len(changes))
 	for name, r := range rows {
@@ -860,6 +871,7 @@ func (p *Part) Drop() error {
 // indexed source's index of the part's names becomes docs'.
 func (p *Part) SetSource(source string, docs map[string][]byte) error {
 	m := p.m
+	pre := m.parsePart(source, docs)
 	m.upd.Lock()
 	defer m.upd.Unlock()
 	changes := make(map[string][]byte, len(docs))
@@ -888,7 +900,31 @@ func (p *Part) SetSource(source string, docs map[string][]byte) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	return m.updateSourceOf(source, changes, true)
+	return m.updateSourceOf(source, changes, true, pre)
+}
+
+// parsePart parses a part's documents of source before SetSource takes
+// the merger's locks, on Config.Background. A shard's load parses tens
+// of thousands (seconds at 56,000), and meanwhile the watch of every
+// other shard's runtime entries (a DELETE to apply) waited on upd. Rows
+// parsed under defaults that changed before the merge are parsed again
+// there (updateLocked checks their generation).
+func (m *Merger) parsePart(source string, docs map[string][]byte) map[string]row {
+	m.mu.Lock()
+	file, gen := m.file, m.defaultsGen()
+	m.mu.Unlock()
+	pre := make(map[string]row, len(docs))
+	parse := func() {
+		for name, doc := range docs {
+			pre[name] = m.parseUnder(file, source, name, doc, gen)
+		}
+	}
+	if m.c.Background != nil {
+		m.c.Background(parse)
+	} else {
+		parse()
+	}
+	return pre
 }
 
 // UpdateSource is the Merger's.
@@ -1059,7 +1095,7 @@ func (m *Merger) Unheld(after, prefix string, limit int) ([]Named, int) {
 }
 
 // updateLocked is UpdateSource's entry-by-entry merge; m.mu is held.
-func (m *Merger) updateLocked(source string, cache map[string]row, changes map[string][]byte) error {
+func (m *Merger) updateLocked(source string, cache map[string]row, changes map[string][]byte, pre map[string]row) error {
 	gen := m.defaultsGen()
 	type undo struct {
 		p       row
@@ -1086,6 +1122,9 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 			continue
 		}
 		p, ok := m.reuse(source, cache, name, doc, gen)
+		if q, has := pre[name]; !ok && has && q.gen == gen && q.doc == string(doc) {
+			p, ok = q, true
+		}
 		if !ok {
 			p = m.parse(source, name, doc, gen)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/beatd/beatd/config"
 	"github.com/beatd/beatd/internal/keys"
@@ -465,5 +466,62 @@ func TestShardPartDelta(t *testing.T) {
 	}
 	if len(see(d).Entries) == 0 {
 		t.Fatal("nothing held at the end: the test checks nothing")
+	}
+}
+
+// TestPartParseHoldsNoLock checks that a shard's load parses its
+// documents holding none of the merger's locks: a change to another
+// shard's runtime entries (a DELETE through the API, applied by its
+// watch) goes through while the parse runs, and the load still applies
+// every document it parsed.
+func TestPartParseHoldsNoLock(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	var applied *config.Config
+	var m *Merger
+	updated := make(chan error, 1)
+	other := ""
+	for i := 0; other == "" || keys.ShardOf(other, n) == 0; i++ {
+		other = fmt.Sprintf("other-%d", i)
+	}
+	m = New(Config{Apply: func(c *config.Config) error { applied = c; return nil },
+		ShardOf: func(name string) int { return keys.ShardOf(name, n) },
+		Background: func(parse func()) {
+			go func() {
+				updated <- m.UpdateSource(API, map[string][]byte{other: []byte(`{"task":"t.other","every":"10s"}`)})
+			}()
+			select {
+			case err := <-updated:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("another shard's update waited for a load's parse")
+			}
+			parse()
+		}})
+	if err := m.SetFile(&config.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string][]byte{}
+	var want []string
+	for i := 0; len(want) < 50; i++ {
+		name := fmt.Sprintf("e%03d", i)
+		if keys.ShardOf(name, n) == 0 {
+			docs[name] = []byte(`{"task":"t.e","every":"10s"}`)
+			want = append(want, name)
+		}
+	}
+	if err := m.ShardPart(0).SetSource(API, docs); err != nil {
+		t.Fatal(err)
+	}
+	got := entryNames(applied)
+	if !slices.Contains(got, other) {
+		t.Errorf("the other shard's entry %s is not applied: %v", other, got)
+	}
+	for _, name := range want {
+		if !slices.Contains(got, name) {
+			t.Errorf("entry %s of the load is not applied", name)
+		}
 	}
 }
