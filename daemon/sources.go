@@ -102,6 +102,8 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
 		ShardOf: m.shardOf(),
+		// A shard's load, beside the replica's terms (inBackground).
+		Background: inBackground,
 	})
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
