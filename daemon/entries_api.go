@@ -33,10 +33,11 @@ type entriesAPI struct {
 	hist    outcome.History // may be nil
 	now     func() time.Time
 	// shards is the cluster's shard count (0 or 1: unsharded), and
-	// leads, on a sharded replica, says whether it leads shard i (it
-	// holds the runtime entries of those shards only).
+	// holds, on a sharded replica, says whether its merger holds shard
+	// i's entries (sources.Merger.Holds): it holds the runtime entries of
+	// those shards only.
 	shards int
-	leads  func(i int) bool
+	holds  func(i int) bool
 	// remoteDefs, on a sharded replica, is the definitions of entries of
 	// shards it does not lead, each by --sources-priority, given their
 	// stored runtime documents (Main.remoteDefs).
@@ -46,7 +47,7 @@ type entriesAPI struct {
 // isRemote says whether the entry name runs on a shard another replica
 // leads, whose runtime entries this one does not hold.
 func (a *entriesAPI) isRemote(name string) bool {
-	return a.leads != nil && !a.leads(keys.ShardOf(name, a.shards))
+	return a.holds != nil && !a.holds(keys.ShardOf(name, a.shards))
 }
 
 // nextRunsShown is how many coming fire times the entries API lists.
@@ -75,7 +76,7 @@ func (a *entriesAPI) ListEntries(ctx context.Context, q api.ListQuery) (api.Page
 			running = append(running, e.Name)
 		}
 	}
-	if a.leads != nil {
+	if a.holds != nil {
 		// The file's and django-celery-beat's entries of the shards
 		// another replica leads, which this one indexes by name.
 		unheld, _ := a.merger.Unheld(q.After, q.Prefix, q.Limit+1)
@@ -159,7 +160,7 @@ func (a *entriesAPI) filtered(ctx context.Context, cfg *config.Config, q api.Lis
 		through string
 		err     error
 	)
-	if a.leads != nil {
+	if a.holds != nil {
 		if remote, through, err = a.remoteFiltered(ctx, cfg, q, match, docs); err != nil {
 			return api.Page{}, err
 		}
@@ -239,7 +240,7 @@ func (a *entriesAPI) remoteFiltered(ctx context.Context, cfg *config.Config, q a
 	stored := map[string]sources.Doc{}
 	var curs []*cursor
 	for i := range a.shards {
-		if a.leads(i) {
+		if a.holds(i) {
 			continue
 		}
 		st := a.entries.Shard(i)

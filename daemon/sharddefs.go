@@ -210,8 +210,8 @@ func (m *Main) remoteEntries(ctx context.Context, after, prefix string, limit in
 		unheldAt []*sources.Entries // the runtime entries of the shards not led
 	)
 	for i := range m.Shards {
-		if m.shards != nil && m.shards.leads(i) {
-			continue
+		if m.merger.Holds(i) {
+			continue // its entries are in held (and not in the index's Unheld)
 		}
 		st := m.entries.Shard(i)
 		unheldAt = append(unheldAt, st)

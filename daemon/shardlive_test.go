@@ -154,8 +154,23 @@ func TestShardStatusLive(t *testing.T) {
 		want[fmt.Sprintf("file-%d", i)] = "tasks.file"
 	}
 	b := start("b")
-	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b lead 2 shards each", func() bool {
+	// While a still holds a shard it handed over (handoverSettle), its
+	// /status, paged, counts and shows each entry once all the same.
+	held := false
+	testutil.EventuallyEvery(t, 15*time.Second, 10*time.Millisecond, "a and b lead 2 shards each", func() bool {
+		if len(a.shards.leading()) < 4 && !holdsWhatItLeads(a) && !held {
+			held = true
+			if shown := statusPages(t, a, 5, len(want)); len(shown) != len(want) {
+				t.Errorf("a, holding a shard it handed over: /status paged by 5 shows %d entries, want %d", len(shown), len(want))
+			}
+		}
 		return len(a.shards.leading()) == 2 && len(b.shards.leading()) == 2
+	})
+	if !held {
+		t.Log("a's holding of a shard it handed over was not seen") // the check above did not run
+	}
+	testutil.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, "a and b hold the entries of the shards they lead alone", func() bool {
+		return holdsWhatItLeads(a) && holdsWhatItLeads(b)
 	})
 	// Every entry is triggered once and sent by its shard's leader.
 	since := time.Now()
@@ -413,4 +428,16 @@ func statusPages(t *testing.T, m *Main, limit, total int) []string {
 		}
 		sq.After = st.Next
 	}
+}
+
+// holdsWhatItLeads says whether m's merger holds the entries of the
+// shards m leads and of no other: a shard handed over is held for
+// handoverSettle after, and one loaded for a campaign before its term.
+func holdsWhatItLeads(m *Main) bool {
+	for i := range m.Shards {
+		if m.merger.Holds(i) != m.shards.leads(i) {
+			return false
+		}
+	}
+	return true
 }

@@ -246,7 +246,7 @@ func (m *Main) startDCB(ctx context.Context) error {
 func (m *Main) entriesAPI() *entriesAPI {
 	a := &entriesAPI{cli: m.etcd, prefix: m.Etcd.KeyPrefix(), merger: m.merger, entries: m.entries, hist: m.runHistory(), now: m.clock.Now, shards: m.Shards}
 	if m.Shards > 1 {
-		a.leads = func(i int) bool { return m.shards != nil && m.shards.leads(i) }
+		a.holds = m.merger.Holds
 		a.remoteDefs = m.remoteDefs
 	}
 	return a

@@ -942,6 +942,18 @@ var (
 
 // holds says whether the merger keeps name's entries of the sources set
 // whole (always, unless Config.ShardOf is set); m.mu is held.
+// Holds says whether the merger holds shard i's entries (a Part's Hold
+// to its Drop): the entries of a shard it holds are in its config, and
+// only those. A replica's views of the whole cluster (/status, the
+// entries API) read the other shards' from etcd and the index; which
+// shards it leads is not the same set (a shard loaded for a campaign, or
+// one handed over and not yet dropped, is held and not led).
+func (m *Merger) Holds(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.c.ShardOf == nil || m.held[i]
+}
+
 func (m *Merger) holds(name string) bool {
 	return m.c.ShardOf == nil || m.held[m.c.ShardOf(name)]
 }
