@@ -81,6 +81,13 @@ func (m *Main) shardDefs(ctx context.Context, i int) (stop func(), err error) {
 	return func() {
 		cancelWatch()
 		wg.Wait()
+		if m.shards != nil && m.shards.draining.Load() {
+			// The replica exits once its shards are handed over: a
+			// drop would only rebuild its merged config (~1 s of CPU at
+			// 56,000 entries) while the shard's new leader, on the same
+			// host or etcd, starts it.
+			return
+		}
 		drop()
 	}, nil
 }

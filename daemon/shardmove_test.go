@@ -102,6 +102,31 @@ func TestShardMoveReady(t *testing.T) {
 			t.Errorf("b loaded the entries of shard %d, which it does not lead (it leads %v)", i, led)
 		}
 	}
+	// a drops a shard handed over only after b has started it, and at
+	// least handoverSettle after it handed it over: the drop's CPU is not
+	// the new leader's start's.
+	testutil.EventuallyEvery(t, 10*time.Second, 50*time.Millisecond, "a's terms of the shards handed over end", func() bool {
+		over := logEvents(t, alog.String(), "term over")
+		for _, i := range led {
+			if len(over[i]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	over := logEvents(t, alog.String(), "term over")
+	scheduling := logEvents(t, blog.String(), "scheduling")
+	for _, i := range led {
+		if len(scheduling[i]) != 1 {
+			t.Fatalf("shard %d: b scheduled it at %v; want once", i, scheduling[i])
+		}
+		if d := over[i][0].Sub(handed[i][0]); d < handoverSettle {
+			t.Errorf("shard %d: a dropped it %v after handing it over, want at least %v", i, d, handoverSettle)
+		}
+		if !scheduling[i][0].Before(over[i][0]) {
+			t.Errorf("shard %d: a dropped it at %s, before b scheduled it at %s", i, over[i][0].Format(time.StampMicro), scheduling[i][0].Format(time.StampMicro))
+		}
+	}
 
 	// A stop drains: a hands each of its shards to b once b has loaded
 	// it, and only then exits.
