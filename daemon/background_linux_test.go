@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"runtime"
 	"testing"
 
@@ -51,5 +52,44 @@ func TestInBackground(t *testing.T) {
 		if got := <-done; got != base {
 			t.Fatalf("another goroutine ran at nice %d, want %d", got, base)
 		}
+	}
+}
+
+// TestLoadPriority checks that a shard's load parses on the lowered
+// thread when another replica leads the shard (the load is ahead of its
+// move), and at the process's priority when nobody leads it (its slots
+// wait for the load: a kill -9's shards, a cold start's).
+func TestLoadPriority(t *testing.T) {
+	runtime.LockOSThread()
+	base := niceOfThread(t)
+	runtime.UnlockOSThread()
+	s := testShardSet("d", 16, 4, leaders(12))
+	niceOfParse := map[int]int{}
+	s.defs = func(_ context.Context, i int) (func(), error) {
+		s.background(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			niceOfParse[i] = niceOfThread(t)
+		})
+		return func() {}, nil
+	}
+	for _, tc := range []struct {
+		shard int
+		want  int
+	}{
+		{shard: 11, want: min(base+backgroundNice, 19)}, // c leads it
+		{shard: 12, want: base},                         // nobody leads it
+	} {
+		stop, err := s.load(context.Background(), s.shards[tc.shard])
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if got := niceOfParse[tc.shard]; got != tc.want {
+			t.Errorf("shard %d's parse ran at nice %d, want %d", tc.shard, got, tc.want)
+		}
+	}
+	if s.ahead.Load() {
+		t.Error("a load ended, and the next parse would still run lowered")
 	}
 }

@@ -147,6 +147,10 @@ type shardSet struct {
 	prepMu sync.Mutex
 	// loading holds the one shard load under way (prepare).
 	loading chan struct{}
+	// ahead says whether the load under way is of a shard another
+	// replica leads (load; background). A term won without its entries
+	// loads them itself, at once, as one nobody leads.
+	ahead atomic.Bool
 	// draining is set once the replica hands its shards over to exit
 	// (drain); a value on poke makes its registration say so at once.
 	draining atomic.Bool
@@ -714,6 +718,14 @@ func (s *shardSet) load(ctx context.Context, sh *shard) (stop func(), err error)
 		return nil, context.Cause(ctx)
 	}
 	defer func() { <-s.loading }()
+	// A shard that another replica leads is loaded ahead of its move,
+	// and its parse yields to the terms running (background). One nobody
+	// leads waits for this load (after a kill -9, at a cold start): it
+	// runs at the replica's priority.
+	if v := s.view.Load(); v != nil && v.leaders[sh.i] != "" {
+		s.ahead.Store(true)
+		defer s.ahead.Store(false)
+	}
 	s.setLoading(sh)
 	if stop, err = s.defs(ctx, sh.i); err != nil {
 		return nil, err
@@ -799,6 +811,17 @@ func (g *startGate) idle(ctx context.Context, clock clockwork.Clock) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// background runs fn, a part of a load that holds no lock
+// (sources.Config.Background): on the replica's background thread, at a
+// lower priority, when the load is ahead of a move; else at once.
+func (s *shardSet) background(fn func()) {
+	if !s.ahead.Load() {
+		fn()
+		return
+	}
+	inBackground(fn)
 }
 
 // setLoading marks sh's entries as being read, and says so in the

@@ -102,8 +102,14 @@ func (m *Main) startSources(ctx context.Context, file *config.Config) (*config.C
 		},
 		Validate: scheduler.ValidateEntry, Priority: m.Sources.priority, Logger: m.log,
 		ShardOf: m.shardOf(),
-		// A shard's load, beside the replica's terms (inBackground).
-		Background: inBackground,
+		// A shard's load, beside the replica's terms (shardSet.background).
+		Background: func(fn func()) {
+			if m.shards == nil {
+				fn()
+				return
+			}
+			m.shards.background(fn)
+		},
 	})
 	if err := m.merger.SetFile(file); err != nil {
 		return nil, err
