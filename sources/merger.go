@@ -940,8 +940,6 @@ var (
 	_ Sink = (*Part)(nil)
 )
 
-// holds says whether the merger keeps name's entries of the sources set
-// whole (always, unless Config.ShardOf is set); m.mu is held.
 // Holds says whether the merger holds shard i's entries (a Part's Hold
 // to its Drop): the entries of a shard it holds are in its config, and
 // only those. A replica's views of the whole cluster (/status, the
@@ -954,6 +952,8 @@ func (m *Merger) Holds(i int) bool {
 	return m.c.ShardOf == nil || m.held[i]
 }
 
+// holds says whether the merger keeps name's entries of the sources set
+// whole (always, unless Config.ShardOf is set); m.mu is held.
 func (m *Merger) holds(name string) bool {
 	return m.c.ShardOf == nil || m.held[m.c.ShardOf(name)]
 }
