@@ -235,26 +235,27 @@ const primeMost = 1 << 15
 
 // reuse returns a row of name already parsed from doc under the defaults
 // gen, if there is one: the cache's (an unchanged document keeps its
-// entry), else the one the entries API primed, which it forgets; m.mu is
-// held.
-func (m *Merger) reuse(source string, cache map[string]row, name string, doc []byte, gen uint32) (row, bool) {
-	if p, ok := cache[name]; ok && p.gen == gen && p.doc == string(doc) {
+// entry), else the one the entries API primed, which it forgets, else
+// pre's (parsePart's, nil for none); m.mu is held.
+func (m *Merger) reuse(source string, cache, pre map[string]row, name string, doc []byte, gen uint32) (row, bool) {
+	if p, ok := cache[name]; ok && p.parsedFrom(doc, gen) {
 		return p, true
 	}
-	if source != API || len(m.primed) == 0 {
-		return row{}, false
+	if p, ok := m.primed[name]; ok && source == API {
+		delete(m.primed, name)
+		if p.parsedFrom(doc, gen) {
+			p.entry.Source = source
+			return p, true
+		}
 	}
-	p, ok := m.primed[name]
-	if !ok {
-		return row{}, false
+	if p, ok := pre[name]; ok && p.parsedFrom(doc, gen) {
+		return p, true
 	}
-	delete(m.primed, name)
-	if p.gen != gen || p.doc != string(doc) {
-		return row{}, false
-	}
-	p.entry.Source = source
-	return p, true
+	return row{}, false
 }
+
+// parsedFrom says whether p is doc's row under the defaults gen.
+func (p row) parsedFrom(doc []byte, gen uint32) bool { return p.gen == gen && p.doc == string(doc) }
 
 // File returns the file's config last set.
 func (m *Merger) File() *config.Config {
@@ -634,7 +635,7 @@ func (m *Merger) parseAll(src string, cache map[string]row, docs map[string][]by
 	}
 	var jobs []job
 	for name, doc := range docs {
-		if p, ok := m.reuse(src, cache, name, doc, gen); ok {
+		if p, ok := m.reuse(src, cache, nil, name, doc, gen); ok {
 			next[name] = p
 		} else {
 			jobs = append(jobs, job{name, doc})
@@ -1133,10 +1134,7 @@ func (m *Merger) updateLocked(source string, cache map[string]row, changes map[s
 			delete(cache, name)
 			continue
 		}
-		p, ok := m.reuse(source, cache, name, doc, gen)
-		if q, has := pre[name]; !ok && has && q.gen == gen && q.doc == string(doc) {
-			p, ok = q, true
-		}
+		p, ok := m.reuse(source, cache, pre, name, doc, gen)
 		if !ok {
 			p = m.parse(source, name, doc, gen)
 		}
