@@ -80,11 +80,12 @@ func TestLoadPriority(t *testing.T) {
 		{shard: 11, want: min(base+backgroundNice, 19)}, // c leads it
 		{shard: 12, want: base},                         // nobody leads it
 	} {
-		stop, err := s.load(context.Background(), s.shards[tc.shard])
+		stop, waiting, err := s.load(context.Background(), s.shards[tc.shard])
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop()
+		waiting()
 		if got := niceOfParse[tc.shard]; got != tc.want {
 			t.Errorf("shard %d's parse ran at nice %d, want %d", tc.shard, got, tc.want)
 		}

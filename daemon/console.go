@@ -92,7 +92,7 @@ func (m *Main) register(ctx context.Context) {
 		Health: m.api.Ready, Broker: m.brokerHA.Err, Logger: m.log,
 		Leading: m.leader.Term, Clock: m.clock}
 	if m.shards != nil {
-		cfg.Draining, cfg.Loading, cfg.Poke = m.shards.draining.Load, m.shards.loadingShards, m.shards.poke
+		cfg.Draining, cfg.Loading, cfg.Activity, cfg.Poke = m.shards.draining.Load, m.shards.loadingShards, m.shards.activity, m.shards.poke
 	}
 	election.Register(ctx, cfg,
 		election.Replica{ID: m.ID, HTTP: m.advertisedURL(), Started: m.clock.Now().UTC(), Version: version.String()})

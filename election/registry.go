@@ -36,7 +36,14 @@ type Replica struct {
 	// Loading are the shards whose entries the replica is loading, or has
 	// loaded, to campaign for them: the other replicas leave those to it
 	// rather than load them too.
-	Loading []int     `json:"loading,omitempty"`
+	Loading []int `json:"loading,omitempty"`
+	// Busy is set while the replica reads a shard's entries, drops them,
+	// or starts a term of one; Waiting while it holds a shard loaded for
+	// a move not made yet. On a shared host each slowed the others' moves:
+	// a move is made while no replica is busy, and a load ahead of a move
+	// waits while one is busy or waiting (daemon's shardSet).
+	Busy    bool      `json:"busy,omitempty"`
+	Waiting bool      `json:"waiting,omitempty"`
 	Updated time.Time `json:"updated"`
 	// LeaderToken and LeaderSince are set while the replica leads: its
 	// term's token and when it was elected.
@@ -69,8 +76,12 @@ type RegistryConfig struct {
 	// Loading says which shards the replica loads (Replica.Loading); nil
 	// means none. A change is written at the next value on Poke.
 	Loading func() []int
-	Poke    <-chan struct{}
-	Logger  *slog.Logger
+	// Activity says whether the replica is busy and waiting
+	// (Replica.Busy, Replica.Waiting); nil means neither. A change is
+	// written at the next value on Poke.
+	Activity func() (busy, waiting bool)
+	Poke     <-chan struct{}
+	Logger   *slog.Logger
 	// Clock times the refreshes and stamps Updated; the real clock if nil.
 	Clock clockwork.Clock
 }
@@ -197,6 +208,10 @@ func refresh(ctx context.Context, cfg RegistryConfig, key string, ttl int64, lea
 	r.Loading = nil
 	if cfg.Loading != nil {
 		r.Loading = cfg.Loading()
+	}
+	r.Busy, r.Waiting = false, false
+	if cfg.Activity != nil {
+		r.Busy, r.Waiting = cfg.Activity()
 	}
 	r.Updated = cfg.Clock.Now().UTC()
 	r.LeaderToken, r.LeaderSince = 0, time.Time{}

@@ -121,17 +121,20 @@ func TestRegistrationOutlivesSlowRefreshes(t *testing.T) {
 	}
 }
 
-// TestRegistrationSaysLoadingAtPoke: the shards a replica loads are in
-// its registration as soon as it pokes it, not at its next refresh
-// (another replica that reads them loads other shards instead).
+// TestRegistrationSaysLoadingAtPoke: the shards a replica loads, and
+// whether it is busy or waits for a move, are in its registration as soon
+// as it pokes it, not at its next refresh (another replica that reads
+// them loads other shards instead, or holds its handover back).
 func TestRegistrationSaysLoadingAtPoke(t *testing.T) {
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	cli := testutil.NewEtcdClient(t, srv.Endpoints...)
 	var loading atomic.Pointer[[]int]
 	loading.Store(&[]int{})
 	poke := make(chan struct{}, 1)
+	var busy, waiting atomic.Bool
 	cfg := RegistryConfig{Client: cli, Prefix: prefix + "loading/", TTL: 2 * time.Second, Every: time.Hour, Poke: poke,
-		Loading: func() []int { return *loading.Load() }}
+		Loading:  func() []int { return *loading.Load() },
+		Activity: func() (bool, bool) { return busy.Load(), waiting.Load() }}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -155,6 +158,15 @@ func TestRegistrationSaysLoadingAtPoke(t *testing.T) {
 		poke <- struct{}{}
 		testutil.EventuallyEvery(t, 2*time.Second, 10*time.Millisecond, fmt.Sprintf("loading %v registered", want), func() bool {
 			return slices.Equal(get()[0].Loading, want)
+		})
+	}
+	for _, want := range [][2]bool{{true, false}, {false, true}, {true, true}, {false, false}} {
+		busy.Store(want[0])
+		waiting.Store(want[1])
+		poke <- struct{}{}
+		testutil.EventuallyEvery(t, 2*time.Second, 10*time.Millisecond, fmt.Sprintf("busy, waiting %v registered", want), func() bool {
+			r := get()[0]
+			return r.Busy == want[0] && r.Waiting == want[1]
 		})
 	}
 }
