@@ -415,19 +415,28 @@ func TestShardOutcomes(t *testing.T) {
 		return false
 	}
 	var st api.Status
-	testutil.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "every shard's outcomes: succeeded, paused, skipped", func() bool {
+	testutil.EventuallyErr(t, 30*time.Second, 200*time.Millisecond, "every shard's outcomes: succeeded, paused, skipped", func() error {
 		var err error
 		if st, err = status.FromEtcd(ctx, a.etcd, "/so/", a.sched.Config(), nil, time.Now(), api.StatusQuery{Limit: api.DefaultStatusLimit}); err != nil {
-			return false
+			return err
 		}
 		for _, name := range oks {
 			if !has(entry(st, name), "succeeded") {
-				return false
+				return fmt.Errorf("%s (shard %d) has no succeeded run: %+v", name, keys.ShardOf(name, shards), entry(st, name).Runs)
 			}
 		}
 		skipper := entry(st, "skipper")
-		return entry(st, "boom").Paused && has(skipper, "skipped") && has(skipper, "succeeded") &&
-			len(runsOf("skip")) >= 3 && overlapped(runsOf("allow"))
+		switch {
+		case !entry(st, "boom").Paused:
+			return fmt.Errorf("boom is not paused: %+v", entry(st, "boom").Runs)
+		case !has(skipper, "skipped") || !has(skipper, "succeeded"):
+			return fmt.Errorf("skipper has not both skipped and succeeded: %+v", skipper.Runs)
+		case len(runsOf("skip")) < 3:
+			return fmt.Errorf("skipper ran %d times, want 3 or more", len(runsOf("skip")))
+		case !overlapped(runsOf("allow")):
+			return fmt.Errorf("allowed's runs never overlapped: %v", runsOf("allow"))
+		}
+		return nil
 	})
 	if boom := entry(st, "boom"); !strings.Contains(boom.PauseReason, "ZeroDivisionError") {
 		t.Errorf("boom paused for %q, want its exception", boom.PauseReason)
