@@ -344,7 +344,7 @@ func TestShardOutcomes(t *testing.T) {
 	}
 	srv := testutil.MustStartEmbeddedEtcd(t)
 	rs := testutil.MustStartRedis(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Events: true, Pool: "threads", Concurrency: 4, Name: "shards@%h"})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Events: true, Pool: "prefork", Concurrency: 4, Name: "shards@%h"})
 	const shards = 4
 	var y strings.Builder
 	y.WriteString("entries:\n")

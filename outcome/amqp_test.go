@@ -38,7 +38,7 @@ func TestTaskEventsOverRabbitMQ(t *testing.T) {
 		RunAMQPEvents(ctx, AMQPEvents{Dial: dial, Name: "ev", Logger: slog.New(slog.DiscardHandler)}, feed)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 2,
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 2,
 		Name: "rabbit@%h", Env: []string{"BROKER_URL=" + rb.URL()}})
 
 	// A fenced publisher whose term 1 is current.

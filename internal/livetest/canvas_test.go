@@ -61,7 +61,7 @@ func records(t *testing.T, rs *testutil.Redis, list string) []record {
 func TestPeriodicChainOnACeleryWorker(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery,steps", Events: true, Pool: "threads", Concurrency: 4})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery,steps", Events: true, Pool: "prefork", Concurrency: 4})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
   etl:
     task: tasks.record

@@ -108,7 +108,7 @@ func TestOutcomesFromTaskEvents(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
 	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Name: "fast@%h"})
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "slowq", Events: true, Pool: "threads", Concurrency: 4, Name: "slow@%h"})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "slowq", Events: true, Pool: "prefork", Concurrency: 4, Name: "slow@%h"})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
   ok: {task: tasks.add, every: 1s, args: [1, 2]}
   boom: {task: tasks.fail, every: 1s, pause_after_failures: 3}
@@ -204,9 +204,9 @@ func TestOutcomesFromTaskEvents(t *testing.T) {
 func TestLostRunAfterWorkerKill(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	// threads, not solo: a solo worker blocked in a task holds its
+	// prefork, not solo: a solo worker blocked in a task holds its
 	// buffered task-started event until the task ends.
-	w := testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 1,
+	w := testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 1,
 		Name: "doomed@%h"})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml",
 		"entries:\n  long: {task: tasks.sleep, every: 1s, args: [60, long], overlap: skip, overlap_timeout: 6s}\n")
@@ -366,7 +366,7 @@ func TestNoOutcomeSourceWarns(t *testing.T) {
 func TestOverlapSkipAcrossFailover(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 4})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml",
 		"entries:\n  long: {task: tasks.sleep, every: 1s, args: [12, failover], overlap: skip, catchup: all}\n")
 	args := func(id string) []string {
@@ -415,7 +415,7 @@ func TestOverlapOverRabbitMQ(t *testing.T) {
 	rb := sharedRabbit(t)
 	rs := testutil.MustStartRedis(t) // the workers' result backend, where the executions are read
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4,
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 4,
 		Name: "rabbit@%h", Env: []string{"BROKER_URL=" + rb.URL()}})
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
   skipper: {task: tasks.sleep, every: 1s, args: [2.5, amqp-skip], overlap: skip}

@@ -26,7 +26,7 @@ func TestShardOutcomesAMQP(t *testing.T) {
 	rb := sharedRabbit(t)
 	rs := testutil.MustStartRedis(t) // the worker's result backend, where the executions are read
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4,
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 4,
 		Name: "shards-rabbit@%h", Env: []string{"BROKER_URL=" + rb.URL()}})
 	const shards = 4
 	var y strings.Builder

@@ -3,10 +3,14 @@ package livetest
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +30,8 @@ import (
 func TestFailoverReportsWhatHappened(t *testing.T) {
 	rs := testutil.MustStartRedis(t)
 	etcd := testutil.MustStartEmbeddedEtcd(t)
-	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "threads", Concurrency: 4})
+	testutil.MustStartCeleryWorkerWith(t, rs, testutil.CeleryOptions{Queues: "celery", Events: true, Pool: "prefork", Concurrency: 4})
+	sent := recordTaskEvents(t, rs)
 	cfg := writeFile(t, t.TempDir(), "schedules.yaml", `entries:
   gap: {task: tasks.sleep, every: 6s, args: [2, gap]}
   tick: {task: tasks.add, every: 1s, args: [1, 2]}
@@ -57,8 +62,9 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 			// a report beatd lost (a CI run under load once saw neither
 			// this run's success nor two later ones within 10 s).
 			for _, x := range executions(t, rs, "gap") {
-				t.Logf("the worker ran gap %s from %s to %s", x.id,
-					time.UnixMilli(int64(x.start*1000)).UTC().Format(time.StampMilli), time.UnixMilli(int64(x.end*1000)).UTC().Format(time.StampMilli))
+				t.Logf("the worker ran gap %s from %s to %s and published the events %v", x.id,
+					time.UnixMilli(int64(x.start*1000)).UTC().Format(time.StampMilli), time.UnixMilli(int64(x.end*1000)).UTC().Format(time.StampMilli),
+					sent(x.id))
 			}
 		}
 	})
@@ -76,6 +82,9 @@ func TestFailoverReportsWhatHappened(t *testing.T) {
 		return false
 	})
 	t.Logf("outcome of the gap's run seen %s after b's election", time.Since(elected).Round(time.Millisecond))
+	if !slices.Contains(sent(taskID), "task-succeeded") {
+		t.Errorf("b shows %s succeeded, but the worker published only %v for it", taskID, sent(taskID))
+	}
 	// The worker ran it once.
 	if n := len(executions(t, rs, "gap")); n == 0 {
 		t.Fatal("the worker recorded no run of gap")
@@ -221,3 +230,59 @@ func assertStopsWithin(t *testing.T, n func() int64, what string) {
 }
 
 var otherLags = regexp.MustCompile(`"msg":"fired".*"entry":"other".*"lag":"([^"]+)"`)
+
+// recordTaskEvents subscribes to the task events the workers publish on
+// rs, as a witness apart from beatd: what it returns lists the event
+// types published for a task id so far. It reads Kombu's envelope
+// itself, so a fault in beatd's parser cannot hide an event.
+func recordTaskEvents(t *testing.T, rs *testutil.Redis) (sent func(taskID string) []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := rs.Client().PSubscribe(ctx, "/0.celeryev/task.*")
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatalf("subscribe to the task events: %v", err)
+	}
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range ps.Channel() {
+			var env struct {
+				Body       string `json:"body"`
+				Properties struct {
+					BodyEncoding string `json:"body_encoding"`
+				} `json:"properties"`
+			}
+			if json.Unmarshal([]byte(m.Payload), &env) != nil {
+				continue
+			}
+			body := []byte(env.Body)
+			if env.Properties.BodyEncoding == "base64" {
+				if body, _ = base64.StdEncoding.DecodeString(env.Body); body == nil {
+					continue
+				}
+			}
+			type event struct{ Type, UUID string }
+			var evs []event
+			if json.Unmarshal(body, &evs) != nil {
+				var one event
+				if json.Unmarshal(body, &one) != nil {
+					continue
+				}
+				evs = []event{one}
+			}
+			mu.Lock()
+			for _, e := range evs {
+				seen[e.UUID] = append(seen[e.UUID], e.Type)
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); ps.Close(); <-done })
+	return func(id string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen[id])
+	}
+}
