@@ -101,9 +101,30 @@ type benchRun struct {
 // rssTrace is a process's RSS sampled every 50 ms until it exits: when
 // its peak came, which VmHWM does not say.
 type rssTrace struct {
-	mu   sync.Mutex
-	peak int64 // kB
-	at   time.Time
+	mu      sync.Mutex
+	peak    int64 // kB
+	at      time.Time
+	samples []rssSample
+}
+
+type rssSample struct {
+	at time.Time
+	kb int64
+}
+
+// around is the RSS sampled from before to after the peak, one sample in
+// every, for the log: how fast it rose, and whether it fell at once.
+func (tr *rssTrace) around(before, after time.Duration, every int) string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var b strings.Builder
+	for i, s := range tr.samples {
+		if i%every != 0 || s.at.Before(tr.at.Add(-before)) || s.at.After(tr.at.Add(after)) {
+			continue
+		}
+		fmt.Fprintf(&b, " %+.2fs:%dM", s.at.Sub(tr.at).Seconds(), s.kb>>10)
+	}
+	return b.String()
 }
 
 // follow samples pid's VmRSS until the process is gone.
@@ -118,6 +139,7 @@ func (tr *rssTrace) follow(pid int) {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				tr.mu.Lock()
+				tr.samples = append(tr.samples, rssSample{time.Now(), kb})
 				if kb > tr.peak {
 					tr.peak, tr.at = kb, time.Now()
 				}
@@ -408,7 +430,8 @@ func (b *shardBench) figures(r *benchRun, shards []int, from, to time.Time) repl
 		f.peakRSS, f.rss = st.HWM, st.RSS
 	}
 	if at, doing := r.peakAt(); !at.IsZero() {
-		b.t.Logf("%s: RSS peaked %.1f s after its start, after: %s", r.ID, at.Sub(r.started).Seconds(), doing)
+		b.t.Logf("%s: RSS peaked %.1f s after its start, after: %s; around it:%s", r.ID, at.Sub(r.started).Seconds(), doing,
+			r.rss.around(3*time.Second, time.Second, 2))
 	}
 	if *shardsHeap != "" {
 		saveProfile(b.t, r.replica, "/debug/pprof/heap?gc=1", *shardsHeap, fmt.Sprintf("%s-%d.heap", r.ID, len(b.runs)))
