@@ -593,6 +593,11 @@ func (b *shardBench) killOne() {
 		}
 	}
 	theirs := func(entry string) bool { return !slices.Contains(k.shards, keys.ShardOf(entry, b.shards)) }
+	// The lag before the kill is a quiet window's: the bench's own work
+	// just before (each replica's heap profile, a forced collection of
+	// a few hundred MB, and the resize's audit read from Redis) once put
+	// a p99 of 1 s in it.
+	time.Sleep(*shardsSteady)
 	killed := time.Now()
 	b.live[victim].Kill()
 	delete(b.live, victim)
