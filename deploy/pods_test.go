@@ -56,10 +56,14 @@ type podNet struct {
 
 func newPodNet(t *testing.T, sts, svc string, n int, containerPorts []int32) *podNet {
 	pn := &podNet{sts: sts, svc: svc}
+	// Every port is picked before any pod binds one, so a port free at
+	// its pick can be picked again: a CI run gave a scaled-up pod the
+	// HTTP port of a running one, which then failed to bind it.
+	taken := map[int]bool{}
 	for i := 0; i < n; i++ {
 		m := map[int32]int{}
 		for _, p := range containerPorts {
-			m[p] = freePort(t)
+			m[p] = freePort(t, taken)
 		}
 		pn.ports = append(pn.ports, m)
 	}
@@ -67,16 +71,20 @@ func newPodNet(t *testing.T, sts, svc string, n int, containerPorts []int32) *po
 }
 
 // freePort returns a free loopback port below Linux's ephemeral range
-// (32768 and up): the pods bind their ports again after every restart, and
-// a port from the ephemeral range can meanwhile be taken by some outbound
-// connection.
-func freePort(t *testing.T) int {
+// (32768 and up), not in taken, and adds it there: the pods bind their
+// ports again after every restart, and a port from the ephemeral range
+// can meanwhile be taken by some outbound connection.
+func freePort(t *testing.T, taken map[int]bool) int {
 	t.Helper()
 	for range 1000 {
 		port := 20000 + rand.IntN(12000)
+		if taken[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			l.Close()
+			taken[port] = true
 			return port
 		}
 	}
