@@ -138,10 +138,11 @@ func (tr *rssTrace) follow(pid int) {
 		for line := range strings.Lines(string(b)) {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				now := time.Now()
 				tr.mu.Lock()
-				tr.samples = append(tr.samples, rssSample{time.Now(), kb})
+				tr.samples = append(tr.samples, rssSample{now, kb})
 				if kb > tr.peak {
-					tr.peak, tr.at = kb, time.Now()
+					tr.peak, tr.at = kb, now
 				}
 				tr.mu.Unlock()
 			}

@@ -259,7 +259,8 @@ func recordTaskEvents(t *testing.T, rs *testutil.Redis) (sent func(taskID string
 			}
 			body := []byte(env.Body)
 			if env.Properties.BodyEncoding == "base64" {
-				if body, _ = base64.StdEncoding.DecodeString(env.Body); body == nil {
+				var err error
+				if body, err = base64.StdEncoding.DecodeString(env.Body); err != nil {
 					continue
 				}
 			}
