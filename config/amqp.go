@@ -74,7 +74,7 @@ var (
 func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 	var c AMQPConfig
 	f := d.fields(n, "amqp", amqpKeys)
-	if mp, ok := f["task_queue_max_priority"]; ok {
+	if mp, ok := f.get("task_queue_max_priority"); ok {
 		if p, ok := d.integer(mp.val, "amqp.task_queue_max_priority"); ok {
 			if p < 1 || p > 255 {
 				d.errorf(mp.val, "amqp.task_queue_max_priority must be between 1 and 255, got %d", p)
@@ -83,7 +83,7 @@ func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 			}
 		}
 	}
-	qs, ok := f["queues"]
+	qs, ok := f.get("queues")
 	if !ok {
 		return c
 	}
@@ -105,7 +105,7 @@ func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 		}
 		var q AMQPQueue
 		qf := d.fields(v, "amqp.queues."+k.Value, amqpQueueKeys)
-		if a, ok := qf["queue_arguments"]; ok {
+		if a, ok := qf.get("queue_arguments"); ok {
 			an := deref(a.val)
 			if an.Kind != yaml.MappingNode {
 				d.errorf(an, "amqp.queues.%s.queue_arguments must be a mapping", k.Value)
@@ -115,7 +115,7 @@ func (d *decoder) amqp(n *yaml.Node) AMQPConfig {
 			}
 		}
 		for _, key := range []string{"exchange", "routing_key"} {
-			if kf, ok := qf[key]; ok {
+			if kf, ok := qf.get(key); ok {
 				kn := deref(kf.val)
 				if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" || kn.Value == "" {
 					d.errorf(kn, "amqp.queues.%s.%s must be a non-empty string", k.Value, key)

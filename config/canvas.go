@@ -19,10 +19,10 @@ var (
 
 // canvas reads an entry's chain, link and link_error (nil when it has
 // none) and how many placeholders their values hold.
-func (d *decoder) canvas(f map[string]field, name string) (*celery.Canvas, int) {
+func (d *decoder) canvas(f fieldSet, name string) (*celery.Canvas, int) {
 	var c celery.Canvas
 	holes := 0
-	if v, ok := f["chain"]; ok {
+	if v, ok := f.get("chain"); ok {
 		n := deref(v.val)
 		switch {
 		case n.Kind != yaml.SequenceNode:
@@ -40,7 +40,7 @@ func (d *decoder) canvas(f map[string]field, name string) (*celery.Canvas, int) 
 		}
 	}
 	for _, k := range []string{"link", "link_error"} {
-		v, ok := f[k]
+		v, ok := f.get(k)
 		if !ok {
 			continue
 		}
@@ -75,7 +75,8 @@ func (d *decoder) canvas(f map[string]field, name string) (*celery.Canvas, int) 
 	if len(c.Chain) == 0 && len(c.Link) == 0 && len(c.LinkError) == 0 {
 		return nil, holes
 	}
-	return &c, holes
+	out := c // c itself stays on the stack: most entries have no canvas
+	return &out, holes
 }
 
 // step reads one signature: task (required), args, kwargs, options (kept
@@ -92,7 +93,7 @@ func (d *decoder) step(n *yaml.Node, what string) (celery.Step, int) {
 		return s, 0
 	}
 	holes := 0
-	if v, ok := f["task"]; ok {
+	if v, ok := f.get("task"); ok {
 		s.Task = internTask(scalar(v.val))
 		if deref(v.val).Tag != "!!str" || strings.TrimSpace(s.Task) == "" {
 			d.errorf(v.val, "%s: task must be a non-empty string naming a Celery task", what)
@@ -100,7 +101,7 @@ func (d *decoder) step(n *yaml.Node, what string) (celery.Step, int) {
 	} else {
 		d.errorf(n, "%s: missing key task: every step names the Celery task it sends", what)
 	}
-	if v, ok := f["args"]; ok {
+	if v, ok := f.get("args"); ok {
 		if an := deref(v.val); an.Kind == yaml.SequenceNode {
 			if val, ok := d.value(an); ok {
 				s.Args = val.([]any)
@@ -110,7 +111,7 @@ func (d *decoder) step(n *yaml.Node, what string) (celery.Step, int) {
 			d.errorf(an, "%s: args must be a list", what)
 		}
 	}
-	if v, ok := f["kwargs"]; ok {
+	if v, ok := f.get("kwargs"); ok {
 		if kn := deref(v.val); kn.Kind == yaml.MappingNode {
 			if val, ok := d.value(kn); ok {
 				s.Kwargs = val.(*celery.Map)
@@ -120,10 +121,10 @@ func (d *decoder) step(n *yaml.Node, what string) (celery.Step, int) {
 			d.errorf(kn, "%s: kwargs must be a mapping", what)
 		}
 	}
-	if v, ok := f["immutable"]; ok {
+	if v, ok := f.get("immutable"); ok {
 		s.Immutable, _ = d.boolean(v.val, what+": immutable")
 	}
-	if v, ok := f["options"]; ok {
+	if v, ok := f.get("options"); ok {
 		of := d.fields(v.val, what+" options", stepOptionKeys)
 		if len(of) > 0 {
 			s.Options, holes = d.stepOptions(deref(v.val), of, what), holes+d.placeholders(deref(v.val), 0)
@@ -134,10 +135,10 @@ func (d *decoder) step(n *yaml.Node, what string) (celery.Step, int) {
 
 // stepOptions checks a step's options as the entry's own are checked, and
 // keeps them as written, in order.
-func (d *decoder) stepOptions(n *yaml.Node, f map[string]field, what string) *celery.Map {
+func (d *decoder) stepOptions(n *yaml.Node, f fieldSet, what string) *celery.Map {
 	ok := true
-	for k, fv := range f {
-		vn := deref(fv.val)
+	for _, fv := range f {
+		k, vn := fv.key.Value, deref(fv.val)
 		switch k {
 		case "queue", "exchange", "routing_key":
 			if vn.Kind != yaml.ScalarNode || vn.Tag != "!!str" || vn.Value == "" {

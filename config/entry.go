@@ -36,7 +36,9 @@ func (es FieldErrors) Error() string {
 // file's rules. c may be nil (no file: UTC and the built-in defaults). On
 // failure the error is a FieldErrors.
 func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
-	body, err := entryNode(data)
+	slabs := parseSlabs.Get().(*jsonSlabs)
+	defer slabs.release()
+	body, err := entryNode(data, slabs)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +70,9 @@ func (c *Config) ParseEntry(name string, data []byte) (*Entry, error) {
 
 // entryNode reads an entry's document: JSON (what the entries API
 // stores) on the fast path, anything else through yaml.v3.
-func entryNode(data []byte) (*yaml.Node, error) {
-	if n, ok := jsonNode(data); ok {
+// A JSON tree is in slabs, which the caller releases once done with it.
+func entryNode(data []byte, slabs *jsonSlabs) (*yaml.Node, error) {
+	if n, ok := jsonNode(data, slabs); ok {
 		return n, nil
 	}
 	var doc yaml.Node

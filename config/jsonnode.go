@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"sync"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -21,8 +22,8 @@ import (
 // times faster, and the tree it builds is the same (tags, values and
 // kinds; positions are unique byte offsets on line 1, which is all the
 // JSON-pointer mapping of errors needs).
-func jsonNode(data []byte) (*yaml.Node, bool) {
-	return readJSONNode(data)
+func jsonNode(data []byte, slabs *jsonSlabs) (*yaml.Node, bool) {
+	return readJSONNode(data, slabs)
 }
 
 // JSONNode reads a JSON object as JSON, into the tree yaml.v3 would build
@@ -32,14 +33,24 @@ func jsonNode(data []byte) (*yaml.Node, bool) {
 // such as Python's json.dumps writes for an emoji) and folds a raw U+0085
 // or U+2028 in a string into a space; read this way, a JSON document
 // means what a JSON reader says, as in ParseEntry.
-func JSONNode(data []byte) (*yaml.Node, bool) { return readJSONNode(data) }
+func JSONNode(data []byte) (*yaml.Node, bool) { return readJSONNode(data, nil) }
 
-func readJSONNode(data []byte) (*yaml.Node, bool) {
+// readJSONNode reads data's tree into slabs (nil: slabs of its own).
+func readJSONNode(data []byte, slabs *jsonSlabs) (*yaml.Node, bool) {
 	n := countJSONNodes(data)
 	// Every node but the root is in one Content, and the stack holds at
 	// most every node: one allocation for both.
-	ptrs := make([]*yaml.Node, 2*n)
-	p := jsonParser{data: data, nodes: make([]yaml.Node, 0, n), ptrs: ptrs[:0:n], stack: ptrs[n:n]}
+	if slabs == nil {
+		slabs = &jsonSlabs{}
+	}
+	if cap(slabs.nodes) < n {
+		slabs.nodes = make([]yaml.Node, n)
+	}
+	if cap(slabs.ptrs) < 2*n {
+		slabs.ptrs = make([]*yaml.Node, 2*n)
+	}
+	ptrs := slabs.ptrs[:2*n]
+	p := jsonParser{data: data, nodes: slabs.nodes[:0:n], ptrs: ptrs[:0:n], stack: ptrs[n:n]}
 	p.ws()
 	if p.i >= len(data) || data[p.i] != '{' {
 		return nil, false
@@ -50,6 +61,35 @@ func readJSONNode(data []byte) (*yaml.Node, bool) {
 	}
 	p.ws()
 	return root, p.i == len(data)
+}
+
+// jsonSlabs are the memory of one tree: its nodes, and its Content
+// slices with the parser's stack.
+type jsonSlabs struct {
+	nodes []yaml.Node
+	ptrs  []*yaml.Node
+}
+
+// parseSlabs keeps ParseEntry's slabs from one parse to the next. A
+// runtime entry's tree is ~1.9 KB, more than half of what its parse
+// allocates, and dead once the entry is decoded (the entry keeps strings
+// and values, never a node); a shard's load parses tens of thousands,
+// and what it allocates while the collector marks the replica's heap is
+// what its peak RSS holds above its live heap.
+var parseSlabs = sync.Pool{New: func() any { return new(jsonSlabs) }}
+
+// maxPooledNodes bounds the slabs kept: a large document's are dropped.
+const maxPooledNodes = 256
+
+// release clears s, so that no value of the tree stays reachable, and
+// keeps it for the next parse if it is small.
+func (s *jsonSlabs) release() {
+	if cap(s.nodes) > maxPooledNodes {
+		return
+	}
+	clear(s.nodes[:cap(s.nodes)])
+	clear(s.ptrs[:cap(s.ptrs)])
+	parseSlabs.Put(s)
 }
 
 // jsonParser builds the tree in two slabs, sized by countJSONNodes: its

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -27,7 +28,7 @@ func sameTree(a, b *yaml.Node, path string) error {
 }
 
 func checkJSONNode(t testing.TB, doc string) (fast bool) {
-	n, ok := jsonNode([]byte(doc))
+	n, ok := jsonNode([]byte(doc), nil)
 	if !ok {
 		return false
 	}
@@ -130,4 +131,64 @@ func TestParseEntryJSONMatchesYAML(t *testing.T) {
 func parseEntryYAML(t *testing.T, doc string) (*Entry, error) {
 	t.Helper()
 	return (*Config)(nil).ParseEntry("e", []byte(doc+" # yaml"))
+}
+
+// TestIntegersReadAsYAMLDoes: the plain-decimal path of value reads what
+// yaml.v3's decoder reads, and every other form of integer still goes to
+// yaml.v3 (a leading zero is octal to it).
+func TestIntegersReadAsYAMLDoes(t *testing.T) {
+	for _, lit := range []string{"0", "-0", "7", "-12", "017", "-017", "00", "0o17", "0x1F", "1_000", "+5",
+		"9223372036854775807", "-9223372036854775808"} {
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: lit}
+		var want int64
+		if err := n.Decode(&want); err != nil {
+			t.Fatalf("%s: yaml.v3: %v", lit, err)
+		}
+		got, ok := (&decoder{}).value(n)
+		if !ok || got != want {
+			t.Errorf("%s: read %v (%v), yaml.v3 reads %d", lit, got, ok, want)
+		}
+	}
+}
+
+// TestParseEntryKeepsNoTree: ParseEntry reuses its trees' memory from
+// one parse to the next, so an entry must hold nothing of its tree.
+// Entries parsed on two goroutines at once are kept, then compared with
+// the same documents parsed again one at a time.
+func TestParseEntryKeepsNoTree(t *testing.T) {
+	docs := []string{
+		`{"task":"tasks.sync","every":"3600s","start_at":"2026-01-01T05:17:44Z","args":[%d,"s%d",[1,{"k":"v%d"}]]}`,
+		`{"task":"tasks.r%d","crontab":{"minute":"%d","hour":"*/6"},"timezone":"Europe/Berlin","kwargs":{"tenant":%d}}`,
+		`{"task":"tasks.remind","at":"2027-03-12T05:00:00Z","options":{"queue":"q%d","headers":{"h":"%d"}},"args":[%d]}`,
+	}
+	const n = 3000
+	doc := func(i int) []byte { return fmt.Appendf(nil, docs[i%len(docs)], i, i%60, i) }
+	kept := make([]*Entry, n)
+	done := make(chan struct{})
+	for half := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := half; i < n; i += 2 {
+				e, err := (*Config)(nil).ParseEntry(fmt.Sprint("e", i), doc(i))
+				if err != nil {
+					t.Errorf("%d: %v", i, err)
+					return
+				}
+				kept[i] = e
+			}
+		}()
+	}
+	<-done
+	<-done
+	for i, e := range kept {
+		again, err := (*Config)(nil).ParseEntry(fmt.Sprint("e", i), doc(i))
+		if err != nil || e == nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if e.Fingerprint != again.Fingerprint || e.Task != again.Task ||
+			!reflect.DeepEqual(e.Args, again.Args) || !reflect.DeepEqual(e.Kwargs, again.Kwargs) ||
+			!reflect.DeepEqual(e.Options, again.Options) {
+			t.Fatalf("entry %d changed after later parses:\nkept  %+v\nfresh %+v", i, e, again)
+		}
+	}
 }

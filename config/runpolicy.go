@@ -36,8 +36,8 @@ type runPolicy struct {
 
 // runPolicyFields decodes overlap, overlap_timeout and
 // pause_after_failures, for an entry or the file's defaults.
-func (d *decoder) runPolicyFields(f map[string]field, p *runPolicy) {
-	if v, ok := f["overlap"]; ok {
+func (d *decoder) runPolicyFields(f fieldSet, p *runPolicy) {
+	if v, ok := f.get("overlap"); ok {
 		switch o := OverlapPolicy(scalar(v.val)); o {
 		case OverlapAllow, OverlapSkip, OverlapBufferOne:
 			p.overlap = o
@@ -45,12 +45,12 @@ func (d *decoder) runPolicyFields(f map[string]field, p *runPolicy) {
 			d.errorf(v.val, "overlap must be allow, skip or buffer_one, got %q", scalar(v.val))
 		}
 	}
-	if v, ok := f["overlap_timeout"]; ok {
+	if v, ok := f.get("overlap_timeout"); ok {
 		if dur, ok := d.duration(v.val, "overlap_timeout", false); ok {
 			p.overlapTimeout = dur
 		}
 	}
-	if v, ok := f["pause_after_failures"]; ok {
+	if v, ok := f.get("pause_after_failures"); ok {
 		if n, ok := d.integer(v.val, "pause_after_failures"); ok {
 			if n < 0 || n > 1000000 {
 				d.errorf(v.val, "pause_after_failures must be between 0 (never) and 1000000, got %d", n)

@@ -16,7 +16,7 @@ func (d *decoder) solar(n *yaml.Node) schedule.Schedule {
 	}
 	ok := true
 	for _, k := range solarKeys {
-		if _, present := f[k]; !present {
+		if _, present := f.get(k); !present {
 			d.errorf(n, "solar: missing key %s", k)
 			ok = false
 		}
@@ -24,13 +24,13 @@ func (d *decoder) solar(n *yaml.Node) schedule.Schedule {
 	if !ok {
 		return nil
 	}
-	ev := deref(f["event"].val)
+	ev := deref(f.val("event"))
 	if ev.Kind != yaml.ScalarNode || ev.Tag != "!!str" {
 		d.errorf(ev, "solar event must be a string such as sunrise")
 		return nil
 	}
-	lat, ok1 := d.number(f["lat"].val, "solar lat")
-	lon, ok2 := d.number(f["lon"].val, "solar lon")
+	lat, ok1 := d.number(f.val("lat"), "solar lat")
+	lon, ok2 := d.number(f.val("lon"), "solar lon")
 	if !ok1 || !ok2 {
 		return nil
 	}
@@ -39,9 +39,9 @@ func (d *decoder) solar(n *yaml.Node) schedule.Schedule {
 		at := ev
 		switch {
 		case lat < -90 || lat > 90:
-			at = deref(f["lat"].val)
+			at = deref(f.val("lat"))
 		case lon < -180 || lon > 180:
-			at = deref(f["lon"].val)
+			at = deref(f.val("lon"))
 		}
 		d.errorf(at, "%v", err)
 		return nil
