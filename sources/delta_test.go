@@ -2,6 +2,7 @@ package sources
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -176,5 +177,42 @@ func TestSetSourceParsesInParallel(t *testing.T) {
 	}
 	if h := m.Health(); len(h) != 1 || len(h[0].Invalid) != bad {
 		t.Fatalf("health %+v, want %d invalid", h, bad)
+	}
+}
+
+// TestFailedDeltaLeavesTheRows: when the scheduler refuses a merge
+// entry by entry, the source's rows and invalid entries are as they were
+// before it, for names that had a row, names that were invalid, names
+// that are new, and deletes.
+func TestFailedDeltaLeavesTheRows(t *testing.T) {
+	t.Parallel()
+	refuse := false
+	m := New(Config{ApplyDelta: func(*config.Config, []string) error {
+		if refuse {
+			return fmt.Errorf("refused")
+		}
+		return nil
+	}})
+	if err := m.SetFile(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetSource(API, map[string][]byte{
+		"a": []byte(`{"task":"t.a","every":"10s"}`), "b": []byte(`{"task":"t.b","every":"10s"}`),
+		"bad": []byte(`{"task":"t.a","every":"never"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	rows, invalid := maps.Clone(m.rows[API]), maps.Clone(m.invalid[API])
+	refuse = true
+	err := m.UpdateSource(API, map[string][]byte{
+		"a": []byte(`{"task":"t.a","every":"20s"}`), "b": nil, "bad": []byte(`{"task":"t.a","every":"5s"}`),
+		"new": []byte(`{"task":"t.n","every":"5s"}`), "gone": nil, "worse": []byte(`{"task":"t.a","every":"no"}`)})
+	if err == nil {
+		t.Fatal("the refused merge reported no error")
+	}
+	if !reflect.DeepEqual(m.rows[API], rows) {
+		t.Errorf("rows after a refused merge: %v, want %v", slices.Sorted(maps.Keys(m.rows[API])), slices.Sorted(maps.Keys(rows)))
+	}
+	if !reflect.DeepEqual(m.invalid[API], invalid) {
+		t.Errorf("invalid after a refused merge: %v, want %v", m.invalid[API], invalid)
 	}
 }
