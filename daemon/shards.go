@@ -827,13 +827,17 @@ func (s *shardSet) aheadOfMove(sh *shard) bool {
 	return l != "" && l != s.id && o.registered[l]
 }
 
-// waitTurn waits before a load of sh, startGateWait at most in all: until
-// this replica has no term starting and no shard loaded for one
-// (startGate); and, for a load ahead of a move, until no other replica is
-// busy or waits for its move (otherReplicas). A load's read and parse,
-// and its etcd range reads, slowed a move's start on a shared host from
-// 0.3 s to 1–2.5 s; a load ahead of a move can wait, and one of a shard
-// nobody leads cannot.
+// waitTurn waits before a load of sh: until this replica has no term
+// starting and no shard loaded for one (startGate, startGateWait at
+// most); and, for a load ahead of a move, until no other replica is busy
+// or waits for its move (otherReplicas), handoverQuietWait at most in
+// all, as long as a handover waits for a quiet cluster. A load's read
+// and parse, and its etcd range reads, slowed a move's start on a shared
+// host from 0.3 s to 1–2.5 s; a load ahead of a move can wait, and one of
+// a shard nobody leads cannot. When a replica drains, each other replica
+// loads one of its shards, and two loads side by side take 4–5 s here at
+// 56,000 entries a shard: a third load that went after 5 s ran beside the
+// first move's start (1.08 s).
 func (s *shardSet) waitTurn(ctx context.Context, sh *shard) error {
 	began := s.clock.Now()
 	if err := s.starts.idle(ctx, s.clock); err != nil {
@@ -844,7 +848,7 @@ func (s *shardSet) waitTurn(ctx context.Context, sh *shard) error {
 	}
 	t := s.clock.NewTicker(shardBalanceEvery)
 	defer t.Stop()
-	for s.clock.Since(began) < startGateWait {
+	for s.clock.Since(began) < handoverQuietWait {
 		if o := s.others.Load(); o == nil || !o.busy && !o.waiting {
 			return nil
 		}

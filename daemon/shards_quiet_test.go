@@ -102,7 +102,7 @@ func TestShardActivity(t *testing.T) {
 
 // TestShardLoadAheadWaits: a load ahead of a move (its shard led by
 // another registered replica) waits while another replica is busy or
-// waits for its move, startGateWait at most; a load of a shard nobody
+// waits for its move, handoverQuietWait at most; a load of a shard nobody
 // leads, or whose leader is gone (kill -9), does not.
 func TestShardLoadAheadWaits(t *testing.T) {
 	for _, tc := range []struct {
@@ -113,8 +113,8 @@ func TestShardLoadAheadWaits(t *testing.T) {
 		waitsFor time.Duration // 0: none
 	}{
 		{name: "ahead, others quiet", shard: 6, leader: true},
-		{name: "ahead, another busy", shard: 6, leader: true, others: otherReplicas{busy: true}, waitsFor: startGateWait},
-		{name: "ahead, another waits", shard: 6, leader: true, others: otherReplicas{waiting: true}, waitsFor: startGateWait},
+		{name: "ahead, another busy", shard: 6, leader: true, others: otherReplicas{busy: true}, waitsFor: handoverQuietWait},
+		{name: "ahead, another waits", shard: 6, leader: true, others: otherReplicas{waiting: true}, waitsFor: handoverQuietWait},
 		{name: "leader gone", shard: 6, others: otherReplicas{busy: true}},
 		{name: "free shard", shard: 2, leader: true, others: otherReplicas{busy: true}},
 	} {
@@ -143,7 +143,7 @@ func TestShardLoadAheadWaits(t *testing.T) {
 			clock.Advance(tc.waitsFor - shardBalanceEvery)
 			select {
 			case err := <-done:
-				t.Fatalf("returned %v before startGateWait", err)
+				t.Fatalf("returned %v before handoverQuietWait", err)
 			case <-time.After(100 * time.Millisecond):
 			}
 			// The other replicas quiet down: it goes at its next look.
@@ -155,13 +155,13 @@ func TestShardLoadAheadWaits(t *testing.T) {
 		})
 	}
 
-	// However long the others stay busy, it waits startGateWait at most.
+	// However long the others stay busy, it waits handoverQuietWait at most.
 	s := testShardSet("d", 16, 4, leaders())
 	clock := s.clock.(*clockwork.FakeClock)
 	s.others.Store(&otherReplicas{busy: true, registered: map[string]bool{"b": true}})
 	done := make(chan error, 1)
 	go func() { done <- s.waitTurn(context.Background(), s.shards[6]) }()
-	for range int(startGateWait / shardBalanceEvery) {
+	for range int(handoverQuietWait / shardBalanceEvery) {
 		if err := clock.BlockUntilContext(context.Background(), 1); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +173,7 @@ func TestShardLoadAheadWaits(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("waitTurn still waited after startGateWait")
+		t.Fatal("waitTurn still waited after handoverQuietWait")
 	}
 }
 
