@@ -1274,7 +1274,7 @@ func (d *decoder) valueDepth(n *yaml.Node, depth int) (any, bool) {
 		case "!!int":
 			// Plain decimals (what JSON writes) skip yaml.v3's decoder,
 			// which allocates one per call; it reads them the same.
-			if i, err := strconv.ParseInt(n.Value, 10, 64); err == nil && plainDecimal(n.Value) {
+			if i, err := strconv.ParseInt(n.Value, 10, 64); plainDecimal(n.Value) && err == nil {
 				return i, true
 			}
 			var i int64

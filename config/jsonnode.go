@@ -22,30 +22,18 @@ import (
 // times faster, and the tree it builds is the same (tags, values and
 // kinds; positions are unique byte offsets on line 1, which is all the
 // JSON-pointer mapping of errors needs).
+//
+// The tree is built in slabs (nil: slabs of its own).
 func jsonNode(data []byte, slabs *jsonSlabs) (*yaml.Node, bool) {
-	return readJSONNode(data, slabs)
-}
-
-// JSONNode reads a JSON object as JSON, into the tree yaml.v3 would build
-// for it, or reports false (not a JSON object, a duplicate key, deep
-// nesting: read it with yaml.v3). JSON is YAML, but yaml.v3 refuses some
-// JSON (a DEL or C1 control character as itself, a surrogate-pair escape
-// such as Python's json.dumps writes for an emoji) and folds a raw U+0085
-// or U+2028 in a string into a space; read this way, a JSON document
-// means what a JSON reader says, as in ParseEntry.
-func JSONNode(data []byte) (*yaml.Node, bool) { return readJSONNode(data, nil) }
-
-// readJSONNode reads data's tree into slabs (nil: slabs of its own).
-func readJSONNode(data []byte, slabs *jsonSlabs) (*yaml.Node, bool) {
 	n := countJSONNodes(data)
-	// Every node but the root is in one Content, and the stack holds at
-	// most every node: one allocation for both.
 	if slabs == nil {
 		slabs = &jsonSlabs{}
 	}
 	if cap(slabs.nodes) < n {
 		slabs.nodes = make([]yaml.Node, n)
 	}
+	// Every node but the root is in one Content, and the stack holds at
+	// most every node: one slab for both.
 	if cap(slabs.ptrs) < 2*n {
 		slabs.ptrs = make([]*yaml.Node, 2*n)
 	}
@@ -62,6 +50,15 @@ func readJSONNode(data []byte, slabs *jsonSlabs) (*yaml.Node, bool) {
 	p.ws()
 	return root, p.i == len(data)
 }
+
+// JSONNode reads a JSON object as JSON, into the tree yaml.v3 would build
+// for it, or reports false (not a JSON object, a duplicate key, deep
+// nesting: read it with yaml.v3). JSON is YAML, but yaml.v3 refuses some
+// JSON (a DEL or C1 control character as itself, a surrogate-pair escape
+// such as Python's json.dumps writes for an emoji) and folds a raw U+0085
+// or U+2028 in a string into a space; read this way, a JSON document
+// means what a JSON reader says, as in ParseEntry.
+func JSONNode(data []byte) (*yaml.Node, bool) { return jsonNode(data, nil) }
 
 // jsonSlabs are the memory of one tree: its nodes, and its Content
 // slices with the parser's stack.

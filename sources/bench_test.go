@@ -2,11 +2,11 @@ package sources
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"testing"
 
 	"github.com/beatd/beatd/config"
+	"github.com/beatd/beatd/internal/keys"
 )
 
 // BenchmarkMergeOneAPIChange is the cost of applying one runtime entry
@@ -52,11 +52,7 @@ func BenchmarkMergeOneAPIChange(b *testing.B) {
 // allocates while the collector marks the replica's heap is what the
 // replica's peak RSS holds above its live heap.
 func BenchmarkShardPartLoad(b *testing.B) {
-	shardOf := func(name string) int {
-		h := fnv.New32a()
-		h.Write([]byte(name))
-		return int(h.Sum32() % 16)
-	}
+	shardOf := func(name string) int { return keys.ShardOf(name, 16) }
 	parts := make([]map[string][]byte, 16)
 	for i := range parts {
 		parts[i] = map[string][]byte{}
