@@ -324,7 +324,7 @@ func (p *persister) write(ctx context.Context) error {
 }
 
 // fit moves the table to the layout its size calls for (store.Table.Fit):
-// a table that grew past 65,536 entries is written once whole in 4,096
+// a table that grew past 32,768 entries is written once whole in 4,096
 // buckets (65,536 past 262,144), so that each fire after rewrites a
 // bucket of at most 64 entries, not one of thousands.
 func (p *persister) fit() {

@@ -12,12 +12,13 @@ import (
 func TestLayoutDigits(t *testing.T) {
 	for _, tc := range []struct{ n, cur, want int }{
 		{0, 2, 2},
-		{65536, 2, 2},
-		{65537, 2, 3},
+		{32768, 2, 2},
+		{32769, 2, 3},
+		{56250, 2, 3}, // a shard of 900,000 entries over 16
 		{1 << 20, 2, 4},
 		{1<<20 + 1, 3, 4},
-		{40000, 3, 3},  // above half the small layout's capacity: stays
-		{32768, 3, 2},  // at half: moves back
+		{20000, 3, 3},  // above half the small layout's capacity: stays
+		{16384, 3, 2},  // at half: moves back
 		{600000, 4, 4}, // above half of 4,096 buckets' capacity
 		{100000, 4, 3},
 	} {
@@ -45,7 +46,7 @@ func bucketKeys(t *testing.T, cli *clientv3.Client, s *Store) map[int]int {
 	return out
 }
 
-// TestLayoutMove: a table that grows past 65,536 entries moves to 4,096
+// TestLayoutMove: a table that grows past 32,768 entries moves to 4,096
 // buckets, written whole, and the old keys go; one that was moving when
 // its leader died (both layouts stored) loads each entry from the key
 // written last and finishes the move.
@@ -56,7 +57,7 @@ func TestLayoutMove(t *testing.T) {
 	ctx := context.Background()
 	g := lead(t, cli, pfx)
 	slot := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	const n = 70000
+	const n = 40000
 	tab := NewTable()
 	for i := range n {
 		tab.Set(EntryState{Name: fmt.Sprintf("tenant-%06d", i), LastSlot: slot.Add(time.Duration(i) * time.Second)})
@@ -140,11 +141,11 @@ func TestLayoutMove(t *testing.T) {
 		t.Fatalf("Get after the move = %+v, %v", st, err)
 	}
 	// Shrinking back is the same move the other way, once well below.
-	for i := range n - 30000 {
+	for i := range n - 16000 {
 		final.Delete(fmt.Sprintf("tenant-%06d", i))
 	}
 	if !final.Fit() || final.Buckets() != 256 {
-		t.Fatalf("30,000 entries left in %d buckets, want 256", final.Buckets())
+		t.Fatalf("16,000 entries left in %d buckets, want 256", final.Buckets())
 	}
 	if err := s.Save(ctx, g, final, nil); err != nil {
 		t.Fatal(err)

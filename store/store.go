@@ -247,6 +247,7 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 		ops     = make([]clientv3.Op, 0, 16)
 		written []bucket
 		size    int
+		scratch []byte // each bucket is encoded here, then copied once for the table
 	)
 	commit := func() error {
 		if err := s.commit(ctx, g, ops); err != nil {
@@ -266,7 +267,9 @@ func (s *Store) Save(ctx context.Context, g election.Fence, t *Table, also []str
 		if t.empty(b) {
 			ops = append(ops, clientv3.OpDelete(s.bucketPrefix()+t.suffix(b)))
 		} else {
-			enc = t.appendBucket(nil, b)
+			scratch = t.appendBucket(scratch[:0], b)
+			enc = make([]byte, len(scratch)) // as long as it is: the table keeps it
+			copy(enc, scratch)
 			ops = append(ops, clientv3.OpPut(s.bucketPrefix()+t.suffix(b), string(enc)))
 			size += len(enc)
 		}

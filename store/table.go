@@ -10,7 +10,7 @@ import (
 )
 
 // NumBuckets is how many etcd keys hold the state of all entries in the
-// first layout, up to 65,536 entries. Packing entries into a bounded
+// first layout, up to 32,768 entries. Packing entries into a bounded
 // number of keys keeps the cost of a state write proportional to the
 // entries that changed, not to a key and an MVCC revision per entry: with
 // 1k entries firing every second, 256 puts of ~100 bytes instead of 1,000
@@ -18,13 +18,17 @@ import (
 //
 // A bucket is rewritten whole, so its size is what one fire costs etcd:
 // 256 buckets of a million entries are ~80 KB each, and 300 fires a
-// second would write ~14 MB/s of history. Past 65,536 entries the table
+// second would write ~14 MB/s of history. Past 32,768 entries the table
 // grows to 4,096 buckets, past 262,144 to 65,536 (Fit): a bucket then
 // holds at most 64 entries (~1.3 KB), and a million entries' 300 fires a
-// second write ~90 KB/s. A table of many entries that all fire often
-// writes about all of itself each interval in any layout; more buckets
-// only cost more operations when most entries fire in every interval,
-// which only small tables do. The layouts' keys differ in
+// second write ~90 KB/s. The first layout ends at 32,768, not 65,536,
+// because a shard's table is a cluster's sixteenth: at 56,250 entries
+// (900,000 over 16 shards) its 256 buckets of ~220 entries made each fire
+// write ~2 KB and allocate ~9 KB to encode (BenchmarkShardFires), 8
+// times what a fire costs in 4,096 buckets. A table of many entries that
+// all fire often writes about all of itself each interval in any layout;
+// more buckets only cost more operations when most entries fire in every
+// interval, which only small tables do. The layouts' keys differ in
 // length (2, 3 or 4 hex digits), so a reader tells them apart without a
 // layout record, and a move between them is a rewrite followed by the
 // deletion of the old keys.
@@ -93,7 +97,7 @@ func layoutDigits(n, cur int) int {
 	switch {
 	case n > 1<<18:
 		want = 4
-	case n > 1<<16:
+	case n > 1<<15:
 		want = 3
 	}
 	if want < cur && n > layoutCapacity(want)/2 {
@@ -105,7 +109,7 @@ func layoutDigits(n, cur int) int {
 // layoutCapacity is the most entries a layout is chosen for.
 func layoutCapacity(digits int) int {
 	if digits == 2 {
-		return 1 << 16
+		return 1 << 15
 	}
 	return 1 << 18
 }
@@ -367,11 +371,15 @@ func (t *Table) Dirty() int {
 }
 
 // written records that bucket b now holds enc in etcd. Its map stays
-// until Compact decides.
+// until Compact decides. The table keeps enc (the caller writes to it no
+// more), copied first if its capacity is more than its length: a million
+// entries keep their buckets encoded, and appendBucket's growth leaves up
+// to twice the length.
 func (t *Table) written(b int, enc []byte) {
-	// A copy exactly as long as it is: appendBucket's growth left up to
-	// twice that, and a million entries keep their buckets encoded.
-	t.enc[b], t.dirty[b], t.wrote[b] = bytes.Clone(enc), false, true
+	if cap(enc) > len(enc) {
+		enc = bytes.Clone(enc)
+	}
+	t.enc[b], t.dirty[b], t.wrote[b] = enc, false, true
 	t.add[b], t.over[b] = nil, false
 }
 
