@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -279,5 +280,66 @@ func TestRequests(t *testing.T) {
 	}
 	cancel()
 	for range notify {
+	}
+}
+
+// TestSaveKeepsWhatItWrote: Save encodes every bucket into one scratch
+// buffer, so each bucket the table keeps must be a copy of its own, equal
+// to what etcd holds, through a first write and a second that changes
+// some buckets and not others.
+func TestSaveKeepsWhatItWrote(t *testing.T) {
+	cli := newClient(t)
+	pfx := testPrefix(t)
+	s := New(cli, pfx)
+	ctx := context.Background()
+	g := lead(t, cli, pfx)
+	slot := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	tab := NewTable()
+	for i := range 2000 {
+		tab.Set(EntryState{Name: fmt.Sprintf("e-%04d", i), LastSlot: slot})
+	}
+	check := func(when string) {
+		t.Helper()
+		resp, err := cli.Get(ctx, s.bucketPrefix(), clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != tab.Buckets() {
+			t.Fatalf("%s: %d keys in etcd, want %d", when, len(resp.Kvs), tab.Buckets())
+		}
+		for _, kv := range resp.Kvs {
+			suffix, _ := BucketAt(s.prefix, kv.Key)
+			var b int
+			if _, err := fmt.Sscanf(suffix, "%x", &b); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(tab.enc[b], kv.Value) {
+				t.Fatalf("%s: bucket %s kept %d bytes unlike the %d in etcd", when, suffix, len(tab.enc[b]), len(kv.Value))
+			}
+		}
+	}
+	if err := s.Save(ctx, g, tab, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("first write")
+	for i := 0; i < 2000; i += 7 {
+		tab.Set(EntryState{Name: fmt.Sprintf("e-%04d", i), LastSlot: slot.Add(time.Hour)})
+	}
+	if err := s.Save(ctx, g, tab, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("second write")
+	loaded, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		want := slot
+		if i%7 == 0 {
+			want = slot.Add(time.Hour)
+		}
+		if st, ok := loaded.Get(fmt.Sprintf("e-%04d", i)); !ok || !st.LastSlot.Equal(want) {
+			t.Fatalf("e-%04d loaded as %+v, %v; want its last slot %v", i, st, ok, want)
+		}
 	}
 }
